@@ -1,0 +1,25 @@
+# client/: libkvpool (the library model servers link), the wire codec shared
+# with the daemon, and the admin CLI `kvpool`.
+
+# The wire codec: one implementation for the daemon and the library.
+noinst_LTLIBRARIES += client/libkvpwire.la
+client_libkvpwire_la_SOURCES = client/wire.c client/wire.h
+
+include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels.h
+
+lib_LTLIBRARIES += client/libkvpool.la
+client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h
+client_libkvpool_la_LIBADD = client/libkvpwire.la
+# -version-info CURRENT:REVISION:AGE. On a release: if the interface is
+# unchanged, REVISION++; if it changed, CURRENT++ and REVISION=0; if
+# interfaces were only added, AGE++; if any were removed or changed, AGE=0.
+client_libkvpool_la_LDFLAGS = $(AM_LDFLAGS) -version-info 0:0:0 \
+	-Wl,--version-script=$(top_srcdir)/client/libkvpool.sym
+EXTRA_client_libkvpool_la_DEPENDENCIES = client/libkvpool.sym
+EXTRA_DIST += client/libkvpool.sym client/kvpool.pc.in
+pkgconfig_DATA += client/kvpool.pc
+DISTCLEANFILES += client/kvpool.pc
+
+bin_PROGRAMS += client/kvpool
+client_kvpool_SOURCES = client/kvpool.c
+client_kvpool_LDADD = client/libkvpool.la

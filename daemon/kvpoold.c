@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvpoold.c - start-up and shutdown of the kvpool daemon: options,
+ * signals, detaching from the terminal, readiness, the pid file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "daemon/log.h"
+#include "daemon/loop.h"
+#include "daemon/options.h"
+#include "daemon/server.h"
+
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+/* Signals arrive through a signalfd read by the loop. */
+struct sigwatch {
+	struct loop_op op;
+	struct loop *loop;
+	struct server *srv;
+	int fd;
+	struct signalfd_siginfo si;
+};
+
+static void sigwatch_post(struct sigwatch *w)
+{
+	if (loop_read(w->loop, &w->op, w->fd, &w->si, sizeof(w->si)) < 0) {
+		log_error("cannot queue the signal read: ring full; shutting down");
+		server_shutdown(w->srv);
+	}
+}
+
+static void sigwatch_done(struct loop_op *op, int res)
+{
+	struct sigwatch *w = container_of(op, struct sigwatch, op);
+
+	if (res != (int)sizeof(w->si)) {
+		log_error("reading signals failed: %s; shutting down",
+			  res < 0 ? strerror(-res) : "short read");
+		server_shutdown(w->srv);
+		return;
+	}
+	switch (w->si.ssi_signo) {
+	case SIGTERM:
+	case SIGINT:
+		log_info("%s from pid %u: shutting down",
+			 w->si.ssi_signo == SIGTERM ? "SIGTERM" : "SIGINT",
+			 w->si.ssi_pid);
+		server_shutdown(w->srv);
+		return;	/* no more reads: the loop is draining */
+	case SIGHUP:
+		log_info("SIGHUP: nothing to reload in this version");
+		break;
+	}
+	sigwatch_post(w);
+}
+
+/* notify() - tell systemd (Type=notify) how we are, if it asked. */
+static void notify(const char *state)
+{
+	const char *path = getenv("NOTIFY_SOCKET");
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t salen;
+	int fd;
+
+	if (!path || (path[0] != '/' && path[0] != '@') ||
+	    strlen(path) >= sizeof(sa.sun_path))
+		return;
+	memcpy(sa.sun_path, path, strlen(path));
+	if (sa.sun_path[0] == '@')
+		sa.sun_path[0] = '\0';	/* abstract namespace */
+	salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	(void)sendto(fd, state, strlen(state), MSG_NOSIGNAL,
+		     (struct sockaddr *)&sa, salen);
+	close(fd);
+}
+
+/*
+ * detach() - fork into the background. The parent waits until the child
+ * reports readiness on a pipe (see ready()), so `kvpoold && kvpool status`
+ * works: it exits 0 once the socket listens, 1 if start-up failed; the
+ * child's start-up errors still reach the terminal. Returns the write end
+ * of the pipe in the child.
+ */
+static int detach(void)
+{
+	int p[2], nul;
+	char c;
+	pid_t pid;
+
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		log_error("pipe: %s", strerror(errno));
+		exit(1);
+	}
+	pid = fork();
+	if (pid < 0) {
+		log_error("fork: %s", strerror(errno));
+		exit(1);
+	}
+	if (pid > 0) {
+		close(p[1]);
+		_exit(read(p[0], &c, 1) == 1 && c == 'R' ? 0 : 1);
+	}
+	close(p[0]);
+	setsid();
+	nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, STDIN_FILENO);
+		dup2(nul, STDOUT_FILENO);
+		close(nul);
+	}
+	return p[1];
+}
+
+/* ready() - the daemon serves: tell systemd, or release a detached
+ * daemon's parent and leave the terminal for syslog. */
+static void ready(int ready_fd)
+{
+	int nul;
+
+	notify("READY=1");
+	if (ready_fd < 0)
+		return;
+	log_use_syslog();
+	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (nul >= 0) {
+		dup2(nul, STDERR_FILENO);
+		close(nul);
+	}
+	(void)!write(ready_fd, "R", 1);
+	close(ready_fd);
+}
+
+static int write_pid_file(const char *path)
+{
+	FILE *f = fopen(path, "we");
+
+	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
+		log_error("cannot write pid file %s: %s", path, strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct options opt;
+	struct sigwatch sw = { .op.done = sigwatch_done };
+	struct server *srv = NULL;
+	struct loop loop;
+	char err[8192];
+	sigset_t mask;
+	int ready_fd = -1, rc;
+
+	options_defaults(&opt);
+	rc = options_parse(&opt, argc, argv, err, sizeof(err));
+	if (rc == 1)
+		return 0;
+	if (rc < 0) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		return 2;
+	}
+	log_set_level(opt.log_level);
+
+	if (!opt.foreground)
+		ready_fd = detach();
+
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	sw.fd = signalfd(-1, &mask, SFD_CLOEXEC);
+	if (sw.fd < 0) {
+		log_error("signalfd: %s", strerror(errno));
+		return 1;
+	}
+
+	rc = loop_init(&loop, 256, err, sizeof(err));
+	if (rc < 0) {
+		log_error("%s", err);
+		goto out_close_sig;
+	}
+	rc = server_init(&srv, &loop, &opt, err, sizeof(err));
+	if (rc < 0) {
+		log_error("%s", err);
+		goto out_loop;
+	}
+	if (opt.pid_file[0]) {
+		rc = write_pid_file(opt.pid_file);
+		if (rc < 0)
+			goto out_server;
+	}
+	sw.loop = &loop;
+	sw.srv = srv;
+	sigwatch_post(&sw);
+
+	log_info("kvpoold %s listening on %s (max %llu clients, messages up to %llu bytes)",
+		 PACKAGE_VERSION, opt.socket_path,
+		 (unsigned long long)opt.max_clients,
+		 (unsigned long long)opt.max_msg_size);
+	ready(ready_fd);
+
+	rc = loop_run(&loop);
+	if (rc < 0)
+		log_error("event loop failed: %s", strerror(-rc));
+	notify("STOPPING=1");
+	if (opt.pid_file[0])
+		unlink(opt.pid_file);
+out_server:
+	loop_fini(&loop);	/* cancels what is left before its owners go */
+	server_free(srv);
+	goto out_close_sig;
+out_loop:
+	loop_fini(&loop);
+out_close_sig:
+	close(sw.fd);
+	if (rc == 0)
+		log_info("stopped");
+	return rc < 0 ? 1 : 0;
+}

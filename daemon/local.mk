@@ -1,0 +1,16 @@
+# daemon/: kvpoold, the daemon that owns the page pool. Its modules form a
+# convenience library so that unit tests link the same code.
+
+noinst_LTLIBRARIES += daemon/libkvpoold.la
+daemon_libkvpoold_la_SOURCES = \
+	daemon/log.c daemon/log.h \
+	daemon/options.c daemon/options.h \
+	daemon/loop.c daemon/loop.h \
+	daemon/server.c daemon/server.h
+daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
+daemon_libkvpoold_la_LIBADD = client/libkvpwire.la $(URING_LIBS)
+
+sbin_PROGRAMS += daemon/kvpoold
+daemon_kvpoold_SOURCES = daemon/kvpoold.c
+daemon_kvpoold_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
+daemon_kvpoold_LDADD = daemon/libkvpoold.la

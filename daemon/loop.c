@@ -1,0 +1,140 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop.c - the io_uring event loop: queueing operations, submitting them
+ * in batches, and dispatching completions to their owners.
+ *
+ * Operations queued while handling a batch of completions go to the
+ * kernel together in the next io_uring_submit_and_wait() call, so a busy
+ * daemon makes one system call per turn of the loop.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/loop.h"
+
+int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen)
+{
+	struct io_uring_params p;
+	int rc;
+
+	memset(l, 0, sizeof(*l));
+	memset(&p, 0, sizeof(p));
+	p.flags = IORING_SETUP_CLAMP;
+	rc = io_uring_queue_init_params(entries, &l->ring, &p);
+	if (rc < 0) {
+		snprintf(err, errlen,
+			 "cannot set up io_uring with %u entries: %s (%d). "
+			 "Usual causes: a seccomp profile that blocks io_uring "
+			 "(containers: allow io_uring_setup/enter/register), "
+			 "sysctl kernel.io_uring_disabled=1 or 2, or a low "
+			 "RLIMIT_MEMLOCK on kernels before 5.12",
+			 entries, strerror(-rc), -rc);
+		return rc;
+	}
+	return 0;
+}
+
+void loop_fini(struct loop *l)
+{
+	io_uring_queue_exit(&l->ring);
+	l->inflight = 0;
+}
+
+/* get_sqe() - a free submission slot, flushing the queue once if full. */
+static struct io_uring_sqe *get_sqe(struct loop *l, struct loop_op *op)
+{
+	struct io_uring_sqe *sqe;
+
+	sqe = io_uring_get_sqe(&l->ring);
+	if (!sqe) {
+		io_uring_submit(&l->ring);
+		sqe = io_uring_get_sqe(&l->ring);
+		if (!sqe)
+			return NULL;
+	}
+	io_uring_sqe_set_data(sqe, op);
+	l->inflight++;
+	return sqe;
+}
+
+int loop_accept(struct loop *l, struct loop_op *op, int fd)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC);
+	return 0;
+}
+
+int loop_recvmsg(struct loop *l, struct loop_op *op, int fd,
+		 struct msghdr *msg, unsigned flags)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_recvmsg(sqe, fd, msg, flags);
+	return 0;
+}
+
+int loop_sendmsg(struct loop *l, struct loop_op *op, int fd,
+		 const struct msghdr *msg, unsigned flags)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_sendmsg(sqe, fd, msg, flags);
+	return 0;
+}
+
+int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
+	      unsigned len)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_read(sqe, fd, buf, len, 0);
+	return 0;
+}
+
+int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_cancel(sqe, target, 0);
+	return 0;
+}
+
+int loop_run(struct loop *l)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen;
+	int rc;
+
+	while (!l->stopping) {
+		rc = io_uring_submit_and_wait(&l->ring, 1);
+		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+			return rc;
+		seen = 0;
+		io_uring_for_each_cqe(&l->ring, head, cqe) {
+			struct loop_op *op = io_uring_cqe_get_data(cqe);
+
+			seen++;
+			l->inflight--;
+			op->done(op, cqe->res);
+		}
+		io_uring_cq_advance(&l->ring, seen);
+	}
+	return 0;
+}
+
+void loop_stop(struct loop *l)
+{
+	l->stopping = true;
+}

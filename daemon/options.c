@@ -1,0 +1,375 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.c - parsing of kvpoold's config file and command line.
+ *
+ * Every option is one row of opt_table: its long flag (also its key in the
+ * config file, where '_' may stand for '-'), its type, where it lands in
+ * struct options, its bounds and its help line. Values are checked the
+ * same way from both sources.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/options.h"
+
+enum opt_type {
+	OPT_STRING,	/* copied into a char array of size bytes */
+	OPT_UINT,	/* decimal unsigned within [min, max] */
+	OPT_SIZE,	/* bytes with an optional K, M or G suffix (powers of 1024) */
+	OPT_BOOL,	/* flag: no argument; file: true/false/yes/no/1/0 */
+	OPT_LOG_LEVEL,	/* error, warn, info, debug */
+};
+
+struct opt_def {
+	const char *name;
+	int short_name;		/* 0 when none */
+	enum opt_type type;
+	size_t offset;
+	size_t size;		/* OPT_STRING: capacity */
+	uint64_t min, max;
+	const char *arg;	/* argument name in --help */
+	const char *help;
+};
+
+#define OFF(f) offsetof(struct options, f)
+#define SZ(f) sizeof(((struct options *)0)->f)
+
+static const struct opt_def opt_table[] = {
+	{ "socket", 's', OPT_STRING, OFF(socket_path), SZ(socket_path), 0, 0,
+	  "PATH", "Unix socket to listen on (default " "/run/kvpool/kvpool.sock)" },
+	{ "pid-file", 'p', OPT_STRING, OFF(pid_file), SZ(pid_file), 0, 0,
+	  "PATH", "write the daemon's pid to PATH once it is listening" },
+	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
+	  "N", "most client connections at once (default 256)" },
+	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 64u << 20,
+	  "SIZE", "largest message accepted, e.g. 256K (default 256K)" },
+	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
+	  "LEVEL", "error, warn, info or debug (default info)" },
+	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
+	  NULL, "stay in the foreground (systemd, containers, tests)" },
+};
+#define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
+
+void options_defaults(struct options *o)
+{
+	memset(o, 0, sizeof(*o));
+	snprintf(o->socket_path, sizeof(o->socket_path), "%s",
+		 "/run/kvpool/kvpool.sock");
+	o->max_clients = 256;
+	o->max_msg_size = 256u * 1024u;
+	o->log_level = LOG_LVL_INFO;
+	o->foreground = false;
+}
+
+void options_usage(void)
+{
+	size_t i;
+
+	printf("Usage: kvpoold [OPTION]...\n"
+	       "Serve a pool of KV-cache pages to model-server processes over a Unix socket.\n"
+	       "\n"
+	       "  -c, --config=FILE        read `key = value` settings from FILE first;\n"
+	       "                           flags given on the command line override them\n");
+	for (i = 0; i < N_OPTS; i++) {
+		const struct opt_def *d = &opt_table[i];
+		char flag[64];
+
+		if (d->short_name)
+			snprintf(flag, sizeof(flag), "-%c, --%s%s%s", d->short_name,
+				 d->name, d->arg ? "=" : "", d->arg ? d->arg : "");
+		else
+			snprintf(flag, sizeof(flag), "    --%s%s%s", d->name,
+				 d->arg ? "=" : "", d->arg ? d->arg : "");
+		printf("  %-24s %s\n", flag, d->help);
+	}
+	printf("  -h, --help               show this help and exit\n"
+	       "  -V, --version            show the version and exit\n"
+	       "\n"
+	       "Every long option is also a config-file key (e.g. `max-clients = 64`).\n"
+	       "SIGTERM or SIGINT shuts the daemon down cleanly. See kvpoold(8).\n");
+}
+
+static const struct opt_def *opt_find(const char *key)
+{
+	size_t i, j;
+
+	for (i = 0; i < N_OPTS; i++) {
+		const char *n = opt_table[i].name;
+
+		for (j = 0; n[j] && key[j]; j++)
+			if (!(n[j] == key[j] || (n[j] == '-' && key[j] == '_')))
+				break;
+		if (!n[j] && !key[j])
+			return &opt_table[i];
+	}
+	return NULL;
+}
+
+/* parse_size() - "64", "256K", "4M", "1G" (binary multiples) into *out. */
+static int parse_size(const char *s, uint64_t *out)
+{
+	unsigned shift = 0;
+	char *end;
+	uint64_t v;
+
+	if (!isdigit((unsigned char)*s))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (toupper((unsigned char)*end)) {
+	case 'K': shift = 10; end++; break;
+	case 'M': shift = 20; end++; break;
+	case 'G': shift = 30; end++; break;
+	case 'T': shift = 40; end++; break;
+	}
+	if (*end == 'i' || *end == 'B')	/* accept 4MiB, 4MB as 4M */
+		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -EINVAL;
+	*out = v << shift;
+	return 0;
+}
+
+/*
+ * opt_set() - check value against d and store it in o. On failure writes
+ * "VALUE: REASON" into why.
+ */
+static int opt_set(struct options *o, const struct opt_def *d,
+		   const char *value, char *why, size_t whylen)
+{
+	char *dst = (char *)o + d->offset;
+	uint64_t v;
+	char *end;
+
+	switch (d->type) {
+	case OPT_STRING:
+		if (!*value) {
+			snprintf(why, whylen, "empty value");
+			return -EINVAL;
+		}
+		if (strlen(value) >= d->size) {
+			snprintf(why, whylen, "'%s' is longer than %zu bytes",
+				 value, d->size - 1);
+			return -EINVAL;
+		}
+		memcpy(dst, value, strlen(value) + 1);
+		return 0;
+	case OPT_UINT:
+		errno = 0;
+		v = strtoull(value, &end, 10);
+		if (!isdigit((unsigned char)*value) || *end || errno) {
+			snprintf(why, whylen, "'%s' is not a whole number", value);
+			return -EINVAL;
+		}
+		goto check_range;
+	case OPT_SIZE:
+		if (parse_size(value, &v) < 0) {
+			snprintf(why, whylen,
+				 "'%s' is not a size (a number with an optional K, M or G suffix)",
+				 value);
+			return -EINVAL;
+		}
+		goto check_range;
+	case OPT_BOOL:
+		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "1")) {
+			*(bool *)dst = true;
+		} else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0")) {
+			*(bool *)dst = false;
+		} else {
+			snprintf(why, whylen, "'%s' is not true or false", value);
+			return -EINVAL;
+		}
+		return 0;
+	case OPT_LOG_LEVEL:
+		if (log_level_parse(value, (enum log_level *)dst) < 0) {
+			snprintf(why, whylen,
+				 "'%s' is not a log level (error, warn, info, debug)",
+				 value);
+			return -EINVAL;
+		}
+		return 0;
+	}
+	return -EINVAL;
+
+check_range:
+	if (v < d->min || v > d->max) {
+		snprintf(why, whylen, "%" PRIu64 " is outside %" PRIu64 "..%" PRIu64,
+			 v, d->min, d->max);
+		return -EINVAL;
+	}
+	*(uint64_t *)dst = v;
+	return 0;
+}
+
+/* trim() - strip leading and trailing blanks in place. */
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+int options_load_file(struct options *o, const char *path,
+		      char *err, size_t errlen)
+{
+	char line[OPTIONS_PATH_MAX + 128], why[OPTIONS_PATH_MAX + 128];
+	unsigned lineno = 0;
+	FILE *f;
+	int rc = 0;
+
+	f = fopen(path, "re");
+	if (!f) {
+		rc = -errno;
+		snprintf(err, errlen, "config file %s: %s", path, strerror(-rc));
+		return rc;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		const struct opt_def *d;
+		char *key, *value, *eq, *hash;
+
+		lineno++;
+		if (!strchr(line, '\n') && !feof(f)) {
+			snprintf(err, errlen, "%s:%u: line longer than %zu bytes",
+				 path, lineno, sizeof(line) - 2);
+			rc = -EINVAL;
+			break;
+		}
+		hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		key = trim(line);
+		if (!*key)
+			continue;
+		eq = strchr(key, '=');
+		if (!eq) {
+			snprintf(err, errlen, "%s:%u: expected `key = value`, got '%s'",
+				 path, lineno, key);
+			rc = -EINVAL;
+			break;
+		}
+		*eq = '\0';
+		value = trim(eq + 1);
+		key = trim(key);
+		d = opt_find(key);
+		if (!d) {
+			snprintf(err, errlen,
+				 "%s:%u: unknown key '%s' (kvpoold --help lists the keys)",
+				 path, lineno, key);
+			rc = -EINVAL;
+			break;
+		}
+		if (opt_set(o, d, value, why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "%s:%u: %s: %s", path, lineno, d->name, why);
+			rc = -EINVAL;
+			break;
+		}
+	}
+	if (!rc && ferror(f)) {
+		rc = -EIO;
+		snprintf(err, errlen, "config file %s: read error", path);
+	}
+	fclose(f);
+	return rc;
+}
+
+int options_parse(struct options *o, int argc, char **argv,
+		  char *err, size_t errlen)
+{
+	struct option longopts[N_OPTS + 4];
+	char shortopts[3 * N_OPTS + 16], why[OPTIONS_PATH_MAX + 128];
+	char *sp = shortopts;
+	size_t i;
+	int c, idx, rc;
+
+	*sp++ = ':';	/* report a missing argument as ':' */
+	for (i = 0; i < N_OPTS; i++) {
+		const struct opt_def *d = &opt_table[i];
+
+		longopts[i] = (struct option){ d->name,
+			d->type == OPT_BOOL ? no_argument : required_argument,
+			NULL, d->short_name ? d->short_name : 256 + (int)i };
+		if (d->short_name) {
+			*sp++ = (char)d->short_name;
+			if (d->type != OPT_BOOL)
+				*sp++ = ':';
+		}
+	}
+	longopts[N_OPTS + 0] = (struct option){ "config", required_argument, NULL, 'c' };
+	longopts[N_OPTS + 1] = (struct option){ "help", no_argument, NULL, 'h' };
+	longopts[N_OPTS + 2] = (struct option){ "version", no_argument, NULL, 'V' };
+	longopts[N_OPTS + 3] = (struct option){ NULL, 0, NULL, 0 };
+	strcpy(sp, "c:hV");
+
+	/* Pass 1: --help, --version and the config file. */
+	opterr = 0;
+	optind = 0;	/* 0: glibc starts over, GNU extensions included */
+	while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
+		switch (c) {
+		case 'h':
+			options_usage();
+			return 1;
+		case 'V':
+			printf("kvpoold (kvpool) %s\n", PACKAGE_VERSION);
+			return 1;
+		case 'c':
+			if (strlen(optarg) >= sizeof(o->config_file)) {
+				snprintf(err, errlen, "--config: path too long");
+				return -EINVAL;
+			}
+			strcpy(o->config_file, optarg);
+			break;
+		case ':':
+			snprintf(err, errlen, "option '%s' needs a value",
+				 argv[optind - 1]);
+			return -EINVAL;
+		case '?':
+			snprintf(err, errlen,
+				 "unknown option '%s' (kvpoold --help lists them)",
+				 argv[optind - 1]);
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		snprintf(err, errlen, "unexpected argument '%s' (kvpoold takes options only)",
+			 argv[optind]);
+		return -EINVAL;
+	}
+	if (o->config_file[0]) {
+		rc = options_load_file(o, o->config_file, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+
+	/* Pass 2: the flags, which override the file. */
+	optind = 0;	/* 0: glibc starts over, GNU extensions included */
+	while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
+		const struct opt_def *d = NULL;
+
+		if (c >= 256)
+			d = &opt_table[c - 256];
+		for (i = 0; !d && i < N_OPTS; i++)
+			if (opt_table[i].short_name == c)
+				d = &opt_table[i];
+		if (!d)
+			continue;	/* -c, handled above */
+		if (opt_set(o, d, d->type == OPT_BOOL ? "true" : optarg,
+			    why, sizeof(why)) < 0) {
+			snprintf(err, errlen, "--%s: %s", d->name, why);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}

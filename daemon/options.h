@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * options.h - kvpoold's configuration: defaults, the config file
+ * (`key = value` lines, `#` comments) and command-line flags, which
+ * override the file. One table describes every option for both.
+ */
+#ifndef KVP_OPTIONS_H
+#define KVP_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "daemon/log.h"
+
+#define OPTIONS_PATH_MAX 4096
+
+struct options {
+	char config_file[OPTIONS_PATH_MAX];	/* "" when none */
+	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
+	uint64_t max_clients;
+	uint64_t max_msg_size;		/* bytes, header included */
+	enum log_level log_level;
+	bool foreground;
+};
+
+/* options_defaults() - fill o with the built-in defaults. */
+void options_defaults(struct options *o);
+
+/*
+ * options_parse() - apply the config file named by -c, then the flags.
+ *
+ * Returns 0 to run, 1 when --help or --version was printed (exit 0), or
+ * -EINVAL after writing a message that names the flag or file:line, the
+ * value and the reason into err (errlen bytes).
+ */
+int options_parse(struct options *o, int argc, char **argv,
+		  char *err, size_t errlen);
+
+/*
+ * options_load_file() - apply the `key = value` lines of path to o.
+ * Returns 0, or -errno (unreadable file) / -EINVAL (unknown key, bad
+ * value) with a message naming path:line in err.
+ */
+int options_load_file(struct options *o, const char *path,
+		      char *err, size_t errlen);
+
+/* options_usage() - print --help text to stdout. */
+void options_usage(void);
+
+#endif /* KVP_OPTIONS_H */

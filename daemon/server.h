@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * server.h - kvpoold's socket server: the listening socket, one state
+ * machine per client connection, and dispatch of requests.
+ */
+#ifndef KVP_SERVER_H
+#define KVP_SERVER_H
+
+#include <stddef.h>
+
+#include "daemon/loop.h"
+#include "daemon/options.h"
+
+struct server;
+
+/*
+ * server_init() - bind and listen on o->socket_path and start accepting.
+ * A stale socket file (nobody listening) is replaced; a live one is not.
+ * Returns 0 and *out, or -errno with the reason in err (errlen bytes).
+ * The server keeps pointers to l and o; both must outlive it.
+ */
+int server_init(struct server **out, struct loop *l, const struct options *o,
+		char *err, size_t errlen);
+
+/*
+ * server_shutdown() - stop accepting, close every connection (dropping
+ * their leases) and stop the loop once all their operations completed.
+ */
+void server_shutdown(struct server *s);
+
+/* server_free() - unlink the socket and free the server. Call after the
+ * loop stopped; s may be NULL. */
+void server_free(struct server *s);
+
+#endif /* KVP_SERVER_H */

@@ -1,0 +1,27 @@
+# kernels/: the KV-cache kernels. The C references always build into
+# libkvpool (they are the CPU path); the CUDA launchers build with nvcc when
+# configure found CUDA, else stubs that return -ENOTSUP take their place.
+
+noinst_HEADERS += kernels/cuda_check.h
+client_libkvpool_la_SOURCES += kernels/copy_pages_ref.c
+
+if HAVE_CUDA
+client_libkvpool_la_SOURCES += kernels/copy_pages.cu
+client_libkvpool_la_LIBADD += $(CUDA_LIBS)
+else
+client_libkvpool_la_SOURCES += kernels/cuda_stubs.c
+endif
+
+# nvcc compiles .cu files into libtool objects through one wrapper: nvcc
+# refuses a bare -fPIC and knows nothing of .lo files.
+SUFFIXES += .cu .lo
+NVCC_FLAGS = -std=c++17 -O3 $(NVCC_ARCHFLAGS) -I$(top_srcdir)/include \
+	-Xcompiler -fvisibility=hidden -Xcompiler -Wall
+AM_V_NVCC = $(am__v_NVCC_@AM_V@)
+am__v_NVCC_ = $(am__v_NVCC_@AM_DEFAULT_V@)
+am__v_NVCC_0 = @echo "  NVCC    " $@;
+am__v_NVCC_1 =
+.cu.lo:
+	$(AM_V_NVCC)$(SHELL) $(top_srcdir)/build-aux/nvcc-lt $@ \
+		$(NVCC) $(NVCC_FLAGS) -c $<
+EXTRA_DIST += build-aux/nvcc-lt

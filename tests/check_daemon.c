@@ -1,0 +1,453 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_daemon.c - integration tests: a real kvpoold on a temporary
+ * socket, real clients (libkvpool, raw sockets, the kvpool CLI). Every
+ * test that starts a daemon ends with daemon_stop(), which checks the
+ * conservation invariant and a clean shutdown.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "client/wire.h"
+#include "harness.h"
+
+#define OUT_MAX 8192
+
+/* raw_connect() - a plain SEQPACKET connection, for speaking bad protocol. */
+static int raw_connect(const char *sock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	ck_assert_int_ge(fd, 0);
+	strcpy(sa.sun_path, sock);
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	return fd;
+}
+
+/* recv_reply() - the next message on fd, decoded; -1 when the daemon
+ * closed the connection instead. */
+static int recv_reply(int fd, struct kvp_wire_hdr *h)
+{
+	unsigned char buf[4096];
+	ssize_t n = recv(fd, buf, sizeof(buf), 0);
+
+	if (n <= 0)
+		return -1;
+	ck_assert_int_eq(wire_hdr_decode(buf, (size_t)n, h), 0);
+	ck_assert(h->flags & KVP_WIRE_F_REPLY);
+	return 0;
+}
+
+/* wait_clients() - ask until the daemon counts want clients (its own
+ * probe connection included); it sees a close only when it next runs. */
+static void wait_clients(const char *sock, uint32_t want)
+{
+	struct kvp_wire_stats st;
+	int i;
+
+	for (i = 0; i < 100000; i++) {
+		stats_of(sock, &st);
+		if (st.clients == want)
+			return;
+	}
+	ck_abort_msg("daemon still counts %u clients, want %u", st.clients, want);
+}
+
+START_TEST(test_daemon_help_and_version)
+{
+	char out[OUT_MAX];
+	int st;
+
+	st = run_cmd((const char *[]){ harness_kvpoold(), "--help", NULL }, out, sizeof(out));
+	ck_assert_int_eq(st, 0);
+	ck_assert_msg(strstr(out, "Usage: kvpoold") && strstr(out, "--socket"), "%s", out);
+	st = run_cmd((const char *[]){ harness_kvpoold(), "--version", NULL }, out, sizeof(out));
+	ck_assert_int_eq(st, 0);
+	ck_assert_str_eq(out, "kvpoold (kvpool) " PACKAGE_VERSION "\n");
+	st = run_cmd((const char *[]){ harness_cli(), "--help", NULL }, out, sizeof(out));
+	ck_assert_int_eq(st, 0);
+	ck_assert_msg(strstr(out, "Usage: kvpool") && strstr(out, "status"), "%s", out);
+	st = run_cmd((const char *[]){ harness_cli(), "--version", NULL }, out, sizeof(out));
+	ck_assert_int_eq(st, 0);
+	ck_assert_str_eq(out, "kvpool " PACKAGE_VERSION " (libkvpool " PACKAGE_VERSION ")\n");
+}
+END_TEST
+
+START_TEST(test_daemon_bad_flag_exits_2_and_says_why)
+{
+	char out[OUT_MAX];
+	int st;
+
+	st = run_cmd((const char *[]){ harness_kvpoold(), "--max-clients", "zero", NULL },
+		     out, sizeof(out));
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	ck_assert_msg(strstr(out, "--max-clients: 'zero' is not a whole number"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_bad_config_names_file_and_line)
+{
+	char cfg[] = "/tmp/kvpoold-conf-XXXXXX", out[OUT_MAX], want[128];
+	int fd = mkstemp(cfg), st;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_gt(write(fd, "# ok\nsocket = /tmp/x\npool = 1\n", 30), 0);
+	close(fd);
+	st = run_cmd((const char *[]){ harness_kvpoold(), "-c", cfg, "-f", NULL },
+		     out, sizeof(out));
+	unlink(cfg);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	snprintf(want, sizeof(want), "%s:3: unknown key 'pool'", cfg);
+	ck_assert_msg(strstr(out, want), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_stats_over_the_socket)
+{
+	struct kvp_wire_stats st;
+	struct daemon d;
+
+	daemon_start(&d, NULL);
+	stats_of(d.sock, &st);
+	ck_assert_str_eq(st.version, PACKAGE_VERSION);
+	ck_assert_int_eq(st.pid, d.pid);
+	ck_assert_uint_eq(st.backend, KVP_BACKEND_NONE);
+	ck_assert_uint_eq(st.clients, 1);
+	ck_assert_uint_eq(st.max_clients, 256);
+	ck_assert_uint_eq(st.connections_total, 1);
+	ck_assert_uint_eq(st.requests_total, 1);
+	ck_assert_uint_eq(st.protocol_errors, 0);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_cli_status)
+{
+	char out[OUT_MAX];
+	struct daemon d;
+	int st;
+
+	daemon_start(&d, NULL);
+	st = run_cmd((const char *[]){ harness_cli(), "--socket", d.sock, "status", NULL },
+		     out, sizeof(out));
+	ck_assert_msg(st == 0, "status 0x%x: %s", st, out);
+	ck_assert_msg(strstr(out, "kvpoold " PACKAGE_VERSION), "%s", out);
+	ck_assert_msg(strstr(out, "conservation  ok"), "%s", out);
+	st = run_cmd((const char *[]){ harness_cli(), "-s", d.sock, "--json", "status", NULL },
+		     out, sizeof(out));
+	ck_assert_msg(st == 0, "status 0x%x: %s", st, out);
+	ck_assert_msg(out[0] == '{' && strstr(out, "\"conservation_ok\":true}"), "%s", out);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_cli_without_daemon_explains)
+{
+	char out[OUT_MAX];
+	int st;
+
+	st = run_cmd((const char *[]){ harness_cli(), "--socket", "/tmp/kvpool-none.sock",
+				 "status", NULL }, out, sizeof(out));
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	ck_assert_msg(strstr(out, "cannot connect to kvpoold at /tmp/kvpool-none.sock") &&
+		      strstr(out, "Is kvpoold running?"), "%s", out);
+	st = run_cmd((const char *[]){ harness_cli(), "frobnicate", NULL }, out, sizeof(out));
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+	ck_assert_msg(strstr(out, "unknown command 'frobnicate'"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_garbage_gets_error_then_close_others_unaffected)
+{
+	struct kvp_wire_stats st;
+	struct kvp_wire_hdr h;
+	struct kvp_client *good;
+	struct daemon d;
+	int fd;
+
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, &good), 0);
+	fd = raw_connect(d.sock);
+	ck_assert_int_eq(send(fd, "hello, daemon", 13, 0), 13);
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_PROTO);
+	ck_assert_int_eq(recv_reply(fd, &h), -1);	/* then closed */
+	close(fd);
+
+	ck_assert_int_eq(kvp_stats(good, &st), 0);
+	ck_assert_uint_eq(st.protocol_errors, 1);
+	kvp_close(good);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_other_version_is_refused_with_request_id)
+{
+	struct kvp_wire_hdr req = { .op = KVP_OP_STATS, .req_id = 77 }, h;
+	unsigned char buf[KVP_WIRE_HDR_SIZE];
+	struct daemon d;
+	int fd;
+
+	daemon_start(&d, NULL);
+	fd = raw_connect(d.sock);
+	wire_hdr_encode(buf, &req);
+	buf[4] = 9;	/* version 9 */
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_VERSION);
+	ck_assert_uint_eq(h.req_id, 77);
+	ck_assert_int_eq(recv_reply(fd, &h), -1);
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_unknown_op_keeps_the_connection)
+{
+	struct kvp_wire_hdr req = { .op = 999, .req_id = 5 }, h;
+	unsigned char buf[KVP_WIRE_HDR_SIZE];
+	struct daemon d;
+	int fd;
+
+	daemon_start(&d, NULL);
+	fd = raw_connect(d.sock);
+	wire_hdr_encode(buf, &req);
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_OP);
+	ck_assert_uint_eq(h.req_id, 5);
+
+	req = (struct kvp_wire_hdr){ .op = KVP_OP_STATS, .req_id = 6 };
+	wire_hdr_encode(buf, &req);
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_OK);
+	ck_assert_uint_eq(h.req_id, 6);
+	ck_assert_uint_eq(h.len, sizeof(struct kvp_wire_stats));
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_stats_with_payload_is_inval)
+{
+	struct kvp_wire_hdr req = { .op = KVP_OP_STATS, .req_id = 8, .len = 4 }, h;
+	unsigned char buf[KVP_WIRE_HDR_SIZE + 4] = { 0 };
+	struct daemon d;
+	int fd;
+
+	daemon_start(&d, NULL);
+	fd = raw_connect(d.sock);
+	wire_hdr_encode(buf, &req);
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_INVAL);
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_message_over_max_size_is_refused)
+{
+	static const char *const args[] = { "--max-msg-size", "4096", NULL };
+	struct kvp_wire_hdr req = { .op = KVP_OP_STATS, .req_id = 3, .len = 4097 }, h;
+	static unsigned char buf[KVP_WIRE_HDR_SIZE + 4097];
+	struct daemon d;
+	int fd;
+
+	daemon_start(&d, args);
+	fd = raw_connect(d.sock);
+	wire_hdr_encode(buf, &req);
+	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_PROTO);
+	ck_assert_int_eq(recv_reply(fd, &h), -1);
+	close(fd);
+
+	/* one byte under the limit is served */
+	fd = raw_connect(d.sock);
+	req.len = 4096 - KVP_WIRE_HDR_SIZE;
+	wire_hdr_encode(buf, &req);
+	ck_assert_int_eq(send(fd, buf, 4096, 0), 4096);
+	ck_assert_int_eq(recv_reply(fd, &h), 0);
+	ck_assert_uint_eq(h.status, KVP_S_INVAL);	/* STATS takes no payload */
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_max_clients_refuses_at_the_edge)
+{
+	static const char *const args[] = { "--max-clients", "2", NULL };
+	struct kvp_client *a, *b, *c;
+	struct kvp_wire_stats st;
+	struct daemon d;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(kvp_connect(d.sock, &a), 0);
+	ck_assert_int_eq(kvp_stats(a, &st), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, &b), 0);
+	ck_assert_int_eq(kvp_stats(b, &st), 0);
+	ck_assert_uint_eq(st.clients, 2);
+
+	ck_assert_int_eq(kvp_connect(d.sock, &c), 0);	/* the kernel accepts */
+	ck_assert_int_eq(kvp_stats(c, &st), -EDQUOT);	/* the daemon refuses */
+	kvp_close(c);
+
+	ck_assert_int_eq(kvp_stats(a, &st), 0);
+	ck_assert_uint_eq(st.connections_refused, 1);
+	kvp_close(b);
+	/* b's slot frees up: probe with a (2 = a + the probe) */
+	for (int i = 0; i < 100000 && st.clients != 1; i++)
+		ck_assert_int_eq(kvp_stats(a, &st), 0);
+	ck_assert_uint_eq(st.clients, 1);
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_killed_client_is_dropped)
+{
+	struct daemon d;
+	int status;
+	pid_t pid;
+
+	daemon_start(&d, NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct kvp_wire_stats st;
+		struct kvp_client *c;
+
+		if (kvp_connect(d.sock, &c) < 0 || kvp_stats(c, &st) < 0)
+			_exit(1);
+		raise(SIGKILL);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	wait_clients(d.sock, 1);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_refuses_a_live_socket_and_replaces_a_stale_one)
+{
+	char out[OUT_MAX], want[64];
+	struct daemon d;
+	struct stat sb;
+	int st;
+
+	daemon_start(&d, NULL);
+	st = run_cmd((const char *[]){ harness_kvpoold(), "-f", "--socket", d.sock, NULL },
+		     out, sizeof(out));
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+	snprintf(want, sizeof(want), "another kvpoold (pid %d) is listening on", (int)d.pid);
+	ck_assert_msg(strstr(out, want), "%s", out);
+	check_conservation(d.sock);	/* the first daemon is unharmed */
+
+	/* A crashed daemon leaves a socket file that nobody listens on. */
+	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+	ck_assert_int_ge(daemon_wait_exit(&d, 20000), 0);
+	close(d.pidfd);
+	ck_assert(lstat(d.sock, &sb) == 0 && S_ISSOCK(sb.st_mode));
+
+	daemon_restart(&d, NULL);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_background_mode_is_ready_when_the_parent_exits)
+{
+	char dir[] = "/tmp/kvpool-bg-XXXXXX", sock[108], pidf[128], buf[128], out[OUT_MAX];
+	struct kvp_wire_stats st;
+	struct stat sb;
+	struct daemon d = { 0 };
+	int status;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/kvpool.sock", dir);
+	snprintf(pidf, sizeof(pidf), "%s/kvpoold.pid", dir);
+	status = run_cmd((const char *[]){ harness_kvpoold(), "--socket", sock,
+				     "--pid-file", pidf, NULL }, out, sizeof(out));
+	ck_assert_msg(status == 0, "kvpoold exited 0x%x: %s", status, out);
+
+	/* the parent has exited: the socket must already answer */
+	stats_of(sock, &st);
+	read_file(pidf, buf, sizeof(buf));
+	ck_assert_int_eq(atoi(buf), (int)st.pid);
+	d.pid = (pid_t)st.pid;
+	d.pidfd = harness_pidfd_open(d.pid);
+	ck_assert_int_ge(d.pidfd, 0);
+	ck_assert_int_eq(kill(d.pid, SIGTERM), 0);
+	{
+		struct pollfd pfd = { .fd = d.pidfd, .events = POLLIN };
+
+		ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
+	}
+	close(d.pidfd);
+	ck_assert(lstat(sock, &sb) < 0 && lstat(pidf, &sb) < 0);
+	snprintf(buf, sizeof(buf), "%s.lock", sock);
+	unlink(buf);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+static Suite *daemon_suite(void)
+{
+	Suite *s = suite_create("daemon");
+	TCase *tc = tcase_create("start-up");
+
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_daemon_help_and_version);
+	tcase_add_test(tc, test_daemon_bad_flag_exits_2_and_says_why);
+	tcase_add_test(tc, test_daemon_bad_config_names_file_and_line);
+	tcase_add_test(tc, test_daemon_refuses_a_live_socket_and_replaces_a_stale_one);
+	tcase_add_test(tc, test_daemon_background_mode_is_ready_when_the_parent_exits);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("protocol");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_daemon_stats_over_the_socket);
+	tcase_add_test(tc, test_daemon_garbage_gets_error_then_close_others_unaffected);
+	tcase_add_test(tc, test_daemon_other_version_is_refused_with_request_id);
+	tcase_add_test(tc, test_daemon_unknown_op_keeps_the_connection);
+	tcase_add_test(tc, test_daemon_stats_with_payload_is_inval);
+	tcase_add_test(tc, test_daemon_message_over_max_size_is_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("clients");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_daemon_max_clients_refuses_at_the_edge);
+	tcase_add_test(tc, test_daemon_killed_client_is_dropped);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("cli");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_daemon_cli_status);
+	tcase_add_test(tc, test_daemon_cli_without_daemon_explains);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(daemon_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

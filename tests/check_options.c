@@ -1,0 +1,206 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_options.c - unit tests of kvpoold's option parsing
+ * (daemon/options.c): defaults, flags, the config file, and the messages
+ * that bad values get.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "daemon/options.h"
+#include "suites.h"
+
+static struct options o;
+static char err[8192];
+static char cfg[64];
+
+static void setup(void)
+{
+	options_defaults(&o);
+	err[0] = '\0';
+	strcpy(cfg, "/tmp/kvpool-options-XXXXXX");
+	close(mkstemp(cfg));
+}
+
+static void teardown(void)
+{
+	unlink(cfg);
+}
+
+static void write_cfg(const char *text)
+{
+	FILE *f = fopen(cfg, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* parse() - run options_parse() on a NULL-terminated list of arguments. */
+#define parse(...) parse_argv((const char *[]){ "kvpoold", __VA_ARGS__, NULL })
+static int parse_argv(const char **argv)
+{
+	int argc = 0;
+
+	while (argv[argc])
+		argc++;
+	return options_parse(&o, argc, (char **)argv, err, sizeof(err));
+}
+
+START_TEST(test_options_defaults)
+{
+	ck_assert_str_eq(o.socket_path, "/run/kvpool/kvpool.sock");
+	ck_assert_uint_eq(o.max_clients, 256);
+	ck_assert_uint_eq(o.max_msg_size, 256 * 1024);
+	ck_assert(!o.foreground);
+	ck_assert_int_eq(o.log_level, LOG_LVL_INFO);
+}
+END_TEST
+
+START_TEST(test_options_flags_set_values)
+{
+	ck_assert_int_eq(parse("--socket", "/tmp/x.sock", "--max-clients=3",
+			       "--max-msg-size", "1M", "-f", "--log-level=debug"), 0);
+	ck_assert_str_eq(o.socket_path, "/tmp/x.sock");
+	ck_assert_uint_eq(o.max_clients, 3);
+	ck_assert_uint_eq(o.max_msg_size, 1 << 20);
+	ck_assert(o.foreground);
+	ck_assert_int_eq(o.log_level, LOG_LVL_DEBUG);
+}
+END_TEST
+
+START_TEST(test_options_file_is_read_and_flags_override_it)
+{
+	write_cfg("# kvpoold test config\n"
+		  "socket = /tmp/from-file.sock   # trailing comment\n"
+		  "\n"
+		  "max_clients = 12\n"
+		  "max-msg-size = 64K\n"
+		  "foreground = yes\n");
+	ck_assert_int_eq(parse("-c", cfg, "--max-clients", "5"), 0);
+	ck_assert_str_eq(o.socket_path, "/tmp/from-file.sock");
+	ck_assert_uint_eq(o.max_clients, 5);
+	ck_assert_uint_eq(o.max_msg_size, 64 * 1024);
+	ck_assert(o.foreground);
+}
+END_TEST
+
+START_TEST(test_options_unknown_key_names_file_and_line)
+{
+	char want[128];
+
+	write_cfg("socket = /tmp/a.sock\nmax-clientz = 4\n");
+	ck_assert_int_eq(parse("-c", cfg), -EINVAL);
+	snprintf(want, sizeof(want), "%s:2: unknown key 'max-clientz'", cfg);
+	ck_assert_msg(strstr(err, want), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_bad_value_in_file_names_key_value_and_reason)
+{
+	char want[128];
+
+	write_cfg("max-clients = many\n");
+	ck_assert_int_eq(parse("-c", cfg), -EINVAL);
+	snprintf(want, sizeof(want), "%s:1: max-clients: 'many' is not a whole number", cfg);
+	ck_assert_msg(strstr(err, want), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_line_without_equals_is_refused)
+{
+	write_cfg("foreground\n");
+	ck_assert_int_eq(parse("-c", cfg), -EINVAL);
+	ck_assert_msg(strstr(err, ":1: expected `key = value`"), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_missing_file_is_refused)
+{
+	ck_assert_int_eq(parse("-c", "/nonexistent/kvpoold.conf"), -ENOENT);
+	ck_assert_msg(strstr(err, "/nonexistent/kvpoold.conf"), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_out_of_range_is_refused_with_bounds)
+{
+	ck_assert_int_eq(parse("--max-clients", "0"), -EINVAL);
+	ck_assert_msg(strstr(err, "--max-clients: 0 is outside 1..65536"), "message was: %s", err);
+	ck_assert_int_eq(parse("--max-msg-size", "1K"), -EINVAL);
+	ck_assert_msg(strstr(err, "1024 is outside 4096.."), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_sizes_take_binary_suffixes)
+{
+	ck_assert_int_eq(parse("--max-msg-size", "4096"), 0);
+	ck_assert_uint_eq(o.max_msg_size, 4096);
+	ck_assert_int_eq(parse("--max-msg-size", "8k"), 0);
+	ck_assert_uint_eq(o.max_msg_size, 8192);
+	ck_assert_int_eq(parse("--max-msg-size", "2MiB"), 0);
+	ck_assert_uint_eq(o.max_msg_size, 2 << 20);
+	ck_assert_int_eq(parse("--max-msg-size", "12Q"), -EINVAL);
+	ck_assert_int_eq(parse("--max-msg-size", "-1"), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_options_unknown_flag_and_stray_argument_are_refused)
+{
+	ck_assert_int_eq(parse("--frobnicate"), -EINVAL);
+	ck_assert_msg(strstr(err, "unknown option '--frobnicate'"), "message was: %s", err);
+	ck_assert_int_eq(parse("-f", "extra"), -EINVAL);
+	ck_assert_msg(strstr(err, "unexpected argument 'extra'"), "message was: %s", err);
+	ck_assert_int_eq(parse("--socket"), -EINVAL);
+	ck_assert_msg(strstr(err, "needs a value"), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_too_long_socket_path_is_refused)
+{
+	char path[200];
+
+	memset(path, 'a', sizeof(path) - 1);
+	path[sizeof(path) - 1] = '\0';
+	ck_assert_int_eq(parse("--socket", path), -EINVAL);
+	ck_assert_msg(strstr(err, "longer than 107 bytes"), "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_bad_log_level_lists_the_levels)
+{
+	ck_assert_int_eq(parse("--log-level", "loud"), -EINVAL);
+	ck_assert_msg(strstr(err, "'loud' is not a log level (error, warn, info, debug)"),
+		      "message was: %s", err);
+}
+END_TEST
+
+Suite *options_suite(void)
+{
+	Suite *s = suite_create("options");
+	TCase *tc = tcase_create("flags");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_options_defaults);
+	tcase_add_test(tc, test_options_flags_set_values);
+	tcase_add_test(tc, test_options_out_of_range_is_refused_with_bounds);
+	tcase_add_test(tc, test_options_sizes_take_binary_suffixes);
+	tcase_add_test(tc, test_options_unknown_flag_and_stray_argument_are_refused);
+	tcase_add_test(tc, test_options_too_long_socket_path_is_refused);
+	tcase_add_test(tc, test_options_bad_log_level_lists_the_levels);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("config file");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_options_file_is_read_and_flags_override_it);
+	tcase_add_test(tc, test_options_unknown_key_names_file_and_line);
+	tcase_add_test(tc, test_options_bad_value_in_file_names_key_value_and_reason);
+	tcase_add_test(tc, test_options_line_without_equals_is_refused);
+	tcase_add_test(tc, test_options_missing_file_is_refused);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.c - start and stop a real kvpoold for integration tests.
+ *
+ * Readiness comes from the daemon itself (sd_notify READY=1 on a datagram
+ * socket in the test's directory) and exit from a pidfd, so no test
+ * sleeps to wait for something it could wait on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+#define READY_TIMEOUT_MS 20000
+
+const char *harness_kvpoold(void)
+{
+	const char *p = getenv("KVPOOLD");
+
+	return p && *p ? p : "../daemon/kvpoold";
+}
+
+const char *harness_cli(void)
+{
+	const char *p = getenv("KVPOOL_CLI");
+
+	return p && *p ? p : "../client/kvpool";
+}
+
+void read_file(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd;
+
+	buf[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	n = read(fd, buf, len - 1);
+	buf[n > 0 ? n : 0] = '\0';
+	close(fd);
+}
+
+int harness_pidfd_open(pid_t pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+void daemon_start(struct daemon *d, const char *const *args)
+{
+	memset(d, 0, sizeof(*d));
+	strcpy(d->dir, "/tmp/kvpool-test-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(d->dir));
+	snprintf(d->sock, sizeof(d->sock), "%s/kvpool.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
+	daemon_restart(d, args);
+}
+
+void daemon_restart(struct daemon *d, const char *const *args)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *argv[64];
+	char notify[128], msg[256], log[4096];
+	struct pollfd pfd[2];
+	int nfd, n = 0, i, rc;
+	ssize_t len;
+
+	snprintf(notify, sizeof(notify), "%s/notify", d->dir);
+
+	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(nfd, 0);
+	strcpy(sa.sun_path, notify);
+	unlink(notify);
+	ck_assert_int_eq(bind(nfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+
+	argv[n++] = harness_kvpoold();
+	argv[n++] = "--foreground";
+	argv[n++] = "--socket";
+	argv[n++] = d->sock;
+	for (i = 0; args && args[i] && n < 63; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+
+	d->pid = fork();
+	ck_assert_int_ge(d->pid, 0);
+	if (d->pid == 0) {
+		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+		/* A failed test exits its process: the daemon goes with it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (fd >= 0)
+			dup2(fd, STDERR_FILENO);
+		setenv("NOTIFY_SOCKET", notify, 1);
+		execv(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	d->pidfd = harness_pidfd_open(d->pid);
+	ck_assert_int_ge(d->pidfd, 0);
+
+	pfd[0] = (struct pollfd){ .fd = nfd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = d->pidfd, .events = POLLIN };
+	for (;;) {
+		rc = poll(pfd, 2, READY_TIMEOUT_MS);
+		if (rc == 0 || pfd[1].revents) {
+			read_file(d->log, log, sizeof(log));
+			ck_abort_msg("kvpoold did not become ready (%s); its log:\n%s",
+				     rc == 0 ? "timeout" : "it exited", log);
+		}
+		len = recv(nfd, msg, sizeof(msg) - 1, 0);
+		if (len <= 0)
+			continue;
+		msg[len] = '\0';
+		if (strstr(msg, "READY=1"))
+			break;
+	}
+	close(nfd);
+}
+
+int daemon_wait_exit(struct daemon *d, int ms)
+{
+	struct pollfd pfd = { .fd = d->pidfd, .events = POLLIN };
+	int status;
+
+	if (poll(&pfd, 1, ms) != 1)
+		return -1;
+	if (waitpid(d->pid, &status, 0) != d->pid)
+		return -1;
+	return status;
+}
+
+void stats_of(const char *sock, struct kvp_wire_stats *st)
+{
+	struct kvp_client *c;
+	int rc;
+
+	rc = kvp_connect(sock, &c);
+	ck_assert_msg(rc == 0, "connect %s: %s", sock, kvp_strerror(rc));
+	rc = kvp_stats(c, st);
+	kvp_close(c);
+	ck_assert_msg(rc == 0, "STATS: %s", kvp_strerror(rc));
+}
+
+void check_conservation(const char *sock)
+{
+	struct kvp_wire_stats st;
+	uint64_t sum;
+
+	stats_of(sock, &st);
+	sum = st.pages_free + st.pages_leased + st.pages_cached +
+	      st.pages_spilled + st.pages_inflight;
+	ck_assert_msg(sum == st.pages_total,
+		      "conservation: free %llu + leased %llu + cached %llu + "
+		      "spilled %llu + in flight %llu != total %llu",
+		      (unsigned long long)st.pages_free,
+		      (unsigned long long)st.pages_leased,
+		      (unsigned long long)st.pages_cached,
+		      (unsigned long long)st.pages_spilled,
+		      (unsigned long long)st.pages_inflight,
+		      (unsigned long long)st.pages_total);
+}
+
+void daemon_stop(struct daemon *d)
+{
+	char log[4096];
+	struct stat st;
+	int status;
+
+	check_conservation(d->sock);
+	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
+	status = daemon_wait_exit(d, READY_TIMEOUT_MS);
+	read_file(d->log, log, sizeof(log));
+	ck_assert_msg(status >= 0, "kvpoold did not exit after SIGTERM; log:\n%s", log);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "kvpoold exited with status 0x%x; log:\n%s", status, log);
+	ck_assert_msg(lstat(d->sock, &st) < 0 && errno == ENOENT,
+		      "socket %s still exists after shutdown", d->sock);
+	close(d->pidfd);
+	daemon_cleanup(d);
+}
+
+void daemon_cleanup(struct daemon *d)
+{
+	char path[160];
+
+	unlink(d->log);
+	snprintf(path, sizeof(path), "%s/notify", d->dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s.lock", d->sock);
+	unlink(path);
+	rmdir(d->dir);
+}
+
+int run_cmd(const char *const argv[], char *out, size_t outlen)
+{
+	size_t used = 0;
+	int p[2], status;
+	ssize_t n;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(p[1], STDOUT_FILENO);
+		dup2(p[1], STDERR_FILENO);
+		execv(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	close(p[1]);
+	for (;;) {
+		char scratch[512];
+
+		if (used + 1 < outlen)
+			n = read(p[0], out + used, outlen - 1 - used);
+		else
+			n = read(p[0], scratch, sizeof(scratch));	/* drain */
+		if (n <= 0)
+			break;
+		if (used + 1 < outlen)
+			used += (size_t)n;
+	}
+	out[used] = '\0';
+	close(p[0]);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return status;
+}

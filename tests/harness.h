@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * harness.h - integration-test helpers: start a real kvpoold on a
+ * temporary socket, run the CLI, check the pool's invariants, stop it.
+ */
+#ifndef KVPOOL_TESTS_HARNESS_H
+#define KVPOOL_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "kvpool.h"
+
+struct daemon {
+	pid_t pid;
+	int pidfd;		/* readable once the daemon exits */
+	char dir[64];		/* temporary directory, removed by daemon_stop */
+	char sock[108];		/* dir/kvpool.sock */
+	char log[128];		/* dir/kvpoold.log: the daemon's stderr */
+};
+
+/* The programs under test: $KVPOOLD and $KVPOOL_CLI (set by make check). */
+const char *harness_kvpoold(void);
+const char *harness_cli(void);
+
+/*
+ * daemon_start() - start `kvpoold --foreground --socket DIR/kvpool.sock
+ * ARGS...` and wait for its READY=1 (sd_notify). args is NULL-terminated
+ * and may be NULL. Fails the test if it does not become ready.
+ */
+void daemon_start(struct daemon *d, const char *const *args);
+
+/* daemon_restart() - start kvpoold again in d's directory, on the same
+ * socket path, after the last one exited (warm restarts, stale sockets). */
+void daemon_restart(struct daemon *d, const char *const *args);
+
+/* harness_pidfd_open() - a pidfd for pid (readable once it exits). */
+int harness_pidfd_open(pid_t pid);
+
+/*
+ * daemon_stop() - check the conservation invariant over STATS, send
+ * SIGTERM, wait for the exit, check it was clean (status 0, socket file
+ * gone) and remove the directory.
+ */
+void daemon_stop(struct daemon *d);
+
+/* daemon_cleanup() - remove d's directory and what the daemon left in it. */
+void daemon_cleanup(struct daemon *d);
+
+/* daemon_wait_exit() - wait up to ms for the daemon to exit; returns its
+ * wait status, or -1 on timeout. */
+int daemon_wait_exit(struct daemon *d, int ms);
+
+/* check_conservation() - free + leased + cached + spilled + in flight
+ * must equal total, as the daemon reports it. */
+void check_conservation(const char *sock);
+
+/* stats_of() - STATS over a fresh connection; fails the test on error. */
+void stats_of(const char *sock, struct kvp_wire_stats *st);
+
+/*
+ * run_cmd() - run argv (NULL-terminated) to completion with its stdout and
+ * stderr captured into out (NUL-terminated, truncated to outlen). Returns
+ * the wait status.
+ */
+int run_cmd(const char *const argv[], char *out, size_t outlen);
+
+/* read_file() - the start of a file into buf, NUL-terminated. */
+void read_file(const char *path, char *buf, size_t len);
+
+#endif /* KVPOOL_TESTS_HARNESS_H */

@@ -1,0 +1,33 @@
+# tests/: Check suites run by `make check`.
+#   tests/check_unit     every module's unit suite in one runner
+#   tests/check_daemon   integration: a real kvpoold, real clients, a
+#                        temporary socket
+#   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
+
+if HAVE_CHECK
+check_PROGRAMS += tests/check_unit tests/check_daemon
+TESTS += tests/check_unit tests/check_daemon
+
+tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
+	tests/check_kernels.c tests/check_wire.c tests/check_options.c
+tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_unit_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_daemon_SOURCES = tests/check_daemon.c \
+	tests/harness.c tests/harness.h
+tests_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_daemon_LDADD = client/libkvpwire.la client/libkvpool.la $(CHECK_LIBS)
+
+if HAVE_CUDA
+check_PROGRAMS += tests/cuda_copy_pages
+TESTS += tests/cuda_copy_pages
+tests_cuda_copy_pages_SOURCES = tests/cuda_copy_pages.c
+tests_cuda_copy_pages_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_cuda_copy_pages_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_cuda_copy_pages_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS)
+endif
+else
+# Without Check, `make check` runs one script that says what is missing.
+TESTS += tests/need-check.sh
+endif
+EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * suites.h - the Check suites of the unit-test runner (tests/check_unit.c).
+ *
+ * Each tests/check_<module>.c exports one <module>_suite(); the runner adds
+ * them all to one SRunner.
+ */
+#ifndef KVPOOL_TESTS_SUITES_H
+#define KVPOOL_TESTS_SUITES_H
+
+#include <check.h>
+
+Suite *kernels_suite(void);
+Suite *options_suite(void);
+Suite *wire_suite(void);
+
+#endif /* KVPOOL_TESTS_SUITES_H */
