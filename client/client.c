@@ -1,37 +1,233 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * client.c - libkvpool's connection to kvpoold: connect, one request and
- * its reply at a time, close.
+ * client.c - libkvpool's connection to kvpoold: HELLO, the mapped slabs,
+ * the pages this client holds, and one request at a time.
  *
  * The connection is a SOCK_SEQPACKET socket, so each send and receive is
- * one whole message. Replies are matched to requests by request id.
+ * one whole message; slab fds arrive as SCM_RIGHTS with MAP_SLAB replies.
+ * The client keeps its own set of held page handles: kvp_page_ptr()
+ * answers only for pages this client holds, and kvp_release() refuses a
+ * handle it does not hold before anything reaches the daemon.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "kvpool.h"
 #include "client/errors.h"
+#include "client/hset.h"
 #include "client/wire.h"
 
-struct kvp_client {
-	int fd;
-	uint64_t next_req_id;
-	uint8_t *buf;		/* one message, KVP_WIRE_MAX_MSG_DEFAULT bytes */
-	size_t buf_size;
+struct slab_map {
+	uint8_t *base;		/* NULL until mapped */
+	size_t bytes;
 };
 
-KVP_API int kvp_connect(const char *socket_path, struct kvp_client **out)
+struct kvp_client {
+	pthread_mutex_t mu;	/* serializes every call on this client */
+	int fd;
+	uint64_t next_req_id;
+	uint8_t *buf;		/* one message */
+	size_t buf_size;
+	bool has_ns;
+	struct kvp_wire_hello_reply hello;
+	struct slab_map *slabs;	/* [KVP_MAX_SLABS], when has_ns */
+	struct hset held;	/* page handle -> leases held */
+};
+
+static __thread char last_error[KVP_WIRE_ERRMSG_MAX + 1];
+
+KVP_API const char *kvp_last_error(void)
+{
+	return last_error;
+}
+
+static void set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void set_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(last_error, sizeof(last_error), fmt, ap);
+	va_end(ap);
+}
+
+/* recv_msg() - one message into c->buf; a passed fd into *fd (else -1).
+ * Returns its length or -errno. */
+static ssize_t recv_msg(struct kvp_client *c, int *fd)
+{
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+	} ctl;
+	struct iovec iov = { c->buf, c->buf_size };
+	struct msghdr msg = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	*fd = -1;
+	do {
+		n = recvmsg(c->fd, &msg, MSG_TRUNC | MSG_CMSG_CLOEXEC);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		size_t i, nfd;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < nfd; i++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (*fd < 0)
+				*fd = f;
+			else
+				close(f);	/* only one is ever expected */
+		}
+	}
+	if (n == 0)
+		return -EPIPE;
+	if ((size_t)n > c->buf_size || (msg.msg_flags & MSG_CTRUNC))
+		return -EPROTO;
+	return n;
+}
+
+/*
+ * call() - send one request and wait for its reply. On success the
+ * reply's payload is at c->buf + KVP_WIRE_HDR_SIZE, its length in
+ * *reply_len, valid until the next call; a passed fd goes to *fd (the
+ * caller closes it) or is closed when fd is NULL. Returns 0, the daemon's
+ * status as -errno (its text in last_error), or a transport error.
+ */
+static int call(struct kvp_client *c, uint16_t op, const void *payload,
+		size_t len, const void *tail, size_t tail_len,
+		size_t *reply_len, int *fd)
+{
+	struct kvp_wire_hdr hdr = { .op = op, .req_id = c->next_req_id++ };
+	struct kvp_wire_hdr rh;
+	int rfd = -1, rc;
+	ssize_t n;
+
+	last_error[0] = '\0';
+	if (KVP_WIRE_HDR_SIZE + len + tail_len > c->buf_size)
+		return -EMSGSIZE;
+	hdr.len = (uint32_t)(len + tail_len);
+	wire_hdr_encode(c->buf, &hdr);
+	if (len)
+		memcpy(c->buf + KVP_WIRE_HDR_SIZE, payload, len);
+	if (tail_len)
+		memcpy(c->buf + KVP_WIRE_HDR_SIZE + len, tail, tail_len);
+	do {
+		n = send(c->fd, c->buf, KVP_WIRE_HDR_SIZE + hdr.len, MSG_NOSIGNAL);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return errno == ECONNRESET ? -EPIPE : -errno;
+
+	for (;;) {
+		n = recv_msg(c, &rfd);
+		if (n < 0)
+			return n == -ECONNRESET ? -EPIPE : (int)n;
+		rc = wire_hdr_decode(c->buf, (size_t)n, &rh);
+		if (rc < 0 || !(rh.flags & KVP_WIRE_F_REPLY)) {
+			if (rfd >= 0)
+				close(rfd);
+			return -EPROTO;
+		}
+		if (rh.req_id == hdr.req_id)
+			break;
+		if (rfd >= 0)	/* a stale reply: not ours to keep */
+			close(rfd);
+	}
+	if (rh.status != KVP_S_OK) {
+		size_t tl = rh.len < KVP_WIRE_ERRMSG_MAX ? rh.len : KVP_WIRE_ERRMSG_MAX;
+
+		memcpy(last_error, c->buf + KVP_WIRE_HDR_SIZE, tl);
+		last_error[tl] = '\0';
+		if (rfd >= 0)
+			close(rfd);
+		return errors_from_status(rh.status);
+	}
+	if (rh.op != op) {
+		if (rfd >= 0)
+			close(rfd);
+		return -EPROTO;
+	}
+	*reply_len = rh.len;
+	if (fd)
+		*fd = rfd;
+	else if (rfd >= 0)
+		close(rfd);
+	return 0;
+}
+
+static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
+{
+	struct kvp_wire_hello h;
+	size_t len = 0;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	if (ns) {
+		if (!g || !g->model)
+			return -EINVAL;
+		if (strlen(ns) >= sizeof(h.ns) || strlen(g->model) >= sizeof(h.model))
+			return -ENAMETOOLONG;
+		memcpy(h.ns, ns, strlen(ns));
+		memcpy(h.model, g->model, strlen(g->model));
+		h.layers = g->layers;
+		h.kv_heads = g->kv_heads;
+		h.head_dim = g->head_dim;
+		h.block_tokens = g->block_tokens;
+		h.dtype = g->dtype;
+	}
+	snprintf(h.client_name, sizeof(h.client_name), "%s",
+		 program_invocation_short_name);
+	rc = call(c, KVP_OP_HELLO, &h, sizeof(h), NULL, 0, &len, NULL);
+	if (rc < 0)
+		return rc;
+	if (wire_fixed_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &c->hello,
+			      sizeof(c->hello)) < 0)
+		return -EPROTO;
+	return 0;
+}
+
+/* grow_buf() - make room for the largest message the daemon sends. */
+static int grow_buf(struct kvp_client *c, size_t size)
+{
+	uint8_t *b;
+
+	if (size <= c->buf_size)
+		return 0;
+	b = realloc(c->buf, size);
+	if (!b)
+		return -ENOMEM;
+	c->buf = b;
+	c->buf_size = size;
+	return 0;
+}
+
+KVP_API int kvp_connect(const char *socket_path, const char *ns,
+			const kvp_geometry *g, kvp_client **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kvp_client *c;
 	int rc;
 
-	if (!out)
+	last_error[0] = '\0';
+	if (!out || (ns && (!*ns || !g)))
 		return -EINVAL;
 	if (!socket_path)
 		socket_path = getenv("KVPOOL_SOCKET");
@@ -44,105 +240,249 @@ KVP_API int kvp_connect(const char *socket_path, struct kvp_client **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
+	pthread_mutex_init(&c->mu, NULL);
+	hset_init(&c->held);
 	c->next_req_id = 1;
-	c->buf_size = KVP_WIRE_MAX_MSG_DEFAULT;
-	c->buf = malloc(c->buf_size);
-	if (!c->buf) {
-		rc = -ENOMEM;
+	c->fd = -1;
+	rc = grow_buf(c, KVP_WIRE_MAX_MSG_DEFAULT);
+	if (rc < 0)
 		goto out_free;
-	}
 	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (c->fd < 0) {
 		rc = -errno;
-		goto out_free_buf;
+		goto out_free;
 	}
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
-		goto out_close;
+		goto out_free;
+	}
+	rc = hello(c, ns, g);
+	if (rc < 0)
+		goto out_free;
+	rc = grow_buf(c, c->hello.max_msg);
+	if (rc < 0)
+		goto out_free;
+	if (ns) {
+		c->has_ns = true;
+		c->slabs = calloc(KVP_MAX_SLABS, sizeof(*c->slabs));
+		if (!c->slabs) {
+			rc = -ENOMEM;
+			goto out_free;
+		}
 	}
 	*out = c;
 	return 0;
 
-out_close:
-	close(c->fd);
-out_free_buf:
-	free(c->buf);
 out_free:
-	free(c);
+	kvp_close(c);
 	return rc;
 }
 
-KVP_API void kvp_close(struct kvp_client *c)
+KVP_API void kvp_close(kvp_client *c)
 {
+	size_t i;
+
 	if (!c)
 		return;
-	close(c->fd);
+	for (i = 0; c->slabs && i < KVP_MAX_SLABS; i++)
+		if (c->slabs[i].base)
+			munmap(c->slabs[i].base, c->slabs[i].bytes);
+	free(c->slabs);
+	if (c->fd >= 0)
+		close(c->fd);
+	hset_fini(&c->held);
+	pthread_mutex_destroy(&c->mu);
 	free(c->buf);
 	free(c);
 }
 
-/*
- * call() - send one request and wait for its reply.
- * On success the reply's payload is in c->buf + KVP_WIRE_HDR_SIZE and its
- * length in *reply_len; the buffer is valid until the next call.
- * Returns 0, the daemon's status as -errno, or a transport error.
- */
-static int call(struct kvp_client *c, uint16_t op, const void *payload,
-		uint32_t len, size_t *reply_len)
+KVP_API size_t kvp_page_bytes(const kvp_client *c)
 {
-	struct kvp_wire_hdr hdr = { .op = op, .req_id = c->next_req_id++,
-				    .len = len };
-	struct kvp_wire_hdr rh;
-	ssize_t n;
+	return c && c->has_ns ? (size_t)c->hello.page_bytes : 0;
+}
+
+/* map_slab() - map slab number slab of this namespace, once. */
+static int map_slab(struct kvp_client *c, uint32_t slab)
+{
+	struct kvp_wire_map_slab req = { .slab = slab };
+	struct kvp_wire_map_slab_reply rep;
+	size_t len = 0;
+	void *base;
+	int fd = -1, rc;
+
+	if (c->slabs[slab].base)
+		return 0;
+	rc = call(c, KVP_OP_MAP_SLAB, &req, sizeof(req), NULL, 0, &len, &fd);
+	if (rc < 0)
+		return rc;
+	rc = -EPROTO;
+	if (wire_fixed_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &rep, sizeof(rep)) < 0 ||
+	    rep.slab != slab || fd < 0)
+		goto out_close;
+	base = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		rc = -errno;
+		set_error("cannot map slab %u (%llu bytes): %s", slab,
+			  (unsigned long long)rep.bytes, strerror(-rc));
+		goto out_close;
+	}
+	c->slabs[slab].base = base;
+	c->slabs[slab].bytes = rep.bytes;
+	rc = 0;
+out_close:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* send_release() - RELEASE pages[0..n) (n <= max_batch) at the daemon. */
+static int send_release(struct kvp_client *c, const kvp_page *pages, size_t n)
+{
+	struct kvp_wire_pages pl = { .n = (uint32_t)n };
+	size_t len;
+
+	return call(c, KVP_OP_RELEASE, &pl, sizeof(pl), pages, n * sizeof(*pages),
+		    &len, NULL);
+}
+
+/* release_batch() - release pages this client holds and forget them. */
+static int release_batch(struct kvp_client *c, const kvp_page *pages, size_t n)
+{
+	size_t i;
 	int rc;
 
-	if ((size_t)len + KVP_WIRE_HDR_SIZE > c->buf_size)
-		return -EMSGSIZE;
-	wire_hdr_encode(c->buf, &hdr);
-	if (len)
-		memcpy(c->buf + KVP_WIRE_HDR_SIZE, payload, len);
-	do {
-		n = send(c->fd, c->buf, KVP_WIRE_HDR_SIZE + len, MSG_NOSIGNAL);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-
-	for (;;) {
-		do {
-			n = recv(c->fd, c->buf, c->buf_size, MSG_TRUNC);
-		} while (n < 0 && errno == EINTR);
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EPIPE;
-		if ((size_t)n > c->buf_size)
-			return -EPROTO;
-		rc = wire_hdr_decode(c->buf, (size_t)n, &rh);
-		if (rc < 0 || !(rh.flags & KVP_WIRE_F_REPLY))
-			return -EPROTO;
-		if (rh.req_id == hdr.req_id)
-			break;
-		/* A reply to a request this client gave up on: skip it. */
-	}
-	if (rh.status != KVP_S_OK)
-		return errors_from_status(rh.status);
-	if (rh.op != op)
-		return -EPROTO;
-	*reply_len = rh.len;
+	rc = send_release(c, pages, n);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < n; i++)
+		hset_sub(&c->held, pages[i], 1);
 	return 0;
 }
 
-KVP_API int kvp_stats(struct kvp_client *c, struct kvp_wire_stats *st)
+/* alloc_batch() - ALLOC n (<= max_batch) pages into pages, remember them
+ * and map their slabs. On failure nothing stays allocated. */
+static int alloc_batch(struct kvp_client *c, size_t n, kvp_page *pages)
+{
+	struct kvp_wire_pages req = { .n = (uint32_t)n };
+	const void *handles;
+	uint32_t got;
+	size_t len = 0, i, j;
+	int rc;
+
+	rc = call(c, KVP_OP_ALLOC, &req, sizeof(req), NULL, 0, &len, NULL);
+	if (rc < 0)
+		return rc;
+	if (wire_pages_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &got, &handles) < 0 ||
+	    got != n)
+		return -EPROTO;
+	for (i = 0; i < n; i++)
+		pages[i] = wire_handle_at(handles, i);
+	for (i = 0; i < n; i++) {
+		rc = hset_add(&c->held, pages[i], 1);
+		if (rc < 0) {
+			for (j = 0; j < i; j++)
+				hset_sub(&c->held, pages[j], 1);
+			send_release(c, pages, n);
+			return rc;
+		}
+	}
+	for (i = 0; i < n; i++) {
+		rc = map_slab(c, KVP_HANDLE_SLAB(pages[i]));
+		if (rc < 0) {
+			release_batch(c, pages, n);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+KVP_API int kvp_alloc(kvp_client *c, size_t n, kvp_page *pages)
+{
+	size_t done = 0, k;
+	int rc = 0;
+
+	if (!c || (n && !pages))
+		return -EINVAL;
+	if (!c->has_ns)
+		return -ENOTCONN;
+	pthread_mutex_lock(&c->mu);
+	while (done < n) {
+		k = n - done < c->hello.max_batch ? n - done : c->hello.max_batch;
+		rc = alloc_batch(c, k, pages + done);
+		if (rc < 0)
+			break;
+		done += k;
+	}
+	if (rc < 0) {	/* all or none: return the earlier batches */
+		for (k = 0; k < done; k += c->hello.max_batch)
+			release_batch(c, pages + k, done - k < c->hello.max_batch ?
+				      done - k : c->hello.max_batch);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
+{
+	struct hset need;
+	size_t i, k;
+	int rc = 0;
+
+	if (!c || (n && !pages))
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	last_error[0] = '\0';
+	/* All or none: check every handle (with repeats) before sending. */
+	hset_init(&need);
+	for (i = 0; i < n && rc == 0; i++) {
+		rc = hset_add(&need, pages[i], 1);
+		if (rc == 0 && hset_count(&need, pages[i]) > hset_count(&c->held, pages[i])) {
+			set_error("page handle %#llx (entry %zu) is not leased by this client",
+				  (unsigned long long)pages[i], i);
+			rc = -ESTALE;
+		}
+	}
+	hset_fini(&need);
+	for (i = 0; rc == 0 && i < n; i += k) {
+		k = n - i < c->hello.max_batch ? n - i : c->hello.max_batch;
+		rc = release_batch(c, pages + i, k);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+KVP_API void *kvp_page_ptr(kvp_client *c, kvp_page p)
+{
+	struct slab_map *m;
+	void *ptr = NULL;
+	uint64_t off;
+
+	if (!c || !c->has_ns)
+		return NULL;
+	pthread_mutex_lock(&c->mu);
+	m = &c->slabs[KVP_HANDLE_SLAB(p)];
+	off = (uint64_t)KVP_HANDLE_INDEX(p) * c->hello.page_stride;
+	if (hset_count(&c->held, p) && m->base && off + c->hello.page_bytes <= m->bytes)
+		ptr = m->base + off;
+	pthread_mutex_unlock(&c->mu);
+	return ptr;
+}
+
+KVP_API int kvp_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t *ns,
+		      size_t max_ns)
 {
 	size_t len = 0;
 	int rc;
 
-	if (!c || !st)
+	if (!c || !st || (max_ns && !ns))
 		return -EINVAL;
-	rc = call(c, KVP_OP_STATS, NULL, 0, &len);
-	if (rc < 0)
-		return rc;
-	if (wire_stats_decode(c->buf + KVP_WIRE_HDR_SIZE, len, st) < 0)
-		return -EPROTO;
-	return 0;
+	pthread_mutex_lock(&c->mu);
+	rc = call(c, KVP_OP_STATS, NULL, 0, NULL, 0, &len, NULL);
+	if (rc == 0) {
+		rc = wire_stats_decode(c->buf + KVP_WIRE_HDR_SIZE, len, st, ns, max_ns);
+		if (rc < 0)
+			rc = -EPROTO;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
 }

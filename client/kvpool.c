@@ -52,44 +52,85 @@ static const char *backend_name(uint32_t b)
 	return "none";
 }
 
-static int connect_or_explain(const struct cli *cli, struct kvp_client **c)
+static int connect_or_explain(const struct cli *cli, kvp_client **c)
 {
 	const char *path = cli->socket_path;
 	int rc;
 
-	rc = kvp_connect(path, c);
+	rc = kvp_connect(path, NULL, NULL, c);
 	if (rc < 0) {
 		if (!path)
 			path = getenv("KVPOOL_SOCKET");
 		if (!path || !*path)
 			path = KVP_SOCKET_DEFAULT;
 		fprintf(stderr,
-			"kvpool: cannot connect to kvpoold at %s: %s\n"
+			"kvpool: cannot connect to kvpoold at %s: %s%s%s\n"
 			"Is kvpoold running? Start it, or name its socket with --socket "
-			"or KVPOOL_SOCKET.\n", path, kvp_strerror(rc));
+			"or KVPOOL_SOCKET.\n", path, kvp_strerror(rc),
+			*kvp_last_error() ? ": " : "", kvp_last_error());
 	}
 	return rc;
 }
 
+/* Page counts by state, as STATS reports them for the pool or a namespace. */
+struct page_counts {
+	uint64_t total, free, private_, shared, cached, spilled, inflight;
+};
+
+static uint64_t counts_sum(const struct page_counts *p)
+{
+	return p->free + p->private_ + p->shared + p->cached + p->spilled + p->inflight;
+}
+
+static void print_counts_json(const struct page_counts *p)
+{
+	printf("{\"total\":%" PRIu64 ",\"free\":%" PRIu64 ",\"private\":%" PRIu64
+	       ",\"shared\":%" PRIu64 ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
+	       ",\"inflight\":%" PRIu64 "}", p->total, p->free, p->private_,
+	       p->shared, p->cached, p->spilled, p->inflight);
+}
+
+static void print_counts(const char *label, const struct page_counts *p)
+{
+	printf("%-13s %" PRIu64 " total: %" PRIu64 " free, %" PRIu64 " private, %"
+	       PRIu64 " shared, %" PRIu64 " cached, %" PRIu64 " spilled, %" PRIu64
+	       " in flight\n", label, p->total, p->free, p->private_, p->shared,
+	       p->cached, p->spilled, p->inflight);
+}
+
+static const char *dtype_name(uint32_t d)
+{
+	static const char *const names[] = { "?", "f16", "bf16", "f32", "fp8" };
+
+	return d < 5 ? names[d] : "?";
+}
+
+#define MAX_NS 256
+
 static int cmd_status(const struct cli *cli)
 {
-	struct kvp_wire_stats st;
-	struct kvp_client *c;
-	uint64_t sum, up;
+	static kvp_ns_stats_t ns[MAX_NS];
+	struct page_counts pc, nc;
+	kvp_stats_t st;
+	kvp_client *c;
+	uint64_t up;
+	int nns, i;
 	bool ok;
-	int rc;
 
 	if (connect_or_explain(cli, &c) < 0)
 		return 1;
-	rc = kvp_stats(c, &st);
+	nns = kvp_stats(c, &st, ns, MAX_NS);
 	kvp_close(c);
-	if (rc < 0) {
-		fprintf(stderr, "kvpool: status: %s\n", kvp_strerror(rc));
+	if (nns < 0) {
+		fprintf(stderr, "kvpool: status: %s\n", kvp_strerror(nns));
 		return 1;
 	}
-	sum = st.pages_free + st.pages_leased + st.pages_cached +
-	      st.pages_spilled + st.pages_inflight;
-	ok = sum == st.pages_total;
+	if (nns > MAX_NS)
+		nns = MAX_NS;
+	pc = (struct page_counts){ st.pages_total, st.pages_free, st.pages_private,
+				   st.pages_shared, st.pages_cached, st.pages_spilled,
+				   st.pages_inflight };
+	ok = counts_sum(&pc) == pc.total;
 	up = st.uptime_ms / 1000;
 
 	if (cli->json) {
@@ -98,39 +139,75 @@ static int cmd_status(const struct cli *cli)
 		       ",\"max_clients\":%" PRIu32 ",\"connections_total\":%" PRIu64
 		       ",\"connections_refused\":%" PRIu64
 		       ",\"requests_total\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
-		       ",\"page_size\":%" PRIu64 ",\"pages\":{\"total\":%" PRIu64
-		       ",\"free\":%" PRIu64 ",\"leased\":%" PRIu64 ",\"cached\":%" PRIu64
-		       ",\"spilled\":%" PRIu64 ",\"inflight\":%" PRIu64 "},"
-		       "\"conservation_ok\":%s}\n",
+		       ",\"allocs\":%" PRIu64 ",\"releases\":%" PRIu64
+		       ",\"errors\":{\"nospc\":%" PRIu64 ",\"stale\":%" PRIu64
+		       ",\"limit\":%" PRIu64 ",\"inval\":%" PRIu64 ",\"mismatch\":%" PRIu64
+		       "},\"pool_bytes\":%" PRIu64 ",\"slab_bytes\":%" PRIu64
+		       ",\"slabs\":%" PRIu64 ",\"pages\":",
 		       st.version, st.pid, backend_name(st.backend), st.uptime_ms,
 		       st.clients, st.max_clients, st.connections_total,
 		       st.connections_refused, st.requests_total, st.protocol_errors,
-		       st.page_size, st.pages_total, st.pages_free, st.pages_leased,
-		       st.pages_cached, st.pages_spilled, st.pages_inflight,
-		       ok ? "true" : "false");
+		       st.allocs, st.releases, st.errors_nospc, st.errors_stale,
+		       st.errors_limit, st.errors_inval, st.errors_mismatch,
+		       st.pool_bytes, st.slab_bytes, st.slabs);
+		print_counts_json(&pc);
+		printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
+		for (i = 0; i < nns; i++) {
+			nc = (struct page_counts){ ns[i].pages_total, ns[i].pages_free,
+				ns[i].pages_private, ns[i].pages_shared, ns[i].pages_cached,
+				ns[i].pages_spilled, ns[i].pages_inflight };
+			printf("%s{\"name\":\"%s\",\"model\":\"%s\",\"layers\":%" PRIu32
+			       ",\"kv_heads\":%" PRIu32 ",\"head_dim\":%" PRIu32
+			       ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\",\"clients\":%"
+			       PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
+			       ",\"pages\":", i ? "," : "", ns[i].name, ns[i].model,
+			       ns[i].layers, ns[i].kv_heads, ns[i].head_dim,
+			       ns[i].block_tokens, dtype_name(ns[i].dtype), ns[i].clients,
+			       ns[i].slabs, ns[i].page_bytes);
+			print_counts_json(&nc);
+			printf("}");
+		}
+		printf("]}\n");
 	} else {
 		printf("daemon        kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64
 		       "m%02" PRIu64 "s\n", st.version, st.pid, up / 3600,
 		       up / 60 % 60, up % 60);
-		printf("backend       %s%s\n", backend_name(st.backend),
-		       st.backend == KVP_BACKEND_NONE ? " (no page pool configured)" : "");
+		printf("backend       %s, pool %" PRIu64 " MiB in slabs of %" PRIu64
+		       " MiB, %" PRIu64 " slabs in use\n", backend_name(st.backend),
+		       st.pool_bytes >> 20, st.slab_bytes >> 20, st.slabs);
 		printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
 		       " connections since start, %" PRIu64 " refused)\n",
 		       st.clients, st.max_clients, st.connections_total,
 		       st.connections_refused);
-		printf("requests      %" PRIu64 " (%" PRIu64 " protocol errors)\n",
-		       st.requests_total, st.protocol_errors);
-		printf("pages         %" PRIu64 " total: %" PRIu64 " free, %" PRIu64
-		       " leased, %" PRIu64 " cached, %" PRIu64 " spilled, %" PRIu64
-		       " in flight\n", st.pages_total, st.pages_free, st.pages_leased,
-		       st.pages_cached, st.pages_spilled, st.pages_inflight);
-		printf("conservation  %s (free + leased + cached + spilled + in flight "
-		       "%s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
+		printf("requests      %" PRIu64 " (%" PRIu64 " pages allocated, %" PRIu64
+		       " released; errors: %" PRIu64 " no space, %" PRIu64 " stale, %" PRIu64
+		       " limit, %" PRIu64 " invalid, %" PRIu64 " mismatch, %" PRIu64
+		       " protocol)\n", st.requests_total, st.allocs, st.releases,
+		       st.errors_nospc, st.errors_stale, st.errors_limit, st.errors_inval,
+		       st.errors_mismatch, st.protocol_errors);
+		print_counts("pages", &pc);
+		printf("conservation  %s (free + private + shared + cached + spilled + "
+		       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
+		for (i = 0; i < nns; i++) {
+			char label[80];
+
+			nc = (struct page_counts){ ns[i].pages_total, ns[i].pages_free,
+				ns[i].pages_private, ns[i].pages_shared, ns[i].pages_cached,
+				ns[i].pages_spilled, ns[i].pages_inflight };
+			printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
+			       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
+			       "%" PRIu64 " bytes per page, %" PRIu32 " clients\n",
+			       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
+			       ns[i].head_dim, ns[i].block_tokens, dtype_name(ns[i].dtype),
+			       ns[i].page_bytes, ns[i].clients);
+			snprintf(label, sizeof(label), "  pages");
+			print_counts(label, &nc);
+		}
 	}
 	if (!ok)
 		fprintf(stderr, "kvpool: page counts add up to %" PRIu64 ", not %" PRIu64
 			": a kvpoold bug; please report it with `kvpool --json status`\n",
-			sum, st.pages_total);
+			counts_sum(&pc), pc.total);
 	return ok ? 0 : 3;
 }
 

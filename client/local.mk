@@ -1,15 +1,17 @@
 # client/: libkvpool (the library model servers link), the wire codec shared
 # with the daemon, and the admin CLI `kvpool`.
 
-# The wire codec: one implementation for the daemon and the library.
-noinst_LTLIBRARIES += client/libkvpwire.la
-client_libkvpwire_la_SOURCES = client/wire.c client/wire.h
+# Code of both the daemon and the library, written once: the wire codec
+# and the counting set of page handles.
+noinst_LTLIBRARIES += client/libkvpshared.la
+client_libkvpshared_la_SOURCES = client/wire.c client/wire.h \
+	client/hset.c client/hset.h
 
 include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels.h
 
 lib_LTLIBRARIES += client/libkvpool.la
 client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h
-client_libkvpool_la_LIBADD = client/libkvpwire.la
+client_libkvpool_la_LIBADD = client/libkvpshared.la -lpthread
 # -version-info CURRENT:REVISION:AGE. On a release: if the interface is
 # unchanged, REVISION++; if it changed, CURRENT++ and REVISION=0; if
 # interfaces were only added, AGE++; if any were removed or changed, AGE=0.

@@ -2,9 +2,10 @@
 /*
  * wire.c - encoding and checking of kvpool protocol messages.
  *
- * Owns the byte layout of every message: fields are written one by one in
- * little-endian order, so the in-memory layout of the structs (and the
- * byte order of the machine) never reaches the wire.
+ * Owns the byte layout of every message. The header is written field by
+ * field; payload structs are little-endian, padding-free and statically
+ * sized (kvpool_wire.h), so they are copied whole and then checked: every
+ * count against the payload length, every string for its terminator.
  */
 #include <endian.h>
 #include <string.h>
@@ -58,55 +59,75 @@ int wire_hdr_decode(const void *buf, size_t n, struct kvp_wire_hdr *hdr)
 	return 0;
 }
 
-#define STATS_VERSION_OFF 0
-#define STATS_U32_OFF	16	/* pid, backend */
-#define STATS_UPTIME_OFF 24
-#define STATS_CLIENTS_OFF 32	/* clients, max_clients */
-#define STATS_U64_OFF	40	/* connections_total ... page_size */
-
-/* The uint64_t counters after max_clients, in wire order. */
-#define STATS_U64_FIELDS(st)						\
-	&(st)->connections_total, &(st)->connections_refused,	\
-	&(st)->requests_total,		\
-	&(st)->protocol_errors, &(st)->pages_total, &(st)->pages_free,	\
-	&(st)->pages_leased, &(st)->pages_cached, &(st)->pages_spilled,	\
-	&(st)->pages_inflight, &(st)->page_size
-
-void wire_stats_encode(void *buf, const struct kvp_wire_stats *st)
+int wire_fixed_decode(const void *payload, size_t len, void *out, size_t size)
 {
-	const uint64_t *const u64[] = { STATS_U64_FIELDS(st) };
-	uint8_t *p = buf;
-	size_t i;
-
-	memset(p, 0, sizeof(struct kvp_wire_stats));
-	memcpy(p + STATS_VERSION_OFF, st->version, sizeof(st->version) - 1);
-	put32(p + STATS_U32_OFF, st->pid);
-	put32(p + STATS_U32_OFF + 4, st->backend);
-	put64(p + STATS_UPTIME_OFF, st->uptime_ms);
-	put32(p + STATS_CLIENTS_OFF, st->clients);
-	put32(p + STATS_CLIENTS_OFF + 4, st->max_clients);
-	for (i = 0; i < sizeof(u64) / sizeof(u64[0]); i++)
-		put64(p + STATS_U64_OFF + 8 * i, *u64[i]);
+	if (len != size)
+		return -KVP_S_PROTO;
+	memcpy(out, payload, size);
+	return 0;
 }
 
-int wire_stats_decode(const void *buf, size_t len, struct kvp_wire_stats *st)
+/* terminated() - true when the field of size bytes holds a NUL. */
+static bool terminated(const char *field, size_t size)
 {
-	uint64_t *const u64[] = { STATS_U64_FIELDS(st) };
-	const uint8_t *p = buf;
+	return memchr(field, '\0', size) != NULL;
+}
+
+int wire_hello_decode(const void *payload, size_t len, struct kvp_wire_hello *h)
+{
+	int rc = wire_fixed_decode(payload, len, h, sizeof(*h));
+
+	if (rc < 0)
+		return rc;
+	if (!terminated(h->ns, sizeof(h->ns)) ||
+	    !terminated(h->model, sizeof(h->model)) ||
+	    !terminated(h->client_name, sizeof(h->client_name)) ||
+	    h->reserved[0] || h->reserved[1] || h->reserved[2])
+		return -KVP_S_INVAL;
+	return 0;
+}
+
+int wire_pages_decode(const void *payload, size_t len, uint32_t *n,
+		      const void **handles)
+{
+	struct kvp_wire_pages pl;
+
+	if (len < sizeof(pl))
+		return -KVP_S_PROTO;
+	memcpy(&pl, payload, sizeof(pl));
+	if (pl.reserved != 0 || len != wire_pages_size(pl.n))
+		return -KVP_S_PROTO;
+	*n = pl.n;
+	*handles = (const uint8_t *)payload + sizeof(pl);
+	return 0;
+}
+
+uint64_t wire_handle_at(const void *handles, size_t i)
+{
+	uint64_t h;
+
+	memcpy(&h, (const uint8_t *)handles + i * sizeof(h), sizeof(h));
+	return h;
+}
+
+int wire_stats_decode(const void *payload, size_t len, struct kvp_wire_stats *st,
+		      struct kvp_wire_ns_stats *ns, size_t max_ns)
+{
+	const uint8_t *p = payload;
 	size_t i;
 
-	if (len != sizeof(struct kvp_wire_stats))
+	if (len < sizeof(*st))
 		return -KVP_S_PROTO;
-	memcpy(st->version, p + STATS_VERSION_OFF, sizeof(st->version));
+	memcpy(st, p, sizeof(*st));
+	if (len != wire_stats_size(st->namespaces))
+		return -KVP_S_PROTO;
 	st->version[sizeof(st->version) - 1] = '\0';
-	st->pid = get32(p + STATS_U32_OFF);
-	st->backend = get32(p + STATS_U32_OFF + 4);
-	st->uptime_ms = get64(p + STATS_UPTIME_OFF);
-	st->clients = get32(p + STATS_CLIENTS_OFF);
-	st->max_clients = get32(p + STATS_CLIENTS_OFF + 4);
-	for (i = 0; i < sizeof(u64) / sizeof(u64[0]); i++)
-		*u64[i] = get64(p + STATS_U64_OFF + 8 * i);
-	return 0;
+	for (i = 0; i < st->namespaces && i < max_ns; i++) {
+		memcpy(&ns[i], p + wire_stats_size(i), sizeof(ns[i]));
+		ns[i].name[sizeof(ns[i].name) - 1] = '\0';
+		ns[i].model[sizeof(ns[i].model) - 1] = '\0';
+	}
+	return (int)st->namespaces;
 }
 
 static const char *const status_str[KVP_S__COUNT] = {
@@ -122,6 +143,7 @@ static const char *const status_str[KVP_S__COUNT] = {
 	[KVP_S_NOENT] = "no such object",
 	[KVP_S_MISMATCH] = "namespace geometry mismatch",
 	[KVP_S_INTERNAL] = "internal daemon error (see the kvpoold log)",
+	[KVP_S_STATE] = "not allowed in this state of the session",
 };
 
 const char *wire_status_str(uint32_t status)
@@ -136,6 +158,43 @@ const char *wire_op_str(uint32_t op)
 	switch (op) {
 	case KVP_OP_STATS:
 		return "STATS";
+	case KVP_OP_HELLO:
+		return "HELLO";
+	case KVP_OP_MAP_SLAB:
+		return "MAP_SLAB";
+	case KVP_OP_ALLOC:
+		return "ALLOC";
+	case KVP_OP_RELEASE:
+		return "RELEASE";
+	}
+	return "?";
+}
+
+unsigned wire_dtype_bytes(uint32_t dtype)
+{
+	switch (dtype) {
+	case KVP_WIRE_DTYPE_F16:
+	case KVP_WIRE_DTYPE_BF16:
+		return 2;
+	case KVP_WIRE_DTYPE_F32:
+		return 4;
+	case KVP_WIRE_DTYPE_FP8:
+		return 1;
+	}
+	return 0;
+}
+
+const char *wire_dtype_str(uint32_t dtype)
+{
+	switch (dtype) {
+	case KVP_WIRE_DTYPE_F16:
+		return "f16";
+	case KVP_WIRE_DTYPE_BF16:
+		return "bf16";
+	case KVP_WIRE_DTYPE_F32:
+		return "f32";
+	case KVP_WIRE_DTYPE_FP8:
+		return "fp8";
 	}
 	return "?";
 }

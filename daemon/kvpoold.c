@@ -18,6 +18,7 @@
 #include "daemon/log.h"
 #include "daemon/loop.h"
 #include "daemon/options.h"
+#include "daemon/pool.h"
 #include "daemon/server.h"
 
 #define container_of(ptr, type, member) \
@@ -144,6 +145,28 @@ static void ready(int ready_fd)
 	close(ready_fd);
 }
 
+/*
+ * backend_open() - the memory backend --backend asks for. auto takes the
+ * host backend while this build has no CUDA backend.
+ */
+static int backend_open(const struct options *o, struct backend *be,
+			char *err, size_t errlen)
+{
+	int rc;
+
+	if (o->backend == BACKEND_CUDA) {
+		snprintf(err, errlen, "--backend cuda: this kvpoold has no CUDA backend "
+			 "yet; use --backend host or auto");
+		return -ENOTSUP;
+	}
+	rc = backend_host_init(be, err, errlen);
+	if (rc < 0)
+		return rc;
+	log_info("backend %s (memfd slabs in shared memory)%s", be->ops->name,
+		 o->backend == BACKEND_AUTO ? ": auto, and this build has no CUDA backend" : "");
+	return 0;
+}
+
 static int write_pid_file(const char *path)
 {
 	FILE *f = fopen(path, "we");
@@ -160,6 +183,8 @@ int main(int argc, char **argv)
 	static struct options opt;
 	struct sigwatch sw = { .op.done = sigwatch_done };
 	struct server *srv = NULL;
+	struct pool *pool = NULL;
+	struct backend be = { 0 };
 	struct loop loop;
 	char err[8192];
 	sigset_t mask;
@@ -184,6 +209,7 @@ int main(int argc, char **argv)
 	sigaddset(&mask, SIGHUP);
 	sigprocmask(SIG_BLOCK, &mask, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	signal(SIGXFSZ, SIG_IGN);	/* a memfd past `ulimit -f`: an error, not death */
 	sw.fd = signalfd(-1, &mask, SFD_CLOEXEC);
 	if (sw.fd < 0) {
 		log_error("signalfd: %s", strerror(errno));
@@ -195,10 +221,22 @@ int main(int argc, char **argv)
 		log_error("%s", err);
 		goto out_close_sig;
 	}
-	rc = server_init(&srv, &loop, &opt, err, sizeof(err));
+	rc = backend_open(&opt, &be, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);
 		goto out_loop;
+	}
+	rc = pool_init(&pool, &be, opt.pool_size, opt.slab_size);
+	if (rc < 0) {
+		log_error("cannot set up a pool of %llu bytes in slabs of %llu: %s",
+			  (unsigned long long)opt.pool_size,
+			  (unsigned long long)opt.slab_size, strerror(-rc));
+		goto out_backend;
+	}
+	rc = server_init(&srv, &loop, &opt, &be, pool, err, sizeof(err));
+	if (rc < 0) {
+		log_error("%s", err);
+		goto out_pool;
 	}
 	if (opt.pid_file[0]) {
 		rc = write_pid_file(opt.pid_file);
@@ -209,8 +247,10 @@ int main(int argc, char **argv)
 	sw.srv = srv;
 	sigwatch_post(&sw);
 
-	log_info("kvpoold %s listening on %s (max %llu clients, messages up to %llu bytes)",
+	log_info("kvpoold %s listening on %s (pool %llu bytes in slabs of %llu, "
+		 "max %llu clients, messages up to %llu bytes)",
 		 PACKAGE_VERSION, opt.socket_path,
+		 (unsigned long long)opt.pool_size, (unsigned long long)opt.slab_size,
 		 (unsigned long long)opt.max_clients,
 		 (unsigned long long)opt.max_msg_size);
 	ready(ready_fd);
@@ -224,7 +264,14 @@ int main(int argc, char **argv)
 out_server:
 	loop_fini(&loop);	/* cancels what is left before its owners go */
 	server_free(srv);
+	pool_free(pool);
+	be.ops->fini(&be);
 	goto out_close_sig;
+out_pool:
+	pool_free(pool);
+out_backend:
+	if (be.ops)
+		be.ops->fini(&be);
 out_loop:
 	loop_fini(&loop);
 out_close_sig:

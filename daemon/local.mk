@@ -6,9 +6,13 @@ daemon_libkvpoold_la_SOURCES = \
 	daemon/log.c daemon/log.h \
 	daemon/options.c daemon/options.h \
 	daemon/loop.c daemon/loop.h \
-	daemon/server.c daemon/server.h
+	daemon/server.c daemon/server.h daemon/conn.h \
+	daemon/requests.c \
+	daemon/ns.c daemon/ns.h \
+	daemon/pool.c daemon/pool.h \
+	daemon/backend.h daemon/backend_host.c
 daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
-daemon_libkvpoold_la_LIBADD = client/libkvpwire.la $(URING_LIBS)
+daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS)
 
 sbin_PROGRAMS += daemon/kvpoold
 daemon_kvpoold_SOURCES = daemon/kvpoold.c

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvpool_wire.h"
 #include "daemon/options.h"
 
 enum opt_type {
@@ -24,6 +25,7 @@ enum opt_type {
 	OPT_SIZE,	/* bytes with an optional K, M or G suffix (powers of 1024) */
 	OPT_BOOL,	/* flag: no argument; file: true/false/yes/no/1/0 */
 	OPT_LOG_LEVEL,	/* error, warn, info, debug */
+	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
 };
 
 struct opt_def {
@@ -35,24 +37,43 @@ struct opt_def {
 	uint64_t min, max;
 	const char *arg;	/* argument name in --help */
 	const char *help;
+	const char *const *choices;	/* OPT_CHOICE: NULL-terminated */
 };
+
+static const char *const backend_names[] = { "auto", "host", "cuda", NULL };
+
+const char *options_backend_name(unsigned backend)
+{
+	return backend < 3 ? backend_names[backend] : "?";
+}
 
 #define OFF(f) offsetof(struct options, f)
 #define SZ(f) sizeof(((struct options *)0)->f)
 
 static const struct opt_def opt_table[] = {
 	{ "socket", 's', OPT_STRING, OFF(socket_path), SZ(socket_path), 0, 0,
-	  "PATH", "Unix socket to listen on (default " "/run/kvpool/kvpool.sock)" },
+	  "PATH", "Unix socket to listen on (default " "/run/kvpool/kvpool.sock)", NULL },
+	{ "socket-group", 'g', OPT_STRING, OFF(socket_group), SZ(socket_group), 0, 0,
+	  "GROUP", "group that may use the socket (mode 0660; default: the daemon's)", NULL },
 	{ "pid-file", 'p', OPT_STRING, OFF(pid_file), SZ(pid_file), 0, 0,
-	  "PATH", "write the daemon's pid to PATH once it is listening" },
+	  "PATH", "write the daemon's pid to PATH once it is listening", NULL },
+	{ "pool-size", 'P', OPT_SIZE, OFF(pool_size), 0, 64u << 10, 1ull << 50,
+	  "SIZE", "most memory for pages, e.g. 8G (default 1G)", NULL },
+	{ "slab-size", 'S', OPT_SIZE, OFF(slab_size), 0, 64u << 10, 1ull << 40,
+	  "SIZE", "memory per slab, a multiple of 64K (default 64M)", NULL },
+	{ "backend", 'b', OPT_CHOICE, OFF(backend), 0, 0, 0,
+	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
+	  backend_names },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
-	  "N", "most client connections at once (default 256)" },
+	  "N", "most client connections at once (default 256)", NULL },
+	{ "max-leases", 0, OPT_UINT, OFF(max_leases), 0, 1, 1ull << 32,
+	  "N", "most pages one client may hold (default 1048576)", NULL },
 	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 64u << 20,
-	  "SIZE", "largest message accepted, e.g. 256K (default 256K)" },
+	  "SIZE", "largest message accepted, e.g. 256K (default 256K)", NULL },
 	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
-	  "LEVEL", "error, warn, info or debug (default info)" },
+	  "LEVEL", "error, warn, info or debug (default info)", NULL },
 	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
-	  NULL, "stay in the foreground (systemd, containers, tests)" },
+	  NULL, "stay in the foreground (systemd, containers, tests)", NULL },
 };
 #define N_OPTS (sizeof(opt_table) / sizeof(opt_table[0]))
 
@@ -61,7 +82,11 @@ void options_defaults(struct options *o)
 	memset(o, 0, sizeof(*o));
 	snprintf(o->socket_path, sizeof(o->socket_path), "%s",
 		 "/run/kvpool/kvpool.sock");
+	o->pool_size = 1ull << 30;
+	o->slab_size = 64ull << 20;
+	o->backend = BACKEND_AUTO;
 	o->max_clients = 256;
+	o->max_leases = 1u << 20;
 	o->max_msg_size = 256u * 1024u;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;
@@ -188,6 +213,19 @@ static int opt_set(struct options *o, const struct opt_def *d,
 			return -EINVAL;
 		}
 		return 0;
+	case OPT_CHOICE:
+		for (v = 0; d->choices[v]; v++) {
+			if (strcmp(value, d->choices[v]) == 0) {
+				*(unsigned *)dst = (unsigned)v;
+				return 0;
+			}
+		}
+		snprintf(why, whylen, "'%s' is not one of %s%s%s%s%s", value,
+			 d->choices[0], d->choices[1] ? ", " : "",
+			 d->choices[1] ? d->choices[1] : "",
+			 d->choices[1] && d->choices[2] ? ", " : "",
+			 d->choices[1] && d->choices[2] ? d->choices[2] : "");
+		return -EINVAL;
 	case OPT_LOG_LEVEL:
 		if (log_level_parse(value, (enum log_level *)dst) < 0) {
 			snprintf(why, whylen,
@@ -285,6 +323,31 @@ int options_load_file(struct options *o, const char *path,
 	return rc;
 }
 
+/* options_check() - rules that tie options together. */
+static int options_check(const struct options *o, char *err, size_t errlen)
+{
+	if (o->slab_size % (64u << 10)) {
+		snprintf(err, errlen, "slab-size %llu is not a multiple of 64K",
+			 (unsigned long long)o->slab_size);
+		return -EINVAL;
+	}
+	if (o->slab_size > o->pool_size) {
+		snprintf(err, errlen, "slab-size %llu is larger than pool-size %llu; "
+			 "lower --slab-size or raise --pool-size",
+			 (unsigned long long)o->slab_size, (unsigned long long)o->pool_size);
+		return -EINVAL;
+	}
+	if (o->pool_size / o->slab_size > KVP_MAX_SLABS) {
+		snprintf(err, errlen, "pool-size %llu needs %llu slabs of %llu bytes, "
+			 "more than %u; raise --slab-size",
+			 (unsigned long long)o->pool_size,
+			 (unsigned long long)(o->pool_size / o->slab_size),
+			 (unsigned long long)o->slab_size, KVP_MAX_SLABS);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int options_parse(struct options *o, int argc, char **argv,
 		  char *err, size_t errlen)
 {
@@ -371,5 +434,5 @@ int options_parse(struct options *o, int argc, char **argv,
 			return -EINVAL;
 		}
 	}
-	return 0;
+	return options_check(o, err, errlen);
 }

@@ -16,11 +16,22 @@
 
 #define OPTIONS_PATH_MAX 4096
 
+enum backend_choice {
+	BACKEND_AUTO = 0,	/* cuda when a device answers, else host */
+	BACKEND_HOST = 1,
+	BACKEND_CUDA = 2,
+};
+
 struct options {
 	char config_file[OPTIONS_PATH_MAX];	/* "" when none */
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char socket_group[64];		/* "" keeps the daemon's group */
 	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
+	uint64_t pool_size;		/* bytes of page memory at most */
+	uint64_t slab_size;		/* bytes per slab */
+	unsigned backend;		/* enum backend_choice */
 	uint64_t max_clients;
+	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
 	enum log_level log_level;
 	bool foreground;
@@ -38,6 +49,9 @@ void options_defaults(struct options *o);
  */
 int options_parse(struct options *o, int argc, char **argv,
 		  char *err, size_t errlen);
+
+/* options_backend_name() - "auto", "host" or "cuda". */
+const char *options_backend_name(unsigned backend);
 
 /*
  * options_load_file() - apply the `key = value` lines of path to o.

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server.c - the listening socket, client connections and request
- * dispatch of kvpoold.
+ * server.c - the listening socket and client connections of kvpoold:
+ * accepting, receiving, replying, closing. Requests themselves are
+ * served in requests.c.
  *
  * Each connection is a small state machine driven by loop completions:
  * one receive is always posted while the connection is open, replies are
@@ -10,6 +11,9 @@
  * complete, and the last completion frees the connection.
  */
 #include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -24,74 +28,17 @@
 
 #include "client/wire.h"
 #include "daemon/log.h"
+#include "daemon/conn.h"
 #include "daemon/server.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
-enum conn_state {
-	CONN_OPEN,	/* a receive is posted; requests are served */
-	CONN_REFUSED,	/* over max-clients: the first request gets LIMIT */
-	CONN_CLOSING,	/* shut down; freed when its last operation completes */
-};
-
 /* Connections over max-clients held at once to tell them why; past this
  * they are closed at once and see a reset. */
 #define REFUSED_MAX 16
 
-/* One queued reply. */
-struct outbuf {
-	struct outbuf *next;
-	size_t len;
-	uint8_t data[];
-};
-
-struct conn {
-	struct server *srv;
-	struct conn *prev, *next;	/* srv->conns */
-	enum conn_state state;
-	int fd;
-	uint64_t id;			/* 1, 2, ... in order of arrival */
-	struct ucred cred;		/* peer's pid, uid, gid at connect */
-	unsigned ops;			/* loop operations in flight */
-
-	struct loop_op recv_op;
-	struct msghdr rmsg;
-	struct iovec riov;
-	uint8_t *rbuf;			/* srv->opt->max_msg_size bytes */
-
-	struct loop_op send_op;
-	struct msghdr smsg;
-	struct iovec siov;
-	struct outbuf *out_head, *out_tail;
-	bool sending;
-	bool close_after_send;		/* a fatal error reply is queued */
-	bool refused;			/* counted in nrefused, not nconns */
-};
-
-struct server {
-	struct loop *loop;
-	const struct options *opt;
-	int listen_fd;
-	int lock_fd;			/* flock on SOCKET.lock, held for life */
-	bool accepting;			/* accept_op is in flight */
-	bool shutting_down;
-	struct loop_op accept_op;
-	struct loop_op cancel_op;
-	struct conn *conns;
-	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
-	uint32_t nrefused;		/* CONN_REFUSED or closing after it */
-	uint64_t next_conn_id;
-	uint64_t start_ms;
-
-	/* counters for STATS */
-	uint64_t connections_total;
-	uint64_t connections_refused;
-	uint64_t requests_total;
-	uint64_t protocol_errors;
-};
-
-static uint64_t now_ms(void)
+uint64_t server_now_ms(void)
 {
 	struct timespec ts;
 
@@ -122,6 +69,7 @@ static void conn_free(struct conn *c)
 		s->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
+	requests_conn_gone(c);
 	if (c->refused) {
 		s->nrefused--;
 	} else {
@@ -171,9 +119,12 @@ static void conn_post_recv(struct conn *c)
 	memset(&c->rmsg, 0, sizeof(c->rmsg));
 	c->rmsg.msg_iov = &c->riov;
 	c->rmsg.msg_iovlen = 1;
+	c->rmsg.msg_control = c->rctl.buf;
+	c->rmsg.msg_controllen = sizeof(c->rctl.buf);
 	/* MSG_TRUNC: the result is the packet's real length, so an oversized
 	 * message is seen as such instead of being cut silently. */
-	if (loop_recvmsg(c->srv->loop, &c->recv_op, c->fd, &c->rmsg, MSG_TRUNC) < 0) {
+	if (loop_recvmsg(c->srv->loop, &c->recv_op, c->fd, &c->rmsg,
+			 MSG_TRUNC | MSG_CMSG_CLOEXEC) < 0) {
 		log_error("client %llu: cannot queue a receive: ring full; closing it",
 			  (unsigned long long)c->id);
 		conn_close(c);
@@ -193,6 +144,18 @@ static void conn_post_send(struct conn *c)
 	memset(&c->smsg, 0, sizeof(c->smsg));
 	c->smsg.msg_iov = &c->siov;
 	c->smsg.msg_iovlen = 1;
+	if (o->fd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(&c->sctl, 0, sizeof(c->sctl));
+		c->smsg.msg_control = c->sctl.buf;
+		c->smsg.msg_controllen = sizeof(c->sctl.buf);
+		cm = CMSG_FIRSTHDR(&c->smsg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &o->fd, sizeof(int));
+	}
 	if (loop_sendmsg(c->srv->loop, &c->send_op, c->fd, &c->smsg, MSG_NOSIGNAL) < 0) {
 		log_error("client %llu: cannot queue a send: ring full; closing it",
 			  (unsigned long long)c->id);
@@ -203,29 +166,25 @@ static void conn_post_send(struct conn *c)
 	c->ops++;
 }
 
-/*
- * conn_reply() - queue a reply to req with status and payload (copied).
- * A failed allocation closes the connection: the client sees EPIPE rather
- * than a request that never gets an answer.
- */
-static void conn_reply(struct conn *c, const struct kvp_wire_hdr *req,
-		       uint32_t status, const void *payload, uint32_t len)
+void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const void *payload, size_t len, int fd)
 {
 	struct kvp_wire_hdr h = {
 		.op = req->op, .flags = KVP_WIRE_F_REPLY, .status = status,
-		.req_id = req->req_id, .len = len,
+		.req_id = req->req_id, .len = (uint32_t)len,
 	};
 	struct outbuf *o;
 
 	o = malloc(sizeof(*o) + KVP_WIRE_HDR_SIZE + len);
 	if (!o) {
-		log_error("client %llu: out of memory for a %u-byte reply; closing it",
+		log_error("client %llu: out of memory for a %zu-byte reply; closing it",
 			  (unsigned long long)c->id, len);
 		conn_close(c);
 		return;
 	}
 	o->next = NULL;
 	o->len = KVP_WIRE_HDR_SIZE + len;
+	o->fd = fd;
 	wire_hdr_encode(o->data, &h);
 	if (len)
 		memcpy(o->data + KVP_WIRE_HDR_SIZE, payload, len);
@@ -237,49 +196,68 @@ static void conn_reply(struct conn *c, const struct kvp_wire_hdr *req,
 	conn_post_send(c);
 }
 
-/* conn_fatal() - answer with status, then close once the reply is out. */
-static void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req,
-		       uint32_t status, const char *why)
+void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *fmt, ...)
 {
-	c->srv->protocol_errors++;
+	char msg[KVP_WIRE_ERRMSG_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof(msg))
+		n = sizeof(msg) - 1;
+	if (status < KVP_S__COUNT)
+		c->srv->n.errors_by_status[status]++;
+	log_debug("client %llu (pid %d): %s %s: %s", (unsigned long long)c->id,
+		  (int)c->cred.pid, wire_op_str(req->op), wire_status_str(status), msg);
+	conn_reply(c, req, status, msg, (size_t)n, -1);
+}
+
+void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *why)
+{
+	c->srv->n.protocol_errors++;
 	log_warn("client %llu (pid %d): %s: %s; closing the connection",
 		 (unsigned long long)c->id, (int)c->cred.pid,
 		 wire_status_str(status), why);
 	c->close_after_send = true;
-	conn_reply(c, req, status, NULL, 0);
+	conn_reply(c, req, status, why, strlen(why), -1);
 }
 
-/* --- requests --------------------------------------------------------- */
-
-static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
+/* drop_fds() - close file descriptors a client attached; true if any. */
+static bool drop_fds(struct conn *c)
 {
-	struct server *s = c->srv;
-	struct kvp_wire_stats st;
-	uint8_t buf[sizeof(st)];
+	struct cmsghdr *cm;
+	bool any = (c->rmsg.msg_flags & MSG_CTRUNC) != 0;
 
-	if (req->len != 0) {
-		conn_reply(c, req, KVP_S_INVAL, NULL, 0);
-		return;
+	for (cm = CMSG_FIRSTHDR(&c->rmsg); cm; cm = CMSG_NXTHDR(&c->rmsg, cm)) {
+		size_t i, nfd;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < nfd; i++) {
+			int fd;
+
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			close(fd);
+		}
+		any = true;
 	}
-	memset(&st, 0, sizeof(st));
-	snprintf(st.version, sizeof(st.version), "%s", PACKAGE_VERSION);
-	st.pid = (uint32_t)getpid();
-	st.backend = KVP_BACKEND_NONE;
-	st.uptime_ms = now_ms() - s->start_ms;
-	st.clients = s->nconns;
-	st.max_clients = (uint32_t)s->opt->max_clients;
-	st.connections_total = s->connections_total;
-	st.connections_refused = s->connections_refused;
-	st.requests_total = s->requests_total;
-	st.protocol_errors = s->protocol_errors;
-	wire_stats_encode(buf, &st);
-	conn_reply(c, req, KVP_S_OK, buf, sizeof(buf));
+	return any;
 }
 
-/* handle_message() - decode and serve one received packet of n bytes. */
+/* --- receiving -------------------------------------------------------- */
+
+/* handle_message() - check one received packet of n bytes and serve it. */
 static void handle_message(struct conn *c, size_t n)
 {
 	struct kvp_wire_hdr req = { 0 };
+	bool fds = drop_fds(c);
 	char why[128];
 	int rc;
 
@@ -301,19 +279,18 @@ static void handle_message(struct conn *c, size_t n)
 	}
 	if (c->state == CONN_REFUSED) {
 		c->close_after_send = true;
-		conn_reply(c, &req, KVP_S_LIMIT, NULL, 0);
+		conn_error(c, &req, KVP_S_LIMIT, "kvpoold serves %llu clients (max-clients); "
+			   "try again later or raise --max-clients",
+			   (unsigned long long)c->srv->opt->max_clients);
 		return;
 	}
-	c->srv->requests_total++;
-	switch (req.op) {
-	case KVP_OP_STATS:
-		handle_stats(c, &req);
-		break;
-	default:
-		log_debug("client %llu: unknown op %u", (unsigned long long)c->id, req.op);
-		conn_reply(c, &req, KVP_S_OP, NULL, 0);
-		break;
+	if (fds) {
+		conn_error(c, &req, KVP_S_INVAL, "file descriptors attached to a %s request "
+			   "were closed: requests carry none", wire_op_str(req.op));
+		return;
 	}
+	c->srv->n.requests_total++;
+	requests_handle(c, &req, c->rbuf + KVP_WIRE_HDR_SIZE);
 }
 
 static void conn_recv_done(struct loop_op *op, int res)
@@ -394,7 +371,7 @@ static void server_accept_done(struct loop_op *op, int res)
 		return;
 	}
 	if (s->nconns >= s->opt->max_clients) {
-		s->connections_refused++;
+		s->n.connections_refused++;
 		log_warn("refusing a client: %u clients connected, max-clients is %llu",
 			 s->nconns, (unsigned long long)s->opt->max_clients);
 		if (s->nrefused >= REFUSED_MAX) {
@@ -423,6 +400,7 @@ static void server_accept_done(struct loop_op *op, int res)
 		c->state = CONN_REFUSED;
 		c->refused = true;
 	}
+	hset_init(&c->leases);
 	c->recv_op.done = conn_recv_done;
 	c->send_op.done = conn_send_done;
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
@@ -438,7 +416,7 @@ static void server_accept_done(struct loop_op *op, int res)
 		return;
 	}
 	s->nconns++;
-	s->connections_total++;
+	s->n.connections_total++;
 	log_debug("client %llu connected (pid %d, uid %u, gid %u)",
 		  (unsigned long long)c->id, (int)c->cred.pid,
 		  (unsigned)c->cred.uid, (unsigned)c->cred.gid);
@@ -536,12 +514,53 @@ static int bind_socket(const char *path, unsigned backlog, char *err, size_t err
 	return fd;
 }
 
+/*
+ * socket_access() - resolve the socket's group (-1: keep the daemon's)
+ * and create the socket's directory, 0750, if it is missing. Returns 0
+ * or -errno with err filled.
+ */
+static int socket_access(const struct options *o, gid_t *gid, char *err, size_t errlen)
+{
+	char dir[sizeof(o->socket_path)];
+	struct group *gr;
+	struct stat st;
+	int rc;
+
+	*gid = (gid_t)-1;
+	if (o->socket_group[0]) {
+		gr = getgrnam(o->socket_group);
+		if (!gr) {
+			snprintf(err, errlen, "socket-group '%s' is not a group on this "
+				 "system (see getent group)", o->socket_group);
+			return -EINVAL;
+		}
+		*gid = gr->gr_gid;
+	}
+	memcpy(dir, o->socket_path, sizeof(dir));
+	dirname(dir);
+	if (stat(dir, &st) == 0)
+		return 0;
+	if (mkdir(dir, 0750) < 0 || (*gid != (gid_t)-1 && chown(dir, (uid_t)-1, *gid) < 0)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot create the socket directory %s: %s "
+			 "(create it, e.g. with systemd's RuntimeDirectory=kvpool, or "
+			 "choose another --socket)", dir, strerror(-rc));
+		return rc;
+	}
+	log_info("created the socket directory %s (mode 0750)", dir);
+	return 0;
+}
+
 int server_init(struct server **out, struct loop *l, const struct options *o,
-		char *err, size_t errlen)
+		struct backend *be, struct pool *pool, char *err, size_t errlen)
 {
 	struct server *s;
-	int fd;
+	gid_t gid;
+	int fd, rc;
 
+	rc = socket_access(o, &gid, err, errlen);
+	if (rc < 0)
+		return rc;
 	s = calloc(1, sizeof(*s));
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -550,25 +569,40 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->opt = o;
 	s->lock_fd = lock_socket(o->socket_path, err, errlen);
 	if (s->lock_fd < 0) {
-		fd = s->lock_fd;
-		free(s);
-		return fd;
+		rc = s->lock_fd;
+		goto out_free;
 	}
 	fd = bind_socket(o->socket_path, 128, err, errlen);
 	if (fd < 0) {
-		close(s->lock_fd);
-		free(s);
-		return fd;
+		rc = fd;
+		goto out_unlock;
+	}
+	/* 0660: the owner and the socket's group may connect, no one else. */
+	if (chmod(o->socket_path, 0660) < 0 ||
+	    (gid != (gid_t)-1 && chown(o->socket_path, (uid_t)-1, gid) < 0)) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot set the mode or group of %s: %s",
+			 o->socket_path, strerror(-rc));
+		close(fd);
+		unlink(o->socket_path);
+		goto out_unlock;
 	}
 	s->loop = l;
-	s->opt = o;
+	s->be = be;
+	s->pool = pool;
 	s->listen_fd = fd;
-	s->start_ms = now_ms();
+	s->start_ms = server_now_ms();
 	s->accept_op.done = server_accept_done;
 	s->cancel_op.done = server_cancel_done;
 	server_post_accept(s);
 	*out = s;
 	return 0;
+
+out_unlock:
+	close(s->lock_fd);
+out_free:
+	free(s);
+	return rc;
 }
 
 void server_shutdown(struct server *s)
@@ -594,5 +628,6 @@ void server_free(struct server *s)
 	close(s->listen_fd);
 	unlink(s->opt->socket_path);
 	close(s->lock_fd);	/* the file stays: unlinking it would race */
+	ns_table_fini(&s->nst);
 	free(s);
 }

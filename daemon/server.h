@@ -8,19 +8,23 @@
 
 #include <stddef.h>
 
+#include "daemon/backend.h"
 #include "daemon/loop.h"
 #include "daemon/options.h"
+#include "daemon/pool.h"
 
 struct server;
 
 /*
- * server_init() - bind and listen on o->socket_path and start accepting.
- * A stale socket file (nobody listening) is replaced; a live one is not.
- * Returns 0 and *out, or -errno with the reason in err (errlen bytes).
- * The server keeps pointers to l and o; both must outlive it.
+ * server_init() - bind and listen on o->socket_path (mode 0660, group
+ * o->socket_group; its directory is created 0750 if missing) and start
+ * accepting. A stale socket file (its daemon gone) is replaced; a live
+ * daemon's is not. Returns 0 and *out, or -errno with the reason in err
+ * (errlen bytes). The server keeps pointers to l, o, be and pool; they
+ * must outlive it.
  */
 int server_init(struct server **out, struct loop *l, const struct options *o,
-		char *err, size_t errlen);
+		struct backend *be, struct pool *pool, char *err, size_t errlen);
 
 /*
  * server_shutdown() - stop accepting, close every connection (dropping
@@ -28,8 +32,8 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
  */
 void server_shutdown(struct server *s);
 
-/* server_free() - unlink the socket and free the server. Call after the
- * loop stopped; s may be NULL. */
+/* server_free() - unlink the socket and free the server and its
+ * namespaces (not the pool). Call after the loop stopped; s may be NULL. */
 void server_free(struct server *s);
 
 #endif /* KVP_SERVER_H */

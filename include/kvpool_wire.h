@@ -4,9 +4,10 @@
  *
  * Transport: AF_UNIX, SOCK_SEQPACKET, one request or reply per packet.
  * Every message is a struct kvp_wire_hdr followed by hdr.len payload bytes.
- * All integers are little-endian; every struct below has a fixed size,
- * checked with _Static_assert, and no implicit padding. docs/protocol.md
- * describes each operation.
+ * All integers are little-endian, and so are the hosts kvpool runs on
+ * (x86-64, aarch64): the structs below are the wire layout in memory,
+ * with fixed sizes checked by static assertions and no implicit padding.
+ * docs/protocol.md describes each operation.
  *
  * Status codes on the wire are the stable enum kvp_status (never the errno
  * values of the machine that built the daemon).
@@ -23,27 +24,58 @@ extern "C" {
 #define KVP_STATIC_ASSERT _Static_assert
 #endif
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "kvpool's wire structs are little-endian in memory: big-endian hosts are not supported"
+#endif
+
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
 #define KVP_WIRE_VERSION	1u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
 #define KVP_WIRE_MAX_MSG_DEFAULT	(256u * 1024u)
+/* Longest error text an error reply carries as its payload. */
+#define KVP_WIRE_ERRMSG_MAX	512u
+
+#define KVP_NAME_MAX		64u	/* namespace name, NUL-padded */
+#define KVP_MODEL_MAX		128u	/* model identity, NUL-padded */
+#define KVP_CLIENT_NAME_MAX	32u	/* client name, NUL-padded */
+
+/*
+ * Page handles: gen << 32 | slab << KVP_HANDLE_INDEX_BITS | index.
+ * gen >= 1, so 0 is never a handle. Clients treat handles as opaque
+ * except to find the slab a page lives in.
+ */
+#define KVP_HANDLE_INDEX_BITS	20u
+#define KVP_HANDLE_SLAB_BITS	12u
+#define KVP_MAX_SLABS		(1u << KVP_HANDLE_SLAB_BITS)
+#define KVP_MAX_SLAB_PAGES	(1u << KVP_HANDLE_INDEX_BITS)
+#define KVP_HANDLE_INDEX(h)	((uint32_t)(h) & (KVP_MAX_SLAB_PAGES - 1))
+#define KVP_HANDLE_SLAB(h)	(((uint32_t)(h) >> KVP_HANDLE_INDEX_BITS) & (KVP_MAX_SLABS - 1))
+#define KVP_HANDLE_GEN(h)	((uint32_t)((h) >> 32))
+#define KVP_HANDLE(gen, slab, index) \
+	((uint64_t)(gen) << 32 | (uint64_t)(slab) << KVP_HANDLE_INDEX_BITS | (uint64_t)(index))
 
 /* Operations. Requests carry one; the reply repeats it with
  * KVP_WIRE_F_REPLY set in flags. */
 enum kvp_op {
-	KVP_OP_STATS = 1,	/* pool and daemon counters (struct kvp_wire_stats) */
+	KVP_OP_STATS = 1,	/* daemon and pool counters */
+	KVP_OP_HELLO = 2,	/* join a namespace (first request) */
+	KVP_OP_MAP_SLAB = 3,	/* get one slab's fd or IPC handle */
+	KVP_OP_ALLOC = 4,	/* lease n new PRIVATE pages */
+	KVP_OP_RELEASE = 5,	/* drop n leases */
 };
 
 /* Header flags. */
 #define KVP_WIRE_F_REPLY	0x1u	/* this message is a reply */
 
-/* Reply status, stable across builds and machines. */
+/* Reply status, stable across builds and machines. A reply with a status
+ * other than OK may carry a text payload (at most KVP_WIRE_ERRMSG_MAX
+ * bytes, not NUL-terminated) that says what failed and with which value. */
 enum kvp_status {
 	KVP_S_OK = 0,
 	KVP_S_PROTO = 1,	/* malformed message; the connection is closed */
-	KVP_S_VERSION = 2,	/* unsupported protocol version */
+	KVP_S_VERSION = 2,	/* unsupported protocol version; closed */
 	KVP_S_OP = 3,		/* unknown operation */
 	KVP_S_INVAL = 4,	/* an argument is out of range */
 	KVP_S_NOSPC = 5,	/* no free page */
@@ -53,6 +85,7 @@ enum kvp_status {
 	KVP_S_NOENT = 9,	/* no such object */
 	KVP_S_MISMATCH = 10,	/* namespace geometry differs */
 	KVP_S_INTERNAL = 11,	/* the daemon failed; see its log */
+	KVP_S_STATE = 12,	/* not now: e.g. ALLOC before HELLO */
 	KVP_S__COUNT
 };
 
@@ -68,40 +101,145 @@ struct kvp_wire_hdr {
 	uint32_t reserved;	/* 0 */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hdr) == KVP_WIRE_HDR_SIZE,
-	       "kvp_wire_hdr is 32 bytes on the wire");
+		  "kvp_wire_hdr is 32 bytes on the wire");
 
-/* Backends, as reported by STATS. */
+/* Backends, as reported by HELLO and STATS. */
 enum kvp_backend_kind {
-	KVP_BACKEND_NONE = 0,	/* no pool configured */
+	KVP_BACKEND_NONE = 0,	/* no pool */
 	KVP_BACKEND_HOST = 1,	/* memfd slabs */
 	KVP_BACKEND_CUDA = 2,	/* cudaMalloc slabs, CUDA IPC handles */
 };
 
-/* STATS reply payload: a snapshot of the daemon. Requests have no payload.
- * Page counts satisfy the conservation invariant
- *   pages_free + pages_leased + pages_cached + pages_spilled
- *   + pages_inflight == pages_total. */
+/* KV element types of a namespace. */
+enum kvp_wire_dtype {
+	KVP_WIRE_DTYPE_F16 = 1,
+	KVP_WIRE_DTYPE_BF16 = 2,
+	KVP_WIRE_DTYPE_F32 = 3,
+	KVP_WIRE_DTYPE_FP8 = 4,
+};
+
+/*
+ * HELLO request: the namespace to join and its geometry. An empty ns
+ * opens an inspection session (STATS only). The first client of a
+ * namespace creates it; later ones must send the same geometry and model.
+ */
+struct kvp_wire_hello {
+	char ns[KVP_NAME_MAX];
+	char model[KVP_MODEL_MAX];
+	char client_name[KVP_CLIENT_NAME_MAX];
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;
+	uint32_t dtype;		/* enum kvp_wire_dtype */
+	uint32_t reserved[3];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 256, "kvp_wire_hello is 256 bytes");
+
+/* HELLO reply: the namespace's page layout and this session's limits. */
+struct kvp_wire_hello_reply {
+	uint64_t client_id;
+	uint64_t page_bytes;	/* 2 x layers x kv_heads x head_dim x block_tokens x dtype size */
+	uint64_t page_stride;	/* distance between pages in a slab */
+	uint64_t slab_bytes;
+	uint32_t pages_per_slab;
+	uint32_t backend;	/* enum kvp_backend_kind */
+	uint32_t ns_id;
+	uint32_t max_batch;	/* most pages in one ALLOC or RELEASE */
+	uint64_t max_leases;	/* most pages this client may hold */
+	uint64_t max_msg;	/* largest message the daemon takes or sends */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello_reply) == 64, "kvp_wire_hello_reply is 64 bytes");
+
+/* MAP_SLAB request and reply. The host backend's reply carries the
+ * slab's memfd as SCM_RIGHTS ancillary data; the cuda backend's carries
+ * the IPC handle in ipc_handle. Only slabs of the client's namespace. */
+struct kvp_wire_map_slab {
+	uint32_t slab;
+	uint32_t reserved;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_map_slab) == 8, "kvp_wire_map_slab is 8 bytes");
+
+struct kvp_wire_map_slab_reply {
+	uint32_t slab;
+	uint32_t pages;
+	uint64_t bytes;
+	uint8_t ipc_handle[64];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_map_slab_reply) == 80, "kvp_wire_map_slab_reply is 80 bytes");
+
+/*
+ * A list of pages: ALLOC's request is this struct alone (n = pages
+ * wanted); ALLOC's reply and RELEASE's request are this struct followed
+ * by n uint64_t handles. n must match the payload length exactly.
+ */
+struct kvp_wire_pages {
+	uint32_t n;
+	uint32_t reserved;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_pages) == 8, "kvp_wire_pages is 8 bytes");
+
+/*
+ * STATS reply: struct kvp_wire_stats, then `namespaces` records of
+ * struct kvp_wire_ns_stats. Requests have no payload. Page counts satisfy
+ * the conservation invariant
+ *   free + private + shared + cached + spilled + inflight == total.
+ */
 struct kvp_wire_stats {
 	char version[16];	/* daemon version, NUL-terminated */
-	uint32_t pid;		/* daemon pid */
+	uint32_t pid;
 	uint32_t backend;	/* enum kvp_backend_kind */
 	uint64_t uptime_ms;
-	uint32_t clients;	/* connections now open */
+	uint32_t clients;	/* connections served now */
 	uint32_t max_clients;
-	uint64_t connections_total;	/* accepted since start */
+	uint32_t namespaces;	/* records that follow */
+	uint32_t reserved0;
+	uint64_t pool_bytes;	/* configured budget */
+	uint64_t slab_bytes;	/* configured slab size */
+	uint64_t slabs;		/* slabs allocated now */
+	uint64_t connections_total;	/* accepted and served since start */
 	uint64_t connections_refused;	/* turned away at max_clients */
 	uint64_t requests_total;
 	uint64_t protocol_errors;
+	uint64_t allocs;	/* pages allocated since start */
+	uint64_t releases;	/* leases released since start */
+	uint64_t errors_nospc;
+	uint64_t errors_stale;
+	uint64_t errors_limit;
+	uint64_t errors_inval;	/* INVAL, STATE, NOENT, PERM */
+	uint64_t errors_mismatch;
 	uint64_t pages_total;
 	uint64_t pages_free;
-	uint64_t pages_leased;
+	uint64_t pages_private;
+	uint64_t pages_shared;
 	uint64_t pages_cached;
 	uint64_t pages_spilled;
 	uint64_t pages_inflight;
-	uint64_t page_size;	/* bytes; 0 while no namespace exists */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 128,
-	       "kvp_wire_stats is 128 bytes on the wire");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 216, "kvp_wire_stats is 216 bytes");
+
+struct kvp_wire_ns_stats {
+	char name[KVP_NAME_MAX];
+	char model[KVP_MODEL_MAX];
+	uint32_t id;
+	uint32_t layers;
+	uint32_t kv_heads;
+	uint32_t head_dim;
+	uint32_t block_tokens;
+	uint32_t dtype;
+	uint32_t clients;
+	uint32_t slabs;
+	uint64_t page_bytes;
+	uint64_t page_stride;
+	uint64_t pages_total;
+	uint64_t pages_free;
+	uint64_t pages_private;
+	uint64_t pages_shared;
+	uint64_t pages_cached;
+	uint64_t pages_spilled;
+	uint64_t pages_inflight;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 296, "kvp_wire_ns_stats is 296 bytes");
 
 #ifdef __cplusplus
 }

@@ -54,7 +54,7 @@ static int recv_reply(int fd, struct kvp_wire_hdr *h)
  * probe connection included); it sees a close only when it next runs. */
 static void wait_clients(const char *sock, uint32_t want)
 {
-	struct kvp_wire_stats st;
+	kvp_stats_t st;
 	int i;
 
 	for (i = 0; i < 100000; i++) {
@@ -116,18 +116,20 @@ END_TEST
 
 START_TEST(test_daemon_stats_over_the_socket)
 {
-	struct kvp_wire_stats st;
+	kvp_stats_t st;
 	struct daemon d;
 
 	daemon_start(&d, NULL);
 	stats_of(d.sock, &st);
 	ck_assert_str_eq(st.version, PACKAGE_VERSION);
 	ck_assert_int_eq(st.pid, d.pid);
-	ck_assert_uint_eq(st.backend, KVP_BACKEND_NONE);
+	ck_assert_uint_eq(st.backend, KVP_BACKEND_HOST);
 	ck_assert_uint_eq(st.clients, 1);
 	ck_assert_uint_eq(st.max_clients, 256);
 	ck_assert_uint_eq(st.connections_total, 1);
-	ck_assert_uint_eq(st.requests_total, 1);
+	ck_assert_uint_eq(st.requests_total, 2);	/* HELLO, STATS */
+	ck_assert_uint_eq(st.namespaces, 0);
+	ck_assert_uint_eq(st.pages_total, 0);
 	ck_assert_uint_eq(st.protocol_errors, 0);
 	daemon_stop(&d);
 }
@@ -148,7 +150,7 @@ START_TEST(test_daemon_cli_status)
 	st = run_cmd((const char *[]){ harness_cli(), "-s", d.sock, "--json", "status", NULL },
 		     out, sizeof(out));
 	ck_assert_msg(st == 0, "status 0x%x: %s", st, out);
-	ck_assert_msg(out[0] == '{' && strstr(out, "\"conservation_ok\":true}"), "%s", out);
+	ck_assert_msg(out[0] == '{' && strstr(out, "\"conservation_ok\":true,"), "%s", out);
 	daemon_stop(&d);
 }
 END_TEST
@@ -171,14 +173,14 @@ END_TEST
 
 START_TEST(test_daemon_garbage_gets_error_then_close_others_unaffected)
 {
-	struct kvp_wire_stats st;
+	kvp_stats_t st;
 	struct kvp_wire_hdr h;
-	struct kvp_client *good;
+	kvp_client *good;
 	struct daemon d;
 	int fd;
 
 	daemon_start(&d, NULL);
-	ck_assert_int_eq(kvp_connect(d.sock, &good), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &good), 0);
 	fd = raw_connect(d.sock);
 	ck_assert_int_eq(send(fd, "hello, daemon", 13, 0), 13);
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
@@ -186,7 +188,7 @@ START_TEST(test_daemon_garbage_gets_error_then_close_others_unaffected)
 	ck_assert_int_eq(recv_reply(fd, &h), -1);	/* then closed */
 	close(fd);
 
-	ck_assert_int_eq(kvp_stats(good, &st), 0);
+	ck_assert_int_eq(kvp_stats(good, &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.protocol_errors, 1);
 	kvp_close(good);
 	daemon_stop(&d);
@@ -235,7 +237,7 @@ START_TEST(test_daemon_unknown_op_keeps_the_connection)
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
 	ck_assert_uint_eq(h.status, KVP_S_OK);
 	ck_assert_uint_eq(h.req_id, 6);
-	ck_assert_uint_eq(h.len, sizeof(struct kvp_wire_stats));
+	ck_assert_uint_eq(h.len, sizeof(struct kvp_wire_stats));	/* no namespaces */
 	close(fd);
 	daemon_stop(&d);
 }
@@ -291,27 +293,27 @@ END_TEST
 START_TEST(test_daemon_max_clients_refuses_at_the_edge)
 {
 	static const char *const args[] = { "--max-clients", "2", NULL };
-	struct kvp_client *a, *b, *c;
-	struct kvp_wire_stats st;
+	kvp_client *a, *b, *c;
+	kvp_stats_t st;
 	struct daemon d;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(kvp_connect(d.sock, &a), 0);
-	ck_assert_int_eq(kvp_stats(a, &st), 0);
-	ck_assert_int_eq(kvp_connect(d.sock, &b), 0);
-	ck_assert_int_eq(kvp_stats(b, &st), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &a), 0);
+	ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &b), 0);
+	ck_assert_int_eq(kvp_stats(b, &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.clients, 2);
 
-	ck_assert_int_eq(kvp_connect(d.sock, &c), 0);	/* the kernel accepts */
-	ck_assert_int_eq(kvp_stats(c, &st), -EDQUOT);	/* the daemon refuses */
-	kvp_close(c);
+	/* the kernel accepts, the daemon answers HELLO with LIMIT */
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), -EDQUOT);
+	ck_assert_msg(strstr(kvp_last_error(), "max-clients"), "%s", kvp_last_error());
 
-	ck_assert_int_eq(kvp_stats(a, &st), 0);
+	ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.connections_refused, 1);
 	kvp_close(b);
 	/* b's slot frees up: probe with a (2 = a + the probe) */
 	for (int i = 0; i < 100000 && st.clients != 1; i++)
-		ck_assert_int_eq(kvp_stats(a, &st), 0);
+		ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.clients, 1);
 	kvp_close(a);
 	daemon_stop(&d);
@@ -328,10 +330,10 @@ START_TEST(test_daemon_killed_client_is_dropped)
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
-		struct kvp_wire_stats st;
-		struct kvp_client *c;
+		kvp_stats_t st;
+		kvp_client *c;
 
-		if (kvp_connect(d.sock, &c) < 0 || kvp_stats(c, &st) < 0)
+		if (kvp_connect(d.sock, NULL, NULL, &c) < 0 || kvp_stats(c, &st, NULL, 0) < 0)
 			_exit(1);
 		raise(SIGKILL);
 	}
@@ -371,7 +373,7 @@ END_TEST
 START_TEST(test_daemon_background_mode_is_ready_when_the_parent_exits)
 {
 	char dir[] = "/tmp/kvpool-bg-XXXXXX", sock[108], pidf[128], buf[128], out[OUT_MAX];
-	struct kvp_wire_stats st;
+	kvp_stats_t st;
 	struct stat sb;
 	struct daemon d = { 0 };
 	int status;

@@ -3,6 +3,7 @@
  * check_wire.c - unit tests of the wire codec (client/wire.c): exact bytes
  * on the wire, and refusal of every malformed header.
  */
+#include <stddef.h>
 #include <string.h>
 
 #include <check.h>
@@ -110,45 +111,169 @@ START_TEST(test_wire_reserved_bits_are_proto)
 }
 END_TEST
 
-START_TEST(test_wire_stats_round_trip_every_field)
+START_TEST(test_wire_stats_decode_reads_namespace_records)
 {
-	struct kvp_wire_stats in, out;
-	unsigned char buf[sizeof(in)];
+	struct kvp_wire_ns_stats in[2], out[2];
+	struct kvp_wire_stats st, got;
+	unsigned char buf[216 + 2 * 296];
 
-	memset(&in, 0, sizeof(in));
-	strcpy(in.version, "9.8.7");
-	in.pid = 4242;
-	in.backend = KVP_BACKEND_HOST;
-	in.uptime_ms = 123456789;
-	in.clients = 7;
-	in.max_clients = 256;
-	/* distinct values, wider than 32 bits, in every counter */
-	in.connections_total = 0x100000001ull;
-	in.connections_refused = 0x200000002ull;
-	in.requests_total = 0x300000003ull;
-	in.protocol_errors = 0x400000004ull;
-	in.pages_total = 0x500000005ull;
-	in.pages_free = 0x600000006ull;
-	in.pages_leased = 0x700000007ull;
-	in.pages_cached = 0x800000008ull;
-	in.pages_spilled = 0x900000009ull;
-	in.pages_inflight = 0xa0000000aull;
-	in.page_size = 0xb0000000bull;
-	wire_stats_encode(buf, &in);
-	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &out), 0);
-	ck_assert_mem_eq(&in, &out, sizeof(in));
-	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf) - 1, &out), -KVP_S_PROTO);
+	memset(&st, 0, sizeof(st));
+	strcpy(st.version, "9.8.7");
+	st.namespaces = 2;
+	st.pages_total = 0x500000005ull;
+	memset(in, 0, sizeof(in));
+	strcpy(in[0].name, "a");
+	strcpy(in[1].name, "b");
+	in[1].pages_free = 0x700000007ull;
+	memcpy(buf, &st, sizeof(st));
+	memcpy(buf + 216, in, sizeof(in));
+
+	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &got, out, 2), 2);
+	ck_assert_mem_eq(&got, &st, sizeof(st));
+	ck_assert_str_eq(out[1].name, "b");
+	ck_assert_uint_eq(out[1].pages_free, 0x700000007ull);
+	/* fewer slots than records: the count still says how many exist */
+	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &got, out, 1), 2);
+	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf) - 1, &got, out, 2), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_stats_decode(buf, 215, &got, out, 2), -KVP_S_PROTO);
 }
 END_TEST
 
-START_TEST(test_wire_stats_version_is_always_terminated)
+START_TEST(test_wire_stats_strings_are_always_terminated)
 {
 	struct kvp_wire_stats out;
-	unsigned char buf[sizeof(out)];
+	struct kvp_wire_ns_stats ns;
+	unsigned char buf[216 + 296];
 
 	memset(buf, 'x', sizeof(buf));
-	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &out), 0);
+	memset(buf + offsetof(struct kvp_wire_stats, namespaces), 0, 4);
+	buf[offsetof(struct kvp_wire_stats, namespaces)] = 1;
+	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &out, &ns, 1), 1);
 	ck_assert_uint_eq(strlen(out.version), sizeof(out.version) - 1);
+	ck_assert_uint_eq(strlen(ns.name), sizeof(ns.name) - 1);
+	ck_assert_uint_eq(strlen(ns.model), sizeof(ns.model) - 1);
+}
+END_TEST
+
+static struct kvp_wire_hello good_hello(void)
+{
+	struct kvp_wire_hello h;
+
+	memset(&h, 0, sizeof(h));
+	strcpy(h.ns, "llama");
+	strcpy(h.model, "meta-llama/Llama-3.1-8B");
+	strcpy(h.client_name, "test");
+	h.layers = 32;
+	h.kv_heads = 8;
+	h.head_dim = 128;
+	h.block_tokens = 16;
+	h.dtype = KVP_WIRE_DTYPE_F16;
+	return h;
+}
+
+START_TEST(test_wire_hello_round_trips)
+{
+	struct kvp_wire_hello h = good_hello(), out;
+
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), 0);
+	ck_assert_mem_eq(&h, &out, sizeof(h));
+}
+END_TEST
+
+START_TEST(test_wire_hello_of_wrong_size_is_proto)
+{
+	struct kvp_wire_hello h = good_hello(), out;
+	unsigned char big[sizeof(h) + 1] = { 0 };
+
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h) - 1, &out), -KVP_S_PROTO);
+	memcpy(big, &h, sizeof(h));
+	ck_assert_int_eq(wire_hello_decode(big, sizeof(big), &out), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_hello_decode(&h, 0, &out), -KVP_S_PROTO);
+}
+END_TEST
+
+START_TEST(test_wire_hello_unterminated_strings_are_inval)
+{
+	struct kvp_wire_hello h = good_hello(), out;
+
+	memset(h.ns, 'n', sizeof(h.ns));
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+	h = good_hello();
+	memset(h.model, 'm', sizeof(h.model));
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+	h = good_hello();
+	memset(h.client_name, 'c', sizeof(h.client_name));
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+	h = good_hello();
+	h.reserved[2] = 1;
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+}
+END_TEST
+
+START_TEST(test_wire_pages_count_must_match_payload)
+{
+	unsigned char buf[8 + 3 * 8];
+	struct kvp_wire_pages pl = { .n = 3 };
+	const void *handles;
+	uint64_t h[3] = { 1, 0x0102030405060708ull, UINT64_MAX };
+	uint32_t n;
+
+	memcpy(buf, &pl, sizeof(pl));
+	memcpy(buf + 8, h, sizeof(h));
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf), &n, &handles), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_uint_eq(wire_handle_at(handles, 1), 0x0102030405060708ull);
+	ck_assert_uint_eq(wire_handle_at(handles, 2), UINT64_MAX);
+	/* count larger than the payload, smaller, truncated struct */
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf) - 8, &n, &handles), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf) - 1, &n, &handles), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_pages_decode(buf, 7, &n, &handles), -KVP_S_PROTO);
+	pl.n = 2;
+	memcpy(buf, &pl, sizeof(pl));
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf), &n, &handles), -KVP_S_PROTO);
+	/* a count that would overflow 32-bit arithmetic */
+	pl.n = UINT32_MAX;
+	memcpy(buf, &pl, sizeof(pl));
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf), &n, &handles), -KVP_S_PROTO);
+	/* reserved must be 0 */
+	pl.n = 3;
+	pl.reserved = 1;
+	memcpy(buf, &pl, sizeof(pl));
+	ck_assert_int_eq(wire_pages_decode(buf, sizeof(buf), &n, &handles), -KVP_S_PROTO);
+}
+END_TEST
+
+START_TEST(test_wire_fixed_payload_needs_exact_length)
+{
+	struct kvp_wire_map_slab m = { .slab = 7 }, out;
+
+	ck_assert_int_eq(wire_fixed_decode(&m, sizeof(m), &out, sizeof(out)), 0);
+	ck_assert_uint_eq(out.slab, 7);
+	ck_assert_int_eq(wire_fixed_decode(&m, sizeof(m) - 1, &out, sizeof(out)), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_fixed_decode(&m, 0, &out, sizeof(out)), -KVP_S_PROTO);
+}
+END_TEST
+
+START_TEST(test_wire_batch_limit_fits_the_message)
+{
+	uint32_t n = wire_max_pages(KVP_WIRE_MAX_MSG_DEFAULT);
+
+	ck_assert_uint_le(KVP_WIRE_HDR_SIZE + wire_pages_size(n), KVP_WIRE_MAX_MSG_DEFAULT);
+	ck_assert_uint_gt(KVP_WIRE_HDR_SIZE + wire_pages_size(n + 1), KVP_WIRE_MAX_MSG_DEFAULT);
+}
+END_TEST
+
+START_TEST(test_wire_handle_fields_round_trip)
+{
+	uint64_t h = KVP_HANDLE(0xdeadbeefu, KVP_MAX_SLABS - 1, KVP_MAX_SLAB_PAGES - 1);
+
+	ck_assert_uint_eq(KVP_HANDLE_GEN(h), 0xdeadbeefu);
+	ck_assert_uint_eq(KVP_HANDLE_SLAB(h), KVP_MAX_SLABS - 1);
+	ck_assert_uint_eq(KVP_HANDLE_INDEX(h), KVP_MAX_SLAB_PAGES - 1);
+	h = KVP_HANDLE(1, 5, 9);
+	ck_assert_uint_eq(KVP_HANDLE_SLAB(h), 5);
+	ck_assert_uint_eq(KVP_HANDLE_INDEX(h), 9);
+	ck_assert_uint_eq(KVP_HANDLE_GEN(h), 1);
 }
 END_TEST
 
@@ -179,8 +304,15 @@ Suite *wire_suite(void)
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("payloads");
-	tcase_add_test(tc, test_wire_stats_round_trip_every_field);
-	tcase_add_test(tc, test_wire_stats_version_is_always_terminated);
+	tcase_add_test(tc, test_wire_stats_decode_reads_namespace_records);
+	tcase_add_test(tc, test_wire_stats_strings_are_always_terminated);
+	tcase_add_test(tc, test_wire_hello_round_trips);
+	tcase_add_test(tc, test_wire_hello_of_wrong_size_is_proto);
+	tcase_add_test(tc, test_wire_hello_unterminated_strings_are_inval);
+	tcase_add_test(tc, test_wire_pages_count_must_match_payload);
+	tcase_add_test(tc, test_wire_fixed_payload_needs_exact_length);
+	tcase_add_test(tc, test_wire_batch_limit_fits_the_message);
+	tcase_add_test(tc, test_wire_handle_fields_round_trip);
 	tcase_add_test(tc, test_wire_every_status_has_a_description);
 	suite_add_tcase(s, tc);
 	return s;

@@ -52,8 +52,8 @@ void daemon_cleanup(struct daemon *d);
  * wait status, or -1 on timeout. */
 int daemon_wait_exit(struct daemon *d, int ms);
 
-/* check_conservation() - free + leased + cached + spilled + in flight
- * must equal total, as the daemon reports it. */
+/* check_conservation() - free + private + shared + cached + spilled +
+ * in flight must equal total, as the daemon reports it. */
 void check_conservation(const char *sock);
 
 /* stats_of() - STATS over a fresh connection; fails the test on error. */

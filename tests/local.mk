@@ -9,14 +9,15 @@ check_PROGRAMS += tests/check_unit tests/check_daemon
 TESTS += tests/check_unit tests/check_daemon
 
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
-	tests/check_kernels.c tests/check_wire.c tests/check_options.c
+	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
+	tests/check_hset.c tests/check_pool.c
 tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_unit_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_daemon_SOURCES = tests/check_daemon.c \
 	tests/harness.c tests/harness.h
 tests_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_daemon_LDADD = client/libkvpwire.la client/libkvpool.la $(CHECK_LIBS)
+tests_check_daemon_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages

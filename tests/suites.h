@@ -10,8 +10,10 @@
 
 #include <check.h>
 
+Suite *hset_suite(void);
 Suite *kernels_suite(void);
 Suite *options_suite(void);
+Suite *pool_suite(void);
 Suite *wire_suite(void);
 
 #endif /* KVPOOL_TESTS_SUITES_H */

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend.h - where slab memory comes from: one vtable, one
+ * implementation per kind of memory (host: memfd; cuda: cudaMalloc).
+ *
+ * The pool asks a backend for slabs and never touches memfd or CUDA
+ * itself; only backends do. A slab is exported to clients as an fd
+ * (host, passed with SCM_RIGHTS) or as an opaque handle (cuda IPC).
+ */
+#ifndef KVP_BACKEND_H
+#define KVP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool_wire.h"
+
+#define BACKEND_HANDLE_BYTES 64	/* size of an exported opaque handle */
+
+/* One slab's memory, filled by backend->slab_create(). */
+struct backend_slab {
+	void *base;		/* the daemon's own mapping (host) or device pointer (cuda) */
+	size_t bytes;
+	int fd;			/* host: the sealed memfd; -1 for cuda */
+	uint8_t handle[BACKEND_HANDLE_BYTES];	/* cuda: IPC handle; zero for host */
+};
+
+struct backend;
+
+struct backend_ops {
+	const char *name;		/* "host", "cuda" */
+	enum kvp_backend_kind kind;
+	/*
+	 * slab_create() - allocate bytes of slab memory into *s.
+	 * Returns 0, or -errno with a message naming the cause in err.
+	 */
+	int (*slab_create)(struct backend *be, size_t bytes,
+			   struct backend_slab *s, char *err, size_t errlen);
+	/* slab_destroy() - free what slab_create() made; s may be zeroed. */
+	void (*slab_destroy)(struct backend *be, struct backend_slab *s);
+	/* fini() - release the backend itself. */
+	void (*fini)(struct backend *be);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	void *priv;
+};
+
+/*
+ * backend_host_init() - the memfd backend. Each slab is a memfd of the
+ * given size, sealed against shrinking and growing (F_SEAL_SHRINK |
+ * F_SEAL_GROW | F_SEAL_SEAL, verified with F_GET_SEALS) and mapped
+ * MAP_SHARED into the daemon. Returns 0 or -errno with err filled.
+ */
+int backend_host_init(struct backend *be, char *err, size_t errlen);
+
+#endif /* KVP_BACKEND_H */

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * backend_host.c - the host memory backend: each slab is one memfd,
+ * sized once, sealed against shrinking and growing, and mapped
+ * MAP_SHARED into the daemon. Clients get the fd over SCM_RIGHTS and map
+ * the same pages. The kernel backs pages lazily: creating a slab touches
+ * none of its memory, so an idle slab costs address space, not RAM.
+ *
+ * This module owns every memfd and daemon mapping of a host slab; only
+ * slab_destroy() closes or unmaps them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "daemon/backend.h"
+
+#define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+
+static void host_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* host_err() - format a message into err, which may be NULL. */
+static void host_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/* host_hint_size() - what to do when memory for a slab of a size fails. */
+static const char *host_hint_size(int e)
+{
+	switch (e) {
+	case ENOMEM:
+	case ENOSPC:
+	case EFBIG:
+		return "raise the memory limit or lower --pool-size";
+	case EMFILE:
+	case ENFILE:
+		return "raise the open-file limit (ulimit -n) or lower --pool-size";
+	case EINVAL:
+		return "the size is larger than a file may be; lower the slab size";
+	case ENOSYS:
+		return "the host backend needs memfd_create (Linux >= 3.17)";
+	default:
+		return "check the daemon's memory limits";
+	}
+}
+
+/* host_seal() - add HOST_SEALS to fd and check that all of them are
+ * set. Returns 0 or -errno with err filled. */
+static int host_seal(int fd, size_t bytes, char *err, size_t errlen)
+{
+	int seals;
+
+	if (fcntl(fd, F_ADD_SEALS, HOST_SEALS) < 0) {
+		int e = errno;
+
+		host_err(err, errlen,
+			 "sealing the memfd of a %zu-byte slab failed: %s; "
+			 "the kernel must support memfd seals (Linux >= 3.17)",
+			 bytes, strerror(e));
+		return -e;
+	}
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0) {
+		int e = errno;
+
+		host_err(err, errlen,
+			 "reading the seals of a %zu-byte slab's memfd failed: %s",
+			 bytes, strerror(e));
+		return -e;
+	}
+	if ((seals & HOST_SEALS) != HOST_SEALS) {
+		host_err(err, errlen,
+			 "a %zu-byte slab's memfd has seals 0x%x, want 0x%x "
+			 "(shrink, grow, seal); clients could resize it, so it is "
+			 "not used; check the kernel's memfd sealing",
+			 bytes, (unsigned int)seals, (unsigned int)HOST_SEALS);
+		return -EIO;
+	}
+	return 0;
+}
+
+/*
+ * host_slab_create() - one sealed memfd of bytes, mapped read-write and
+ * shared into s->base. Costs one memfd, one mapping; O(1), no page is
+ * touched. Returns 0 or -errno with err saying what failed and what to do.
+ */
+static int host_slab_create(struct backend *be, size_t bytes,
+			    struct backend_slab *s, char *err, size_t errlen)
+{
+	void *base;
+	int fd, e, rc;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = -1;
+	if (bytes == 0) {
+		host_err(err, errlen, "a slab of 0 bytes was asked for; "
+			 "set a slab size above 0");
+		return -EINVAL;
+	}
+	fd = memfd_create("kvpool-slab", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0) {
+		e = errno;
+		host_err(err, errlen,
+			 "memfd_create for a %zu-byte slab failed: %s; %s",
+			 bytes, strerror(e), host_hint_size(e));
+		return -e;
+	}
+	if (ftruncate(fd, (off_t)bytes) < 0) {
+		e = errno;
+		host_err(err, errlen,
+			 "sizing a slab's memfd to %zu bytes failed: %s; %s",
+			 bytes, strerror(e), host_hint_size(e));
+		rc = -e;
+		goto out_close_fd;
+	}
+	base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		e = errno;
+		host_err(err, errlen,
+			 "mapping a %zu-byte slab failed: %s; raise the "
+			 "address-space limit (ulimit -v) or vm.max_map_count, "
+			 "or lower --pool-size",
+			 bytes, strerror(e));
+		rc = -e;
+		goto out_close_fd;
+	}
+	rc = host_seal(fd, bytes, err, errlen);
+	if (rc < 0)
+		goto out_unmap;
+	s->base = base;
+	s->bytes = bytes;
+	s->fd = fd;
+	return 0;
+
+out_unmap:
+	munmap(base, bytes);
+out_close_fd:
+	close(fd);
+	return rc;
+}
+
+/* host_slab_destroy() - unmap and close what host_slab_create() made;
+ * a zeroed s (base NULL: never created, or destroyed) is left alone,
+ * so fd 0 of a zeroed struct is never closed. Clients' mappings stay valid
+ * until they unmap: the memory goes when the last mapping and fd go. */
+static void host_slab_destroy(struct backend *be, struct backend_slab *s)
+{
+	if (!s->base)
+		return;
+	munmap(s->base, s->bytes);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->base = NULL;
+	s->bytes = 0;
+	s->fd = -1;
+}
+
+static void host_fini(struct backend *be)
+{
+	be->ops = NULL;
+	be->priv = NULL;
+}
+
+static const struct backend_ops host_ops = {
+	.name = "host",
+	.kind = KVP_BACKEND_HOST,
+	.slab_create = host_slab_create,
+	.slab_destroy = host_slab_destroy,
+	.fini = host_fini,
+};
+
+/*
+ * backend_host_init() - see backend.h. Probes memfd_create once so that a
+ * kernel without it fails at start-up, not at the first allocation.
+ */
+int backend_host_init(struct backend *be, char *err, size_t errlen)
+{
+	int fd = memfd_create("kvpool-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0) {
+		int e = errno;
+
+		host_err(err, errlen, "the host backend cannot create a memfd: %s; %s",
+			 strerror(e), host_hint_size(e));
+		return -e;
+	}
+	close(fd);
+	be->ops = &host_ops;
+	be->priv = NULL;
+	return 0;
+}

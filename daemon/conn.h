@@ -1,0 +1,133 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conn.h - kvpoold's server and connection objects, shared by the socket
+ * server (server.c) and the request handlers (requests.c). Internal to
+ * the daemon.
+ */
+#ifndef KVP_CONN_H
+#define KVP_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "client/hset.h"
+#include "daemon/backend.h"
+#include "daemon/loop.h"
+#include "daemon/ns.h"
+#include "daemon/options.h"
+#include "daemon/pool.h"
+
+enum conn_state {
+	CONN_OPEN,	/* a receive is posted; requests are served */
+	CONN_REFUSED,	/* over max-clients: the first request gets LIMIT */
+	CONN_CLOSING,	/* shut down; freed when its last operation completes */
+};
+
+/* One queued reply, with an fd to pass along (SCM_RIGHTS) or -1. The fd
+ * is borrowed (a slab's memfd), never closed by the send. */
+struct outbuf {
+	struct outbuf *next;
+	size_t len;
+	int fd;
+	uint8_t data[];
+};
+
+struct conn {
+	struct server *srv;
+	struct conn *prev, *next;	/* srv->conns */
+	enum conn_state state;
+	int fd;
+	uint64_t id;			/* 1, 2, ... in order of arrival */
+	struct ucred cred;		/* peer's pid, uid, gid at connect */
+	unsigned ops;			/* loop operations in flight */
+	char name[KVP_CLIENT_NAME_MAX];	/* from HELLO */
+
+	bool hello_done;		/* HELLO answered; ns set if it named one */
+	struct ns *ns;			/* joined namespace or NULL */
+	struct hset leases;		/* page handle -> leases held */
+
+	struct loop_op recv_op;
+	struct msghdr rmsg;
+	struct iovec riov;
+	uint8_t *rbuf;			/* srv->opt->max_msg_size bytes */
+	union {				/* ancillary data a client sent */
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+	} rctl;
+
+	struct loop_op send_op;
+	struct msghdr smsg;
+	struct iovec siov;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} sctl;
+	struct outbuf *out_head, *out_tail;
+	bool sending;
+	bool close_after_send;		/* a fatal error reply is queued */
+	bool refused;			/* counted in nrefused, not nconns */
+};
+
+/* Counters of STATS, kept where the events happen. */
+struct server_counters {
+	uint64_t connections_total;
+	uint64_t connections_refused;
+	uint64_t requests_total;
+	uint64_t protocol_errors;
+	uint64_t allocs;
+	uint64_t releases;
+	uint64_t errors_by_status[KVP_S__COUNT];
+};
+
+struct server {
+	struct loop *loop;
+	const struct options *opt;
+	struct backend *be;
+	struct pool *pool;
+	struct ns_table nst;
+	int listen_fd;
+	int lock_fd;			/* flock on SOCKET.lock, held for life */
+	bool accepting;			/* accept_op is in flight */
+	bool shutting_down;
+	struct loop_op accept_op;
+	struct loop_op cancel_op;
+	struct conn *conns;
+	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
+	uint32_t nrefused;		/* CONN_REFUSED or closing after it */
+	uint64_t next_conn_id;
+	uint64_t start_ms;
+	struct server_counters n;
+};
+
+/* --- server.c ------------------------------------------------------------ */
+
+/*
+ * conn_reply() - queue a reply to req with status and payload (copied),
+ * passing fd (borrowed, -1 for none). A failed allocation closes the
+ * connection: the client sees EPIPE rather than no answer.
+ */
+void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const void *payload, size_t len, int fd);
+
+/* conn_error() - reply with an error status and a message (also logged
+ * at debug level); the connection stays open. Counts the error. */
+void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* conn_fatal() - reply with status and why, then close the connection. */
+void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *why);
+
+uint64_t server_now_ms(void);
+
+/* --- requests.c ---------------------------------------------------------- */
+
+/* requests_handle() - serve one well-formed request of conn c. */
+void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
+		     const uint8_t *payload);
+
+/* requests_conn_gone() - drop every lease of c and leave its namespace. */
+void requests_conn_gone(struct conn *c);
+
+#endif /* KVP_CONN_H */

@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ns.h - namespaces: one model's KV format each, by name.
+ *
+ * The first client that names a namespace creates it with its geometry;
+ * later clients must send the same geometry and model, field for field.
+ * A namespace owns a pool namespace (its page size and its slabs).
+ */
+#ifndef KVP_NS_H
+#define KVP_NS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool_wire.h"
+#include "daemon/pool.h"
+
+struct ns {
+	char name[KVP_NAME_MAX];
+	char model[KVP_MODEL_MAX];
+	uint32_t id;		/* index in the table, reported in STATS */
+	uint32_t layers, kv_heads, head_dim, block_tokens, dtype;
+	uint64_t page_bytes;
+	int pool_ns;		/* its namespace in the pool */
+	uint32_t clients;	/* connections joined to it now */
+};
+
+struct ns_table {
+	struct ns *ns[POOL_MAX_NS];
+	uint32_t count;
+};
+
+/*
+ * ns_join() - find namespace h->ns, or create it in pool p with h's
+ * geometry. Returns 0 and *out, or a negative enum kvp_status with the
+ * reason in err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH
+ * (the namespace exists with another geometry; err names the field),
+ * -KVP_S_LIMIT (too many namespaces), -KVP_S_INTERNAL (no memory).
+ */
+int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
+	    struct ns **out, char *err, size_t errlen);
+
+/* ns_table_fini() - free every namespace. */
+void ns_table_fini(struct ns_table *t);
+
+/* ns_page_bytes() - the page size of a geometry, 0 if it overflows or a
+ * field is 0 or the dtype unknown. */
+uint64_t ns_page_bytes(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
+		       uint32_t block_tokens, uint32_t dtype);
+
+#endif /* KVP_NS_H */

@@ -1,0 +1,422 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.c - the page pool: owns every slab (made and destroyed through the
+ * backend), the metadata of every page (generation, state, references,
+ * free-list link), each namespace's free list, and the page counts by
+ * state of each namespace and of the whole pool.
+ *
+ * Costs: every per-page operation (alloc of one page, lookup, ref, unref,
+ * free) is O(1); pool_alloc() of n pages is O(n) plus O(pages per slab)
+ * for each slab it creates; pool_counts() is O(1). Counts are kept
+ * incrementally by page_set_state(), the one place a page changes state,
+ * so adding a state to enum page_state needs no change here beyond the
+ * transitions that use it.
+ *
+ * Slabs are created lazily and live until pool_free(); a slab belongs to
+ * the namespace that first needed it. Each namespace's free pages form
+ * one LIFO list threaded through the page metadata of its slabs, so a
+ * page freed last is reused first (warm in caches and TLBs).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/pool.h"
+
+/* End of a free list: no slab has this number (KVP_MAX_SLABS <= 4096). */
+#define POOL_NIL_SLAB UINT16_MAX
+_Static_assert(KVP_MAX_SLABS <= POOL_NIL_SLAB, "slab numbers fit in uint16_t below the nil mark");
+
+/* Metadata of one page: 16 bytes. */
+struct pool_page {
+	uint32_t gen;		/* >= 1; moves on each time the page is freed */
+	uint32_t refs;		/* references (leases); 0 when FREE */
+	uint32_t next_index;	/* FREE: next free page's index ... */
+	uint16_t next_slab;	/* ... and slab; POOL_NIL_SLAB ends the list */
+	uint8_t state;		/* enum page_state */
+};
+
+struct pool_slab {
+	struct backend_slab mem;	/* from be->ops->slab_create() */
+	struct pool_page *pages;	/* [npages], owned */
+	uint32_t npages;
+	int ns;				/* owning namespace */
+};
+
+struct pool_ns {
+	uint64_t page_bytes;
+	uint64_t stride;		/* page_bytes rounded up to POOL_PAGE_ALIGN */
+	uint32_t pages_per_slab;
+	uint16_t free_slab;		/* head of the LIFO free list, or POOL_NIL_SLAB */
+	uint32_t free_index;
+	struct pool_counts counts;
+};
+
+struct pool {
+	struct backend *be;		/* borrowed */
+	uint64_t pool_bytes;
+	uint64_t slab_bytes;
+	uint32_t max_slabs;		/* min(pool_bytes / slab_bytes, KVP_MAX_SLABS) */
+	uint32_t nslabs;		/* slabs[0..nslabs) exist */
+	struct pool_slab *slabs;	/* [max_slabs], owned */
+	uint32_t nns;
+	struct pool_counts counts;	/* the whole pool */
+	struct pool_ns ns[POOL_MAX_NS];
+};
+
+static void pool_err(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* pool_err() - format a message into err, which may be NULL. */
+static void pool_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+static bool pool_ns_valid(const struct pool *p, int ns)
+{
+	return ns >= 0 && (uint32_t)ns < p->nns;
+}
+
+/*
+ * page_find() - the metadata of the page h names, or NULL when h is out of
+ * range, its generation does not match, or the page is FREE. Bounds are
+ * checked before any array is indexed, so any 64-bit h is safe. O(1).
+ */
+static struct pool_page *page_find(const struct pool *p, uint64_t h,
+				   struct pool_slab **slabp)
+{
+	uint32_t slab = KVP_HANDLE_SLAB(h), index = KVP_HANDLE_INDEX(h);
+	struct pool_slab *s;
+	struct pool_page *pg;
+
+	if (slab >= p->nslabs)
+		return NULL;
+	s = &p->slabs[slab];
+	if (index >= s->npages)
+		return NULL;
+	pg = &s->pages[index];
+	if (pg->gen != KVP_HANDLE_GEN(h) || pg->state == PAGE_FREE)
+		return NULL;
+	if (slabp)
+		*slabp = s;
+	return pg;
+}
+
+/* page_set_state() - move pg to state, keeping the counts of its
+ * namespace and of the pool. The only place a page changes state. O(1). */
+static void page_set_state(struct pool *p, int ns, struct pool_page *pg,
+			   enum page_state state)
+{
+	struct pool_counts *nc = &p->ns[ns].counts;
+
+	nc->by_state[pg->state]--;
+	p->counts.by_state[pg->state]--;
+	pg->state = (uint8_t)state;
+	nc->by_state[state]++;
+	p->counts.by_state[state]++;
+}
+
+/* free_push() - put page (slab, index) on top of its namespace's free
+ * list. O(1). */
+static void free_push(struct pool_ns *n, struct pool_page *pg, uint32_t slab,
+		      uint32_t index)
+{
+	pg->next_slab = n->free_slab;
+	pg->next_index = n->free_index;
+	n->free_slab = (uint16_t)slab;
+	n->free_index = index;
+}
+
+/* free_pop() - take the top of a namespace's free list, which must not be
+ * empty; its slab and index into *slab, *index. O(1). */
+static struct pool_page *free_pop(struct pool *p, struct pool_ns *n,
+				  uint32_t *slab, uint32_t *index)
+{
+	struct pool_page *pg;
+
+	*slab = n->free_slab;
+	*index = n->free_index;
+	pg = &p->slabs[*slab].pages[*index];
+	n->free_slab = pg->next_slab;
+	n->free_index = pg->next_index;
+	pg->next_slab = POOL_NIL_SLAB;
+	pg->next_index = 0;
+	return pg;
+}
+
+/*
+ * slab_add() - create slab number p->nslabs for namespace ns: backend
+ * memory of slab_bytes and pages_per_slab FREE pages of generation 1,
+ * pushed so that index 0 is allocated first. The caller checked the
+ * budget. O(pages per slab); the slab's memory is not touched. Returns 0,
+ * -ENOMEM, or the backend's -errno, with err filled.
+ */
+static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
+{
+	struct pool_ns *n = &p->ns[ns];
+	uint32_t slab = p->nslabs, i;
+	struct pool_slab *s = &p->slabs[slab];
+	int rc;
+
+	rc = p->be->ops->slab_create(p->be, (size_t)p->slab_bytes, &s->mem,
+				     err, errlen);
+	if (rc < 0)
+		return rc;
+	s->pages = calloc(n->pages_per_slab, sizeof(*s->pages));
+	if (!s->pages) {
+		pool_err(err, errlen, "no memory for the metadata of %u pages "
+			 "of slab %u; lower --pool-size", n->pages_per_slab, slab);
+		rc = -ENOMEM;
+		goto out_destroy_slab;
+	}
+	s->npages = n->pages_per_slab;
+	s->ns = ns;
+	for (i = s->npages; i-- > 0;) {
+		s->pages[i].gen = 1;
+		s->pages[i].state = PAGE_FREE;
+		free_push(n, &s->pages[i], slab, i);
+	}
+	n->counts.total += s->npages;
+	n->counts.by_state[PAGE_FREE] += s->npages;
+	n->counts.slabs++;
+	p->counts.total += s->npages;
+	p->counts.by_state[PAGE_FREE] += s->npages;
+	p->counts.slabs++;
+	p->nslabs++;
+	return 0;
+
+out_destroy_slab:
+	p->be->ops->slab_destroy(p->be, &s->mem);
+	memset(s, 0, sizeof(*s));
+	return rc;
+}
+
+/* pool_init() - see pool.h. O(1) apart from zeroing the slab table. */
+int pool_init(struct pool **out, struct backend *be, uint64_t pool_bytes,
+	      uint64_t slab_bytes)
+{
+	uint64_t max_slabs;
+	struct pool *p;
+
+	if (slab_bytes == 0 || slab_bytes > pool_bytes || slab_bytes > SIZE_MAX)
+		return -EINVAL;
+	max_slabs = pool_bytes / slab_bytes;
+	if (max_slabs > KVP_MAX_SLABS)
+		max_slabs = KVP_MAX_SLABS;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->slabs = calloc((size_t)max_slabs, sizeof(*p->slabs));
+	if (!p->slabs) {
+		free(p);
+		return -ENOMEM;
+	}
+	p->be = be;
+	p->pool_bytes = pool_bytes;
+	p->slab_bytes = slab_bytes;
+	p->max_slabs = (uint32_t)max_slabs;
+	*out = p;
+	return 0;
+}
+
+/* pool_free() - see pool.h. O(slabs). */
+void pool_free(struct pool *p)
+{
+	uint32_t i;
+
+	if (!p)
+		return;
+	for (i = 0; i < p->nslabs; i++) {
+		p->be->ops->slab_destroy(p->be, &p->slabs[i].mem);
+		free(p->slabs[i].pages);
+	}
+	free(p->slabs);
+	free(p);
+}
+
+/*
+ * pool_ns_add() - see pool.h. Pages per slab are slab_bytes / stride,
+ * capped at KVP_MAX_SLAB_PAGES (what a handle can index); past the cap a
+ * slab's tail is unused address space, never touched. O(1).
+ */
+int pool_ns_add(struct pool *p, uint64_t page_bytes)
+{
+	uint64_t stride, pages;
+	struct pool_ns *n;
+
+	if (page_bytes == 0 || page_bytes > UINT64_MAX - (POOL_PAGE_ALIGN - 1))
+		return -EINVAL;
+	stride = (page_bytes + POOL_PAGE_ALIGN - 1) / POOL_PAGE_ALIGN * POOL_PAGE_ALIGN;
+	if (stride > p->slab_bytes)
+		return -EINVAL;
+	if (p->nns >= POOL_MAX_NS)
+		return -ENOSPC;
+	pages = p->slab_bytes / stride;
+	if (pages > KVP_MAX_SLAB_PAGES)
+		pages = KVP_MAX_SLAB_PAGES;
+	n = &p->ns[p->nns];
+	memset(n, 0, sizeof(*n));
+	n->page_bytes = page_bytes;
+	n->stride = stride;
+	n->pages_per_slab = (uint32_t)pages;
+	n->free_slab = POOL_NIL_SLAB;
+	return (int)p->nns++;
+}
+
+uint64_t pool_ns_page_stride(const struct pool *p, int ns)
+{
+	return pool_ns_valid(p, ns) ? p->ns[ns].stride : 0;
+}
+
+uint32_t pool_ns_pages_per_slab(const struct pool *p, int ns)
+{
+	return pool_ns_valid(p, ns) ? p->ns[ns].pages_per_slab : 0;
+}
+
+/*
+ * pool_alloc() - see pool.h. First checks that ns's free pages plus the
+ * pages of every slab the budget still allows cover n, so a refusal
+ * creates nothing; then creates slabs until the free list holds n and
+ * pops n pages. O(n) plus O(pages per slab) per slab created. When the
+ * backend fails on a later slab, the slabs made before it stay as free
+ * pages of ns and nothing is allocated.
+ */
+int pool_alloc(struct pool *p, int ns, size_t n, uint64_t *handles,
+	       char *err, size_t errlen)
+{
+	struct pool_ns *nsp;
+	uint64_t have, can;
+	size_t i;
+	int rc;
+
+	if (!pool_ns_valid(p, ns) || (n && !handles)) {
+		pool_err(err, errlen, "pool_alloc: bad namespace %d or no handle array", ns);
+		return -EINVAL;
+	}
+	nsp = &p->ns[ns];
+	have = nsp->counts.by_state[PAGE_FREE];
+	can = have + (uint64_t)(p->max_slabs - p->nslabs) * nsp->pages_per_slab;
+	if (n > can) {
+		pool_err(err, errlen, "%zu pages wanted, at most %llu can be "
+			 "free in namespace %d; the pool is full", n,
+			 (unsigned long long)can, ns);
+		return -ENOSPC;
+	}
+	while (nsp->counts.by_state[PAGE_FREE] < n) {
+		rc = slab_add(p, ns, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
+	for (i = 0; i < n; i++) {
+		uint32_t slab, index;
+		struct pool_page *pg = free_pop(p, nsp, &slab, &index);
+
+		page_set_state(p, ns, pg, PAGE_PRIVATE);
+		pg->refs = 1;
+		handles[i] = KVP_HANDLE(pg->gen, slab, index);
+	}
+	return 0;
+}
+
+/* pool_lookup() - see pool.h. O(1); safe for any h. */
+int pool_lookup(const struct pool *p, int ns, uint64_t h)
+{
+	struct pool_slab *s;
+
+	if (!pool_ns_valid(p, ns) || !page_find(p, h, &s) || s->ns != ns)
+		return -ESTALE;
+	return 0;
+}
+
+/* pool_ref() - see pool.h. O(1); an invalid h is ignored. */
+void pool_ref(struct pool *p, uint64_t h)
+{
+	struct pool_page *pg = page_find(p, h, NULL);
+
+	if (pg)
+		pg->refs++;
+}
+
+/*
+ * pool_unref() - see pool.h. O(1); an invalid h is ignored. A PRIVATE page
+ * whose last reference goes is freed: FREE, generation + 1 (0 skipped, so
+ * a handle is never 0), and on top of its namespace's free list.
+ */
+void pool_unref(struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
+
+	if (!pg || pg->refs == 0)
+		return;
+	if (--pg->refs > 0 || pg->state != PAGE_PRIVATE)
+		return;
+	page_set_state(p, s->ns, pg, PAGE_FREE);
+	if (++pg->gen == 0)
+		pg->gen = 1;
+	free_push(&p->ns[s->ns], pg, KVP_HANDLE_SLAB(h), KVP_HANDLE_INDEX(h));
+}
+
+/* pool_refs() - see pool.h. O(1); 0 for an invalid h. */
+uint32_t pool_refs(const struct pool *p, uint64_t h)
+{
+	const struct pool_page *pg = page_find(p, h, NULL);
+
+	return pg ? pg->refs : 0;
+}
+
+/* pool_counts() - see pool.h. O(1): counts are kept as pages move; an
+ * unknown namespace reads as all zero. */
+void pool_counts(const struct pool *p, int ns, struct pool_counts *c)
+{
+	if (ns < 0)
+		*c = p->counts;
+	else if (pool_ns_valid(p, ns))
+		*c = p->ns[ns].counts;
+	else
+		memset(c, 0, sizeof(*c));
+}
+
+/* pool_slab() - see pool.h. O(1); ns may be NULL. */
+const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *ns)
+{
+	if (slab >= p->nslabs)
+		return NULL;
+	if (ns)
+		*ns = p->slabs[slab].ns;
+	return &p->slabs[slab].mem;
+}
+
+/* pool_page_addr() - see pool.h. O(1); NULL for an invalid h. */
+void *pool_page_addr(const struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+
+	if (!page_find(p, h, &s))
+		return NULL;
+	return (char *)s->mem.base + (uint64_t)KVP_HANDLE_INDEX(h) * p->ns[s->ns].stride;
+}
+
+uint64_t pool_bytes(const struct pool *p)
+{
+	return p->pool_bytes;
+}
+
+uint64_t pool_slab_bytes(const struct pool *p)
+{
+	return p->slab_bytes;
+}
+
+uint32_t pool_slabs_used(const struct pool *p)
+{
+	return p->nslabs;
+}

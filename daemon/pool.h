@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pool.h - the page pool: slabs carved into fixed-size pages, page
+ * states and reference counts, and page handles.
+ *
+ * The pool is a budget of pool_bytes, spent in slabs of slab_bytes each,
+ * created on demand from the backend. Every slab belongs to one pool
+ * namespace (one page size); a namespace's pages come only from its own
+ * slabs. Metadata work is O(1) per page. The pool knows nothing of
+ * sockets or clients: leases are counted as references.
+ *
+ * Handles: a page handle is a 64-bit value (see kvpool_wire.h):
+ *     gen << 32 | slab << KVP_HANDLE_INDEX_BITS | index
+ * gen counts how often the page was freed, starting at 1, so a handle of
+ * a page that was released (and perhaps reused) no longer matches, and 0
+ * is never a handle. A handle is valid while its slab exists, its index
+ * is inside the slab, its generation matches and the page is not FREE.
+ */
+#ifndef KVP_POOL_H
+#define KVP_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon/backend.h"
+
+enum page_state {
+	PAGE_FREE = 0,		/* on its namespace's free list */
+	PAGE_PRIVATE = 1,	/* allocated, writable by its one owner */
+	PAGE_STATE_COUNT
+};
+
+/* Page counts by state, for the whole pool or one namespace. */
+struct pool_counts {
+	uint64_t total;		/* pages in existing slabs */
+	uint64_t by_state[PAGE_STATE_COUNT];
+	uint64_t slabs;
+};
+
+struct pool;
+
+/*
+ * pool_init() - an empty pool of at most pool_bytes, in slabs of
+ * slab_bytes, with memory from be (borrowed; must outlive the pool).
+ * Returns 0 and *out, -EINVAL (slab_bytes 0, or larger than pool_bytes),
+ * or -ENOMEM.
+ */
+int pool_init(struct pool **out, struct backend *be, uint64_t pool_bytes,
+	      uint64_t slab_bytes);
+
+/* pool_free() - destroy every slab and the pool; p may be NULL. Any
+ * handle becomes invalid. */
+void pool_free(struct pool *p);
+
+/*
+ * pool_ns_add() - register a page size; pages of a namespace are
+ * page_bytes long, laid out page_stride apart (page_bytes rounded up to
+ * POOL_PAGE_ALIGN). Returns the namespace id (>= 0), -EINVAL when
+ * page_bytes is 0 or its stride exceeds slab_bytes, or -ENOSPC when
+ * POOL_MAX_NS namespaces exist.
+ */
+#define POOL_PAGE_ALIGN 256u
+#define POOL_MAX_NS 256u
+int pool_ns_add(struct pool *p, uint64_t page_bytes);
+
+/* pool_ns_page_stride(), pool_ns_pages_per_slab() - a namespace's layout. */
+uint64_t pool_ns_page_stride(const struct pool *p, int ns);
+uint32_t pool_ns_pages_per_slab(const struct pool *p, int ns);
+
+/*
+ * pool_alloc() - n pages of namespace ns, all or none, each PRIVATE with
+ * one reference; their handles into handles[0..n). Creates slabs for ns
+ * while the budget allows. Returns 0, -ENOSPC (the pool cannot hold n
+ * more pages of ns; nothing allocated), or -errno from the backend (err
+ * says why).
+ */
+int pool_alloc(struct pool *p, int ns, size_t n, uint64_t *handles,
+	       char *err, size_t errlen);
+
+/*
+ * pool_lookup() - 0 when h is a valid handle of a page of namespace ns
+ * that is not FREE, else -ESTALE. Never touches another page.
+ */
+int pool_lookup(const struct pool *p, int ns, uint64_t h);
+
+/*
+ * pool_ref() / pool_unref() - take or drop one reference on the page of
+ * a valid handle (check with pool_lookup() first). When the last
+ * reference of a PRIVATE page goes, the page is FREE again and its
+ * generation moves on, so h goes stale.
+ */
+void pool_ref(struct pool *p, uint64_t h);
+void pool_unref(struct pool *p, uint64_t h);
+
+/* pool_refs() - the references of the page of a valid handle. */
+uint32_t pool_refs(const struct pool *p, uint64_t h);
+
+/* pool_counts() - counts of namespace ns, or of the whole pool if ns < 0. */
+void pool_counts(const struct pool *p, int ns, struct pool_counts *c);
+
+/* pool_slab() - slab number slab, NULL if it does not exist; its owning
+ * namespace into *ns. */
+const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *ns);
+
+/* pool_page_addr() - the daemon's address of the page of a valid handle. */
+void *pool_page_addr(const struct pool *p, uint64_t h);
+
+/* pool_bytes(), pool_slab_bytes(), pool_slabs_used() - the budget. */
+uint64_t pool_bytes(const struct pool *p);
+uint64_t pool_slab_bytes(const struct pool *p);
+uint32_t pool_slabs_used(const struct pool *p);
+
+#endif /* KVP_POOL_H */
