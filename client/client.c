@@ -262,6 +262,12 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 	rc = grow_buf(c, c->hello.max_msg);
 	if (rc < 0)
 		goto out_free;
+	{
+		/* A SEQPACKET message must fit in the sender's buffer. */
+		int sndbuf = (int)c->buf_size + 4096;
+
+		(void)setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	}
 	if (ns) {
 		c->has_ns = true;
 		c->slabs = calloc(KVP_MAX_SLABS, sizeof(*c->slabs));

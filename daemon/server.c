@@ -262,6 +262,9 @@ static void handle_message(struct conn *c, size_t n)
 	int rc;
 
 	if (n > c->srv->opt->max_msg_size) {
+		/* the header arrived whole: answer with its op and id */
+		if (n >= KVP_WIRE_HDR_SIZE)
+			(void)wire_hdr_decode(c->rbuf, n, &req);
 		snprintf(why, sizeof(why), "message of %zu bytes exceeds max-msg-size %llu",
 			 n, (unsigned long long)c->srv->opt->max_msg_size);
 		conn_fatal(c, &req, KVP_S_PROTO, why);
@@ -356,6 +359,7 @@ static void server_accept_done(struct loop_op *op, int res)
 {
 	struct server *s = container_of(op, struct server, accept_op);
 	socklen_t len = sizeof(struct ucred);
+	int sndbuf = (int)s->opt->max_msg_size + 4096;
 	struct conn *c;
 
 	s->accepting = false;
@@ -405,6 +409,10 @@ static void server_accept_done(struct loop_op *op, int res)
 	c->send_op.done = conn_send_done;
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
 		c->cred.pid = -1;
+	/* A SEQPACKET message must fit in the sender's buffer. */
+	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) < 0)
+		log_debug("client %llu: SO_SNDBUF %d: %s", (unsigned long long)c->id,
+			  sndbuf, strerror(errno));
 	c->next = s->conns;
 	if (s->conns)
 		s->conns->prev = c;

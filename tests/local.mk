@@ -1,12 +1,14 @@
 # tests/: Check suites run by `make check`.
 #   tests/check_unit     every module's unit suite in one runner
-#   tests/check_daemon   integration: a real kvpoold, real clients, a
-#                        temporary socket
+#   tests/check_daemon   integration: start-up, protocol basics, the CLI
+#   tests/check_core     integration: pages, leases, sharing, dead and
+#                        hostile clients, limits (real kvpoold, real
+#                        client processes, a temporary socket)
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
-check_PROGRAMS += tests/check_unit tests/check_daemon
-TESTS += tests/check_unit tests/check_daemon
+check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core
+TESTS += tests/check_unit tests/check_daemon tests/check_core
 
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
@@ -18,6 +20,11 @@ tests_check_daemon_SOURCES = tests/check_daemon.c \
 	tests/harness.c tests/harness.h
 tests_check_daemon_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_daemon_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_core_SOURCES = tests/check_core.c \
+	tests/harness.c tests/harness.h
+tests_check_core_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_core_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages
