@@ -420,3 +420,65 @@ uint32_t pool_slabs_used(const struct pool *p)
 {
 	return p->nslabs;
 }
+
+/*
+ * pool_audit() - recount every page from its metadata and compare with
+ * the incremental counts; walk every free list. O(pages): for STATS and
+ * tests, not for the hot path. Returns true when all agree: each state's
+ * count, each free list's length, no FREE page with references and no
+ * leased page without.
+ */
+bool pool_audit(const struct pool *p)
+{
+	uint64_t pool_by[PAGE_STATE_COUNT] = { 0 }, total = 0, free_len;
+	uint32_t s, i, ns, slab, index;
+
+	for (ns = 0; ns < p->nns; ns++) {
+		const struct pool_ns *n = &p->ns[ns];
+		uint64_t by[PAGE_STATE_COUNT] = { 0 }, ntotal = 0;
+
+		for (s = 0; s < p->nslabs; s++) {
+			if (p->slabs[s].ns != (int)ns)
+				continue;
+			for (i = 0; i < p->slabs[s].npages; i++) {
+				const struct pool_page *pg = &p->slabs[s].pages[i];
+
+				if (pg->state >= PAGE_STATE_COUNT ||
+				    (pg->state == PAGE_FREE) != (pg->refs == 0))
+					return false;
+				by[pg->state]++;
+				ntotal++;
+			}
+		}
+		for (i = 0; i < PAGE_STATE_COUNT; i++) {
+			if (by[i] != n->counts.by_state[i])
+				return false;
+			pool_by[i] += by[i];
+		}
+		if (ntotal != n->counts.total)
+			return false;
+		total += ntotal;
+
+		/* the free list holds exactly the FREE pages (bounded walk) */
+		free_len = 0;
+		for (slab = n->free_slab, index = n->free_index;
+		     slab != POOL_NIL_SLAB && free_len <= ntotal; free_len++) {
+			const struct pool_page *pg;
+
+			if (slab >= p->nslabs || index >= p->slabs[slab].npages ||
+			    p->slabs[slab].ns != (int)ns)
+				return false;
+			pg = &p->slabs[slab].pages[index];
+			if (pg->state != PAGE_FREE)
+				return false;
+			slab = pg->next_slab;
+			index = pg->next_index;
+		}
+		if (free_len != by[PAGE_FREE])
+			return false;
+	}
+	for (i = 0; i < PAGE_STATE_COUNT; i++)
+		if (pool_by[i] != p->counts.by_state[i])
+			return false;
+	return total == p->counts.total;
+}

@@ -99,6 +99,10 @@ uint32_t pool_refs(const struct pool *p, uint64_t h);
 /* pool_counts() - counts of namespace ns, or of the whole pool if ns < 0. */
 void pool_counts(const struct pool *p, int ns, struct pool_counts *c);
 
+/* pool_audit() - recount every page and walk every free list: true when
+ * the incremental counts and lists are right. O(pages). */
+bool pool_audit(const struct pool *p);
+
 /* pool_slab() - slab number slab, NULL if it does not exist; its owning
  * namespace into *ns. */
 const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *ns);

@@ -136,6 +136,12 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 	st.errors_mismatch = s->n.errors_by_status[KVP_S_MISMATCH];
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
+	if (pool_audit(s->pool) && pc.total == pc.by_state[PAGE_FREE] +
+	    pc.by_state[PAGE_PRIVATE])
+		st.flags |= KVP_STATS_F_CONSERVED;
+	else
+		log_error("conservation check failed: the page counts do not add up "
+			  "(a kvpoold bug; please report it with `kvpool --json status`)");
 	fill_counts(&pc, &st.pages_total, &st.pages_free, &st.pages_private);
 	memcpy(buf, &st, sizeof(st));
 

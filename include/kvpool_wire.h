@@ -185,6 +185,10 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_pages) == 8, "kvp_wire_pages is 8 bytes
  * the conservation invariant
  *   free + private + shared + cached + spilled + inflight == total.
  */
+/* The daemon recounted every page for this reply and its counts add up:
+ * the conservation invariant holds (see below). */
+#define KVP_STATS_F_CONSERVED	0x1u
+
 struct kvp_wire_stats {
 	char version[16];	/* daemon version, NUL-terminated */
 	uint32_t pid;
@@ -193,7 +197,7 @@ struct kvp_wire_stats {
 	uint32_t clients;	/* connections served now */
 	uint32_t max_clients;
 	uint32_t namespaces;	/* records that follow */
-	uint32_t reserved0;
+	uint32_t flags;		/* KVP_STATS_F_* */
 	uint64_t pool_bytes;	/* configured budget */
 	uint64_t slab_bytes;	/* configured slab size */
 	uint64_t slabs;		/* slabs allocated now */

@@ -65,8 +65,8 @@ static uint64_t rng(void)
 }
 
 /* assert_conserved() - every state's count adds up to the total, for
- * each of nns namespaces and for the pool, and the namespaces add up to
- * the pool. */
+ * each of nns namespaces and for the pool, the namespaces add up to the
+ * pool, and pool_audit() recounts the same. */
 static void assert_conserved(int nns)
 {
 	struct pool_counts c, all;
@@ -88,6 +88,8 @@ static void assert_conserved(int nns)
 	ck_assert_uint_eq(sum, all.total);
 	ck_assert_uint_eq(all.by_state[PAGE_FREE] + all.by_state[PAGE_PRIVATE], all.total);
 	ck_assert_uint_eq(all.total, total);
+	/* and a recount from the page metadata and free lists agrees */
+	ck_assert(pool_audit(p));
 	ck_assert_uint_eq(all.slabs, slabs);
 	ck_assert_uint_eq(all.slabs, pool_slabs_used(p));
 }

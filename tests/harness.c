@@ -173,6 +173,8 @@ void check_conservation(const char *sock)
 		      (unsigned long long)st.pages_spilled,
 		      (unsigned long long)st.pages_inflight,
 		      (unsigned long long)st.pages_total);
+	ck_assert_msg(st.flags & KVP_STATS_F_CONSERVED,
+		      "the daemon's own recount of every page disagrees with its counts");
 }
 
 void daemon_stop(struct daemon *d)
