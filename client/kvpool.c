@@ -197,7 +197,7 @@ static int cmd_status(const struct cli *cli)
 				ns[i].pages_spilled, ns[i].pages_inflight };
 			printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
 			       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
-			       "%" PRIu64 " bytes per page, %" PRIu32 " clients\n",
+			       "%" PRIu64 " bytes per page, clients %" PRIu32 "\n",
 			       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
 			       ns[i].head_dim, ns[i].block_tokens, dtype_name(ns[i].dtype),
 			       ns[i].page_bytes, ns[i].clients);

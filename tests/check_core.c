@@ -92,7 +92,8 @@ static void raw_send(int fd, uint16_t op, uint64_t id, const void *p, size_t len
 	struct kvp_wire_hdr h = { .op = op, .req_id = id, .len = (uint32_t)len };
 
 	wire_hdr_encode(buf, &h);
-	memcpy(buf + KVP_WIRE_HDR_SIZE, p, len);
+	if (len)
+		memcpy(buf + KVP_WIRE_HDR_SIZE, p, len);
 	ck_assert_int_eq(send(fd, buf, KVP_WIRE_HDR_SIZE + len, 0),
 			 (ssize_t)(KVP_WIRE_HDR_SIZE + len));
 }

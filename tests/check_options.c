@@ -59,16 +59,46 @@ START_TEST(test_options_defaults)
 	ck_assert_uint_eq(o.max_msg_size, 256 * 1024);
 	ck_assert(!o.foreground);
 	ck_assert_int_eq(o.log_level, LOG_LVL_INFO);
+	ck_assert_uint_eq(o.pool_size, 1ull << 30);
+	ck_assert_uint_eq(o.slab_size, 64ull << 20);
+	ck_assert_uint_eq(o.backend, BACKEND_AUTO);
+	ck_assert_uint_eq(o.max_leases, 1u << 20);
+	ck_assert_str_eq(o.socket_group, "");
+}
+END_TEST
+
+START_TEST(test_options_backend_is_one_of_three)
+{
+	ck_assert_int_eq(parse("--backend", "host"), 0);
+	ck_assert_uint_eq(o.backend, BACKEND_HOST);
+	ck_assert_int_eq(parse("-b", "cuda"), 0);
+	ck_assert_uint_eq(o.backend, BACKEND_CUDA);
+	ck_assert_str_eq(options_backend_name(o.backend), "cuda");
+	ck_assert_int_eq(parse("--backend", "gpu"), -EINVAL);
+	ck_assert_msg(strstr(err, "--backend: 'gpu' is not one of auto, host, cuda"),
+		      "message was: %s", err);
+}
+END_TEST
+
+START_TEST(test_options_pool_and_slab_sizes_must_agree)
+{
+	ck_assert_int_eq(parse("--pool-size", "1M", "--slab-size", "2M"), -EINVAL);
+	ck_assert_msg(strstr(err, "larger than pool-size"), "message was: %s", err);
+	ck_assert_int_eq(parse("--slab-size", "100K"), -EINVAL);
+	ck_assert_msg(strstr(err, "not a multiple of 64K"), "message was: %s", err);
+	ck_assert_int_eq(parse("--pool-size", "1T", "--slab-size", "64K"), -EINVAL);
+	ck_assert_msg(strstr(err, "more than 4096; raise --slab-size"), "message was: %s", err);
+	ck_assert_int_eq(parse("--pool-size", "256M", "--slab-size", "64K"), 0);
 }
 END_TEST
 
 START_TEST(test_options_flags_set_values)
 {
 	ck_assert_int_eq(parse("--socket", "/tmp/x.sock", "--max-clients=3",
-			       "--max-msg-size", "1M", "-f", "--log-level=debug"), 0);
+			       "--max-msg-size", "128K", "-f", "--log-level=debug"), 0);
 	ck_assert_str_eq(o.socket_path, "/tmp/x.sock");
 	ck_assert_uint_eq(o.max_clients, 3);
-	ck_assert_uint_eq(o.max_msg_size, 1 << 20);
+	ck_assert_uint_eq(o.max_msg_size, 128 << 10);
 	ck_assert(o.foreground);
 	ck_assert_int_eq(o.log_level, LOG_LVL_DEBUG);
 }
@@ -142,8 +172,10 @@ START_TEST(test_options_sizes_take_binary_suffixes)
 	ck_assert_uint_eq(o.max_msg_size, 4096);
 	ck_assert_int_eq(parse("--max-msg-size", "8k"), 0);
 	ck_assert_uint_eq(o.max_msg_size, 8192);
-	ck_assert_int_eq(parse("--max-msg-size", "2MiB"), 0);
-	ck_assert_uint_eq(o.max_msg_size, 2 << 20);
+	ck_assert_int_eq(parse("--pool-size", "2MiB", "--slab-size", "1M"), 0);
+	ck_assert_uint_eq(o.pool_size, 2 << 20);
+	ck_assert_int_eq(parse("--pool-size", "3G"), 0);
+	ck_assert_uint_eq(o.pool_size, 3ull << 30);
 	ck_assert_int_eq(parse("--max-msg-size", "12Q"), -EINVAL);
 	ck_assert_int_eq(parse("--max-msg-size", "-1"), -EINVAL);
 }
@@ -192,6 +224,8 @@ Suite *options_suite(void)
 	tcase_add_test(tc, test_options_unknown_flag_and_stray_argument_are_refused);
 	tcase_add_test(tc, test_options_too_long_socket_path_is_refused);
 	tcase_add_test(tc, test_options_bad_log_level_lists_the_levels);
+	tcase_add_test(tc, test_options_backend_is_one_of_three);
+	tcase_add_test(tc, test_options_pool_and_slab_sizes_must_agree);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("config file");

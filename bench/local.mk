@@ -1,0 +1,24 @@
+# bench/: benchmarks. `make bench` builds and runs them; `make all` and
+# `make check` never do. Each benchmark writes its own section of
+# BENCHMARKS.md between markers, so they can be added one by one.
+
+# bench/rpc: round-trip latency and ops/s of kvp_alloc()/kvp_release().
+# An EXTRA_PROGRAM is built only when named; -no-install links it against
+# the freshly built libkvpool directly (no libtool wrapper script), so
+# perf and strace see the program itself.
+EXTRA_PROGRAMS = bench/rpc
+bench_rpc_SOURCES = bench/rpc.c
+bench_rpc_LDADD = client/libkvpool.la
+bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
+CLEANFILES += $(EXTRA_PROGRAMS)
+
+EXTRA_DIST += bench/run-rpc.sh BENCHMARKS.md
+
+# The script starts kvpoold and redis-server on temporary sockets, runs
+# bench/rpc at 1, 2 and 8 clients and redis-benchmark beside it, and
+# rewrites its section of BENCHMARKS.md in the source tree.
+.PHONY: bench
+bench: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
+		--builddir $(abs_top_builddir) \
+		--output $(abs_top_srcdir)/BENCHMARKS.md

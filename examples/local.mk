@@ -1,0 +1,5 @@
+# examples/: small programs that use libkvpool as a model server would.
+
+noinst_PROGRAMS = examples/kvpool-example-pages
+examples_kvpool_example_pages_SOURCES = examples/pages.c
+examples_kvpool_example_pages_LDADD = client/libkvpool.la
