@@ -430,7 +430,6 @@ KVP_API int kvp_alloc(kvp_client *c, size_t n, kvp_page *pages)
 
 KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 {
-	struct hset need;
 	size_t i, k;
 	int rc = 0;
 
@@ -438,21 +437,30 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
 	last_error[0] = '\0';
-	/* All or none: check every handle (with repeats) before sending. */
-	hset_init(&need);
-	for (i = 0; i < n && rc == 0; i++) {
-		rc = hset_add(&need, pages[i], 1);
-		if (rc == 0 && hset_count(&need, pages[i]) > hset_count(&c->held, pages[i])) {
+	/* All or none: take each lease off our own set first (a repeat
+	 * takes a second lease), and put them back on the first one we do
+	 * not hold; nothing has reached the daemon then. */
+	for (i = 0; i < n; i++) {
+		if (hset_sub(&c->held, pages[i], 1) < 0) {
 			set_error("page handle %#llx (entry %zu) is not leased by this client",
 				  (unsigned long long)pages[i], i);
+			while (i--)
+				hset_add(&c->held, pages[i], 1);
 			rc = -ESTALE;
+			goto out;
 		}
 	}
-	hset_fini(&need);
-	for (i = 0; rc == 0 && i < n; i += k) {
+	for (i = 0; i < n; i += k) {
 		k = n - i < c->hello.max_batch ? n - i : c->hello.max_batch;
-		rc = release_batch(c, pages + i, k);
+		rc = send_release(c, pages + i, k);
+		if (rc < 0) {
+			/* the daemon kept these and the ones after them */
+			for (; i < n; i++)
+				hset_add(&c->held, pages[i], 1);
+			goto out;
+		}
 	}
+out:
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }

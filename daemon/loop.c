@@ -19,9 +19,18 @@ int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen)
 	int rc;
 
 	memset(l, 0, sizeof(*l));
+	/* One thread submits and reaps: let the kernel run completion work
+	 * only when we wait for it (6.1+), not by interrupting us. Older
+	 * kernels refuse these flags; they get a plain ring. */
 	memset(&p, 0, sizeof(p));
-	p.flags = IORING_SETUP_CLAMP;
+	p.flags = IORING_SETUP_CLAMP | IORING_SETUP_SINGLE_ISSUER |
+		  IORING_SETUP_DEFER_TASKRUN;
 	rc = io_uring_queue_init_params(entries, &l->ring, &p);
+	if (rc == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		p.flags = IORING_SETUP_CLAMP;
+		rc = io_uring_queue_init_params(entries, &l->ring, &p);
+	}
 	if (rc < 0) {
 		snprintf(err, errlen,
 			 "cannot set up io_uring with %u entries: %s (%d). "
