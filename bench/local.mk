@@ -6,19 +6,29 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc
+EXTRA_PROGRAMS = bench/rpc bench/keys
 bench_rpc_SOURCES = bench/rpc.c
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# bench/keys: tokens/s of kvp_key_chain() for both key schemes against
+# vLLM's Python sha256_cbor (cbor2 + hashlib, /usr/bin/python3) on the same
+# tokens; it rewrites its own section of BENCHMARKS.md. No daemon needed.
+bench_keys_SOURCES = bench/keys.c
+bench_keys_LDADD = client/libkvpool.la
+bench_keys_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/run-rpc.sh BENCHMARKS.md
 
-# The script starts kvpoold and redis-server on temporary sockets, runs
-# bench/rpc at 1, 2 and 8 clients and redis-benchmark beside it, and
-# rewrites its section of BENCHMARKS.md in the source tree.
+# bench/keys runs first (seconds, no daemon). The script starts kvpoold
+# and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
+# clients and redis-benchmark beside it, and rewrites its section of
+# BENCHMARKS.md in the source tree.
 .PHONY: bench
-bench: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+	bench/keys$(EXEEXT) --python /usr/bin/python3 \
+		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
 		--builddir $(abs_top_builddir) \
 		--output $(abs_top_srcdir)/BENCHMARKS.md

@@ -43,9 +43,13 @@ struct rpc_geom {
 
 static const struct rpc_geom rpc_geoms[] = {
 	/* 2 MiB pages: a Llama-3-8B-like layout, 16 tokens a page */
-	{ "large", "bench", { 32, 8, 128, 16, KVP_DTYPE_F16, "bench/model" } },
+	{ "large", "bench", { .layers = 32, .kv_heads = 8, .head_dim = 128,
+			      .block_tokens = 16, .dtype = KVP_DTYPE_F16,
+			      .model = "bench/model" } },
 	/* 16 KiB pages: so that 64-page batches of 8 clients fit any pool */
-	{ "small", "bench-small", { 2, 2, 64, 16, KVP_DTYPE_F16, "bench/model-small" } },
+	{ "small", "bench-small", { .layers = 2, .kv_heads = 2, .head_dim = 64,
+				    .block_tokens = 16, .dtype = KVP_DTYPE_F16,
+				    .model = "bench/model-small" } },
 };
 
 struct rpc_opts {

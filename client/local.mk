@@ -1,11 +1,14 @@
 # client/: libkvpool (the library model servers link), the wire codec shared
 # with the daemon, and the admin CLI `kvpool`.
 
-# Code of both the daemon and the library, written once: the wire codec
-# and the counting set of page handles.
+# Code of both the daemon and the library, written once: the wire codec,
+# the counting set of page handles and the prefix keys (the daemon makes
+# each namespace's root key; kvp_key_* are exported by libkvpool).
 noinst_LTLIBRARIES += client/libkvpshared.la
 client_libkvpshared_la_SOURCES = client/wire.c client/wire.h \
-	client/hset.c client/hset.h
+	client/hset.c client/hset.h client/keys.c client/keys.h
+client_libkvpshared_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
+client_libkvpshared_la_LIBADD = $(XXHASH_LIBS)
 
 include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels.h
 

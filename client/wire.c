@@ -82,7 +82,7 @@ int wire_hello_decode(const void *payload, size_t len, struct kvp_wire_hello *h)
 	if (!terminated(h->ns, sizeof(h->ns)) ||
 	    !terminated(h->model, sizeof(h->model)) ||
 	    !terminated(h->client_name, sizeof(h->client_name)) ||
-	    h->reserved[0] || h->reserved[1] || h->reserved[2])
+	    h->reserved[0] || h->reserved[1])
 		return -KVP_S_INVAL;
 	return 0;
 }
@@ -108,6 +108,61 @@ uint64_t wire_handle_at(const void *handles, size_t i)
 
 	memcpy(&h, (const uint8_t *)handles + i * sizeof(h), sizeof(h));
 	return h;
+}
+
+uint32_t wire_u32_at(const void *a, size_t i)
+{
+	uint32_t v;
+
+	memcpy(&v, (const uint8_t *)a + i * sizeof(v), sizeof(v));
+	return v;
+}
+
+int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
+			const uint8_t **keys, const void **tail)
+{
+	const uint8_t *p = payload;
+
+	if (len < sizeof(*a))
+		return -KVP_S_PROTO;
+	memcpy(a, p, sizeof(*a));
+	/* 64-bit sums: counts up to 2^32 cannot wrap */
+	if ((uint64_t)len != sizeof(*a) + (uint64_t)a->nkeys * KVP_KEY_BYTES +
+			     (uint64_t)a->ntokens * sizeof(uint32_t))
+		return -KVP_S_PROTO;
+	*keys = p + sizeof(*a);
+	*tail = p + sizeof(*a) + (size_t)a->nkeys * KVP_KEY_BYTES;
+	return 0;
+}
+
+int wire_publish_decode(const void *payload, size_t len, struct kvp_wire_publish *pb,
+			const void **ents)
+{
+	if (len < sizeof(*pb))
+		return -KVP_S_PROTO;
+	memcpy(pb, payload, sizeof(*pb));
+	if ((uint64_t)len != sizeof(*pb) +
+			     (uint64_t)pb->n * sizeof(struct kvp_wire_publish_ent))
+		return -KVP_S_PROTO;
+	*ents = (const uint8_t *)payload + sizeof(*pb);
+	return 0;
+}
+
+void wire_publish_ent_at(const void *ents, size_t i, struct kvp_wire_publish_ent *e)
+{
+	memcpy(e, (const uint8_t *)ents + i * sizeof(*e), sizeof(*e));
+}
+
+int wire_partial_decode(const void *payload, size_t len,
+			struct kvp_wire_publish_partial *pp, const void **tokens)
+{
+	if (len < sizeof(*pp))
+		return -KVP_S_PROTO;
+	memcpy(pp, payload, sizeof(*pp));
+	if ((uint64_t)len != sizeof(*pp) + (uint64_t)pp->ntokens * sizeof(uint32_t))
+		return -KVP_S_PROTO;
+	*tokens = (const uint8_t *)payload + sizeof(*pp);
+	return 0;
 }
 
 int wire_stats_decode(const void *payload, size_t len, struct kvp_wire_stats *st,
@@ -166,6 +221,16 @@ const char *wire_op_str(uint32_t op)
 		return "ALLOC";
 	case KVP_OP_RELEASE:
 		return "RELEASE";
+	case KVP_OP_ACQUIRE:
+		return "ACQUIRE";
+	case KVP_OP_PUBLISH:
+		return "PUBLISH";
+	case KVP_OP_PUBLISH_PARTIAL:
+		return "PUBLISH_PARTIAL";
+	case KVP_OP_COW:
+		return "COW";
+	case KVP_OP_RETAIN:
+		return "RETAIN";
 	}
 	return "?";
 }

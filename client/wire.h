@@ -73,6 +73,28 @@ static inline uint32_t wire_max_pages(size_t max_msg)
 }
 
 /*
+ * wire_acquire_decode() - an ACQUIRE request: *a, then keys (nkeys x
+ * KVP_KEY_BYTES, unaligned) and tokens (ntokens uint32_t, unaligned: read
+ * with wire_u32_at()). -KVP_S_PROTO unless the length matches exactly.
+ */
+int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
+			const uint8_t **keys, const void **tokens);
+
+/* wire_publish_decode() - a PUBLISH request: *pb, then n entries of
+ * struct kvp_wire_publish_ent (read with wire_publish_ent_at()). */
+int wire_publish_decode(const void *payload, size_t len, struct kvp_wire_publish *pb,
+			const void **ents);
+void wire_publish_ent_at(const void *ents, size_t i, struct kvp_wire_publish_ent *e);
+
+/* wire_partial_decode() - a PUBLISH_PARTIAL request: *pp, then ntokens
+ * token ids (read with wire_u32_at()). */
+int wire_partial_decode(const void *payload, size_t len,
+			struct kvp_wire_publish_partial *pp, const void **tokens);
+
+/* wire_u32_at() - the i-th uint32_t of an array that may be unaligned. */
+uint32_t wire_u32_at(const void *a, size_t i);
+
+/*
  * wire_stats_decode() - a STATS reply: the fixed part into *st and up to
  * max_ns namespace records into ns. Returns the number of records in the
  * reply (which may exceed max_ns), or -KVP_S_PROTO when the length does

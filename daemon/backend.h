@@ -38,6 +38,9 @@ struct backend_ops {
 			   struct backend_slab *s, char *err, size_t errlen);
 	/* slab_destroy() - free what slab_create() made; s may be zeroed. */
 	void (*slab_destroy)(struct backend *be, struct backend_slab *s);
+	/* page_copy() - copy bytes between two pages (daemon addresses),
+	 * done when it returns. Returns 0 or -errno. */
+	int (*page_copy)(struct backend *be, void *dst, const void *src, size_t bytes);
 	/* fini() - release the backend itself. */
 	void (*fini)(struct backend *be);
 };

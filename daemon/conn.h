@@ -77,6 +77,7 @@ struct server_counters {
 	uint64_t protocol_errors;
 	uint64_t allocs;
 	uint64_t releases;
+	uint64_t retains;
 	uint64_t errors_by_status[KVP_S__COUNT];
 };
 
@@ -86,6 +87,7 @@ struct server {
 	struct backend *be;
 	struct pool *pool;
 	struct ns_table nst;
+	struct ns_keys keys;		/* key settings for new namespaces */
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
 	bool accepting;			/* accept_op is in flight */

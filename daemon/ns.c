@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kvpool.h"
 #include "client/wire.h"
 #include "daemon/ns.h"
 
@@ -76,9 +77,29 @@ static struct ns *ns_find(struct ns_table *t, const char *name)
 	return NULL;
 }
 
-int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
-	    struct ns **out, char *err, size_t errlen)
+/*
+ * ns_root() - the root key of a new namespace: H(seed) of its scheme,
+ * which is vLLM's NONE_HASH for the same seed; with a salt, the key of an
+ * empty block under that root with extra keys [salt, namespace name], so
+ * that salted namespaces never share a key with anything else.
+ */
+static int ns_root(struct ns *n, const struct ns_keys *k)
 {
+	const kvp_extra extras[2] = { { .str = k->salt }, { .str = n->name } };
+	kvp_key root;
+	int rc;
+
+	rc = kvp_key_root(n->key_scheme, k->seed, &root);
+	if (rc == 0 && k->salt && k->salt[0])
+		rc = kvp_key_block(n->key_scheme, &root, NULL, 0, extras, 2, &root);
+	memcpy(n->root, root.b, sizeof(n->root));
+	return rc;
+}
+
+int ns_join(struct ns_table *t, struct pool *p, const struct ns_keys *k,
+	    const struct kvp_wire_hello *h, struct ns **out, char *err, size_t errlen)
+{
+	uint32_t scheme = h->key_scheme ? h->key_scheme : k->scheme;
 	const char *field;
 	uint32_t have, sent;
 	uint64_t pb;
@@ -97,6 +118,12 @@ int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
 			snprintf(err, errlen, "namespace '%s' has %s %u, this client sent %u: "
 				 "use the namespace's geometry or another namespace name",
 				 n->name, field, have, sent);
+			return -KVP_S_MISMATCH;
+		}
+		if (h->key_scheme && h->key_scheme != n->key_scheme) {
+			snprintf(err, errlen, "namespace '%s' uses key scheme %u, this "
+				 "client asked for %u: omit the scheme or use the "
+				 "namespace's", n->name, n->key_scheme, h->key_scheme);
 			return -KVP_S_MISMATCH;
 		}
 		if (strcmp(n->model, h->model) != 0) {
@@ -123,6 +150,11 @@ int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
 			 NS_MAX_HEAD_DIM, NS_MAX_BLOCK_TOKENS);
 		return -KVP_S_INVAL;
 	}
+	if (scheme != KVP_WIRE_KEYS_VLLM_SHA256_CBOR && scheme != KVP_WIRE_KEYS_FAST) {
+		snprintf(err, errlen, "namespace '%s': key scheme %u is not 1 "
+			 "(vllm-sha256-cbor) or 2 (fast)", h->ns, scheme);
+		return -KVP_S_INVAL;
+	}
 	if (t->count >= POOL_MAX_NS) {
 		snprintf(err, errlen, "cannot create namespace '%s': %u namespaces exist",
 			 h->ns, t->count);
@@ -141,7 +173,10 @@ int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
 		return -KVP_S_LIMIT;
 	}
 	n = calloc(1, sizeof(*n));
-	if (!n) {
+	if (n)
+		n->idx = prefix_new();
+	if (!n || !n->idx) {
+		free(n);
 		snprintf(err, errlen, "out of memory creating namespace '%s'", h->ns);
 		return -KVP_S_INTERNAL;
 	}
@@ -155,6 +190,9 @@ int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
 	n->dtype = h->dtype;
 	n->page_bytes = pb;
 	n->pool_ns = pns;
+	n->key_scheme = scheme;
+	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
+	ns_root(n, k);
 	t->ns[t->count++] = n;
 	*out = n;
 	return 0;
@@ -164,7 +202,9 @@ void ns_table_fini(struct ns_table *t)
 {
 	uint32_t i;
 
-	for (i = 0; i < t->count; i++)
+	for (i = 0; i < t->count; i++) {
+		prefix_free(t->ns[i]->idx);
 		free(t->ns[i]);
+	}
 	t->count = 0;
 }

@@ -14,6 +14,7 @@
 
 #include "kvpool_wire.h"
 #include "daemon/pool.h"
+#include "daemon/prefix.h"
 
 struct ns {
 	char name[KVP_NAME_MAX];
@@ -23,6 +24,19 @@ struct ns {
 	uint64_t page_bytes;
 	int pool_ns;		/* its namespace in the pool */
 	uint32_t clients;	/* connections joined to it now */
+	uint32_t key_scheme;	/* KVP_WIRE_KEYS_* */
+	uint8_t root[KVP_KEY_BYTES];	/* parent key of first blocks */
+	struct prefix *idx;	/* published pages by key */
+	uint64_t pinned_quota;	/* pages in the pinned class, at most */
+	struct kvp_wire_prefix_stats st;	/* counters for STATS */
+};
+
+/* Key settings from the daemon's options, for new namespaces. */
+struct ns_keys {
+	uint32_t scheme;	/* default when a client asks for none */
+	const char *seed;	/* root = H(seed) */
+	const char *salt;	/* "" or mixed into each namespace's root */
+	unsigned pinned_pct;	/* pinned quota, percent of the pool's pages */
 };
 
 struct ns_table {
@@ -35,10 +49,12 @@ struct ns_table {
  * geometry. Returns 0 and *out, or a negative enum kvp_status with the
  * reason in err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH
  * (the namespace exists with another geometry; err names the field),
- * -KVP_S_LIMIT (too many namespaces), -KVP_S_INTERNAL (no memory).
+ * -KVP_S_LIMIT (too many namespaces), -KVP_S_INTERNAL (no memory). A new
+ * namespace takes its key scheme from h (or k's default), its root key
+ * from k's seed (and salt with the namespace's name), and an empty index.
  */
-int ns_join(struct ns_table *t, struct pool *p, const struct kvp_wire_hello *h,
-	    struct ns **out, char *err, size_t errlen);
+int ns_join(struct ns_table *t, struct pool *p, const struct ns_keys *k,
+	    const struct kvp_wire_hello *h, struct ns **out, char *err, size_t errlen);
 
 /* ns_table_fini() - free every namespace. */
 void ns_table_fini(struct ns_table *t);

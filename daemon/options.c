@@ -41,6 +41,7 @@ struct opt_def {
 };
 
 static const char *const backend_names[] = { "auto", "host", "cuda", NULL };
+static const char *const scheme_names[] = { "vllm-sha256-cbor", "fast", NULL };
 
 const char *options_backend_name(unsigned backend)
 {
@@ -70,6 +71,17 @@ static const struct opt_def opt_table[] = {
 	  "N", "most pages one client may hold (default 1048576)", NULL },
 	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 256u << 10,
 	  "SIZE", "largest message, 4K to 256K (default 256K)", NULL },
+	{ "key-scheme", 0, OPT_CHOICE, OFF(key_scheme), 0, 0, 0,
+	  "SCHEME", "prefix keys of new namespaces: vllm-sha256-cbor (default) or fast",
+	  scheme_names },
+	{ "key-seed", 0, OPT_STRING, OFF(key_seed), SZ(key_seed), 0, 0,
+	  "SEED", "root key seed, like vLLM's PYTHONHASHSEED (default kvpool)", NULL },
+	{ "key-salt", 0, OPT_STRING, OFF(key_salt), SZ(key_salt), 0, 0,
+	  "SALT", "secret mixed with each namespace's name into its root key", NULL },
+	{ "pinned-quota", 0, OPT_UINT, OFF(pinned_pct), 0, 0, 100,
+	  "PCT", "pinned pages per namespace, % of its pages (default 10)", NULL },
+	{ "free-watermark", 0, OPT_UINT, OFF(free_watermark_pct), 0, 0, 50,
+	  "PCT", "evict cached pages ahead to keep PCT % free (default 1)", NULL },
 	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
 	  "LEVEL", "error, warn, info or debug (default info)", NULL },
 	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
@@ -87,6 +99,9 @@ void options_defaults(struct options *o)
 	o->backend = BACKEND_AUTO;
 	o->max_clients = 256;
 	o->max_leases = 1u << 20;
+	snprintf(o->key_seed, sizeof(o->key_seed), "%s", "kvpool");
+	o->pinned_pct = 10;
+	o->free_watermark_pct = 1;
 	o->max_msg_size = 256u * 1024u;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;

@@ -33,6 +33,11 @@ struct options {
 	uint64_t max_clients;
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
+	unsigned key_scheme;		/* index in key_scheme names: 0 vllm, 1 fast */
+	char key_seed[256];		/* root key = H(seed) */
+	char key_salt[256];		/* "" or mixed into each namespace's root */
+	uint64_t pinned_pct;		/* pinned quota per namespace, % of its pages */
+	uint64_t free_watermark_pct;	/* evict ahead to keep this % free */
 	enum log_level log_level;
 	bool foreground;
 };

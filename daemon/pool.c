@@ -29,11 +29,12 @@
 #define POOL_NIL_SLAB UINT16_MAX
 _Static_assert(KVP_MAX_SLABS <= POOL_NIL_SLAB, "slab numbers fit in uint16_t below the nil mark");
 
-/* Metadata of one page: 16 bytes. */
+/* Metadata of one page: 20 bytes. */
 struct pool_page {
 	uint32_t gen;		/* >= 1; moves on each time the page is freed */
-	uint32_t refs;		/* references (leases); 0 when FREE */
+	uint32_t refs;		/* references (leases); 0 when FREE or CACHED */
 	uint32_t next_index;	/* FREE: next free page's index ... */
+	uint32_t tag;		/* not FREE: the owner's tag (prefix entry) */
 	uint16_t next_slab;	/* ... and slab; POOL_NIL_SLAB ends the list */
 	uint8_t state;		/* enum page_state */
 };
@@ -340,30 +341,103 @@ int pool_lookup(const struct pool *p, int ns, uint64_t h)
 /* pool_ref() - see pool.h. O(1); an invalid h is ignored. */
 void pool_ref(struct pool *p, uint64_t h)
 {
-	struct pool_page *pg = page_find(p, h, NULL);
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
 
-	if (pg)
-		pg->refs++;
+	if (!pg)
+		return;
+	if (pg->state == PAGE_CACHED)
+		page_set_state(p, s->ns, pg, PAGE_SHARED);
+	pg->refs++;
 }
 
-/*
- * pool_unref() - see pool.h. O(1); an invalid h is ignored. A PRIVATE page
- * whose last reference goes is freed: FREE, generation + 1 (0 skipped, so
- * a handle is never 0), and on top of its namespace's free list.
- */
-void pool_unref(struct pool *p, uint64_t h)
+/* page_free() - FREE, generation + 1 (0 skipped, so a handle is never 0),
+ * and on top of its namespace's free list. O(1). */
+static void page_free(struct pool *p, struct pool_slab *s, struct pool_page *pg,
+		      uint64_t h)
+{
+	page_set_state(p, s->ns, pg, PAGE_FREE);
+	pg->tag = 0;
+	if (++pg->gen == 0)
+		pg->gen = 1;
+	free_push(&p->ns[s->ns], pg, KVP_HANDLE_SLAB(h), KVP_HANDLE_INDEX(h));
+}
+
+/* pool_unref() - see pool.h. O(1). */
+int pool_unref(struct pool *p, uint64_t h)
 {
 	struct pool_slab *s;
 	struct pool_page *pg = page_find(p, h, &s);
 
 	if (!pg || pg->refs == 0)
-		return;
-	if (--pg->refs > 0 || pg->state != PAGE_PRIVATE)
-		return;
-	page_set_state(p, s->ns, pg, PAGE_FREE);
-	if (++pg->gen == 0)
-		pg->gen = 1;
-	free_push(&p->ns[s->ns], pg, KVP_HANDLE_SLAB(h), KVP_HANDLE_INDEX(h));
+		return -ESTALE;
+	if (--pg->refs > 0)
+		return pg->state;
+	if (pg->state == PAGE_PRIVATE)
+		page_free(p, s, pg, h);
+	else
+		page_set_state(p, s->ns, pg, PAGE_CACHED);
+	return pg->state;
+}
+
+int pool_state(const struct pool *p, uint64_t h)
+{
+	const struct pool_page *pg = page_find(p, h, NULL);
+
+	return pg ? pg->state : -ESTALE;
+}
+
+int pool_publish(struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
+
+	if (!pg || pg->state != PAGE_PRIVATE || pg->refs != 1)
+		return -EINVAL;
+	page_set_state(p, s->ns, pg, PAGE_SHARED);
+	return 0;
+}
+
+int pool_evict(struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
+
+	if (!pg || pg->state != PAGE_CACHED)
+		return -EINVAL;
+	page_free(p, s, pg, h);
+	return 0;
+}
+
+void pool_set_tag(struct pool *p, uint64_t h, uint32_t tag)
+{
+	struct pool_page *pg = page_find(p, h, NULL);
+
+	if (pg)
+		pg->tag = tag;
+}
+
+uint32_t pool_tag(const struct pool *p, uint64_t h)
+{
+	const struct pool_page *pg = page_find(p, h, NULL);
+
+	return pg ? pg->tag : 0;
+}
+
+uint64_t pool_available(const struct pool *p, int ns)
+{
+	if (!pool_ns_valid(p, ns))
+		return 0;
+	return p->ns[ns].counts.by_state[PAGE_FREE] +
+	       (uint64_t)(p->max_slabs - p->nslabs) * p->ns[ns].pages_per_slab;
+}
+
+uint64_t pool_ns_capacity(const struct pool *p, int ns)
+{
+	if (!pool_ns_valid(p, ns))
+		return 0;
+	return p->ns[ns].counts.total +
+	       (uint64_t)(p->max_slabs - p->nslabs) * p->ns[ns].pages_per_slab;
 }
 
 /* pool_refs() - see pool.h. O(1); 0 for an invalid h. */
@@ -425,8 +499,8 @@ uint32_t pool_slabs_used(const struct pool *p)
  * pool_audit() - recount every page from its metadata and compare with
  * the incremental counts; walk every free list. O(pages): for STATS and
  * tests, not for the hot path. Returns true when all agree: each state's
- * count, each free list's length, no FREE page with references and no
- * leased page without.
+ * count, each free list's length, references on exactly the PRIVATE and
+ * SHARED pages.
  */
 bool pool_audit(const struct pool *p)
 {
@@ -443,8 +517,10 @@ bool pool_audit(const struct pool *p)
 			for (i = 0; i < p->slabs[s].npages; i++) {
 				const struct pool_page *pg = &p->slabs[s].pages[i];
 
-				if (pg->state >= PAGE_STATE_COUNT ||
-				    (pg->state == PAGE_FREE) != (pg->refs == 0))
+				bool leased = pg->state == PAGE_PRIVATE ||
+					      pg->state == PAGE_SHARED;
+
+				if (pg->state >= PAGE_STATE_COUNT || leased != (pg->refs > 0))
 					return false;
 				by[pg->state]++;
 				ntotal++;

@@ -26,8 +26,10 @@
 #include "daemon/backend.h"
 
 enum page_state {
-	PAGE_FREE = 0,		/* on its namespace's free list */
-	PAGE_PRIVATE = 1,	/* allocated, writable by its one owner */
+	PAGE_FREE = 0,		/* on its namespace's free list; refs 0 */
+	PAGE_PRIVATE = 1,	/* allocated, writable by its owner; refs >= 1 */
+	PAGE_SHARED = 2,	/* published, immutable, leased; refs >= 1 */
+	PAGE_CACHED = 3,	/* published, immutable, no lease; refs 0 */
 	PAGE_STATE_COUNT
 };
 
@@ -86,12 +88,38 @@ int pool_lookup(const struct pool *p, int ns, uint64_t h);
 
 /*
  * pool_ref() / pool_unref() - take or drop one reference on the page of
- * a valid handle (check with pool_lookup() first). When the last
- * reference of a PRIVATE page goes, the page is FREE again and its
- * generation moves on, so h goes stale.
+ * a valid handle (check with pool_lookup() first). A reference makes a
+ * CACHED page SHARED. When the last reference goes, a PRIVATE page is
+ * FREE again (its generation moves on, so h goes stale) and a SHARED
+ * page becomes CACHED. pool_unref() returns the page's state afterwards,
+ * or -ESTALE for an invalid handle or a page without references.
  */
 void pool_ref(struct pool *p, uint64_t h);
-void pool_unref(struct pool *p, uint64_t h);
+int pool_unref(struct pool *p, uint64_t h);
+
+/* pool_state() - the state of the page of h, or -ESTALE. O(1). */
+int pool_state(const struct pool *p, uint64_t h);
+
+/* pool_publish() - make the PRIVATE page of h, held by exactly one
+ * reference, SHARED (immutable). Returns 0 or -EINVAL. */
+int pool_publish(struct pool *p, uint64_t h);
+
+/* pool_evict() - free the CACHED page of h: FREE, new generation, back on
+ * the free list. Returns 0 or -EINVAL when h is not a CACHED page. */
+int pool_evict(struct pool *p, uint64_t h);
+
+/* pool_set_tag() / pool_tag() - a 32-bit value kept with a page that is
+ * not FREE (the prefix index keeps its entry number there). */
+void pool_set_tag(struct pool *p, uint64_t h, uint32_t tag);
+uint32_t pool_tag(const struct pool *p, uint64_t h);
+
+/* pool_available() - pages of namespace ns that pool_alloc() could hand
+ * out now: free ones plus those of the slabs the budget still allows. */
+uint64_t pool_available(const struct pool *p, int ns);
+
+/* pool_ns_capacity() - the most pages namespace ns could ever have:
+ * its slabs plus every slab the budget still allows. */
+uint64_t pool_ns_capacity(const struct pool *p, int ns);
 
 /* pool_refs() - the references of the page of a valid handle. */
 uint32_t pool_refs(const struct pool *p, uint64_t h);

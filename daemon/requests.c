@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * requests.c - what kvpoold does for each request: HELLO, STATS,
- * MAP_SLAB, ALLOC, RELEASE; and the leases a connection holds.
+ * MAP_SLAB, ALLOC, RELEASE, ACQUIRE, PUBLISH, PUBLISH_PARTIAL, COW and
+ * RETAIN.
  *
- * Every handler checks its payload completely before it changes
- * anything, and a request that fails changes nothing: ALLOC is all or
- * none, RELEASE too. Leases are counted per connection in an hset and as
- * references in the pool; requests_conn_gone() returns them all.
+ * Every handler checks its whole payload, and every page it names,
+ * before it changes anything, so a request that fails changes nothing:
+ * batches are all or none. Leases move through lease.c, which keeps the
+ * connection's set, the pool's references and the prefix index in step.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,110 @@
 
 #include "client/wire.h"
 #include "daemon/conn.h"
+#include "daemon/lease.h"
 #include "daemon/log.h"
+
+/* --- helpers --------------------------------------------------------------- */
+
+/* need_ns() - true when c joined a namespace; else replies STATE. */
+static bool need_ns(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	if (c->ns)
+		return true;
+	conn_error(c, req, KVP_S_STATE, "%s needs a namespace: send HELLO with one first",
+		   wire_op_str(req->op));
+	return false;
+}
+
+/* room_for_leases() - true when c may take n more leases; else LIMIT. */
+static bool room_for_leases(struct conn *c, const struct kvp_wire_hdr *req, uint64_t n)
+{
+	uint64_t max = c->srv->opt->max_leases;
+
+	if (c->leases.total + n <= max)
+		return true;
+	conn_error(c, req, KVP_S_LIMIT, "%s of %llu pages: this client holds %llu, "
+		   "max-leases is %llu; release pages first", wire_op_str(req->op),
+		   (unsigned long long)n, (unsigned long long)c->leases.total,
+		   (unsigned long long)max);
+	return false;
+}
+
+/*
+ * held_list() - check that every handle of a list is a page of c's
+ * namespace that c holds. Returns true, or replies STALE naming the first
+ * one that is not and returns false.
+ */
+static bool held_list(struct conn *c, const struct kvp_wire_hdr *req,
+		      const void *handles, uint32_t n)
+{
+	uint32_t i;
+	uint64_t h;
+
+	for (i = 0; i < n; i++) {
+		h = wire_handle_at(handles, i);
+		if (pool_lookup(c->srv->pool, c->ns->pool_ns, h) == 0 &&
+		    lease_holds(&c->leases, h))
+			continue;
+		conn_error(c, req, KVP_S_STALE, "page handle %#llx (entry %u) is not "
+			   "leased by this client: stale, forged or released; nothing "
+			   "was done", (unsigned long long)h, i);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * alloc_pages() - n PRIVATE pages of c's namespace into out, evicting
+ * cached pages when the pool has no other room, and leased to c. Replies
+ * NOSPC or INTERNAL itself and returns false when it cannot.
+ */
+static bool alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n,
+			uint64_t *out)
+{
+	struct server *s = c->srv;
+	struct ns *ns = c->ns;
+	char err[KVP_WIRE_ERRMSG_MAX];
+	struct pool_counts pc;
+	uint64_t target;
+	uint32_t i;
+	int rc;
+
+	if (!lease_make_room(s->pool, ns, n)) {
+		pool_counts(s->pool, ns->pool_ns, &pc);
+		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu can "
+			   "be had; of its %llu pages %llu are private and %llu shared "
+			   "(leased by its %u clients), none cached; release pages or "
+			   "raise --pool-size", ns->name, n,
+			   (unsigned long long)pool_available(s->pool, ns->pool_ns),
+			   (unsigned long long)pc.total,
+			   (unsigned long long)pc.by_state[PAGE_PRIVATE],
+			   (unsigned long long)pc.by_state[PAGE_SHARED], ns->clients);
+		return false;
+	}
+	rc = pool_alloc(s->pool, ns->pool_ns, n, out, err, sizeof(err));
+	if (rc < 0) {
+		log_error("namespace '%s': allocating %u pages: %s", ns->name, n, err);
+		conn_error(c, req, rc == -ENOSPC ? KVP_S_NOSPC : KVP_S_INTERNAL, "%s", err);
+		return false;
+	}
+	for (i = 0; i < n; i++) {
+		if (hset_add(&c->leases, out[i], 1) < 0) {
+			while (i--)
+				hset_sub(&c->leases, out[i], 1);
+			for (i = 0; i < n; i++)
+				pool_unref(s->pool, out[i]);
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+			return false;
+		}
+	}
+	/* Keep a few pages free ahead of the next request. */
+	target = pool_ns_capacity(s->pool, ns->pool_ns) * s->opt->free_watermark_pct / 100;
+	lease_make_room(s->pool, ns, target);
+	return true;
+}
+
+/* --- HELLO, STATS, MAP_SLAB -------------------------------------------------- */
 
 static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 			 const uint8_t *payload)
@@ -42,7 +147,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	if (h.ns[0]) {
-		rc = ns_join(&s->nst, s->pool, &h, &n, err, sizeof(err));
+		rc = ns_join(&s->nst, s->pool, &s->keys, &h, &n, err, sizeof(err));
 		if (rc < 0) {
 			conn_error(c, req, (uint32_t)-rc, "%s", err);
 			return;
@@ -65,6 +170,9 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		rep.page_bytes = n->page_bytes;
 		rep.page_stride = pool_ns_page_stride(s->pool, n->pool_ns);
 		rep.pages_per_slab = pool_ns_pages_per_slab(s->pool, n->pool_ns);
+		rep.key_scheme = n->key_scheme;
+		rep.block_tokens = n->block_tokens;
+		memcpy(rep.root_key, n->root, sizeof(rep.root_key));
 		log_info("client %llu (%s, pid %d, uid %u) joined namespace '%s'",
 			 (unsigned long long)c->id, c->name, (int)c->cred.pid,
 			 (unsigned)c->cred.uid, n->name);
@@ -72,22 +180,54 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), -1);
 }
 
-/* need_ns() - true when c joined a namespace; else replies STATE. */
-static bool need_ns(struct conn *c, const struct kvp_wire_hdr *req)
-{
-	if (c->ns)
-		return true;
-	conn_error(c, req, KVP_S_STATE, "%s needs a namespace: send HELLO with one first",
-		   wire_op_str(req->op));
-	return false;
-}
-
 static void fill_counts(const struct pool_counts *pc, uint64_t *total, uint64_t *free_,
-			uint64_t *private_)
+			uint64_t *private_, uint64_t *shared, uint64_t *cached)
 {
 	*total = pc->total;
 	*free_ = pc->by_state[PAGE_FREE];
 	*private_ = pc->by_state[PAGE_PRIVATE];
+	*shared = pc->by_state[PAGE_SHARED];
+	*cached = pc->by_state[PAGE_CACHED];
+}
+
+static void add_prefix_stats(struct kvp_wire_prefix_stats *sum,
+			     const struct kvp_wire_prefix_stats *a)
+{
+	sum->acquires += a->acquires;
+	sum->hits += a->hits;
+	sum->misses += a->misses;
+	sum->hit_tokens += a->hit_tokens;
+	sum->publishes += a->publishes;
+	sum->dedups += a->dedups;
+	sum->cows += a->cows;
+	sum->evictions += a->evictions;
+	sum->pinned += a->pinned;
+}
+
+static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *r)
+{
+	struct pool_counts pc;
+
+	memset(r, 0, sizeof(*r));
+	memcpy(r->name, n->name, sizeof(r->name));
+	memcpy(r->model, n->model, sizeof(r->model));
+	r->id = n->id;
+	r->layers = n->layers;
+	r->kv_heads = n->kv_heads;
+	r->head_dim = n->head_dim;
+	r->block_tokens = n->block_tokens;
+	r->dtype = n->dtype;
+	r->clients = n->clients;
+	r->page_bytes = n->page_bytes;
+	r->page_stride = pool_ns_page_stride(s->pool, n->pool_ns);
+	r->key_scheme = n->key_scheme;
+	r->pinned_quota = (uint32_t)n->pinned_quota;
+	pool_counts(s->pool, n->pool_ns, &pc);
+	r->slabs = (uint32_t)pc.slabs;
+	fill_counts(&pc, &r->pages_total, &r->pages_free, &r->pages_private,
+		    &r->pages_shared, &r->pages_cached);
+	r->prefix = n->st;
+	r->prefix.pinned = prefix_pinned(n->idx);
 }
 
 static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
@@ -136,36 +276,23 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 	st.errors_mismatch = s->n.errors_by_status[KVP_S_MISMATCH];
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
+	fill_counts(&pc, &st.pages_total, &st.pages_free, &st.pages_private,
+		    &st.pages_shared, &st.pages_cached);
 	if (pool_audit(s->pool) && pc.total == pc.by_state[PAGE_FREE] +
-	    pc.by_state[PAGE_PRIVATE])
+	    pc.by_state[PAGE_PRIVATE] + pc.by_state[PAGE_SHARED] + pc.by_state[PAGE_CACHED])
 		st.flags |= KVP_STATS_F_CONSERVED;
 	else
 		log_error("conservation check failed: the page counts do not add up "
 			  "(a kvpoold bug; please report it with `kvpool --json status`)");
-	fill_counts(&pc, &st.pages_total, &st.pages_free, &st.pages_private);
-	memcpy(buf, &st, sizeof(st));
 
 	for (i = 0; i < s->nst.count; i++) {
-		const struct ns *n = s->nst.ns[i];
 		struct kvp_wire_ns_stats r;
 
-		memset(&r, 0, sizeof(r));
-		memcpy(r.name, n->name, sizeof(r.name));
-		memcpy(r.model, n->model, sizeof(r.model));
-		r.id = n->id;
-		r.layers = n->layers;
-		r.kv_heads = n->kv_heads;
-		r.head_dim = n->head_dim;
-		r.block_tokens = n->block_tokens;
-		r.dtype = n->dtype;
-		r.clients = n->clients;
-		r.page_bytes = n->page_bytes;
-		r.page_stride = pool_ns_page_stride(s->pool, n->pool_ns);
-		pool_counts(s->pool, n->pool_ns, &pc);
-		r.slabs = (uint32_t)pc.slabs;
-		fill_counts(&pc, &r.pages_total, &r.pages_free, &r.pages_private);
+		ns_record(s, s->nst.ns[i], &r);
+		add_prefix_stats(&st.prefix, &r.prefix);
 		memcpy(buf + wire_stats_size(i), &r, sizeof(r));
 	}
+	memcpy(buf, &st, sizeof(st));
 	conn_reply(c, req, KVP_S_OK, buf, len, -1);
 	free(buf);
 }
@@ -198,16 +325,14 @@ static void handle_map_slab(struct conn *c, const struct kvp_wire_hdr *req,
 	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), bs->fd);
 }
 
+/* --- ALLOC, RELEASE, RETAIN, COW ---------------------------------------------- */
+
 static void handle_alloc(struct conn *c, const struct kvp_wire_hdr *req,
 			 const uint8_t *payload)
 {
 	struct server *s = c->srv;
 	struct kvp_wire_pages pl;
-	char err[KVP_WIRE_ERRMSG_MAX];
-	uint64_t *handles;
-	struct pool_counts pc;
-	size_t i;
-	int rc;
+	uint64_t *reply;
 
 	if (wire_fixed_decode(payload, req->len, &pl, sizeof(pl)) < 0 || pl.reserved) {
 		conn_fatal(c, req, KVP_S_PROTO, "ALLOC payload is not 8 bytes with reserved 0");
@@ -222,48 +347,19 @@ static void handle_alloc(struct conn *c, const struct kvp_wire_hdr *req,
 			   (unsigned long long)s->opt->max_msg_size);
 		return;
 	}
-	if (c->leases.total + pl.n > s->opt->max_leases) {
-		conn_error(c, req, KVP_S_LIMIT, "ALLOC of %u pages: this client holds %llu, "
-			   "max-leases is %llu; release pages first", pl.n,
-			   (unsigned long long)c->leases.total,
-			   (unsigned long long)s->opt->max_leases);
+	if (!room_for_leases(c, req, pl.n))
 		return;
-	}
-	handles = malloc(wire_pages_size(pl.n));
-	if (!handles) {
+	reply = malloc(wire_pages_size(pl.n));
+	if (!reply) {
 		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", pl.n);
 		return;
 	}
-	memcpy(handles, &pl, sizeof(pl));	/* the reply starts with the count */
-	rc = pool_alloc(s->pool, c->ns->pool_ns, pl.n, handles + 1, err, sizeof(err));
-	if (rc == -ENOSPC) {
-		pool_counts(s->pool, c->ns->pool_ns, &pc);
-		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu free "
-			   "and the pool (%llu bytes) has no room for more slabs; release "
-			   "pages or raise --pool-size", c->ns->name, pl.n,
-			   (unsigned long long)pc.by_state[PAGE_FREE],
-			   (unsigned long long)pool_bytes(s->pool));
-		goto out;
+	memcpy(reply, &pl, sizeof(pl));	/* the reply starts with the count */
+	if (alloc_pages(c, req, pl.n, reply + 1)) {
+		s->n.allocs += pl.n;
+		conn_reply(c, req, KVP_S_OK, reply, wire_pages_size(pl.n), -1);
 	}
-	if (rc < 0) {
-		log_error("namespace '%s': allocating %u pages: %s", c->ns->name, pl.n, err);
-		conn_error(c, req, KVP_S_INTERNAL, "%s", err);
-		goto out;
-	}
-	for (i = 0; i < pl.n; i++) {
-		if (hset_add(&c->leases, handles[1 + i], 1) < 0) {
-			while (i--)
-				hset_sub(&c->leases, handles[1 + i], 1);
-			for (i = 0; i < pl.n; i++)
-				pool_unref(s->pool, handles[1 + i]);
-			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
-			goto out;
-		}
-	}
-	s->n.allocs += pl.n;
-	conn_reply(c, req, KVP_S_OK, handles, wire_pages_size(pl.n), -1);
-out:
-	free(handles);
+	free(reply);
 }
 
 static void handle_release(struct conn *c, const struct kvp_wire_hdr *req,
@@ -294,10 +390,378 @@ static void handle_release(struct conn *c, const struct kvp_wire_hdr *req,
 			return;
 		}
 	}
-	for (i = 0; i < n; i++)
-		pool_unref(s->pool, wire_handle_at(handles, i));
+	/* Last block first: a chain's tail becomes the older candidate, so
+	 * it is evicted before the blocks it extends. */
+	for (i = n; i-- > 0;)
+		lease_put(s->pool, c->ns, wire_handle_at(handles, i));
 	s->n.releases += n;
 	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+}
+
+static void handle_retain(struct conn *c, const struct kvp_wire_hdr *req,
+			  const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	const void *handles;
+	uint32_t n, i;
+
+	if (wire_pages_decode(payload, req->len, &n, &handles) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "RETAIN page count disagrees with the payload");
+		return;
+	}
+	if (!need_ns(c, req) || !held_list(c, req, handles, n) ||
+	    !room_for_leases(c, req, n))
+		return;
+	for (i = 0; i < n; i++) {
+		if (lease_take(&c->leases, s->pool, c->ns, wire_handle_at(handles, i)) < 0) {
+			while (i--)
+				lease_drop(&c->leases, s->pool, c->ns, wire_handle_at(handles, i));
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+			return;
+		}
+	}
+	s->n.retains += n;
+	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+}
+
+static void handle_cow(struct conn *c, const struct kvp_wire_hdr *req,
+		       const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	const void *handles;
+	uint64_t *reply;
+	uint32_t n, i;
+	int rc;
+
+	if (wire_pages_decode(payload, req->len, &n, &handles) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "COW page count disagrees with the payload");
+		return;
+	}
+	if (!need_ns(c, req) || !held_list(c, req, handles, n) ||
+	    !room_for_leases(c, req, n))
+		return;
+	reply = malloc(wire_pages_size(n));
+	if (!reply) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", n);
+		return;
+	}
+	memcpy(reply, &(struct kvp_wire_pages){ .n = n }, sizeof(struct kvp_wire_pages));
+	if (!alloc_pages(c, req, n, reply + 1))
+		goto out;
+	for (i = 0; i < n; i++) {
+		rc = s->be->ops->page_copy(s->be, pool_page_addr(s->pool, reply[1 + i]),
+					   pool_page_addr(s->pool, wire_handle_at(handles, i)),
+					   (size_t)c->ns->page_bytes);
+		if (rc < 0) {
+			for (i = 0; i < n; i++)
+				lease_drop(&c->leases, s->pool, c->ns, reply[1 + i]);
+			log_error("namespace '%s': copying a page: %s", c->ns->name,
+				  strerror(-rc));
+			conn_error(c, req, KVP_S_INTERNAL, "copying a page failed: %s",
+				   strerror(-rc));
+			goto out;
+		}
+	}
+	c->ns->st.cows += n;
+	s->n.allocs += n;
+	conn_reply(c, req, KVP_S_OK, reply, wire_pages_size(n), -1);
+out:
+	free(reply);
+}
+
+/* --- ACQUIRE, PUBLISH, PUBLISH_PARTIAL ----------------------------------------- */
+
+/*
+ * find_partial() - the partial page after block hits of an ACQUIRE: under
+ * keys[hits - 1] (parent when hits is 0), matched against the request's
+ * tokens of block hits. PREFIX_NIL when the tokens stop before it.
+ */
+static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
+			     const uint8_t *keys, const void *raw, uint32_t hits,
+			     uint32_t *tail)
+{
+	uint64_t start = (uint64_t)hits * n->block_tokens;
+	uint32_t i, len;
+
+	if (a->ntokens <= start)
+		return PREFIX_NIL;
+	len = a->ntokens - (uint32_t)start;
+	if (len > n->block_tokens - 1)
+		len = n->block_tokens - 1;
+	for (i = 0; i < len; i++)
+		tail[i] = wire_u32_at(raw, (size_t)start + i);
+	return prefix_find_partial(n->idx, hits ? keys + (size_t)(hits - 1) * KVP_KEY_BYTES
+						: a->parent, tail, len);
+}
+
+static void handle_acquire(struct conn *c, const struct kvp_wire_hdr *req,
+			   const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	struct kvp_wire_acquire_reply *rep;
+	struct kvp_wire_acquire a;
+	const uint8_t *keys;
+	const void *raw;
+	uint32_t *tail, hits, i, pe;
+	struct ns *n;
+	uint64_t *pages;
+	size_t len;
+
+	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "ACQUIRE key or token count disagrees "
+			   "with the payload");
+		return;
+	}
+	if (!need_ns(c, req))
+		return;
+	n = c->ns;
+	if ((uint64_t)a.ntokens >= ((uint64_t)a.nkeys + 1) * n->block_tokens) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE of %u keys with %u tokens: the "
+			   "tokens run from the first key's block to before the end of "
+			   "the block after the last (%u tokens per block)", a.nkeys,
+			   a.ntokens, n->block_tokens);
+		return;
+	}
+	/* Find first, lease after: a refusal must change nothing. */
+	for (hits = 0; hits < a.nkeys; hits++)
+		if (prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) == PREFIX_NIL)
+			break;
+	tail = malloc(n->block_tokens * sizeof(*tail));
+	if (!tail) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u tokens", n->block_tokens);
+		return;
+	}
+	pe = find_partial(n, &a, keys, raw, hits, tail);
+	free(tail);
+	if (!room_for_leases(c, req, hits + (pe != PREFIX_NIL)))
+		return;
+	len = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
+	rep = calloc(1, len);
+	if (!rep) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", hits);
+		return;
+	}
+	pages = (uint64_t *)(rep + 1);
+	for (i = 0; i < hits; i++) {
+		pages[i] = prefix_page(n->idx, prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES));
+		if (lease_take(&c->leases, s->pool, n, pages[i]) < 0)
+			goto out_nomem;
+	}
+	if (pe != PREFIX_NIL) {
+		rep->partial_page = prefix_page(n->idx, pe);
+		rep->partial_tokens = prefix_tokens(n->idx, pe);
+		if (lease_take(&c->leases, s->pool, n, rep->partial_page) < 0)
+			goto out_nomem;
+	}
+	rep->hits = hits;
+	n->st.acquires++;
+	n->st.hits += hits + (pe != PREFIX_NIL);
+	n->st.misses += a.nkeys - hits;
+	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + rep->partial_tokens;
+	conn_reply(c, req, KVP_S_OK, rep, len, -1);
+	free(rep);
+	return;
+
+out_nomem:	/* pages[0..i) were leased */
+	while (i--)
+		lease_drop(&c->leases, s->pool, n, pages[i]);
+	free(rep);
+	conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+}
+
+/*
+ * publishable() - true when h is a PRIVATE page of c's namespace that
+ * only c holds; else replies INVAL (or STALE) naming entry i.
+ */
+static bool publishable(struct conn *c, const struct kvp_wire_hdr *req, uint64_t h,
+			uint32_t i)
+{
+	struct pool *p = c->srv->pool;
+
+	if (pool_lookup(p, c->ns->pool_ns, h) < 0 || !lease_holds(&c->leases, h)) {
+		conn_error(c, req, KVP_S_STALE, "page handle %#llx (entry %u) is not leased "
+			   "by this client; nothing was published", (unsigned long long)h, i);
+		return false;
+	}
+	if (pool_state(p, h) != PAGE_PRIVATE || pool_refs(p, h) != 1) {
+		conn_error(c, req, KVP_S_INVAL, "page %#llx (entry %u) is already published "
+			   "or held by others: only a private page held once can be "
+			   "published; nothing was published", (unsigned long long)h, i);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * publish_one() - index page under key (or, with ntokens, as a partial
+ * page under parent_key) unless the key is indexed already: then c gets
+ * a lease on the page that is. Returns the canonical page and sets *e to
+ * its entry; 0 when memory ran out.
+ */
+static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *parent_key,
+			    uint32_t parent, uint64_t page, unsigned prio,
+			    const uint32_t *tokens, uint32_t ntokens, uint32_t *e)
+{
+	struct pool *p = c->srv->pool;
+	struct ns *n = c->ns;
+
+	*e = ntokens ? prefix_find_partial_exact(n->idx, parent_key, tokens, ntokens)
+		     : prefix_find(n->idx, key);
+	if (*e != PREFIX_NIL) {
+		uint64_t canon = prefix_page(n->idx, *e);
+
+		if (lease_take(&c->leases, p, n, canon) < 0)
+			return 0;
+		n->st.dedups++;
+		return canon;
+	}
+	*e = prefix_insert(n->idx, key, parent_key, parent, page, prio, tokens, ntokens);
+	if (*e == PREFIX_NIL)
+		return 0;
+	pool_publish(p, page);
+	pool_set_tag(p, page, *e);
+	n->st.publishes++;
+	return page;
+}
+
+static void handle_publish(struct conn *c, const struct kvp_wire_hdr *req,
+			   const uint8_t *payload)
+{
+	struct kvp_wire_publish_ent ent;
+	struct kvp_wire_publish pb;
+	const void *ents;
+	struct hset seen;
+	uint64_t *reply, fresh = 0;
+	uint32_t i, e, parent;
+	const uint8_t *parent_key;
+	struct ns *n;
+
+	if (wire_publish_decode(payload, req->len, &pb, &ents) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "PUBLISH entry count disagrees with the payload");
+		return;
+	}
+	if (!need_ns(c, req))
+		return;
+	n = c->ns;
+	if (pb.prio > KVP_PRIO_PINNED) {
+		conn_error(c, req, KVP_S_INVAL, "PUBLISH priority %u is not 0..%u",
+			   pb.prio, KVP_PRIO_PINNED);
+		return;
+	}
+	/* Check everything first: pages, repeats, the dedup hits' leases,
+	 * the pinned quota. */
+	hset_init(&seen);
+	for (i = 0; i < pb.n; i++) {
+		wire_publish_ent_at(ents, i, &ent);
+		if (!publishable(c, req, ent.page, i))
+			goto out_seen;
+		if (hset_count(&seen, ent.page)) {
+			conn_error(c, req, KVP_S_INVAL, "page %#llx appears twice (entry %u); "
+				   "nothing was published", (unsigned long long)ent.page, i);
+			goto out_seen;
+		}
+		if (hset_add(&seen, ent.page, 1) < 0) {
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory");
+			goto out_seen;
+		}
+		fresh += prefix_find(n->idx, ent.key) == PREFIX_NIL;
+	}
+	if (!room_for_leases(c, req, pb.n - fresh))
+		goto out_seen;
+	if (pb.prio == KVP_PRIO_PINNED && prefix_pinned(n->idx) + fresh > n->pinned_quota) {
+		conn_error(c, req, KVP_S_LIMIT, "namespace '%s': pinning %llu more pages "
+			   "would pass its pinned quota of %llu (%u pinned); publish "
+			   "with a lower priority or raise --pinned-quota", n->name,
+			   (unsigned long long)fresh, (unsigned long long)n->pinned_quota,
+			   prefix_pinned(n->idx));
+		goto out_seen;
+	}
+	reply = malloc(wire_pages_size(pb.n));
+	if (!reply) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", pb.n);
+		goto out_seen;
+	}
+	memcpy(reply, &(struct kvp_wire_pages){ .n = pb.n }, sizeof(struct kvp_wire_pages));
+	parent = prefix_find(n->idx, pb.parent);
+	parent_key = pb.parent;
+	for (i = 0; i < pb.n; i++) {
+		const uint8_t *key = (const uint8_t *)ents + (size_t)i * sizeof(ent) +
+				     offsetof(struct kvp_wire_publish_ent, key);
+
+		wire_publish_ent_at(ents, i, &ent);
+		reply[1 + i] = publish_one(c, ent.key, parent_key, parent, ent.page,
+					   pb.prio, NULL, 0, &e);
+		if (!reply[1 + i]) {
+			log_error("namespace '%s': out of memory publishing entry %u of %u",
+				  n->name, i, pb.n);
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory after publishing %u "
+				   "of %u pages; the first %u are published", i, pb.n, i);
+			goto out_reply;
+		}
+		parent = e;
+		parent_key = key;
+	}
+	conn_reply(c, req, KVP_S_OK, reply, wire_pages_size(pb.n), -1);
+out_reply:
+	free(reply);
+out_seen:
+	hset_fini(&seen);
+}
+
+static void handle_publish_partial(struct conn *c, const struct kvp_wire_hdr *req,
+				   const uint8_t *payload)
+{
+	struct kvp_wire_publish_partial pp;
+	struct kvp_wire_pages one = { .n = 1 };
+	uint64_t reply[2], canon;
+	const void *raw;
+	uint32_t *tokens, i, e;
+	struct ns *n;
+
+	if (wire_partial_decode(payload, req->len, &pp, &raw) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "PUBLISH_PARTIAL token count disagrees "
+			   "with the payload");
+		return;
+	}
+	if (!need_ns(c, req))
+		return;
+	n = c->ns;
+	if (pp.ntokens == 0 || pp.ntokens >= n->block_tokens || pp.prio > KVP_PRIO_PINNED) {
+		conn_error(c, req, KVP_S_INVAL, "PUBLISH_PARTIAL of %u tokens at priority %u: "
+			   "a partial page holds 1..%u tokens, priorities are 0..%u",
+			   pp.ntokens, pp.prio, n->block_tokens - 1, KVP_PRIO_PINNED);
+		return;
+	}
+	if (!publishable(c, req, pp.page, 0))
+		return;
+	tokens = malloc(pp.ntokens * sizeof(*tokens));
+	if (!tokens) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u tokens", pp.ntokens);
+		return;
+	}
+	for (i = 0; i < pp.ntokens; i++)
+		tokens[i] = wire_u32_at(raw, i);
+	e = prefix_find_partial_exact(n->idx, pp.parent, tokens, pp.ntokens);
+	if (e != PREFIX_NIL && !room_for_leases(c, req, 1))
+		goto out;
+	if (e == PREFIX_NIL && pp.prio == KVP_PRIO_PINNED &&
+	    prefix_pinned(n->idx) + 1 > n->pinned_quota) {
+		conn_error(c, req, KVP_S_LIMIT, "namespace '%s': its pinned quota of %llu "
+			   "pages is used up; publish with a lower priority or raise "
+			   "--pinned-quota", n->name, (unsigned long long)n->pinned_quota);
+		goto out;
+	}
+	canon = publish_one(c, NULL, pp.parent, prefix_find(n->idx, pp.parent), pp.page,
+			    pp.prio, tokens, pp.ntokens, &e);
+	if (!canon) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory publishing a partial page");
+		goto out;
+	}
+	memcpy(reply, &one, sizeof(one));
+	reply[1] = canon;
+	conn_reply(c, req, KVP_S_OK, reply, sizeof(reply), -1);
+out:
+	free(tokens);
 }
 
 void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
@@ -319,6 +783,21 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 	case KVP_OP_RELEASE:
 		handle_release(c, req, payload);
 		break;
+	case KVP_OP_ACQUIRE:
+		handle_acquire(c, req, payload);
+		break;
+	case KVP_OP_PUBLISH:
+		handle_publish(c, req, payload);
+		break;
+	case KVP_OP_PUBLISH_PARTIAL:
+		handle_publish_partial(c, req, payload);
+		break;
+	case KVP_OP_COW:
+		handle_cow(c, req, payload);
+		break;
+	case KVP_OP_RETAIN:
+		handle_retain(c, req, payload);
+		break;
 	default:
 		conn_error(c, req, KVP_S_OP, "unknown operation %u", req->op);
 		break;
@@ -327,21 +806,17 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 
 void requests_conn_gone(struct conn *c)
 {
-	struct pool *p = c->srv->pool;
-	uint64_t dropped = c->leases.total;
-	size_t i;
-	uint32_t k;
+	uint64_t dropped;
 
-	for (i = 0; i < c->leases.cap; i++)
-		for (k = 0; c->leases.keys && c->leases.keys[i] && k < c->leases.counts[i]; k++)
-			pool_unref(p, c->leases.keys[i]);
-	hset_fini(&c->leases);
-	if (c->ns) {
-		c->ns->clients--;
-		if (dropped)
-			log_info("client %llu (%s, pid %d) left namespace '%s'; its %llu "
-				 "leases were dropped", (unsigned long long)c->id, c->name,
-				 (int)c->cred.pid, c->ns->name, (unsigned long long)dropped);
-		c->ns = NULL;
+	if (!c->ns) {
+		hset_fini(&c->leases);
+		return;
 	}
+	dropped = lease_drop_all(&c->leases, c->srv->pool, c->ns);
+	c->ns->clients--;
+	if (dropped)
+		log_info("client %llu (%s, pid %d) left namespace '%s'; its %llu "
+			 "leases were dropped", (unsigned long long)c->id, c->name,
+			 (int)c->cred.pid, c->ns->name, (unsigned long long)dropped);
+	c->ns = NULL;
 }

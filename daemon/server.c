@@ -598,6 +598,10 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->loop = l;
 	s->be = be;
 	s->pool = pool;
+	s->keys.scheme = o->key_scheme + 1;	/* the option's names are 1, 2 */
+	s->keys.seed = o->key_seed;
+	s->keys.salt = o->key_salt;
+	s->keys.pinned_pct = (unsigned)o->pinned_pct;
 	s->listen_fd = fd;
 	s->start_ms = server_now_ms();
 	s->accept_op.done = server_accept_done;

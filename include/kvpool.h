@@ -60,7 +60,67 @@ typedef struct kvp_geometry {
 	uint32_t layers, kv_heads, head_dim, block_tokens;
 	uint32_t dtype;			/* enum kvp_dtype */
 	const char *model;		/* model identity, e.g. "meta-llama/Llama-3.1-8B" */
+	uint32_t key_scheme;		/* enum kvp_key_scheme; 0: the daemon's default */
 } kvp_geometry;
+
+/* --- Prefix keys ----------------------------------------------------------
+ *
+ * A block key names the contents of one full block of block_tokens
+ * tokens by chaining: key_i = H(key_{i-1}, the block's token ids, extra
+ * keys). Equal keys mean equal KV, so pages with equal keys are shared.
+ */
+typedef struct kvp_key {
+	uint8_t b[KVP_KEY_BYTES];
+} kvp_key;
+
+enum kvp_key_scheme {
+	/* byte-compatible with vLLM's sha256_cbor prefix-caching hash:
+	 * key_i = SHA-256(canonical CBOR [key_{i-1} as a byte string,
+	 * [token ids as unsigned integers], null or [extra keys]]);
+	 * root = SHA-256(canonical CBOR text string of a seed) */
+	KVP_KEYS_VLLM_SHA256_CBOR = 1,
+	/* XXH3-128 over the same inputs (the last 16 key bytes are 0): many
+	 * times faster, not collision-resistant against an adversary; for
+	 * trusted single-tenant use */
+	KVP_KEYS_FAST = 2,
+};
+
+/* One extra key of a block (vLLM's extra_keys): a LoRA adapter's name, a
+ * multimodal input's hash, a cache salt. Text when str is not NULL (a
+ * CBOR text string), else the unsigned integer num. */
+typedef struct kvp_extra {
+	const char *str;
+	uint64_t num;
+} kvp_extra;
+
+/*
+ * kvp_key_root() - the root parent key of a scheme for a seed (vLLM: the
+ * NONE_HASH for PYTHONHASHSEED=seed). Returns 0 or -EINVAL (unknown
+ * scheme, NULL argument). Pure function, thread-safe.
+ */
+KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root);
+
+/*
+ * kvp_key_block() - the key of one block: H(parent, tokens[0..ntokens),
+ * extras[0..nextras)). nextras 0 encodes vLLM's None. Returns 0, -EINVAL,
+ * or -ENOMEM (the fast scheme on a block of more than about 1,000 tokens
+ * hashes through a heap state). Pure function, thread-safe.
+ */
+KVP_API int kvp_key_block(uint32_t scheme, const kvp_key *parent,
+			  const uint32_t *tokens, size_t ntokens,
+			  const kvp_extra *extras, size_t nextras, kvp_key *key);
+
+/*
+ * kvp_key_chain() - keys of the full blocks of tokens: keys[i] is the key
+ * of tokens[i*block_tokens .. (i+1)*block_tokens), chained from parent,
+ * every block with the same extras. A partial last block gets no key.
+ * keys must hold ntokens / block_tokens entries. Returns that count,
+ * -EINVAL or -ENOMEM (as kvp_key_block()). Pure function, thread-safe.
+ */
+KVP_API int kvp_key_chain(uint32_t scheme, const kvp_key *parent,
+			  const uint32_t *tokens, size_t ntokens,
+			  uint32_t block_tokens, const kvp_extra *extras,
+			  size_t nextras, kvp_key *keys);
 
 /* The daemon's counters (struct kvp_wire_stats) and one record per
  * namespace (struct kvp_wire_ns_stats); see kvpool_wire.h. */
@@ -145,6 +205,106 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n);
  * the mapped memfd). NULL when this client does not hold a lease on p.
  */
 KVP_API void *kvp_page_ptr(kvp_client *c, kvp_page p);
+
+/* --- Sharing prefixes ------------------------------------------------------
+ *
+ * A model server computes the keys of a prompt's full blocks, ACQUIREs
+ * the longest cached prefix, computes the rest into pages of its own,
+ * and PUBLISHes them so that others find them. Published pages are
+ * immutable: write only to pages from kvp_alloc() or kvp_cow() before
+ * publishing them.
+ */
+
+/* A partly filled page found by kvp_acquire(): the K/V of its first
+ * `tokens` tokens are valid. tokens is 0 when there is none. */
+typedef struct kvp_partial {
+	kvp_page page;
+	uint32_t tokens;
+} kvp_partial;
+
+/* Priorities of published pages: eviction takes the lowest first.
+ * KVP_PRIO_PINNED (system prompts) counts against the namespace's pinned
+ * quota. The values are KVP_PRIO_LOW .. KVP_PRIO_PINNED of kvpool_wire.h. */
+
+/* kvp_root_key() - the namespace's root key: the parent of a sequence's
+ * first block. Returns 0, or -ENOTCONN for an inspection session. */
+KVP_API int kvp_root_key(const kvp_client *c, kvp_key *root);
+
+/* kvp_block_tokens() - tokens per page in the client's namespace. */
+KVP_API uint32_t kvp_block_tokens(const kvp_client *c);
+
+/*
+ * kvp_block_keys() - the keys of the full blocks of tokens in the
+ * client's namespace (its scheme and block size), chained from parent
+ * (NULL: the namespace's root). keys must hold ntokens / block_tokens
+ * entries. Returns that count, -EINVAL or -ENOTCONN. No daemon round trip.
+ */
+KVP_API int kvp_block_keys(const kvp_client *c, const kvp_key *parent,
+			   const uint32_t *tokens, size_t ntokens,
+			   const kvp_extra *extras, size_t nextras, kvp_key *keys);
+
+/*
+ * kvp_acquire() - lease the pages of the longest cached prefix of
+ * keys[0..n): returns hits, the number of leading keys found, with their
+ * pages in pages[0..hits).
+ *
+ * tokens[0..ntokens) (NULL when ntokens is 0) are the token ids from the
+ * first key's block on: the n blocks' tokens and then those of a partly
+ * filled block after them, fewer than (n + 1) x block_tokens in all.
+ * With them the daemon also looks for a partial page after the last
+ * block that hit (after parent, or the root when parent is NULL, if none
+ * hit) whose tokens are a prefix of that block's tokens, and leases it
+ * into *partial (which may be NULL when ntokens is 0): turn 2 of a chat
+ * finds turn 1's partly filled last page, COWs it and appends.
+ *
+ * One round trip per about 2,500 blocks with tokens (8,000 without).
+ * Returns hits (0..n), or -EDQUOT (lease limit), -EINVAL (too many
+ * tokens), -EPIPE, -ENOMEM. The caller releases what it got.
+ */
+KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
+			size_t n, const uint32_t *tokens, size_t ntokens,
+			kvp_page *pages, kvp_partial *partial);
+
+/*
+ * kvp_publish() - index pages[0..n), the blocks after parent (NULL: the
+ * root) with keys keys[0..n), at priority prio, so that kvp_acquire()
+ * finds them. Each page must be private and held once by this client,
+ * with its K/V complete. canonical[i] receives the page now indexed
+ * under keys[i]: pages[i] itself, or the page another client published
+ * first (dedup), on which this client then holds a lease too; pages[i]
+ * then stays private and goes back to the pool when released.
+ *
+ * Returns 0, -ESTALE (a page not held), -EINVAL (a page already
+ * published or shared, repeated, or prio > KVP_PRIO_PINNED), -EDQUOT
+ * (lease limit, or the pinned quota for KVP_PRIO_PINNED). All or none
+ * for up to about 6,000 pages (one message).
+ */
+KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pages,
+			const kvp_key *keys, size_t n, unsigned prio, kvp_page *canonical);
+
+/*
+ * kvp_publish_partial() - index page, which holds the K/V of
+ * tokens[0..ntokens) (1 .. block_tokens - 1 tokens), as the partial block
+ * after parent (NULL: the root). *canonical as for kvp_publish().
+ */
+KVP_API int kvp_publish_partial(kvp_client *c, const kvp_key *parent, kvp_page page,
+				const uint32_t *tokens, size_t ntokens, unsigned prio,
+				kvp_page *canonical);
+
+/*
+ * kvp_cow() - copies[i] becomes a new private page with the bytes of
+ * src[i], which this client holds (shared or not): the copy is made by
+ * the daemon. Use it to append to a shared partial page. All or none.
+ * Returns 0, -ESTALE, -ENOSPC, -EDQUOT.
+ */
+KVP_API int kvp_cow(kvp_client *c, const kvp_page *src, size_t n, kvp_page *copies);
+
+/*
+ * kvp_retain() - one more lease on each of pages[0..n), which this client
+ * holds (forks for parallel sampling or beam search: each fork releases
+ * its own). Returns 0, -ESTALE, -EDQUOT.
+ */
+KVP_API int kvp_retain(kvp_client *c, const kvp_page *pages, size_t n);
 
 /* --- Inspection ---------------------------------------------------------- */
 

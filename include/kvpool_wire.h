@@ -37,6 +37,7 @@ extern "C" {
 /* Longest error text an error reply carries as its payload. */
 #define KVP_WIRE_ERRMSG_MAX	512u
 
+#define KVP_KEY_BYTES		32	/* a block's content key */
 #define KVP_NAME_MAX		64u	/* namespace name, NUL-padded */
 #define KVP_MODEL_MAX		128u	/* model identity, NUL-padded */
 #define KVP_CLIENT_NAME_MAX	32u	/* client name, NUL-padded */
@@ -64,7 +65,23 @@ enum kvp_op {
 	KVP_OP_MAP_SLAB = 3,	/* get one slab's fd or IPC handle */
 	KVP_OP_ALLOC = 4,	/* lease n new PRIVATE pages */
 	KVP_OP_RELEASE = 5,	/* drop n leases */
+	KVP_OP_ACQUIRE = 6,	/* lease the longest indexed prefix of n keys */
+	KVP_OP_PUBLISH = 7,	/* index a chain of PRIVATE pages under keys */
+	KVP_OP_PUBLISH_PARTIAL = 8, /* index a partly filled page by its tokens */
+	KVP_OP_COW = 9,		/* new PRIVATE copies of held pages */
+	KVP_OP_RETAIN = 10,	/* one more lease on held pages */
 };
+
+/* Key schemes of a namespace (enum kvp_key_scheme in kvpool.h). */
+#define KVP_WIRE_KEYS_VLLM_SHA256_CBOR	1u
+#define KVP_WIRE_KEYS_FAST		2u
+
+/* Priority classes of published pages: evicted lowest first; PINNED
+ * counts against the namespace's pinned quota. */
+#define KVP_PRIO_LOW	0u
+#define KVP_PRIO_NORMAL	1u
+#define KVP_PRIO_HIGH	2u
+#define KVP_PRIO_PINNED	3u
 
 /* Header flags. */
 #define KVP_WIRE_F_REPLY	0x1u	/* this message is a reply */
@@ -132,7 +149,8 @@ struct kvp_wire_hello {
 	uint32_t head_dim;
 	uint32_t block_tokens;
 	uint32_t dtype;		/* enum kvp_wire_dtype */
-	uint32_t reserved[3];
+	uint32_t key_scheme;	/* KVP_WIRE_KEYS_*; 0: the daemon's default */
+	uint32_t reserved[2];
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 256, "kvp_wire_hello is 256 bytes");
 
@@ -148,8 +166,11 @@ struct kvp_wire_hello_reply {
 	uint32_t max_batch;	/* most pages in one ALLOC or RELEASE */
 	uint64_t max_leases;	/* most pages this client may hold */
 	uint64_t max_msg;	/* largest message the daemon takes or sends */
+	uint32_t key_scheme;	/* the namespace's KVP_WIRE_KEYS_* */
+	uint32_t block_tokens;	/* tokens per page */
+	uint8_t root_key[KVP_KEY_BYTES];	/* parent of a sequence's first block */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello_reply) == 64, "kvp_wire_hello_reply is 64 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello_reply) == 104, "kvp_wire_hello_reply is 104 bytes");
 
 /* MAP_SLAB request and reply. The host backend's reply carries the
  * slab's memfd as SCM_RIGHTS ancillary data; the cuda backend's carries
@@ -180,11 +201,85 @@ struct kvp_wire_pages {
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_pages) == 8, "kvp_wire_pages is 8 bytes");
 
 /*
+ * ACQUIRE request: this struct, nkeys keys of KVP_KEY_BYTES, then ntokens
+ * uint32_t token ids from the first key's block on (0 .. (nkeys + 1) x
+ * block_tokens - 1 of them). The daemon leases the pages of the longest
+ * indexed prefix of the keys, hits blocks; then, when the tokens reach
+ * past block hits' start, the longest partial page under keys[hits - 1]
+ * (under parent when hits is 0) whose tokens are a prefix of that
+ * block's tokens: turn 2 of a chat finds turn 1's partly filled tail.
+ */
+struct kvp_wire_acquire {
+	uint32_t nkeys;
+	uint32_t ntokens;
+	uint8_t parent[KVP_KEY_BYTES];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 40, "kvp_wire_acquire is 40 bytes");
+
+/* ACQUIRE reply: this struct, then hits page handles. */
+struct kvp_wire_acquire_reply {
+	uint32_t hits;		/* leading keys found */
+	uint32_t partial_tokens;	/* tokens of the partial page, 0 if none */
+	uint64_t partial_page;	/* its handle (leased), 0 if none */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire_reply) == 16, "kvp_wire_acquire_reply is 16 bytes");
+
+/*
+ * PUBLISH request: this struct, then n entries. Entry i is the block after
+ * entry i - 1; entry 0 is the block after parent. Each page must be a
+ * PRIVATE page that only this client holds. Reply: struct kvp_wire_pages
+ * and n handles: the canonical page of each key (the entry's own page,
+ * or the page already indexed under its key, on which the client then
+ * holds a lease too; its own page stays private until released).
+ */
+struct kvp_wire_publish {
+	uint32_t n;
+	uint32_t prio;		/* KVP_PRIO_* */
+	uint8_t parent[KVP_KEY_BYTES];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish) == 40, "kvp_wire_publish is 40 bytes");
+
+struct kvp_wire_publish_ent {
+	uint64_t page;
+	uint8_t key[KVP_KEY_BYTES];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_ent) == 40, "kvp_wire_publish_ent is 40 bytes");
+
+/*
+ * PUBLISH_PARTIAL request: this struct, then ntokens uint32_t token ids
+ * (1 .. block_tokens - 1): the page holds the K/V of those tokens, the
+ * block after parent. Reply: struct kvp_wire_pages with one handle, the
+ * canonical page (as for PUBLISH).
+ */
+struct kvp_wire_publish_partial {
+	uint64_t page;
+	uint32_t ntokens;
+	uint32_t prio;
+	uint8_t parent[KVP_KEY_BYTES];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_partial) == 48,
+		  "kvp_wire_publish_partial is 48 bytes");
+
+/*
  * STATS reply: struct kvp_wire_stats, then `namespaces` records of
  * struct kvp_wire_ns_stats. Requests have no payload. Page counts satisfy
  * the conservation invariant
  *   free + private + shared + cached + spilled + inflight == total.
  */
+/* Prefix-sharing counters, per namespace and summed over all. */
+struct kvp_wire_prefix_stats {
+	uint64_t acquires;	/* ACQUIRE requests */
+	uint64_t hits;		/* blocks found (full and partial) */
+	uint64_t misses;	/* keys asked for and not found */
+	uint64_t hit_tokens;	/* tokens served from the cache */
+	uint64_t publishes;	/* pages indexed */
+	uint64_t dedups;	/* published keys that were already indexed */
+	uint64_t cows;		/* pages copied */
+	uint64_t evictions;	/* cached pages freed for new ones */
+	uint64_t pinned;	/* indexed pages in the pinned class, now */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_prefix_stats) == 72, "kvp_wire_prefix_stats is 72 bytes");
+
 /* The daemon recounted every page for this reply and its counts add up:
  * the conservation invariant holds (see below). */
 #define KVP_STATS_F_CONSERVED	0x1u
@@ -219,8 +314,9 @@ struct kvp_wire_stats {
 	uint64_t pages_cached;
 	uint64_t pages_spilled;
 	uint64_t pages_inflight;
+	struct kvp_wire_prefix_stats prefix;	/* all namespaces */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 216, "kvp_wire_stats is 216 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 288, "kvp_wire_stats is 288 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
@@ -242,8 +338,11 @@ struct kvp_wire_ns_stats {
 	uint64_t pages_cached;
 	uint64_t pages_spilled;
 	uint64_t pages_inflight;
+	uint32_t key_scheme;
+	uint32_t pinned_quota;	/* pages */
+	struct kvp_wire_prefix_stats prefix;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 296, "kvp_wire_ns_stats is 296 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 376, "kvp_wire_ns_stats is 376 bytes");
 
 #ifdef __cplusplus
 }

@@ -115,7 +115,7 @@ START_TEST(test_wire_stats_decode_reads_namespace_records)
 {
 	struct kvp_wire_ns_stats in[2], out[2];
 	struct kvp_wire_stats st, got;
-	unsigned char buf[216 + 2 * 296];
+	unsigned char buf[sizeof(struct kvp_wire_stats) + 2 * sizeof(struct kvp_wire_ns_stats)];
 
 	memset(&st, 0, sizeof(st));
 	strcpy(st.version, "9.8.7");
@@ -126,7 +126,7 @@ START_TEST(test_wire_stats_decode_reads_namespace_records)
 	strcpy(in[1].name, "b");
 	in[1].pages_free = 0x700000007ull;
 	memcpy(buf, &st, sizeof(st));
-	memcpy(buf + 216, in, sizeof(in));
+	memcpy(buf + sizeof(st), in, sizeof(in));
 
 	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &got, out, 2), 2);
 	ck_assert_mem_eq(&got, &st, sizeof(st));
@@ -135,7 +135,7 @@ START_TEST(test_wire_stats_decode_reads_namespace_records)
 	/* fewer slots than records: the count still says how many exist */
 	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf), &got, out, 1), 2);
 	ck_assert_int_eq(wire_stats_decode(buf, sizeof(buf) - 1, &got, out, 2), -KVP_S_PROTO);
-	ck_assert_int_eq(wire_stats_decode(buf, 215, &got, out, 2), -KVP_S_PROTO);
+	ck_assert_int_eq(wire_stats_decode(buf, sizeof(st) - 1, &got, out, 2), -KVP_S_PROTO);
 }
 END_TEST
 
@@ -143,7 +143,7 @@ START_TEST(test_wire_stats_strings_are_always_terminated)
 {
 	struct kvp_wire_stats out;
 	struct kvp_wire_ns_stats ns;
-	unsigned char buf[216 + 296];
+	unsigned char buf[sizeof(struct kvp_wire_stats) + sizeof(struct kvp_wire_ns_stats)];
 
 	memset(buf, 'x', sizeof(buf));
 	memset(buf + offsetof(struct kvp_wire_stats, namespaces), 0, 4);
@@ -205,7 +205,7 @@ START_TEST(test_wire_hello_unterminated_strings_are_inval)
 	memset(h.client_name, 'c', sizeof(h.client_name));
 	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
 	h = good_hello();
-	h.reserved[2] = 1;
+	h.reserved[1] = 1;
 	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
 }
 END_TEST

@@ -1,20 +1,29 @@
 # tests/: Check suites run by `make check`.
 #   tests/check_unit     every module's unit suite in one runner
 #   tests/check_daemon   integration: start-up, protocol basics, the CLI
-#   tests/check_core     integration: pages, leases, sharing, dead and
-#                        hostile clients, limits (real kvpoold, real
-#                        client processes, a temporary socket)
+#   tests/check_core     integration: pages, leases, dead and hostile
+#                        clients, limits (real kvpoold, real client
+#                        processes, a temporary socket)
+#   tests/check_share    integration: prefix sharing, dedup, COW,
+#                        partial pages, eviction
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
-check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core
-TESTS += tests/check_unit tests/check_daemon tests/check_core
+check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core tests/check_share
+TESTS += tests/check_unit tests/check_daemon tests/check_core tests/check_share
 
+# The daemon's convenience library brings the shared code (client/
+# libkvpshared.la) too, so internal functions such as the SHA-256 of the
+# keys are reachable; libkvpool itself exports only kvp_* symbols.
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
-	tests/check_hset.c tests/check_pool.c
-tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_check_unit_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS)
+	tests/check_hset.c tests/check_pool.c tests/check_prefix.c \
+	tests/check_keys.c
+tests_check_unit_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DKVP_GOLDEN_DIR='"$(abs_top_srcdir)/tests/golden"'
+tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(XXHASH_CFLAGS)
+tests_check_unit_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
+	$(XXHASH_LIBS)
 
 tests_check_daemon_SOURCES = tests/check_daemon.c \
 	tests/harness.c tests/harness.h
@@ -25,6 +34,11 @@ tests_check_core_SOURCES = tests/check_core.c \
 	tests/harness.c tests/harness.h
 tests_check_core_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_core_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_share_SOURCES = tests/check_share.c \
+	tests/harness.c tests/harness.h
+tests_check_share_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_share_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages
@@ -39,3 +53,6 @@ else
 TESTS += tests/need-check.sh
 endif
 EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c
+# Golden vectors of the vLLM-compatible prefix keys and their generator
+# (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).
+EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt

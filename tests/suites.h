@@ -12,8 +12,10 @@
 
 Suite *hset_suite(void);
 Suite *kernels_suite(void);
+Suite *keys_suite(void);
 Suite *options_suite(void);
 Suite *pool_suite(void);
+Suite *prefix_suite(void);
 Suite *wire_suite(void);
 
 #endif /* KVPOOL_TESTS_SUITES_H */

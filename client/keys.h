@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * keys.h - inside libkvpool: the SHA-256 under the prefix keys
+ * (client/keys.c). The public key functions are kvp_key_root(),
+ * kvp_key_block() and kvp_key_chain() in kvpool.h; what is here is not
+ * exported (hidden visibility, version script) and is declared only so
+ * that tests/check_keys.c can hold the hash against FIPS 180-4's examples.
+ */
+#ifndef KVP_KEYS_H
+#define KVP_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYS_SHA256_BYTES 32
+
+/* A SHA-256 computation in progress. Plain data: copy it to fork a hash,
+ * no cleanup needed. */
+struct keys_sha256 {
+	uint32_t h[8];		/* chaining state H0..H7 */
+	uint64_t bytes;		/* message bytes hashed so far */
+	size_t fill;		/* bytes waiting in buf, 0..63 */
+	uint8_t buf[64];	/* a partial message block */
+};
+
+/* keys_sha256_init() - start a new message. */
+void keys_sha256_init(struct keys_sha256 *s);
+
+/* keys_sha256_update() - append len bytes of data (data may be NULL when
+ * len is 0). Any split of a message into updates gives the same digest. */
+void keys_sha256_update(struct keys_sha256 *s, const void *data, size_t len);
+
+/* keys_sha256_final() - pad, write the 32-byte digest to out; s must be
+ * initialised again before reuse. */
+void keys_sha256_final(struct keys_sha256 *s, uint8_t out[KEYS_SHA256_BYTES]);
+
+/* keys_sha256() - the digest of one whole message. */
+void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES]);
+
+#endif /* KVP_KEYS_H */

@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * lease.h - the leases of one connection: the pages it holds, how many
+ * times each, kept in step with the pool's references and, for
+ * published pages, with the prefix index's eviction candidates.
+ */
+#ifndef KVP_LEASE_H
+#define KVP_LEASE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "client/hset.h"
+#include "daemon/ns.h"
+#include "daemon/pool.h"
+
+/* lease_holds() - how many leases set holds on page h. */
+static inline uint32_t lease_holds(const struct hset *set, uint64_t h)
+{
+	return hset_count(set, h);
+}
+
+/*
+ * lease_take() - one more lease on the valid page h for set: a pool
+ * reference (a CACHED page becomes SHARED and stops being an eviction
+ * candidate of n's index). Returns 0 or -ENOMEM (nothing changed).
+ */
+int lease_take(struct hset *set, struct pool *p, struct ns *n, uint64_t h);
+
+/*
+ * lease_drop() - drop one lease of set on h, which it holds. A page left
+ * without leases is freed (PRIVATE) or becomes a candidate for eviction
+ * (published).
+ */
+void lease_drop(struct hset *set, struct pool *p, struct ns *n, uint64_t h);
+
+/* lease_put() - the pool's side of dropping a lease that was already
+ * taken out of the connection's set: one reference less; a published
+ * page left without any becomes the most recently released candidate. */
+void lease_put(struct pool *p, struct ns *n, uint64_t h);
+
+/* lease_drop_all() - drop every lease of set and empty it. Returns how
+ * many leases there were. */
+uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n);
+
+/*
+ * lease_make_room() - evict cached pages of n, leaves and low priorities
+ * first, until the pool can hand out want pages of n. Returns true when
+ * it can.
+ */
+bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
+
+#endif /* KVP_LEASE_H */

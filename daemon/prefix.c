@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefix.c - the prefix index of one namespace (see prefix.h).
+ *
+ * Entries live in one growing array and are named by their index, so
+ * links stay valid when it grows. Full-block entries hang off a hash
+ * table by key; partial entries off a second table by parent key. Keys
+ * are already uniform hashes, so their first 8 bytes pick the bucket.
+ * Candidates for eviction sit on one doubly linked list per priority
+ * class, least recently released at the head. Every operation is O(1)
+ * except lookups of partial pages (a short list under one parent) and
+ * eviction, which skips candidates that still have children.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/prefix.h"
+
+struct entry {
+	uint8_t key[KVP_KEY_BYTES];	/* full: its key; partial: parent key */
+	uint64_t page;
+	uint32_t parent;		/* entry of the parent block, or NIL */
+	uint32_t children;		/* entries whose parent is this one */
+	uint32_t hnext;			/* hash chain; free list when unused */
+	uint32_t prev, next;		/* candidate list of its class */
+	uint32_t *tokens;		/* partial: its token ids, owned */
+	uint32_t ntokens;		/* partial: how many; 0 for a full block */
+	uint8_t prio;			/* class, < PREFIX_CLASSES */
+	uint8_t cached;			/* on a candidate list */
+	uint8_t used;
+};
+
+struct lru {
+	uint32_t head, tail;
+};
+
+struct prefix {
+	struct entry *e;		/* [cap]; e[0] is never used */
+	uint32_t cap;
+	uint32_t count;
+	uint32_t pinned;
+	uint32_t free_head;		/* unused entries, through hnext */
+	uint32_t *full;			/* [nbuckets] heads, by key */
+	uint32_t *part;			/* [nbuckets] heads, by parent key */
+	uint32_t nbuckets;		/* a power of two */
+	struct lru lru[PREFIX_CLASSES];
+};
+
+static uint32_t bucket(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES])
+{
+	uint64_t h;
+
+	memcpy(&h, key, sizeof(h));
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ull;
+	h ^= h >> 32;
+	return (uint32_t)h & (x->nbuckets - 1);
+}
+
+struct prefix *prefix_new(void)
+{
+	struct prefix *x = calloc(1, sizeof(*x));
+	uint32_t i;
+
+	if (!x)
+		return NULL;
+	x->nbuckets = 64;
+	x->full = calloc(x->nbuckets, sizeof(*x->full));
+	x->part = calloc(x->nbuckets, sizeof(*x->part));
+	x->cap = 64;
+	x->e = calloc(x->cap, sizeof(*x->e));
+	if (!x->full || !x->part || !x->e) {
+		prefix_free(x);
+		return NULL;
+	}
+	for (i = x->cap - 1; i >= 1; i--) {
+		x->e[i].hnext = x->free_head;
+		x->free_head = i;
+	}
+	return x;
+}
+
+void prefix_free(struct prefix *x)
+{
+	uint32_t i;
+
+	if (!x)
+		return;
+	for (i = 1; x->e && i < x->cap; i++)
+		free(x->e[i].tokens);
+	free(x->e);
+	free(x->full);
+	free(x->part);
+	free(x);
+}
+
+/* rehash() - double the buckets when entries outnumber them. O(count). */
+static int rehash(struct prefix *x)
+{
+	uint32_t n = x->nbuckets * 2, i, b;
+	uint32_t *full = calloc(n, sizeof(*full)), *part = calloc(n, sizeof(*part));
+
+	if (!full || !part) {
+		free(full);
+		free(part);
+		return -1;
+	}
+	free(x->full);
+	free(x->part);
+	x->full = full;
+	x->part = part;
+	x->nbuckets = n;
+	for (i = 1; i < x->cap; i++) {
+		struct entry *en = &x->e[i];
+		uint32_t *heads = en->ntokens ? x->part : x->full;
+
+		if (!en->used)
+			continue;
+		b = bucket(x, en->key);
+		en->hnext = heads[b];
+		heads[b] = i;
+	}
+	return 0;
+}
+
+/* new_entry() - an unused entry number, growing the array. */
+static uint32_t new_entry(struct prefix *x)
+{
+	struct entry *e;
+	uint32_t i, cap;
+
+	if (!x->free_head) {
+		if (x->cap >= UINT32_MAX / 2)
+			return PREFIX_NIL;
+		cap = x->cap * 2;
+		e = realloc(x->e, cap * sizeof(*e));
+		if (!e)
+			return PREFIX_NIL;
+		memset(e + x->cap, 0, (cap - x->cap) * sizeof(*e));
+		for (i = cap - 1; i >= x->cap; i--) {
+			e[i].hnext = x->free_head;
+			x->free_head = i;
+		}
+		x->e = e;
+		x->cap = cap;
+	}
+	i = x->free_head;
+	x->free_head = x->e[i].hnext;
+	return i;
+}
+
+uint32_t prefix_find(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES])
+{
+	uint32_t i;
+
+	for (i = x->full[bucket(x, key)]; i; i = x->e[i].hnext)
+		if (memcmp(x->e[i].key, key, KVP_KEY_BYTES) == 0)
+			return i;
+	return PREFIX_NIL;
+}
+
+uint32_t prefix_find_partial(const struct prefix *x, const uint8_t parent[KVP_KEY_BYTES],
+			     const uint32_t *tail, uint32_t ntail)
+{
+	uint32_t i, best = PREFIX_NIL, best_n = 0;
+
+	for (i = x->part[bucket(x, parent)]; i; i = x->e[i].hnext) {
+		const struct entry *en = &x->e[i];
+
+		if (en->ntokens <= best_n || en->ntokens > ntail ||
+		    memcmp(en->key, parent, KVP_KEY_BYTES) != 0 ||
+		    memcmp(en->tokens, tail, en->ntokens * sizeof(*tail)) != 0)
+			continue;
+		best = i;
+		best_n = en->ntokens;
+	}
+	return best;
+}
+
+uint32_t prefix_find_partial_exact(const struct prefix *x,
+				   const uint8_t parent[KVP_KEY_BYTES],
+				   const uint32_t *tokens, uint32_t ntokens)
+{
+	uint32_t i;
+
+	for (i = x->part[bucket(x, parent)]; i; i = x->e[i].hnext) {
+		const struct entry *en = &x->e[i];
+
+		if (en->ntokens == ntokens && memcmp(en->key, parent, KVP_KEY_BYTES) == 0 &&
+		    memcmp(en->tokens, tokens, ntokens * sizeof(*tokens)) == 0)
+			return i;
+	}
+	return PREFIX_NIL;
+}
+
+uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+		       uint64_t page, unsigned prio, const uint32_t *tokens,
+		       uint32_t ntokens)
+{
+	uint32_t *copy = NULL, i, b;
+	struct entry *en;
+
+	if (x->count + 1 > x->nbuckets && rehash(x) < 0)
+		return PREFIX_NIL;
+	if (ntokens) {
+		copy = malloc(ntokens * sizeof(*copy));
+		if (!copy)
+			return PREFIX_NIL;
+		memcpy(copy, tokens, ntokens * sizeof(*copy));
+	}
+	i = new_entry(x);
+	if (i == PREFIX_NIL) {
+		free(copy);
+		return PREFIX_NIL;
+	}
+	en = &x->e[i];
+	memset(en, 0, sizeof(*en));
+	memcpy(en->key, ntokens ? parent_key : key, KVP_KEY_BYTES);
+	en->page = page;
+	en->parent = parent;
+	en->tokens = copy;
+	en->ntokens = ntokens;
+	en->prio = (uint8_t)(prio < PREFIX_CLASSES ? prio : PREFIX_CLASSES - 1);
+	en->used = 1;
+	b = bucket(x, en->key);
+	if (ntokens) {
+		en->hnext = x->part[b];
+		x->part[b] = i;
+	} else {
+		en->hnext = x->full[b];
+		x->full[b] = i;
+	}
+	if (parent)
+		x->e[parent].children++;
+	x->count++;
+	if (en->prio == PREFIX_PINNED)
+		x->pinned++;
+	return i;
+}
+
+uint64_t prefix_page(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].page;
+}
+
+uint32_t prefix_tokens(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].ntokens;
+}
+
+unsigned prefix_prio(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].prio;
+}
+
+void prefix_cached(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+	struct lru *l = &x->lru[en->prio];
+
+	if (en->cached)
+		return;
+	en->cached = 1;
+	en->next = PREFIX_NIL;
+	en->prev = l->tail;
+	if (l->tail)
+		x->e[l->tail].next = e;
+	else
+		l->head = e;
+	l->tail = e;
+}
+
+void prefix_leased(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+	struct lru *l = &x->lru[en->prio];
+
+	if (!en->cached)
+		return;
+	if (en->prev)
+		x->e[en->prev].next = en->next;
+	else
+		l->head = en->next;
+	if (en->next)
+		x->e[en->next].prev = en->prev;
+	else
+		l->tail = en->prev;
+	en->cached = 0;
+	en->prev = en->next = PREFIX_NIL;
+}
+
+/* unhash() - take e off its hash chain. O(chain). */
+static void unhash(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+	uint32_t *link = &(en->ntokens ? x->part : x->full)[bucket(x, en->key)];
+
+	while (*link && *link != e)
+		link = &x->e[*link].hnext;
+	if (*link)
+		*link = en->hnext;
+}
+
+void prefix_remove(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+
+	prefix_leased(x, e);
+	unhash(x, e);
+	if (en->parent)
+		x->e[en->parent].children--;
+	if (en->prio == PREFIX_PINNED)
+		x->pinned--;
+	free(en->tokens);
+	memset(en, 0, sizeof(*en));
+	en->hnext = x->free_head;
+	x->free_head = e;
+	x->count--;
+}
+
+uint32_t prefix_evict(struct prefix *x, uint64_t *page)
+{
+	unsigned c;
+	uint32_t e;
+
+	for (c = 0; c < PREFIX_CLASSES; c++) {
+		for (e = x->lru[c].head; e; e = x->e[e].next) {
+			if (x->e[e].children)
+				continue;	/* a parent waits for its leaves */
+			*page = x->e[e].page;
+			prefix_remove(x, e);
+			return e;
+		}
+	}
+	return PREFIX_NIL;
+}
+
+uint32_t prefix_count(const struct prefix *x)
+{
+	return x->count;
+}
+
+uint32_t prefix_pinned(const struct prefix *x)
+{
+	return x->pinned;
+}

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * prefix.h - one namespace's prefix index: content key -> published page,
+ * partial pages under their parent key, and the eviction order of the
+ * pages nobody leases.
+ *
+ * Entries are numbered (1, 2, ...; 0 is PREFIX_NIL). Each records its
+ * key, its page handle, the entry of its parent block when the parent is
+ * indexed, how many indexed entries name it as their parent, and its
+ * priority class. A partial entry (fewer than block_tokens tokens) is
+ * found by its parent key and its token ids, not by a key of its own.
+ *
+ * Eviction order: lowest priority class first; within a class least
+ * recently released first; never an entry that still has indexed
+ * children (leaves go before their parents, so no cached block is left
+ * behind an evicted parent). Only entries marked cached (no lease) are
+ * candidates. The index never touches the pool: the caller moves pages.
+ */
+#ifndef KVP_PREFIX_H
+#define KVP_PREFIX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool_wire.h"
+
+#define PREFIX_NIL 0u
+#define PREFIX_CLASSES 4u	/* priority classes 0 (evicted first) .. 3 (pinned) */
+#define PREFIX_PINNED 3u
+
+struct prefix;
+
+/* prefix_new() - an empty index, or NULL without memory. */
+struct prefix *prefix_new(void);
+
+/* prefix_free() - free the index (the pages are the caller's). */
+void prefix_free(struct prefix *x);
+
+/* prefix_find() - the entry of a full-block key, or PREFIX_NIL. O(1). */
+uint32_t prefix_find(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES]);
+
+/*
+ * prefix_find_partial() - the partial entry under parent whose token ids
+ * are the longest prefix of tail[0..ntail), or PREFIX_NIL. O(partials
+ * under parent x their length).
+ */
+uint32_t prefix_find_partial(const struct prefix *x, const uint8_t parent[KVP_KEY_BYTES],
+			     const uint32_t *tail, uint32_t ntail);
+
+/* prefix_find_partial_exact() - the partial entry under parent with
+ * exactly tokens[0..ntokens), or PREFIX_NIL. */
+uint32_t prefix_find_partial_exact(const struct prefix *x,
+				   const uint8_t parent[KVP_KEY_BYTES],
+				   const uint32_t *tokens, uint32_t ntokens);
+
+/*
+ * prefix_insert() - index page under key (a full block: ntokens 0) or as
+ * a partial page of ntokens tokens (copied) under parent_key. parent is
+ * the parent's entry (PREFIX_NIL when not indexed); it gains a child. The
+ * new entry is leased (not an eviction candidate). Returns the entry
+ * number, or PREFIX_NIL without memory.
+ */
+uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+		       uint64_t page, unsigned prio, const uint32_t *tokens,
+		       uint32_t ntokens);
+
+/* prefix_page() / prefix_tokens() / prefix_prio() - an entry's page, its
+ * token count (0 for a full block) and priority class. */
+uint64_t prefix_page(const struct prefix *x, uint32_t e);
+uint32_t prefix_tokens(const struct prefix *x, uint32_t e);
+unsigned prefix_prio(const struct prefix *x, uint32_t e);
+
+/* prefix_cached() - e has no lease any more: it becomes the most recently
+ * released candidate of its class. O(1). */
+void prefix_cached(struct prefix *x, uint32_t e);
+
+/* prefix_leased() - e is leased again: no longer a candidate. O(1). */
+void prefix_leased(struct prefix *x, uint32_t e);
+
+/*
+ * prefix_evict() - choose the next victim among the candidates, remove it
+ * from the index (its parent loses a child) and return its page handle
+ * via *page; PREFIX_NIL when there is none. Candidates with children are
+ * skipped: O(skipped) per call.
+ */
+uint32_t prefix_evict(struct prefix *x, uint64_t *page);
+
+/* prefix_remove() - drop e from the index at once (its page went away
+ * another way); it must have no children. */
+void prefix_remove(struct prefix *x, uint32_t e);
+
+/* prefix_count() - entries indexed; prefix_pinned() - of them in the
+ * pinned class. */
+uint32_t prefix_count(const struct prefix *x);
+uint32_t prefix_pinned(const struct prefix *x);
+
+#endif /* KVP_PREFIX_H */

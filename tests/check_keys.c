@@ -1,0 +1,702 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_keys.c - unit tests of the prefix keys (client/keys.c): SHA-256
+ * against FIPS 180-4's examples, the vLLM scheme byte for byte against
+ * tests/golden/keys_vllm.txt (written by tests/golden/gen_keys.py with
+ * cbor2 and hashlib, as vLLM hashes), the fast scheme against its
+ * documented bytes, and the argument checks.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+#include <xxhash.h>
+
+#include "kvpool.h"
+#include "client/keys.h"
+#include "suites.h"
+
+#define GOLDEN_FILE KVP_GOLDEN_DIR "/keys_vllm.txt"
+#define GOLDEN_MAX_FIELDS 8
+
+static const uint32_t schemes[] = { KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_FAST };
+
+/* --- Reading the golden file --------------------------------------------- */
+
+struct golden {
+	FILE *f;
+	char *line;		/* getline()'s buffer, freed by golden_close() */
+	size_t cap;
+	unsigned long lineno;
+	int n;			/* fields of the current line */
+	char *field[GOLDEN_MAX_FIELDS];
+};
+
+static void golden_open(struct golden *g)
+{
+	memset(g, 0, sizeof(*g));
+	g->f = fopen(GOLDEN_FILE, "r");
+	ck_assert_msg(g->f, "cannot open %s: %s (run tests/golden/gen_keys.py?)",
+		      GOLDEN_FILE, strerror(errno));
+}
+
+static void golden_close(struct golden *g)
+{
+	free(g->line);
+	fclose(g->f);
+}
+
+/* golden_next() - the next vector whose first field is kind, split into
+ * g->field[]; false at the end of the file. */
+static bool golden_next(struct golden *g, const char *kind)
+{
+	while (getline(&g->line, &g->cap, g->f) > 0) {
+		char *p = g->line, *save = NULL, *tok;
+
+		g->lineno++;
+		g->n = 0;
+		while ((tok = strtok_r(p, " \n", &save)) && g->n < GOLDEN_MAX_FIELDS) {
+			g->field[g->n++] = tok;
+			p = NULL;
+		}
+		if (g->n > 0 && strcmp(g->field[0], kind) == 0)
+			return true;
+	}
+	return false;
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/* unhex() - decode hex ("-": empty) into a new buffer with a NUL after the
+ * bytes; *len gets their count. Caller frees. */
+static uint8_t *unhex(const char *s, size_t *len)
+{
+	size_t n = strcmp(s, "-") == 0 ? 0 : strlen(s) / 2, i;
+	uint8_t *out = malloc(n + 1);
+
+	ck_assert_ptr_nonnull(out);
+	for (i = 0; i < n; i++) {
+		int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+
+		ck_assert_msg(hi >= 0 && lo >= 0, "bad hex '%s'", s);
+		out[i] = (uint8_t)(hi << 4 | lo);
+	}
+	out[n] = 0;
+	*len = n;
+	return out;
+}
+
+static void unhex_key(const char *s, kvp_key *k)
+{
+	size_t n;
+	uint8_t *b = unhex(s, &n);
+
+	ck_assert_uint_eq(n, KVP_KEY_BYTES);
+	memcpy(k->b, b, KVP_KEY_BYTES);
+	free(b);
+}
+
+/* parse_tokens() - "1,2,3" or "-"; caller frees. */
+static uint32_t *parse_tokens(const char *s, size_t *n)
+{
+	size_t cap = 1, i = 0;
+	uint32_t *t;
+	const char *p;
+
+	for (p = s; *p; p++)
+		cap += *p == ',';
+	t = malloc(cap * sizeof(*t));
+	ck_assert_ptr_nonnull(t);
+	if (strcmp(s, "-") != 0) {
+		for (p = s; ; p++) {
+			char *end;
+			unsigned long long v = strtoull(p, &end, 10);
+
+			ck_assert_uint_le(v, UINT32_MAX);
+			t[i++] = (uint32_t)v;
+			p = end;
+			if (*p != ',')
+				break;
+		}
+	}
+	*n = i;
+	return t;
+}
+
+/* parse_extras() - "-", or items s:<hex>, r:<count>:<hex>, n:<num>; free
+ * with free_extras(). */
+static kvp_extra *parse_extras(char *s, size_t *n)
+{
+	char *save = NULL, *item;
+	size_t cap = 1, i = 0;
+	kvp_extra *e;
+	const char *p;
+
+	for (p = s; *p; p++)
+		cap += *p == ',';
+	e = calloc(cap, sizeof(*e));
+	ck_assert_ptr_nonnull(e);
+	if (strcmp(s, "-") != 0) {
+		for (item = strtok_r(s, ",", &save); item;
+		     item = strtok_r(NULL, ",", &save), i++) {
+			size_t len;
+
+			if (item[0] == 'n') {
+				e[i].num = strtoull(item + 2, NULL, 10);
+			} else if (item[0] == 's') {
+				e[i].str = (char *)unhex(item + 2, &len);
+			} else {
+				char *end;
+				size_t count = strtoul(item + 2, &end, 10), k;
+				uint8_t *one = unhex(end + 1, &len);
+				char *str = malloc(count * len + 1);
+
+				ck_assert_ptr_nonnull(str);
+				for (k = 0; k < count; k++)
+					memcpy(str + k * len, one, len);
+				str[count * len] = 0;
+				free(one);
+				e[i].str = str;
+			}
+		}
+	}
+	*n = i;
+	return e;
+}
+
+static void free_extras(kvp_extra *e, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free((char *)e[i].str);
+	free(e);
+}
+
+static void key_hex(const kvp_key *k, char out[2 * KVP_KEY_BYTES + 1])
+{
+	int i;
+
+	for (i = 0; i < KVP_KEY_BYTES; i++)
+		sprintf(out + 2 * i, "%02x", k->b[i]);
+}
+
+#define ck_assert_key_eq(got, want_hex, g) do {				\
+	char hex_[2 * KVP_KEY_BYTES + 1];					\
+	key_hex(got, hex_);							\
+	ck_assert_msg(strcmp(hex_, want_hex) == 0,				\
+		      "%s line %lu: key %s, want %s", GOLDEN_FILE,		\
+		      (g)->lineno, hex_, want_hex);				\
+} while (0)
+
+/* --- SHA-256 ---------------------------------------------------------------- */
+
+static void sha_hex(const uint8_t d[KEYS_SHA256_BYTES], char out[65])
+{
+	int i;
+
+	for (i = 0; i < KEYS_SHA256_BYTES; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* FIPS 180-4's examples (the NIST "SHA256.pdf" example values). */
+START_TEST(test_keys_sha256_fips_examples)
+{
+	static const char m448[] =
+		"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	uint8_t d[KEYS_SHA256_BYTES], chunk[997];
+	struct keys_sha256 s;
+	char hex[65];
+	size_t left;
+
+	keys_sha256("abc", 3, d);
+	sha_hex(d, hex);
+	ck_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223"
+			      "b00361a396177a9cb410ff61f20015ad");
+	keys_sha256(m448, strlen(m448), d);
+	sha_hex(d, hex);
+	ck_assert_str_eq(hex, "248d6a61d20638b8e5c026930c3e6039"
+			      "a33ce45964ff2167f6ecedd419db06c1");
+	keys_sha256("", 0, d);
+	sha_hex(d, hex);
+	ck_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb924"
+			      "27ae41e4649b934ca495991b7852b855");
+	/* one million 'a', streamed in pieces that straddle blocks */
+	memset(chunk, 'a', sizeof(chunk));
+	keys_sha256_init(&s);
+	for (left = 1000000; left > 0; ) {
+		size_t n = left < sizeof(chunk) ? left : sizeof(chunk);
+
+		keys_sha256_update(&s, chunk, n);
+		left -= n;
+	}
+	keys_sha256_final(&s, d);
+	sha_hex(d, hex);
+	ck_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67"
+			      "f1809a48a497200e046d39ccc7112cd0");
+}
+END_TEST
+
+/* hashlib's digests of every length around the padding boundaries, whole
+ * and split in two at every point. */
+START_TEST(test_keys_sha256_matches_hashlib_at_every_length)
+{
+	struct golden g;
+	int vectors = 0;
+
+	golden_open(&g);
+	while (golden_next(&g, "sha")) {
+		size_t n = strtoul(g.field[1], NULL, 10), i, cut;
+		uint8_t *m = malloc(n + 1), d[KEYS_SHA256_BYTES];
+		char hex[65];
+
+		ck_assert_ptr_nonnull(m);
+		for (i = 0; i < n; i++)
+			m[i] = (uint8_t)(i * 31 + 7);
+		keys_sha256(m, n, d);
+		sha_hex(d, hex);
+		ck_assert_msg(strcmp(hex, g.field[2]) == 0,
+			      "sha256 of %zu bytes: %s, want %s", n, hex, g.field[2]);
+		for (cut = 0; n <= 256 && cut <= n; cut++) {
+			struct keys_sha256 s;
+
+			keys_sha256_init(&s);
+			keys_sha256_update(&s, m, cut);
+			keys_sha256_update(&s, m + cut, n - cut);
+			keys_sha256_final(&s, d);
+			sha_hex(d, hex);
+			ck_assert_msg(strcmp(hex, g.field[2]) == 0,
+				      "sha256 of %zu bytes split at %zu", n, cut);
+		}
+		free(m);
+		vectors++;
+	}
+	golden_close(&g);
+	ck_assert_int_ge(vectors, 100);
+}
+END_TEST
+
+/* --- vLLM's sha256_cbor ------------------------------------------------------ */
+
+START_TEST(test_keys_vllm_roots_match_golden)
+{
+	struct golden g;
+	int vectors = 0;
+
+	golden_open(&g);
+	while (golden_next(&g, "root")) {
+		size_t n;
+		char *seed = (char *)unhex(g.field[1], &n);
+		kvp_key k;
+
+		ck_assert_int_eq(kvp_key_root(KVP_KEYS_VLLM_SHA256_CBOR, seed, &k), 0);
+		ck_assert_key_eq(&k, g.field[2], &g);
+		free(seed);
+		vectors++;
+	}
+	golden_close(&g);
+	ck_assert_int_ge(vectors, 5);
+}
+END_TEST
+
+START_TEST(test_keys_vllm_blocks_match_golden)
+{
+	struct golden g;
+	int vectors = 0;
+
+	golden_open(&g);
+	while (golden_next(&g, "block")) {
+		size_t ntok, nex;
+		uint32_t *tok = parse_tokens(g.field[2], &ntok);
+		kvp_extra *ex = parse_extras(g.field[3], &nex);
+		kvp_key parent, k;
+
+		ck_assert_int_eq(g.n, 5);
+		unhex_key(g.field[1], &parent);
+		ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &parent,
+					       tok, ntok, ex, nex, &k), 0);
+		ck_assert_key_eq(&k, g.field[4], &g);
+		free(tok);
+		free_extras(ex, nex);
+		vectors++;
+	}
+	golden_close(&g);
+	ck_assert_int_ge(vectors, 40);
+}
+END_TEST
+
+/* Each chain line: kvp_key_chain() and block after block from the root. */
+START_TEST(test_keys_vllm_chains_match_golden)
+{
+	struct golden g;
+	int vectors = 0;
+
+	golden_open(&g);
+	while (golden_next(&g, "chain")) {
+		size_t ntok, nex, nkeys, i;
+		uint32_t bt = (uint32_t)strtoul(g.field[2], NULL, 10);
+		uint32_t *tok = parse_tokens(g.field[3], &ntok);
+		kvp_extra *ex = parse_extras(g.field[4], &nex);
+		char *want = g.field[5], *save = NULL, *h;
+		kvp_key parent, step, next, *keys;
+
+		ck_assert_int_eq(g.n, 6);
+		unhex_key(g.field[1], &parent);
+		nkeys = ntok / bt;
+		keys = calloc(nkeys + 1, sizeof(*keys));
+		ck_assert_ptr_nonnull(keys);
+		ck_assert_int_eq(kvp_key_chain(KVP_KEYS_VLLM_SHA256_CBOR, &parent,
+					       tok, ntok, bt, ex, nex, keys),
+				 (int)nkeys);
+		step = parent;
+		h = strcmp(want, "-") ? strtok_r(want, ":", &save) : NULL;
+		for (i = 0; i < nkeys; i++, h = strtok_r(NULL, ":", &save)) {
+			ck_assert_ptr_nonnull(h);
+			ck_assert_key_eq(&keys[i], h, &g);
+			ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR,
+						       &step, tok + i * bt, bt,
+						       ex, nex, &next), 0);
+			ck_assert_key_eq(&next, h, &g);
+			step = next;
+		}
+		ck_assert_ptr_null(h);
+		free(keys);
+		free(tok);
+		free_extras(ex, nex);
+		vectors++;
+	}
+	golden_close(&g);
+	ck_assert_int_ge(vectors, 4);
+}
+END_TEST
+
+/* --- Both schemes -------------------------------------------------------------- */
+
+static void fill_tokens(uint32_t *t, size_t n, uint64_t x)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		/* every CBOR width: < 24, < 2^8, < 2^16, < 2^32 */
+		t[i] = (uint32_t)(x >> (8 * (x & 3) + 8));
+	}
+}
+
+START_TEST(test_keys_chain_equals_repeated_block)
+{
+	static const kvp_extra ex[] = { { "lora-a", 0 }, { NULL, 42 } };
+	uint32_t tok[16 * 40 + 7];
+	kvp_key root, keys[41], step, next;
+	size_t s, nex;
+	int i;
+
+	fill_tokens(tok, sizeof(tok) / sizeof(tok[0]), 0x1234567);
+	for (s = 0; s < 2; s++) {
+		for (nex = 0; nex <= 2; nex++) {
+			ck_assert_int_eq(kvp_key_root(schemes[s], "kvpool", &root), 0);
+			ck_assert_int_eq(kvp_key_chain(schemes[s], &root, tok,
+						       sizeof(tok) / sizeof(tok[0]),
+						       16, ex, nex, keys), 40);
+			step = root;
+			for (i = 0; i < 40; i++) {
+				ck_assert_int_eq(kvp_key_block(schemes[s], &step,
+							       tok + 16 * i, 16,
+							       ex, nex, &next), 0);
+				ck_assert_mem_eq(keys[i].b, next.b, KVP_KEY_BYTES);
+				step = next;
+			}
+		}
+	}
+}
+END_TEST
+
+START_TEST(test_keys_chain_ignores_a_partial_last_block)
+{
+	uint32_t tok[64];
+	kvp_key root, full[4], part[4], sentinel;
+	size_t s;
+
+	fill_tokens(tok, 64, 99);
+	memset(&sentinel, 0xa5, sizeof(sentinel));
+	for (s = 0; s < 2; s++) {
+		ck_assert_int_eq(kvp_key_root(schemes[s], "0", &root), 0);
+		ck_assert_int_eq(kvp_key_chain(schemes[s], &root, tok, 48, 16,
+					       NULL, 0, full), 3);
+		part[3] = sentinel;
+		ck_assert_int_eq(kvp_key_chain(schemes[s], &root, tok, 63, 16,
+					       NULL, 0, part), 3);
+		ck_assert_mem_eq(full, part, 3 * sizeof(kvp_key));
+		ck_assert_mem_eq(&part[3], &sentinel, sizeof(sentinel));
+		/* fewer tokens than a block: no keys, keys may be NULL */
+		ck_assert_int_eq(kvp_key_chain(schemes[s], &root, tok, 15, 16,
+					       NULL, 0, NULL), 0);
+		ck_assert_int_eq(kvp_key_chain(schemes[s], &root, NULL, 0, 16,
+					       NULL, 0, NULL), 0);
+	}
+}
+END_TEST
+
+START_TEST(test_keys_rejects_bad_arguments)
+{
+	uint32_t tok[32] = { 1, 2, 3 };
+	kvp_key root, k[2];
+	size_t s;
+
+	for (s = 0; s < 2; s++) {
+		uint32_t sc = schemes[s];
+
+		ck_assert_int_eq(kvp_key_root(sc, NULL, &root), -EINVAL);
+		ck_assert_int_eq(kvp_key_root(sc, "0", NULL), -EINVAL);
+		ck_assert_int_eq(kvp_key_root(sc, "0", &root), 0);
+		ck_assert_int_eq(kvp_key_block(sc, NULL, tok, 16, NULL, 0, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_block(sc, &root, NULL, 16, NULL, 0, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_block(sc, &root, tok, 16, NULL, 1, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_block(sc, &root, tok, 16, NULL, 0, NULL), -EINVAL);
+		ck_assert_int_eq(kvp_key_block(sc, &root, NULL, 0, NULL, 0, k), 0);
+		ck_assert_int_eq(kvp_key_chain(sc, NULL, tok, 32, 16, NULL, 0, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_chain(sc, &root, NULL, 32, 16, NULL, 0, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_chain(sc, &root, tok, 32, 16, NULL, 0, NULL), -EINVAL);
+		ck_assert_int_eq(kvp_key_chain(sc, &root, tok, 32, 16, NULL, 2, k), -EINVAL);
+		ck_assert_int_eq(kvp_key_chain(sc, &root, tok, 32, 0, NULL, 0, k), -EINVAL);
+	}
+	ck_assert_int_eq(kvp_key_root(0, "0", &root), -EINVAL);
+	ck_assert_int_eq(kvp_key_root(3, "0", &root), -EINVAL);
+	ck_assert_int_eq(kvp_key_block(0, &root, tok, 16, NULL, 0, k), -EINVAL);
+	ck_assert_int_eq(kvp_key_block(3, &root, tok, 16, NULL, 0, k), -EINVAL);
+	ck_assert_int_eq(kvp_key_chain(0, &root, tok, 32, 16, NULL, 0, k), -EINVAL);
+	ck_assert_int_eq(kvp_key_chain(UINT32_MAX, &root, tok, 32, 16, NULL, 0, k),
+			 -EINVAL);
+}
+END_TEST
+
+START_TEST(test_keys_vllm_and_fast_differ)
+{
+	uint32_t tok[16];
+	kvp_key rv, rf, kv, kf;
+
+	fill_tokens(tok, 16, 7);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_VLLM_SHA256_CBOR, "0", &rv), 0);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "0", &rf), 0);
+	ck_assert_mem_ne(rv.b, rf.b, KVP_KEY_BYTES);
+	/* same parent, same block */
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &rv, tok, 16,
+				       NULL, 0, &kv), 0);
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &rv, tok, 16, NULL, 0, &kf), 0);
+	ck_assert_mem_ne(kv.b, kf.b, KVP_KEY_BYTES);
+	ck_assert_mem_ne(kv.b, kf.b, 16);
+}
+END_TEST
+
+/* --- The fast scheme ------------------------------------------------------------ */
+
+START_TEST(test_keys_fast_is_deterministic_with_zero_upper_half)
+{
+	static const uint8_t zero[16];
+	uint32_t tok[128];
+	kvp_extra ex[] = { { "lora", 0 }, { NULL, 5 } };
+	kvp_key r1, r2, k1, k2;
+	int i;
+
+	fill_tokens(tok, 128, 3);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "kvpool", &r1), 0);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "kvpool", &r2), 0);
+	ck_assert_mem_eq(r1.b, r2.b, KVP_KEY_BYTES);
+	ck_assert_mem_eq(r1.b + 16, zero, 16);
+	for (i = 0; i < 3; i++) {
+		size_t n = i == 0 ? 0 : i == 1 ? 16 : 128;
+
+		memset(&k1, 0xff, sizeof(k1));
+		memset(&k2, 0x11, sizeof(k2));
+		ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &r1, tok, n, ex, 2, &k1), 0);
+		ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &r1, tok, n, ex, 2, &k2), 0);
+		ck_assert_mem_eq(k1.b, k2.b, KVP_KEY_BYTES);
+		ck_assert_mem_eq(k1.b + 16, zero, 16);
+		ck_assert_mem_ne(k1.b, zero, 16);
+	}
+}
+END_TEST
+
+/* key_differs() - the fast key of this block differs from base. */
+static void key_differs(const kvp_key *base, const kvp_key *parent,
+			const uint32_t *tok, size_t n, const kvp_extra *ex,
+			size_t nex, const char *what)
+{
+	kvp_key k;
+
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, parent, tok, n, ex, nex, &k), 0);
+	ck_assert_msg(memcmp(k.b, base->b, KVP_KEY_BYTES) != 0,
+		      "changing %s left the fast key unchanged", what);
+}
+
+START_TEST(test_keys_fast_changes_with_every_input)
+{
+	kvp_extra ex[] = { { "lora-a", 0 }, { NULL, 42 } }, ex2[2];
+	uint32_t tok[16], t2[16];
+	kvp_key root, other, base, p2;
+	int i, bit;
+
+	fill_tokens(tok, 16, 11);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "kvpool", &root), 0);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "kvpoo1", &other), 0);
+	ck_assert_mem_ne(root.b, other.b, KVP_KEY_BYTES);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "", &other), 0);
+	ck_assert_mem_ne(root.b, other.b, KVP_KEY_BYTES);
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &root, tok, 16, ex, 2, &base), 0);
+
+	for (i = 0; i < 16; i++) {	/* one token, one bit */
+		memcpy(t2, tok, sizeof(t2));
+		t2[i] ^= 1u << (i * 2);
+		key_differs(&base, &root, t2, 16, ex, 2, "a token");
+	}
+	memcpy(t2, tok, sizeof(t2));	/* two tokens swapped */
+	t2[0] = tok[1];
+	t2[1] = tok[0];
+	key_differs(&base, &root, t2, 16, ex, 2, "the token order");
+	key_differs(&base, &root, tok, 15, ex, 2, "the token count");
+	for (bit = 0; bit < 8 * KVP_KEY_BYTES; bit += 7) {
+		p2 = root;
+		p2.b[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+		key_differs(&base, &p2, tok, 16, ex, 2, "a parent bit");
+	}
+	key_differs(&base, &other, tok, 16, ex, 2, "the parent's seed");
+	memcpy(ex2, ex, sizeof(ex2));
+	ex2[0].str = "lora-b";
+	key_differs(&base, &root, tok, 16, ex2, 2, "an extra string");
+	memcpy(ex2, ex, sizeof(ex2));
+	ex2[1].num = 43;
+	key_differs(&base, &root, tok, 16, ex2, 2, "an extra number");
+	memcpy(ex2, ex, sizeof(ex2));
+	ex2[1].str = "*";		/* "*" as text, not the number 42 */
+	ex2[1].num = 0;
+	key_differs(&base, &root, tok, 16, ex2, 2, "an extra's type");
+	key_differs(&base, &root, tok, 16, ex, 1, "the number of extras");
+	key_differs(&base, &root, tok, 16, NULL, 0, "extras to none");
+	/* where one string ends and the next begins */
+	ex2[0].str = "ab";
+	ex2[1].str = "c";
+	{
+		kvp_extra ex3[2] = { { "a", 0 }, { "bc", 0 } };
+		kvp_key k;
+
+		ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &root, tok, 16, ex2, 2, &k), 0);
+		key_differs(&k, &root, tok, 16, ex3, 2, "a string boundary");
+	}
+}
+END_TEST
+
+/*
+ * The fast key is XXH3-128 of the bytes client/keys.c documents: built
+ * here by hand and hashed one-shot, for a small block (hashed from a stack
+ * buffer) and a block larger than the library's staging buffer (hashed
+ * with the streaming API), and for the root.
+ */
+static size_t put_le(uint8_t *p, uint64_t v, int bytes)
+{
+	int i;
+
+	for (i = 0; i < bytes; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+	return (size_t)bytes;
+}
+
+static void fast_want(const uint8_t *m, size_t n, kvp_key *want)
+{
+	XXH128_hash_t h = XXH3_128bits(m, n);
+
+	memset(want, 0, sizeof(*want));
+	put_le(want->b, h.low64, 8);
+	put_le(want->b + 8, h.high64, 8);
+}
+
+START_TEST(test_keys_fast_hashes_the_documented_bytes)
+{
+	static const char lora[] = "lora-a";
+	static const size_t sizes[] = { 0, 16, 5000 };
+	kvp_extra ex[] = { { lora, 0 }, { NULL, 0x0102030405060708ull } };
+	uint32_t *tok = malloc(5000 * sizeof(*tok));
+	uint8_t *m = malloc(64 + 4 * 5000 + 64);
+	kvp_key root, k, want;
+	size_t n, i, s;
+
+	ck_assert_ptr_nonnull(tok);
+	ck_assert_ptr_nonnull(m);
+	fill_tokens(tok, 5000, 17);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_FAST, "seed", &root), 0);
+	n = 0;
+	m[n++] = 'R';
+	memcpy(m + n, "kvpool-fast-root", 16);
+	n += 16;
+	n += put_le(m + n, 4, 8);
+	memcpy(m + n, "seed", 4);
+	n += 4;
+	fast_want(m, n, &want);
+	ck_assert_mem_eq(root.b, want.b, KVP_KEY_BYTES);
+
+	for (s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+		n = 0;
+		m[n++] = 'B';
+		memcpy(m + n, root.b, KVP_KEY_BYTES);
+		n += KVP_KEY_BYTES;
+		n += put_le(m + n, sizes[s], 8);
+		for (i = 0; i < sizes[s]; i++)
+			n += put_le(m + n, tok[i], 4);
+		n += put_le(m + n, 2, 8);
+		m[n++] = 0x01;
+		n += put_le(m + n, strlen(lora), 8);
+		memcpy(m + n, lora, strlen(lora));
+		n += strlen(lora);
+		m[n++] = 0x02;
+		n += put_le(m + n, ex[1].num, 8);
+		fast_want(m, n, &want);
+		ck_assert_int_eq(kvp_key_block(KVP_KEYS_FAST, &root, tok, sizes[s],
+					       ex, 2, &k), 0);
+		ck_assert_mem_eq(k.b, want.b, KVP_KEY_BYTES);
+	}
+	free(m);
+	free(tok);
+}
+END_TEST
+
+Suite *keys_suite(void)
+{
+	Suite *s = suite_create("keys");
+	TCase *sha = tcase_create("sha256");
+	TCase *vllm = tcase_create("vllm");
+	TCase *both = tcase_create("schemes");
+	TCase *fast = tcase_create("fast");
+
+	tcase_add_test(sha, test_keys_sha256_fips_examples);
+	tcase_add_test(sha, test_keys_sha256_matches_hashlib_at_every_length);
+	suite_add_tcase(s, sha);
+
+	tcase_add_test(vllm, test_keys_vllm_roots_match_golden);
+	tcase_add_test(vllm, test_keys_vllm_blocks_match_golden);
+	tcase_add_test(vllm, test_keys_vllm_chains_match_golden);
+	suite_add_tcase(s, vllm);
+
+	tcase_add_test(both, test_keys_chain_equals_repeated_block);
+	tcase_add_test(both, test_keys_chain_ignores_a_partial_last_block);
+	tcase_add_test(both, test_keys_rejects_bad_arguments);
+	tcase_add_test(both, test_keys_vllm_and_fast_differ);
+	suite_add_tcase(s, both);
+
+	tcase_add_test(fast, test_keys_fast_is_deterministic_with_zero_upper_half);
+	tcase_add_test(fast, test_keys_fast_changes_with_every_input);
+	tcase_add_test(fast, test_keys_fast_hashes_the_documented_bytes);
+	suite_add_tcase(s, fast);
+	return s;
+}

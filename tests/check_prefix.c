@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_prefix.c - unit tests of the prefix index (daemon/prefix.c):
+ * lookups, partial pages, eviction order by priority, recency and
+ * leaves first; and of the pool's page states for published pages.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "daemon/backend.h"
+#include "daemon/pool.h"
+#include "daemon/prefix.h"
+#include "suites.h"
+
+/* key() - a distinct 32-byte key for each number. */
+static const uint8_t *key(uint32_t i)
+{
+	static uint8_t k[8][KVP_KEY_BYTES];
+	static unsigned next;
+	uint8_t *b = k[next++ % 8];
+	uint64_t x = i * 0x9e3779b97f4a7c15ull + 1;
+
+	for (unsigned j = 0; j < KVP_KEY_BYTES; j += 8) {
+		x ^= x >> 31;
+		x *= 0xbf58476d1ce4e5b9ull;
+		memcpy(b + j, &x, 8);
+	}
+	return b;
+}
+
+/* chain() - index a chain of n full blocks 1..n, block i at page 100 + i,
+ * and return the entry of the last one. */
+static uint32_t chain(struct prefix *x, uint32_t first, uint32_t n, unsigned prio)
+{
+	uint32_t i, parent = PREFIX_NIL;
+
+	for (i = first; i < first + n; i++) {
+		parent = prefix_insert(x, key(i), NULL, parent, 100 + i, prio, NULL, 0);
+		ck_assert_uint_ne(parent, PREFIX_NIL);
+	}
+	return parent;
+}
+
+START_TEST(test_prefix_finds_what_was_inserted)
+{
+	struct prefix *x = prefix_new();
+	uint32_t e;
+
+	ck_assert_ptr_nonnull(x);
+	ck_assert_uint_eq(prefix_find(x, key(1)), PREFIX_NIL);
+	e = prefix_insert(x, key(1), NULL, PREFIX_NIL, 77, 1, NULL, 0);
+	ck_assert_uint_eq(prefix_find(x, key(1)), e);
+	ck_assert_uint_eq(prefix_page(x, e), 77);
+	ck_assert_uint_eq(prefix_tokens(x, e), 0);
+	ck_assert_uint_eq(prefix_find(x, key(2)), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_count(x), 1);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_grows_past_many_entries)
+{
+	struct prefix *x = prefix_new();
+	uint32_t i;
+
+	for (i = 0; i < 20000; i++)
+		ck_assert_uint_ne(prefix_insert(x, key(i), NULL, PREFIX_NIL, i + 1, 1,
+						NULL, 0), PREFIX_NIL);
+	for (i = 0; i < 20000; i++)
+		ck_assert_uint_eq(prefix_page(x, prefix_find(x, key(i))), i + 1);
+	ck_assert_uint_eq(prefix_count(x), 20000);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_partial_matches_the_longest_token_prefix)
+{
+	const uint32_t a[] = { 5, 6, 7 }, b[] = { 5, 6, 7, 8, 9 }, other[] = { 5, 9 };
+	const uint32_t tail[] = { 5, 6, 7, 8, 9, 10 }, short_tail[] = { 5, 6, 7, 8 };
+	struct prefix *x = prefix_new();
+	uint8_t parent[KVP_KEY_BYTES];
+	uint32_t ea, eb;
+
+	memcpy(parent, key(1), sizeof(parent));
+	ea = prefix_insert(x, NULL, parent, PREFIX_NIL, 10, 1, a, 3);
+	eb = prefix_insert(x, NULL, parent, PREFIX_NIL, 11, 1, b, 5);
+	prefix_insert(x, NULL, parent, PREFIX_NIL, 12, 1, other, 2);
+	prefix_insert(x, NULL, key(2), PREFIX_NIL, 13, 1, b, 5);	/* another parent */
+
+	ck_assert_uint_eq(prefix_find_partial(x, parent, tail, 6), eb);
+	ck_assert_uint_eq(prefix_tokens(x, eb), 5);
+	ck_assert_uint_eq(prefix_find_partial(x, parent, short_tail, 4), ea);
+	ck_assert_uint_eq(prefix_find_partial(x, parent, tail, 2), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_find_partial(x, key(3), tail, 6), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_find_partial_exact(x, parent, a, 3), ea);
+	ck_assert_uint_eq(prefix_find_partial_exact(x, parent, a, 2), PREFIX_NIL);
+	/* partial pages are not full-block keys */
+	ck_assert_uint_eq(prefix_find(x, parent), PREFIX_NIL);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_evicts_least_recently_released_first)
+{
+	struct prefix *x = prefix_new();
+	uint32_t e[3], i;
+	uint64_t page;
+
+	for (i = 0; i < 3; i++)
+		e[i] = prefix_insert(x, key(i), NULL, PREFIX_NIL, 50 + i, 1, NULL, 0);
+	ck_assert_uint_eq(prefix_evict(x, &page), PREFIX_NIL);	/* all leased */
+	prefix_cached(x, e[2]);
+	prefix_cached(x, e[0]);
+	prefix_cached(x, e[1]);
+	prefix_leased(x, e[0]);		/* acquired again: not a candidate */
+	prefix_cached(x, e[0]);		/* released again: the most recent */
+	ck_assert_uint_eq(prefix_evict(x, &page), e[2]);
+	ck_assert_uint_eq(page, 52);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[1]);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[0]);
+	ck_assert_uint_eq(prefix_evict(x, &page), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_find(x, key(2)), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_count(x), 0);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_evicts_low_priority_before_recency)
+{
+	struct prefix *x = prefix_new();
+	uint32_t pinned, high, low;
+	uint64_t page;
+
+	pinned = prefix_insert(x, key(1), NULL, PREFIX_NIL, 1, PREFIX_PINNED, NULL, 0);
+	low = prefix_insert(x, key(2), NULL, PREFIX_NIL, 2, 0, NULL, 0);
+	high = prefix_insert(x, key(3), NULL, PREFIX_NIL, 3, 2, NULL, 0);
+	ck_assert_uint_eq(prefix_pinned(x), 1);
+	prefix_cached(x, pinned);	/* released first, oldest */
+	prefix_cached(x, high);
+	prefix_cached(x, low);		/* released last, newest */
+	ck_assert_uint_eq(prefix_evict(x, &page), low);
+	ck_assert_uint_eq(prefix_evict(x, &page), high);
+	ck_assert_uint_eq(prefix_evict(x, &page), pinned);
+	ck_assert_uint_eq(prefix_pinned(x), 0);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_evicts_leaves_before_their_parents)
+{
+	struct prefix *x = prefix_new();
+	const uint32_t t[] = { 1, 2 };
+	uint32_t i, last, e[4], part;
+	uint64_t page;
+
+	/* chain 0 -> 1 -> 2 -> 3 and a partial page after 3 */
+	last = chain(x, 0, 4, 1);
+	for (i = 0; i < 4; i++)
+		e[i] = prefix_find(x, key(i));
+	ck_assert_uint_eq(e[3], last);
+	part = prefix_insert(x, NULL, key(3), last, 99, 1, t, 2);
+	/* released in chain order: the root block is the oldest candidate */
+	for (i = 0; i < 4; i++)
+		prefix_cached(x, e[i]);
+	prefix_cached(x, part);
+	ck_assert_uint_eq(prefix_evict(x, &page), part);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[3]);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[2]);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[1]);
+	ck_assert_uint_eq(prefix_evict(x, &page), e[0]);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_leased_child_keeps_its_parent)
+{
+	struct prefix *x = prefix_new();
+	uint32_t parent, child;
+	uint64_t page;
+
+	parent = prefix_insert(x, key(1), NULL, PREFIX_NIL, 1, 1, NULL, 0);
+	child = prefix_insert(x, key(2), NULL, parent, 2, 1, NULL, 0);
+	prefix_cached(x, parent);	/* the child is still leased */
+	ck_assert_uint_eq(prefix_evict(x, &page), PREFIX_NIL);
+	prefix_cached(x, child);
+	ck_assert_uint_eq(prefix_evict(x, &page), child);
+	ck_assert_uint_eq(prefix_evict(x, &page), parent);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_entries_are_reused_after_removal)
+{
+	struct prefix *x = prefix_new();
+	uint32_t e;
+	uint64_t page;
+	int round;
+
+	for (round = 0; round < 1000; round++) {
+		e = prefix_insert(x, key((uint32_t)round), NULL, PREFIX_NIL, 5, 1, NULL, 0);
+		ck_assert_uint_ne(e, PREFIX_NIL);
+		prefix_cached(x, e);
+		ck_assert_uint_eq(prefix_evict(x, &page), e);
+	}
+	ck_assert_uint_eq(prefix_count(x), 0);
+	prefix_free(x);
+}
+END_TEST
+
+/* --- the pool's states of published pages ------------------------------- */
+
+START_TEST(test_prefix_pool_states_of_a_published_page)
+{
+	struct backend be;
+	struct pool *p;
+	struct pool_counts pc;
+	char err[256];
+	uint64_t h, h2;
+	int ns;
+
+	ck_assert_int_eq(backend_host_init(&be, err, sizeof(err)), 0);
+	ck_assert_int_eq(pool_init(&p, &be, 1 << 20, 1 << 20), 0);
+	ns = pool_ns_add(p, 4096);
+	ck_assert_int_eq(pool_alloc(p, ns, 1, &h, err, sizeof(err)), 0);
+	pool_ref(p, h);
+	ck_assert_int_eq(pool_publish(p, h), -EINVAL);	/* held twice */
+	pool_unref(p, h);
+	ck_assert_int_eq(pool_publish(p, h), 0);
+	ck_assert_int_eq(pool_state(p, h), PAGE_SHARED);
+	ck_assert_int_eq(pool_publish(p, h), -EINVAL);	/* already published */
+	pool_set_tag(p, h, 42);
+	ck_assert_int_eq(pool_unref(p, h), PAGE_CACHED);	/* kept, not freed */
+	ck_assert_int_eq(pool_lookup(p, ns, h), 0);
+	ck_assert_uint_eq(pool_tag(p, h), 42);
+	pool_ref(p, h);					/* acquired again */
+	ck_assert_int_eq(pool_state(p, h), PAGE_SHARED);
+	ck_assert_int_eq(pool_evict(p, h), -EINVAL);	/* leased: never evicted */
+	ck_assert_int_eq(pool_unref(p, h), PAGE_CACHED);
+	ck_assert(pool_audit(p));
+	pool_counts(p, ns, &pc);
+	ck_assert_uint_eq(pc.by_state[PAGE_CACHED], 1);
+	ck_assert_int_eq(pool_evict(p, h), 0);
+	ck_assert_int_eq(pool_lookup(p, ns, h), -ESTALE);	/* stale after eviction */
+	ck_assert_int_eq(pool_alloc(p, ns, 1, &h2, err, sizeof(err)), 0);
+	ck_assert_uint_ne(h2, h);
+	ck_assert(pool_audit(p));
+	pool_free(p);
+	be.ops->fini(&be);
+}
+END_TEST
+
+Suite *prefix_suite(void)
+{
+	Suite *s = suite_create("prefix");
+	TCase *tc = tcase_create("index");
+
+	tcase_add_test(tc, test_prefix_finds_what_was_inserted);
+	tcase_add_test(tc, test_prefix_grows_past_many_entries);
+	tcase_add_test(tc, test_prefix_partial_matches_the_longest_token_prefix);
+	tcase_add_test(tc, test_prefix_entries_are_reused_after_removal);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("eviction order");
+	tcase_add_test(tc, test_prefix_evicts_least_recently_released_first);
+	tcase_add_test(tc, test_prefix_evicts_low_priority_before_recency);
+	tcase_add_test(tc, test_prefix_evicts_leaves_before_their_parents);
+	tcase_add_test(tc, test_prefix_leased_child_keeps_its_parent);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("pool states");
+	tcase_add_test(tc, test_prefix_pool_states_of_a_published_page);
+	suite_add_tcase(s, tc);
+	return s;
+}

@@ -1,0 +1,647 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_share.c - integration tests of prefix sharing: a real kvpoold and
+ * real client processes publishing, acquiring, deduplicating, copying on
+ * write and evicting. Every test ends with daemon_stop(), which checks
+ * the conservation invariant and a clean shutdown.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+#define BT 16u			/* tokens per page */
+#define PAGE_BYTES 16384u	/* 2 x 2 layers x 2 heads x 64 dims x 16 tokens x 2 bytes */
+
+static const kvp_geometry geo = {
+	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/share",
+};
+
+/* 4 MiB in 1 MiB slabs: 256 pages of 16 KiB */
+static const char *const small_pool[] = { "--pool-size", "4M", "--slab-size", "1M", NULL };
+static const char *const no_watermark[] = {
+	"--pool-size", "4M", "--slab-size", "1M", "--free-watermark", "0", NULL,
+};
+
+static kvp_client *join(const char *sock)
+{
+	kvp_client *c;
+	int rc = kvp_connect(sock, "share", &geo, &c);
+
+	ck_assert_msg(rc == 0, "kvp_connect: %s: %s", kvp_strerror(rc), kvp_last_error());
+	return c;
+}
+
+/* The K/V a model would compute for a block follows from its key: fill a
+ * page with bytes derived from the key, so any page can be checked. */
+static void fill_for(void *page, const kvp_key *k)
+{
+	uint64_t x, *w = page;
+	size_t i;
+
+	memcpy(&x, k->b, sizeof(x));
+	for (i = 0; i < PAGE_BYTES / 8; i++)
+		w[i] = x ^ (i * 0x9e3779b97f4a7c15ull);
+}
+
+static bool holds_for(const void *page, const kvp_key *k)
+{
+	const uint64_t *w = page;
+	uint64_t x;
+	size_t i;
+
+	memcpy(&x, k->b, sizeof(x));
+	for (i = 0; i < PAGE_BYTES / 8; i++)
+		if (w[i] != (x ^ (i * 0x9e3779b97f4a7c15ull)))
+			return false;
+	return true;
+}
+
+/* tokens_of() - a deterministic token sequence: a system prompt of
+ * prompt_len tokens shared by all, then a suffix that depends on who. */
+static void tokens_of(uint32_t *t, size_t n, size_t prompt_len, uint32_t who)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		t[i] = i < prompt_len ? (uint32_t)(i * 7 + 3) % 50000
+				      : (uint32_t)(who * 1000 + i) % 50000 + 60000;
+}
+
+/*
+ * serve() - what a model server does with a prompt: keys, ACQUIRE the
+ * cached prefix, compute (fill) and PUBLISH the rest, check every page's
+ * bytes. The canonical pages of all full blocks go to out; returns hits.
+ */
+static int serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out)
+{
+	size_t nb = n / BT, i;
+	kvp_key *keys = calloc(nb, sizeof(*keys));
+	kvp_page *mine = calloc(nb, sizeof(*mine));
+	int hits, rc;
+
+	ck_assert(keys && mine);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, n, NULL, 0, keys), (int)nb);
+	hits = kvp_acquire(c, NULL, keys, nb, NULL, 0, out, NULL);
+	ck_assert_msg(hits >= 0, "acquire: %s", kvp_strerror(hits));
+	if ((size_t)hits < nb) {
+		rc = kvp_alloc(c, nb - (size_t)hits, mine);
+		ck_assert_msg(rc == 0, "alloc: %s %s", kvp_strerror(rc), kvp_last_error());
+		for (i = (size_t)hits; i < nb; i++)
+			fill_for(kvp_page_ptr(c, mine[i - (size_t)hits]), &keys[i]);
+		rc = kvp_publish(c, hits ? &keys[hits - 1] : NULL, mine, keys + hits,
+				 nb - (size_t)hits, KVP_PRIO_NORMAL, out + hits);
+		ck_assert_msg(rc == 0, "publish: %s %s", kvp_strerror(rc), kvp_last_error());
+		/* drop our duplicates of keys someone else published first */
+		for (i = (size_t)hits; i < nb; i++)
+			if (out[i] != mine[i - (size_t)hits])
+				ck_assert_int_eq(kvp_release(c, &mine[i - (size_t)hits], 1), 0);
+	}
+	for (i = 0; i < nb; i++)
+		ck_assert_msg(holds_for(kvp_page_ptr(c, out[i]), &keys[i]),
+			      "block %zu does not hold the bytes of its key", i);
+	free(keys);
+	free(mine);
+	return hits;
+}
+
+START_TEST(test_share_four_processes_share_one_copy_of_a_prompt)
+{
+	enum { PROCS = 4, PROMPT = 1000, SUFFIX = 200 };
+	const size_t n = PROMPT + SUFFIX, nb = n / BT, shared_blocks = PROMPT / BT;
+	static kvp_page seen[PROCS][(PROMPT + SUFFIX) / BT];
+	static kvp_stats_t st;
+	static kvp_ns_stats_t ns[2];
+	pid_t pids[PROCS];
+	struct daemon d;
+	int to_parent[2], go[2], i, status;
+	size_t b;
+
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(pipe(to_parent), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	for (i = 0; i < PROCS; i++) {
+		pids[i] = fork();
+		ck_assert_int_ge(pids[i], 0);
+		if (pids[i] == 0) {
+			uint32_t t[PROMPT + SUFFIX];
+			kvp_page out[(PROMPT + SUFFIX) / BT];
+			kvp_client *c;
+			char x;
+
+			close(go[1]);
+			/* start together */
+			if (read(go[0], &x, 1) != 0)
+				_exit(3);
+			c = join(d.sock);
+			tokens_of(t, n, PROMPT, (uint32_t)i);
+			serve(c, t, n, out);
+			if (write(to_parent[1], out, sizeof(out)) != (ssize_t)sizeof(out))
+				_exit(2);
+			/* hold the pages until the parent has counted */
+			pause();
+			_exit(0);
+		}
+	}
+	close(go[0]);
+	close(go[1]);	/* go */
+	close(to_parent[1]);
+	for (i = 0; i < PROCS; i++)
+		ck_assert_int_eq(read(to_parent[0], seen[i], sizeof(seen[i])),
+				 (ssize_t)sizeof(seen[i]));
+	/* Every process holds the same canonical page for each prompt block
+	 * and its own pages for its suffix. */
+	for (b = 0; b < nb; b++)
+		for (i = 1; i < PROCS; i++) {
+			if (b < shared_blocks)
+				ck_assert_uint_eq(seen[i][b], seen[0][b]);
+			else
+				ck_assert_uint_ne(seen[i][b], seen[0][b]);
+		}
+	/* The prompt's pages exist once: 62 shared + 4 x 13 own blocks. */
+	{
+		kvp_client *c = join(d.sock);
+
+		ck_assert_int_eq(kvp_stats(c, &st, ns, 2), 1);
+		kvp_close(c);
+	}
+	ck_assert_uint_eq(ns[0].pages_shared, shared_blocks + PROCS * (nb - shared_blocks));
+	ck_assert_uint_eq(ns[0].prefix.publishes, shared_blocks + PROCS * (nb - shared_blocks));
+	/* the duplicates were released: nothing private is left */
+	ck_assert_uint_eq(ns[0].pages_private, 0);
+
+	/* the servers go away as a crash would: their leases with them */
+	for (i = 0; i < PROCS; i++) {
+		ck_assert_int_eq(kill(pids[i], SIGKILL), 0);
+		ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+	}
+	close(to_parent[0]);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_concurrent_publishes_of_the_same_keys_keep_one_page)
+{
+	enum { ROUNDS = 1000 };
+	static kvp_page got[2][ROUNDS];
+	kvp_stats_t st;
+	struct daemon d;
+	int p[2][2], i, status;
+
+	daemon_start(&d, small_pool);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(pipe(p[i]), 0);
+		if (fork() == 0) {
+			kvp_client *c = join(d.sock);
+			kvp_key root, k;
+			kvp_page mine, canon;
+			uint32_t tok[BT];
+			int r, j;
+
+			kvp_root_key(c, &root);
+			for (r = 0; r < ROUNDS; r++) {
+				for (j = 0; j < (int)BT; j++)
+					tok[j] = (uint32_t)(r * BT + (unsigned)j);
+				if (kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT,
+						  NULL, 0, &k) < 0 ||
+				    kvp_alloc(c, 1, &mine) < 0)
+					_exit(1);
+				fill_for(kvp_page_ptr(c, mine), &k);
+				if (kvp_publish(c, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon) < 0)
+					_exit(2);
+				if (!holds_for(kvp_page_ptr(c, canon), &k))
+					_exit(3);
+				got[i][r] = canon;
+				if (canon != mine && kvp_release(c, &mine, 1) < 0)
+					_exit(4);
+				if (kvp_release(c, &canon, 1) < 0)
+					_exit(5);
+			}
+			if (write(p[i][1], got[i], sizeof(got[i])) != (ssize_t)sizeof(got[i]))
+				_exit(6);
+			kvp_close(c);
+			_exit(0);
+		}
+		close(p[i][1]);
+	}
+	for (i = 0; i < 2; i++) {
+		size_t have = 0;
+		ssize_t r;
+
+		while (have < sizeof(got[i]) &&
+		       (r = read(p[i][0], (char *)got[i] + have, sizeof(got[i]) - have)) > 0)
+			have += (size_t)r;
+		ck_assert_uint_eq(have, sizeof(got[i]));
+		close(p[i][0]);
+	}
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_gt(wait(&status), 0);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "a publisher failed: status 0x%x", status);
+	}
+	/* One canonical page per key, unless eviction made room in between:
+	 * then both saw a page with the key's bytes (checked in the child). */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_private, 0);
+	ck_assert_uint_eq(st.pages_shared, 0);
+	ck_assert_uint_eq(st.prefix.publishes + st.prefix.dedups, 2 * ROUNDS);
+	ck_assert_uint_eq(st.pages_cached + st.prefix.evictions, st.prefix.publishes);
+	ck_assert_uint_ge(st.prefix.dedups, 1);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_same_keys_at_once_without_eviction_keep_one_page_each)
+{
+	enum { ROUNDS = 1000 };
+	static const char *const roomy[] = { "--pool-size", "64M", "--slab-size", "4M", NULL };
+	static kvp_page got[2][ROUNDS];
+	kvp_stats_t st;
+	struct daemon d;
+	int p[2][2], go[2], i, r, status;
+
+	daemon_start(&d, roomy);	/* 4,096 pages: no eviction */
+	ck_assert_int_eq(pipe(go), 0);
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(pipe(p[i]), 0);
+		if (fork() == 0) {
+			kvp_client *c = join(d.sock);
+			kvp_key root, k;
+			kvp_page mine, canon;
+			uint32_t tok[BT];
+			int j;
+			char x;
+
+			close(go[1]);
+			if (read(go[0], &x, 1) != 0)
+				_exit(7);
+			kvp_root_key(c, &root);
+			for (r = 0; r < ROUNDS; r++) {
+				for (j = 0; j < (int)BT; j++)
+					tok[j] = (uint32_t)(r * BT + (unsigned)j);
+				if (kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT,
+						  NULL, 0, &k) < 0 || kvp_alloc(c, 1, &mine) < 0)
+					_exit(1);
+				fill_for(kvp_page_ptr(c, mine), &k);
+				if (kvp_publish(c, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon) < 0)
+					_exit(2);
+				got[i][r] = canon;
+				if (canon != mine && kvp_release(c, &mine, 1) < 0)
+					_exit(4);
+				if (kvp_release(c, &canon, 1) < 0)
+					_exit(5);
+			}
+			if (write(p[i][1], got[i], sizeof(got[i])) != (ssize_t)sizeof(got[i]))
+				_exit(6);
+			kvp_close(c);
+			_exit(0);
+		}
+		close(p[i][1]);
+	}
+	close(go[0]);
+	close(go[1]);
+	for (i = 0; i < 2; i++) {
+		size_t have = 0;
+		ssize_t n;
+
+		while (have < sizeof(got[i]) &&
+		       (n = read(p[i][0], (char *)got[i] + have, sizeof(got[i]) - have)) > 0)
+			have += (size_t)n;
+		ck_assert_uint_eq(have, sizeof(got[i]));
+		close(p[i][0]);
+	}
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_gt(wait(&status), 0);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "a publisher failed: status 0x%x", status);
+	}
+	for (r = 0; r < ROUNDS; r++)
+		ck_assert_uint_eq(got[0][r], got[1][r]);	/* one canonical page */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.prefix.publishes, ROUNDS);
+	ck_assert_uint_eq(st.prefix.dedups, ROUNDS);
+	ck_assert_uint_eq(st.pages_cached, ROUNDS);	/* no leak: one page a key */
+	ck_assert_uint_eq(st.pages_private + st.pages_shared, 0);
+	ck_assert_uint_eq(st.prefix.evictions, 0);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_cow_copies_exactly_and_independently)
+{
+	kvp_page mine, canon, got[1], copy;
+	kvp_partial part;
+	kvp_key root, k;
+	uint32_t tok[BT] = { 0 };
+	struct daemon d;
+	kvp_client *a, *b;
+	unsigned char *src, *dst;
+
+	daemon_start(&d, small_pool);
+	a = join(d.sock);
+	b = join(d.sock);
+	ck_assert_int_eq(kvp_root_key(a, &root), 0);
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT, NULL, 0, &k), 0);
+	ck_assert_int_eq(kvp_alloc(a, 1, &mine), 0);
+	fill_for(kvp_page_ptr(a, mine), &k);
+	ck_assert_int_eq(kvp_publish(a, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon), 0);
+	ck_assert_uint_eq(canon, mine);
+
+	ck_assert_int_eq(kvp_acquire(b, NULL, &k, 1, NULL, 0, got, &part), 1);
+	ck_assert_uint_eq(got[0], mine);
+	ck_assert_int_eq(kvp_cow(b, got, 1, &copy), 0);
+	ck_assert_uint_ne(copy, got[0]);
+	src = kvp_page_ptr(b, got[0]);
+	dst = kvp_page_ptr(b, copy);
+	ck_assert_ptr_ne(src, dst);
+	ck_assert_mem_eq(src, dst, PAGE_BYTES);
+	memset(dst, 0x5a, PAGE_BYTES);		/* the copy is b's own */
+	ck_assert(holds_for(kvp_page_ptr(a, mine), &k));
+	ck_assert(holds_for(src, &k));
+	/* COW of a page b does not hold */
+	ck_assert_int_eq(kvp_release(b, got, 1), 0);
+	ck_assert_int_eq(kvp_cow(b, got, 1, &copy), -ESTALE);
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_eviction_spares_leased_pages_and_shortens_hits)
+{
+	enum { CHAIN = 40 };
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[CHAIN];
+	kvp_page out[CHAIN], held[CHAIN], fill[256], got[CHAIN];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *a, *b;
+	int hits, i;
+
+	daemon_start(&d, small_pool);	/* 256 pages */
+	a = join(d.sock);
+	b = join(d.sock);
+	/* a chain of 40 published blocks, released: all cached */
+	tokens_of(t, CHAIN * BT, CHAIN * BT, 0);
+	ck_assert_int_eq(serve(a, t, CHAIN * BT, out), 0);
+	ck_assert_int_eq(kvp_release(a, out, CHAIN), 0);
+	/* b leases the first 10 blocks of the chain */
+	ck_assert_int_eq(kvp_block_keys(b, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 10, NULL, 0, held, NULL), 10);
+
+	/* pressure: a allocates everything that is not leased */
+	ck_assert_int_eq(kvp_alloc(a, 246, fill), 0);
+	ck_assert_int_eq(kvp_alloc(a, 1, fill + 246), -ENOSPC);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.prefix.evictions, 30);
+	ck_assert_uint_eq(st.pages_cached, 0);
+
+	/* the leased blocks were spared, bytes intact */
+	for (i = 0; i < 10; i++)
+		ck_assert(holds_for(kvp_page_ptr(b, held[i]), &keys[i]));
+	/* a later ACQUIRE of the whole chain: a shorter hit, true bytes */
+	hits = kvp_acquire(a, NULL, keys, CHAIN, NULL, 0, got, NULL);
+	ck_assert_int_eq(hits, 10);
+	for (i = 0; i < hits; i++) {
+		ck_assert_uint_eq(got[i], held[i]);
+		ck_assert(holds_for(kvp_page_ptr(a, got[i]), &keys[i]));
+	}
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_eviction_takes_leaves_before_parents)
+{
+	enum { CHAIN = 8 };
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[CHAIN];
+	kvp_page out[CHAIN], fill[256], got[CHAIN];
+	struct daemon d;
+	kvp_client *a;
+	int k;
+
+	daemon_start(&d, no_watermark);
+	a = join(d.sock);
+	tokens_of(t, CHAIN * BT, CHAIN * BT, 0);
+	ck_assert_int_eq(serve(a, t, CHAIN * BT, out), 0);
+	ck_assert_int_eq(kvp_release(a, out, CHAIN), 0);
+	ck_assert_int_eq(kvp_block_keys(a, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+	/* evict k pages at a time: the chain must shrink from its end */
+	ck_assert_int_eq(kvp_alloc(a, 248, fill), 0);
+	for (k = CHAIN - 1; k >= 0; k--) {
+		ck_assert_int_eq(kvp_alloc(a, 1, fill + 248 + (CHAIN - 1 - k)), 0);
+		ck_assert_int_eq(kvp_acquire(a, NULL, keys, CHAIN, NULL, 0, got, NULL), k);
+		ck_assert_int_eq(kvp_release(a, got, (size_t)k), 0);
+	}
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_watermark_keeps_free_pages_ready)
+{
+	enum { CHAIN = 8 };
+	uint32_t t[CHAIN * BT];
+	kvp_page out[CHAIN], fill[248];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *a;
+
+	daemon_start(&d, small_pool);	/* 1% of 256 pages: keep 2 free */
+	a = join(d.sock);
+	tokens_of(t, CHAIN * BT, CHAIN * BT, 0);
+	ck_assert_int_eq(serve(a, t, CHAIN * BT, out), 0);
+	ck_assert_int_eq(kvp_release(a, out, CHAIN), 0);
+	ck_assert_int_eq(kvp_alloc(a, 248, fill), 0);	/* every free page */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_free, 2);
+	ck_assert_uint_eq(st.prefix.evictions, 2);
+	ck_assert_uint_eq(st.pages_cached, CHAIN - 2);
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_turn_two_extends_turn_one_partial_page)
+{
+	enum { TURN1 = 40, TURN2 = 60 };
+	uint32_t t[TURN2];
+	kvp_key keys[TURN2 / BT];
+	kvp_page pages[TURN2 / BT], tail, canon, copy;
+	kvp_partial part;
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *a, *b;
+	unsigned char *p;
+	int i;
+
+	daemon_start(&d, small_pool);
+	a = join(d.sock);
+	b = join(d.sock);
+	tokens_of(t, TURN2, TURN2, 0);
+
+	/* turn 1: 2 full blocks and a page of 8 tokens */
+	ck_assert_int_eq(kvp_block_keys(a, NULL, t, TURN1, NULL, 0, keys), 2);
+	ck_assert_int_eq(kvp_alloc(a, 2, pages), 0);
+	for (i = 0; i < 2; i++)
+		fill_for(kvp_page_ptr(a, pages[i]), &keys[i]);
+	ck_assert_int_eq(kvp_publish(a, NULL, pages, keys, 2, KVP_PRIO_NORMAL, pages), 0);
+	ck_assert_int_eq(kvp_alloc(a, 1, &tail), 0);
+	memset(kvp_page_ptr(a, tail), 0xab, PAGE_BYTES / 2);	/* 8 tokens' worth */
+	ck_assert_int_eq(kvp_publish_partial(a, &keys[1], tail, t + 32, TURN1 - 32,
+					     KVP_PRIO_NORMAL, &canon), 0);
+	ck_assert_uint_eq(canon, tail);
+	ck_assert_int_eq(kvp_release(a, pages, 2), 0);
+	ck_assert_int_eq(kvp_release(a, &tail, 1), 0);
+
+	/* turn 2, another process: 3 full blocks (the third extends the
+	 * partial page) and 12 more tokens */
+	ck_assert_int_eq(kvp_block_keys(b, NULL, t, TURN2, NULL, 0, keys), 3);
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 3, t, TURN2, pages, &part), 2);
+	ck_assert_uint_eq(part.tokens, 8);
+	ck_assert_uint_eq(part.page, tail);
+	ck_assert_int_eq(kvp_cow(b, &part.page, 1, &copy), 0);
+	p = kvp_page_ptr(b, copy);
+	for (i = 0; i < (int)PAGE_BYTES / 2; i++)
+		ck_assert_uint_eq(p[i], 0xab);
+	memset(p + PAGE_BYTES / 2, 0xcd, PAGE_BYTES / 2);	/* append 8 tokens */
+	p = kvp_page_ptr(b, part.page);
+	ck_assert_uint_ne(p[PAGE_BYTES / 2], 0xcd);		/* the original is intact */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.prefix.hit_tokens, 2 * BT + 8);
+	ck_assert_uint_eq(st.prefix.cows, 1);
+
+	/* a tail that disagrees with the partial page's tokens finds none */
+	t[33] ^= 1;
+	ck_assert_int_eq(kvp_block_keys(b, NULL, t, 32, NULL, 0, keys), 2);
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 2, t, 40, pages, &part), 2);
+	ck_assert_uint_eq(part.tokens, 0);
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_retain_takes_a_second_lease)
+{
+	kvp_page pg, canon;
+	kvp_key root, k;
+	uint32_t tok[BT] = { 9 };
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *a;
+
+	daemon_start(&d, small_pool);
+	a = join(d.sock);
+	kvp_root_key(a, &root);
+	kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT, NULL, 0, &k);
+	ck_assert_int_eq(kvp_alloc(a, 1, &pg), 0);
+	ck_assert_int_eq(kvp_publish(a, NULL, &pg, &k, 1, KVP_PRIO_NORMAL, &canon), 0);
+	ck_assert_int_eq(kvp_retain(a, &pg, 1), 0);	/* a fork of the sequence */
+	ck_assert_int_eq(kvp_release(a, &pg, 1), 0);
+	ck_assert_ptr_nonnull(kvp_page_ptr(a, pg));	/* still held once */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_shared, 1);
+	ck_assert_int_eq(kvp_release(a, &pg, 1), 0);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_cached, 1);
+	ck_assert_int_eq(kvp_release(a, &pg, 1), -ESTALE);
+	ck_assert_int_eq(kvp_retain(a, &pg, 1), -ESTALE);
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_publish_refuses_what_it_must)
+{
+	static const char *const args[] = {
+		"--pool-size", "4M", "--slab-size", "1M", "--pinned-quota", "1", NULL,
+	};
+	kvp_page pg[4], canon[4];
+	kvp_key keys[4];
+	uint32_t t[4 * BT];
+	struct daemon d;
+	kvp_client *a, *b;
+
+	daemon_start(&d, args);	/* pinned quota: 1% of 256 pages = 2 */
+	a = join(d.sock);
+	b = join(d.sock);
+	tokens_of(t, 4 * BT, 4 * BT, 0);
+	ck_assert_int_eq(kvp_block_keys(a, NULL, t, 4 * BT, NULL, 0, keys), 4);
+	ck_assert_int_eq(kvp_alloc(a, 4, pg), 0);
+	/* a page held twice is not private to the publisher */
+	ck_assert_int_eq(kvp_retain(a, pg, 1), 0);
+	ck_assert_int_eq(kvp_publish(a, NULL, pg, keys, 1, KVP_PRIO_NORMAL, canon), -EINVAL);
+	ck_assert_int_eq(kvp_release(a, pg, 1), 0);
+	/* priority out of range */
+	ck_assert_int_eq(kvp_publish(a, NULL, pg, keys, 1, 9, canon), -EINVAL);
+	/* the same page twice in one batch */
+	{
+		kvp_page twice[2] = { pg[0], pg[0] };
+
+		ck_assert_int_eq(kvp_publish(a, NULL, twice, keys, 2, KVP_PRIO_NORMAL, canon),
+				 -EINVAL);
+	}
+	/* three pinned pages do not fit a quota of two: nothing published */
+	ck_assert_int_eq(kvp_publish(a, NULL, pg, keys, 3, KVP_PRIO_PINNED, canon), -EDQUOT);
+	ck_assert_msg(strstr(kvp_last_error(), "pinned quota"), "%s", kvp_last_error());
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 4, NULL, 0, canon, NULL), 0);
+	ck_assert_int_eq(kvp_publish(a, NULL, pg, keys, 2, KVP_PRIO_PINNED, canon), 0);
+	/* someone else's page is not ours to publish */
+	ck_assert_int_eq(kvp_publish(b, &keys[1], &pg[2], &keys[2], 1, KVP_PRIO_NORMAL,
+				     canon), -ESTALE);
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
+static Suite *share_suite(void)
+{
+	Suite *s = suite_create("share");
+	TCase *tc;
+
+	tc = tcase_create("processes");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_share_four_processes_share_one_copy_of_a_prompt);
+	tcase_add_test(tc, test_share_same_keys_at_once_without_eviction_keep_one_page_each);
+	tcase_add_test(tc, test_share_concurrent_publishes_of_the_same_keys_keep_one_page);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("operations");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_share_cow_copies_exactly_and_independently);
+	tcase_add_test(tc, test_share_turn_two_extends_turn_one_partial_page);
+	tcase_add_test(tc, test_share_retain_takes_a_second_lease);
+	tcase_add_test(tc, test_share_publish_refuses_what_it_must);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("eviction");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_share_eviction_spares_leased_pages_and_shortens_hits);
+	tcase_add_test(tc, test_share_eviction_takes_leaves_before_parents);
+	tcase_add_test(tc, test_share_watermark_keeps_free_pages_ready);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(share_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
