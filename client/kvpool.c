@@ -98,6 +98,38 @@ static void print_counts(const char *label, const struct page_counts *p)
 	       p->cached, p->spilled, p->inflight);
 }
 
+static void print_prefix_json(const struct kvp_wire_prefix_stats *p)
+{
+	printf("{\"acquires\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+	       ",\"hit_tokens\":%" PRIu64 ",\"publishes\":%" PRIu64 ",\"dedups\":%"
+	       PRIu64 ",\"cows\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"pinned\":%"
+	       PRIu64 "}", p->acquires, p->hits, p->misses, p->hit_tokens, p->publishes,
+	       p->dedups, p->cows, p->evictions, p->pinned);
+}
+
+/* print_prefix() - one line of sharing figures, with the hit rate. */
+static void print_prefix(const char *label, const struct kvp_wire_prefix_stats *p)
+{
+	uint64_t asked = p->hits + p->misses;
+
+	printf("%-13s ", label);
+	if (asked)
+		printf("hit rate %.1f%% (%" PRIu64 " of %" PRIu64 " blocks, %" PRIu64
+		       " tokens)", 100.0 * (double)p->hits / (double)asked, p->hits, asked,
+		       p->hit_tokens);
+	else
+		printf("hit rate - (no lookups yet)");
+	printf(", %" PRIu64 " published, %" PRIu64 " deduplicated, %" PRIu64
+	       " copied, %" PRIu64 " evicted, %" PRIu64 " pinned\n", p->publishes,
+	       p->dedups, p->cows, p->evictions, p->pinned);
+}
+
+static const char *scheme_name(uint32_t k)
+{
+	return k == KVP_WIRE_KEYS_FAST ? "fast" : k == KVP_WIRE_KEYS_VLLM_SHA256_CBOR ?
+	       "vllm-sha256-cbor" : "?";
+}
+
 static const char *dtype_name(uint32_t d)
 {
 	static const char *const names[] = { "?", "f16", "bf16", "f32", "fp8" };
@@ -152,6 +184,8 @@ static int cmd_status(const struct cli *cli)
 		       st.errors_limit, st.errors_inval, st.errors_mismatch,
 		       st.pool_bytes, st.slab_bytes, st.slabs);
 		print_counts_json(&pc);
+		printf(",\"prefix\":");
+		print_prefix_json(&st.prefix);
 		printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
 		for (i = 0; i < nns; i++) {
 			nc = (struct page_counts){ ns[i].pages_total, ns[i].pages_free,
@@ -161,11 +195,15 @@ static int cmd_status(const struct cli *cli)
 			       ",\"kv_heads\":%" PRIu32 ",\"head_dim\":%" PRIu32
 			       ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\",\"clients\":%"
 			       PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
-			       ",\"pages\":", i ? "," : "", ns[i].name, ns[i].model,
+			       ",\"key_scheme\":\"%s\",\"pinned_quota\":%" PRIu32 ",\"pages\":",
+			       i ? "," : "", ns[i].name, ns[i].model,
 			       ns[i].layers, ns[i].kv_heads, ns[i].head_dim,
 			       ns[i].block_tokens, dtype_name(ns[i].dtype), ns[i].clients,
-			       ns[i].slabs, ns[i].page_bytes);
+			       ns[i].slabs, ns[i].page_bytes, scheme_name(ns[i].key_scheme),
+			       ns[i].pinned_quota);
 			print_counts_json(&nc);
+			printf(",\"prefix\":");
+			print_prefix_json(&ns[i].prefix);
 			printf("}");
 		}
 		printf("]}\n");
@@ -187,6 +225,7 @@ static int cmd_status(const struct cli *cli)
 		       st.errors_nospc, st.errors_stale, st.errors_limit, st.errors_inval,
 		       st.errors_mismatch, st.protocol_errors);
 		print_counts("pages", &pc);
+		print_prefix("sharing", &st.prefix);
 		printf("conservation  %s (free + private + shared + cached + spilled + "
 		       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
 		for (i = 0; i < nns; i++) {
@@ -197,12 +236,13 @@ static int cmd_status(const struct cli *cli)
 				ns[i].pages_spilled, ns[i].pages_inflight };
 			printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
 			       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
-			       "%" PRIu64 " bytes per page, clients %" PRIu32 "\n",
+			       "%" PRIu64 " bytes per page, keys %s, clients %" PRIu32 "\n",
 			       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
 			       ns[i].head_dim, ns[i].block_tokens, dtype_name(ns[i].dtype),
-			       ns[i].page_bytes, ns[i].clients);
+			       ns[i].page_bytes, scheme_name(ns[i].key_scheme), ns[i].clients);
 			snprintf(label, sizeof(label), "  pages");
 			print_counts(label, &nc);
+			print_prefix("  sharing", &ns[i].prefix);
 		}
 	}
 	if (!ok)
