@@ -6,7 +6,7 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys
+EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix
 bench_rpc_SOURCES = bench/rpc.c
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -17,18 +17,33 @@ bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_keys_SOURCES = bench/keys.c
 bench_keys_LDADD = client/libkvpool.la
 bench_keys_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# bench/prefix: hit rate, peak pages with and without sharing, and ACQUIRE
+# latency of K model-server processes over S shared system prompts. Needs
+# a running kvpoold; bench/run-prefix.sh starts one.
+bench_prefix_SOURCES = bench/prefix.c bench/prefix_run.c bench/prefix.h
+bench_prefix_LDADD = client/libkvpool.la -lm
+bench_prefix_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
-EXTRA_DIST += bench/run-rpc.sh BENCHMARKS.md
+EXTRA_DIST += bench/run-rpc.sh bench/run-prefix.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
 # clients and redis-benchmark beside it, and rewrites its section of
-# BENCHMARKS.md in the source tree.
-.PHONY: bench
-bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+# BENCHMARKS.md in the source tree. run-prefix.sh comes last: its own
+# kvpoold, bench/prefix, its section (`make bench-prefix` runs it alone).
+BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+.PHONY: bench bench-prefix
+bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
+		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
 		--builddir $(abs_top_builddir) \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
+	$(BENCH_PREFIX_RUN)
+
+bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_PREFIX_RUN)
