@@ -67,6 +67,7 @@ struct conn {
 	bool sending;
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
+	bool deferred;			/* a request waits for I/O: no receive */
 };
 
 /* Counters of STATS, kept where the events happen. */
@@ -87,7 +88,7 @@ struct server {
 	struct backend *be;
 	struct pool *pool;
 	struct ns_table nst;
-	struct ns_keys keys;		/* key settings for new namespaces */
+	struct ns_config keys;		/* key settings for new namespaces */
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
 	bool accepting;			/* accept_op is in flight */
@@ -122,6 +123,17 @@ void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		const char *why);
 
 uint64_t server_now_ms(void);
+
+/* conn_hold() / conn_put() - keep c alive across an I/O that will answer
+ * one of its requests; conn_put() returns true when c was freed. */
+void conn_hold(struct conn *c);
+bool conn_put(struct conn *c);
+
+/* conn_closing() - c is shutting down: answer nothing more. */
+bool conn_closing(const struct conn *c);
+
+/* conn_resume() - the deferred request was answered: receive the next. */
+void conn_resume(struct conn *c);
 
 /* --- requests.c ---------------------------------------------------------- */
 

@@ -5,8 +5,10 @@
  * so that a page is never freed or evicted while anyone holds it.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "daemon/lease.h"
+#include "daemon/log.h"
 
 int lease_take(struct hset *set, struct pool *p, struct ns *n, uint64_t h)
 {
@@ -45,15 +47,87 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n)
 	return dropped;
 }
 
-bool lease_make_room(struct pool *p, struct ns *n, uint64_t want)
+/* spilled_done() - a spill write ended; a failed one loses the page. */
+static void spilled_done(void *arg, uint32_t slot, int res)
 {
+	struct ns *n = arg;
+	uint32_t e = n->slot_entry[slot];
+
+	if (res >= 0)
+		return;
+	log_warn("namespace '%s': writing slot %u of %s failed: %s; the page is dropped",
+		 n->name, slot, spill_path(n->tier), strerror(-res));
+	n->slot_entry[slot] = PREFIX_NIL;
+	if (e != PREFIX_NIL)
+		prefix_remove(n->idx, e);
+}
+
+/* tier_drop() - free the tier's oldest leaf slot for a new page. */
+static bool tier_drop(struct ns *n)
+{
+	uint32_t e = prefix_tier_victim(n->idx), slot;
+
+	if (e == PREFIX_NIL)
+		return false;
+	slot = prefix_slot(n->idx, e);
+	if (spill_busy(n->tier, slot))
+		return false;
+	n->slot_entry[slot] = PREFIX_NIL;
+	prefix_remove(n->idx, e);
+	spill_free(n->tier, slot);
+	return true;
+}
+
+/*
+ * spill_entry() - write the victim e's page to the tier; the page is free
+ * as soon as its bytes are in a staging buffer. Returns 0, or -errno when
+ * the page could not be spilled (the caller drops it).
+ */
+static int spill_entry(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
+{
+	struct spill_meta m;
+	uint32_t parent = prefix_parent(n->idx, e);
+	int slot;
+
+	memset(&m, 0, sizeof(m));
+	memcpy(m.key, prefix_key(n->idx, e), KVP_KEY_BYTES);
+	if (parent != PREFIX_NIL && !prefix_tokens(n->idx, e))
+		memcpy(m.parent, prefix_key(n->idx, parent), KVP_KEY_BYTES);
+	m.prio = prefix_prio(n->idx, e);
+	m.ntokens = prefix_tokens(n->idx, e);
+	m.tokens = prefix_token_ids(n->idx, e);
+	if (!spill_free_slots(n->tier))
+		tier_drop(n);
+	slot = spill_write(n->tier, pool_page_addr(p, page), &m, spilled_done, n);
+	if (slot < 0)
+		return slot;
+	prefix_spilling(n->idx, e, (uint32_t)slot);
+	prefix_spilled(n->idx, e);
+	n->slot_entry[slot] = e;
+	return 0;
+}
+
+/* evict_one() - move one candidate out of the pool: into the tier when
+ * there is one, else out of the index. False when there is none. */
+static bool evict_one(struct pool *p, struct ns *n)
+{
+	uint32_t e = prefix_victim(n->idx);
 	uint64_t page;
 
-	while (pool_available(p, n->pool_ns) < want) {
-		if (prefix_evict(n->idx, &page) == PREFIX_NIL)
+	if (e == PREFIX_NIL)
+		return false;
+	page = prefix_page(n->idx, e);
+	if (!n->tier || spill_entry(p, n, e, page) < 0)
+		prefix_remove(n->idx, e);
+	pool_evict(p, page);
+	n->st.evictions++;
+	return true;
+}
+
+bool lease_make_room(struct pool *p, struct ns *n, uint64_t want)
+{
+	while (pool_available(p, n->pool_ns) < want)
+		if (!evict_one(p, n))
 			return false;
-		pool_evict(p, page);
-		n->st.evictions++;
-	}
 	return true;
 }

@@ -45,8 +45,9 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n);
 
 /*
  * lease_make_room() - evict cached pages of n, leaves and low priorities
- * first, until the pool can hand out want pages of n. Returns true when
- * it can.
+ * first, until the pool can hand out want pages of n: to n's NVMe tier
+ * when it has one (the tier's oldest leaf makes way when it is full),
+ * else out of the index. Returns true when it can.
  */
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
 

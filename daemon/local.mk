@@ -11,9 +11,10 @@ daemon_libkvpoold_la_SOURCES = \
 	daemon/ns.c daemon/ns.h \
 	daemon/prefix.c daemon/prefix.h \
 	daemon/pool.c daemon/pool.h \
-	daemon/backend.h daemon/backend_host.c
-daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
-daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS)
+	daemon/backend.h daemon/backend_host.c \
+	daemon/spill.c daemon/spill.h
+daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) $(XXHASH_CFLAGS)
+daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS) $(XXHASH_LIBS)
 
 sbin_PROGRAMS += daemon/kvpoold
 daemon_kvpoold_SOURCES = daemon/kvpoold.c

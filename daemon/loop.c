@@ -31,6 +31,8 @@ int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen)
 		p.flags = IORING_SETUP_CLAMP;
 		rc = io_uring_queue_init_params(entries, &l->ring, &p);
 	}
+	if (rc == 0)	/* fixed buffers are an optimization: fine without */
+		l->buffers = io_uring_register_buffers_sparse(&l->ring, LOOP_BUFFERS) == 0;
 	if (rc < 0) {
 		snprintf(err, errlen,
 			 "cannot set up io_uring with %u entries: %s (%d). "
@@ -110,6 +112,46 @@ int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 	return 0;
 }
 
+int loop_pread(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
+	       uint64_t off, int buf_index)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	if (buf_index >= 0)
+		io_uring_prep_read_fixed(sqe, fd, buf, len, off, buf_index);
+	else
+		io_uring_prep_read(sqe, fd, buf, len, off);
+	return 0;
+}
+
+int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
+		unsigned len, uint64_t off, int buf_index)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	if (buf_index >= 0)
+		io_uring_prep_write_fixed(sqe, fd, buf, len, off, buf_index);
+	else
+		io_uring_prep_write(sqe, fd, buf, len, off);
+	return 0;
+}
+
+int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len)
+{
+	struct iovec iov = { base, len };
+	__u64 tag = 0;
+	int rc;
+
+	if (!l->buffers || idx >= LOOP_BUFFERS)
+		return -ENOTSUP;
+	rc = io_uring_register_buffers_update_tag(&l->ring, idx, &iov, &tag, 1);
+	return rc < 0 ? rc : (int)idx;
+}
+
 int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
 {
 	struct io_uring_sqe *sqe = get_sqe(l, op);
@@ -126,7 +168,7 @@ int loop_run(struct loop *l)
 	unsigned head, seen;
 	int rc;
 
-	while (!l->stopping) {
+	while (!l->stopping && !(l->draining && l->inflight == 0)) {
 		rc = io_uring_submit_and_wait(&l->ring, 1);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 			return rc;
@@ -146,4 +188,9 @@ int loop_run(struct loop *l)
 void loop_stop(struct loop *l)
 {
 	l->stopping = true;
+}
+
+void loop_drain(struct loop *l)
+{
+	l->draining = true;
 }

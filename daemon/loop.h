@@ -28,6 +28,8 @@ struct loop {
 	struct io_uring ring;
 	unsigned inflight;	/* submitted, not yet completed */
 	bool stopping;
+	bool draining;		/* stop once nothing is in flight */
+	bool buffers;		/* a sparse table of LOOP_BUFFERS is registered */
 };
 
 /*
@@ -50,6 +52,26 @@ int loop_sendmsg(struct loop *l, struct loop_op *op, int fd,
 int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 	      unsigned len);
 
+/*
+ * loop_pread() / loop_pwrite() - read or write len bytes at offset off of
+ * fd (O_DIRECT files: buf, len and off aligned). buf_index >= 0 names the
+ * registered buffer that holds buf (see loop_buffer_set()); -1 for none.
+ * The result is the byte count, which may be short: the caller resubmits
+ * the rest.
+ */
+int loop_pread(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
+	       uint64_t off, int buf_index);
+int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
+		unsigned len, uint64_t off, int buf_index);
+
+/*
+ * loop_buffer_set() - register [base, base + len) as fixed buffer number
+ * idx (< LOOP_BUFFERS), so that I/O on it skips pinning the pages each
+ * time. Returns idx, or -errno (old kernels): then use -1 as buf_index.
+ */
+#define LOOP_BUFFERS 64u
+int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len);
+
 /* loop_cancel() - ask the kernel to cancel target, which then completes
  * with -ECANCELED (or its result, if it won the race). The cancel request
  * itself completes through op. */
@@ -63,5 +85,9 @@ int loop_run(struct loop *l);
 
 /* loop_stop() - make loop_run() return after the current completions. */
 void loop_stop(struct loop *l);
+
+/* loop_drain() - make loop_run() return once every operation in flight
+ * has completed (writes to disk finish before the daemon exits). */
+void loop_drain(struct loop *l);
 
 #endif /* KVP_LOOP_H */

@@ -15,6 +15,7 @@
 #include "kvpool_wire.h"
 #include "daemon/pool.h"
 #include "daemon/prefix.h"
+#include "daemon/spill.h"
 
 struct ns {
 	char name[KVP_NAME_MAX];
@@ -27,16 +28,24 @@ struct ns {
 	uint32_t key_scheme;	/* KVP_WIRE_KEYS_* */
 	uint8_t root[KVP_KEY_BYTES];	/* parent key of first blocks */
 	struct prefix *idx;	/* published pages by key */
+	struct spill *tier;	/* NVMe tier, or NULL */
+	uint32_t *slot_entry;	/* tier slot -> index entry (PREFIX_NIL: none) */
+	bool from_disk;		/* made at start-up from a tier file; no
+				 * client joined since */
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 };
 
-/* Key settings from the daemon's options, for new namespaces. */
-struct ns_keys {
+/* Settings from the daemon's options, for new namespaces. */
+struct ns_config {
 	uint32_t scheme;	/* default when a client asks for none */
 	const char *seed;	/* root = H(seed) */
 	const char *salt;	/* "" or mixed into each namespace's root */
 	unsigned pinned_pct;	/* pinned quota, percent of the pool's pages */
+	const char *spill_dir;	/* "" : no tier */
+	uint64_t spill_bytes;
+	bool spill_discard;
+	struct loop *loop;	/* for the tier's I/O */
 };
 
 struct ns_table {
@@ -53,8 +62,16 @@ struct ns_table {
  * namespace takes its key scheme from h (or k's default), its root key
  * from k's seed (and salt with the namespace's name), and an empty index.
  */
-int ns_join(struct ns_table *t, struct pool *p, const struct ns_keys *k,
+int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	    const struct kvp_wire_hello *h, struct ns **out, char *err, size_t errlen);
+
+/*
+ * ns_restore_all() - at start-up, make a namespace for every tier file in
+ * cfg->spill_dir and re-index the pages its slots hold (warm restart).
+ * A file whose format, geometry or key root no longer fits starts cold,
+ * logged with the reason. Returns the pages re-indexed.
+ */
+uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_config *cfg);
 
 /* ns_table_fini() - free every namespace. */
 void ns_table_fini(struct ns_table *t);

@@ -82,6 +82,12 @@ static const struct opt_def opt_table[] = {
 	  "PCT", "pinned pages per namespace, % of its pages (default 10)", NULL },
 	{ "free-watermark", 0, OPT_UINT, OFF(free_watermark_pct), 0, 0, 50,
 	  "PCT", "evict cached pages ahead to keep PCT % free (default 1)", NULL },
+	{ "spill-dir", 0, OPT_STRING, OFF(spill_dir), SZ(spill_dir), 0, 0,
+	  "DIR", "spill cold pages to a file per namespace in DIR (NVMe)", NULL },
+	{ "spill-size", 0, OPT_SIZE, OFF(spill_size), 0, 1u << 20, 1ull << 50,
+	  "SIZE", "bytes of spill file per namespace (default 1G)", NULL },
+	{ "spill-discard", 0, OPT_BOOL, OFF(spill_discard), 0, 0, 0,
+	  NULL, "start cold: ignore the pages the spill files hold", NULL },
 	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
 	  "LEVEL", "error, warn, info or debug (default info)", NULL },
 	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
@@ -102,6 +108,7 @@ void options_defaults(struct options *o)
 	snprintf(o->key_seed, sizeof(o->key_seed), "%s", "kvpool");
 	o->pinned_pct = 10;
 	o->free_watermark_pct = 1;
+	o->spill_size = 1ull << 30;
 	o->max_msg_size = 256u * 1024u;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;

@@ -38,6 +38,9 @@ struct options {
 	char key_salt[256];		/* "" or mixed into each namespace's root */
 	uint64_t pinned_pct;		/* pinned quota per namespace, % of its pages */
 	uint64_t free_watermark_pct;	/* evict ahead to keep this % free */
+	char spill_dir[OPTIONS_PATH_MAX];	/* "" : no NVMe tier */
+	uint64_t spill_size;		/* bytes of tier file per namespace */
+	bool spill_discard;		/* cold start: ignore what the files hold */
 	enum log_level log_level;
 	bool foreground;
 };

@@ -373,7 +373,7 @@ int pool_unref(struct pool *p, uint64_t h)
 		return -ESTALE;
 	if (--pg->refs > 0)
 		return pg->state;
-	if (pg->state == PAGE_PRIVATE)
+	if (pg->state == PAGE_PRIVATE || pg->state == PAGE_INFLIGHT)
 		page_free(p, s, pg, h);
 	else
 		page_set_state(p, s->ns, pg, PAGE_CACHED);
@@ -393,6 +393,28 @@ int pool_publish(struct pool *p, uint64_t h)
 	struct pool_page *pg = page_find(p, h, &s);
 
 	if (!pg || pg->state != PAGE_PRIVATE || pg->refs != 1)
+		return -EINVAL;
+	page_set_state(p, s->ns, pg, PAGE_SHARED);
+	return 0;
+}
+
+int pool_inflight(struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
+
+	if (!pg || pg->state != PAGE_PRIVATE || pg->refs != 1)
+		return -EINVAL;
+	page_set_state(p, s->ns, pg, PAGE_INFLIGHT);
+	return 0;
+}
+
+int pool_restored(struct pool *p, uint64_t h)
+{
+	struct pool_slab *s;
+	struct pool_page *pg = page_find(p, h, &s);
+
+	if (!pg || pg->state != PAGE_INFLIGHT)
 		return -EINVAL;
 	page_set_state(p, s->ns, pg, PAGE_SHARED);
 	return 0;
@@ -518,7 +540,8 @@ bool pool_audit(const struct pool *p)
 				const struct pool_page *pg = &p->slabs[s].pages[i];
 
 				bool leased = pg->state == PAGE_PRIVATE ||
-					      pg->state == PAGE_SHARED;
+					      pg->state == PAGE_SHARED ||
+					      pg->state == PAGE_INFLIGHT;
 
 				if (pg->state >= PAGE_STATE_COUNT || leased != (pg->refs > 0))
 					return false;

@@ -30,6 +30,7 @@ enum page_state {
 	PAGE_PRIVATE = 1,	/* allocated, writable by its owner; refs >= 1 */
 	PAGE_SHARED = 2,	/* published, immutable, leased; refs >= 1 */
 	PAGE_CACHED = 3,	/* published, immutable, no lease; refs 0 */
+	PAGE_INFLIGHT = 4,	/* being filled by a restore; refs 1 */
 	PAGE_STATE_COUNT
 };
 
@@ -103,6 +104,12 @@ int pool_state(const struct pool *p, uint64_t h);
 /* pool_publish() - make the PRIVATE page of h, held by exactly one
  * reference, SHARED (immutable). Returns 0 or -EINVAL. */
 int pool_publish(struct pool *p, uint64_t h);
+
+/* pool_inflight() - the PRIVATE page of h (refs 1) is being filled by a
+ * restore: INFLIGHT. pool_restored() - it is complete: SHARED, its one
+ * reference the lease of the client that asked. Return 0 or -EINVAL. */
+int pool_inflight(struct pool *p, uint64_t h);
+int pool_restored(struct pool *p, uint64_t h);
 
 /* pool_evict() - free the CACHED page of h: FREE, new generation, back on
  * the free list. Returns 0 or -EINVAL when h is not a CACHED page. */

@@ -18,9 +18,11 @@
 
 struct entry {
 	uint8_t key[KVP_KEY_BYTES];	/* full: its key; partial: parent key */
-	uint64_t page;
+	uint64_t page;			/* in the pool (or restoring): its page */
+	uint32_t slot;			/* spilling or spilled: its slot */
 	uint32_t parent;		/* entry of the parent block, or NIL */
 	uint32_t children;		/* entries whose parent is this one */
+	uint32_t pool_children;		/* of them in the pool or on the way in */
 	uint32_t hnext;			/* hash chain; free list when unused */
 	uint32_t prev, next;		/* candidate list of its class */
 	uint32_t *tokens;		/* partial: its token ids, owned */
@@ -28,6 +30,7 @@ struct entry {
 	uint8_t prio;			/* class, < PREFIX_CLASSES */
 	uint8_t cached;			/* on a candidate list */
 	uint8_t used;
+	uint8_t where;			/* enum prefix_where */
 };
 
 struct lru {
@@ -44,6 +47,8 @@ struct prefix {
 	uint32_t *part;			/* [nbuckets] heads, by parent key */
 	uint32_t nbuckets;		/* a power of two */
 	struct lru lru[PREFIX_CLASSES];
+	struct lru tier;		/* spilled entries, oldest first */
+	uint32_t spilled;		/* entries spilling or spilled */
 };
 
 static uint32_t bucket(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES])
@@ -231,8 +236,10 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 		en->hnext = x->full[b];
 		x->full[b] = i;
 	}
-	if (parent)
+	if (parent) {
 		x->e[parent].children++;
+		x->e[parent].pool_children++;
+	}
 	x->count++;
 	if (en->prio == PREFIX_PINNED)
 		x->pinned++;
@@ -254,13 +261,12 @@ unsigned prefix_prio(const struct prefix *x, uint32_t e)
 	return x->e[e].prio;
 }
 
-void prefix_cached(struct prefix *x, uint32_t e)
+/* list_add() / list_del() - e at the tail of l, or out of the list it is
+ * on (the pool candidates of its class, or the tier list). O(1). */
+static void list_add(struct prefix *x, struct lru *l, uint32_t e)
 {
 	struct entry *en = &x->e[e];
-	struct lru *l = &x->lru[en->prio];
 
-	if (en->cached)
-		return;
 	en->cached = 1;
 	en->next = PREFIX_NIL;
 	en->prev = l->tail;
@@ -271,10 +277,17 @@ void prefix_cached(struct prefix *x, uint32_t e)
 	l->tail = e;
 }
 
-void prefix_leased(struct prefix *x, uint32_t e)
+static struct lru *list_of(struct prefix *x, uint32_t e)
 {
 	struct entry *en = &x->e[e];
-	struct lru *l = &x->lru[en->prio];
+
+	return en->where == PREFIX_SPILLED ? &x->tier : &x->lru[en->prio];
+}
+
+static void list_del(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+	struct lru *l = list_of(x, e);
 
 	if (!en->cached)
 		return;
@@ -288,6 +301,18 @@ void prefix_leased(struct prefix *x, uint32_t e)
 		l->tail = en->prev;
 	en->cached = 0;
 	en->prev = en->next = PREFIX_NIL;
+}
+
+void prefix_cached(struct prefix *x, uint32_t e)
+{
+	if (!x->e[e].cached && x->e[e].where == PREFIX_IN_POOL)
+		list_add(x, &x->lru[x->e[e].prio], e);
+}
+
+void prefix_leased(struct prefix *x, uint32_t e)
+{
+	if (x->e[e].where == PREFIX_IN_POOL)
+		list_del(x, e);
 }
 
 /* unhash() - take e off its hash chain. O(chain). */
@@ -305,11 +330,25 @@ static void unhash(struct prefix *x, uint32_t e)
 void prefix_remove(struct prefix *x, uint32_t e)
 {
 	struct entry *en = &x->e[e];
+	uint32_t i;
 
-	prefix_leased(x, e);
+	/* Rare (a failed restore): its children lose their parent link,
+	 * O(entries). */
+	for (i = 1; en->children && i < x->cap; i++) {
+		if (x->e[i].used && x->e[i].parent == e) {
+			x->e[i].parent = PREFIX_NIL;
+			en->children--;
+		}
+	}
+	list_del(x, e);
 	unhash(x, e);
-	if (en->parent)
+	if (en->where == PREFIX_SPILLING || en->where == PREFIX_SPILLED)
+		x->spilled--;
+	if (en->parent) {
 		x->e[en->parent].children--;
+		if (en->where == PREFIX_IN_POOL || en->where == PREFIX_RESTORING)
+			x->e[en->parent].pool_children--;
+	}
 	if (en->prio == PREFIX_PINNED)
 		x->pinned--;
 	free(en->tokens);
@@ -319,21 +358,119 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	x->count--;
 }
 
-uint32_t prefix_evict(struct prefix *x, uint64_t *page)
+uint32_t prefix_victim(struct prefix *x)
 {
 	unsigned c;
 	uint32_t e;
 
 	for (c = 0; c < PREFIX_CLASSES; c++) {
 		for (e = x->lru[c].head; e; e = x->e[e].next) {
-			if (x->e[e].children)
+			if (x->e[e].pool_children)
 				continue;	/* a parent waits for its leaves */
-			*page = x->e[e].page;
-			prefix_remove(x, e);
+			list_del(x, e);
 			return e;
 		}
 	}
 	return PREFIX_NIL;
+}
+
+uint32_t prefix_evict(struct prefix *x, uint64_t *page)
+{
+	uint32_t e = prefix_victim(x);
+
+	if (e != PREFIX_NIL) {
+		*page = x->e[e].page;
+		prefix_remove(x, e);
+	}
+	return e;
+}
+
+void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot)
+{
+	struct entry *en = &x->e[e];
+
+	list_del(x, e);
+	if (en->parent)
+		x->e[en->parent].pool_children--;
+	en->where = PREFIX_SPILLING;
+	en->page = 0;
+	en->slot = slot;
+	x->spilled++;
+}
+
+void prefix_spilled(struct prefix *x, uint32_t e)
+{
+	x->e[e].where = PREFIX_SPILLED;
+	list_add(x, &x->tier, e);
+}
+
+void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page)
+{
+	struct entry *en = &x->e[e];
+
+	list_del(x, e);
+	if (en->parent)
+		x->e[en->parent].pool_children++;
+	en->where = PREFIX_RESTORING;
+	en->page = page;
+	x->spilled--;
+}
+
+void prefix_restored(struct prefix *x, uint32_t e)
+{
+	x->e[e].where = PREFIX_IN_POOL;
+}
+
+uint32_t prefix_tier_victim(struct prefix *x)
+{
+	uint32_t e;
+
+	for (e = x->tier.head; e; e = x->e[e].next)
+		if (!x->e[e].children)
+			return e;
+	return PREFIX_NIL;
+}
+
+unsigned prefix_where(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].where;
+}
+
+uint32_t prefix_slot(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].slot;
+}
+
+const uint8_t *prefix_key(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].key;
+}
+
+const uint32_t *prefix_token_ids(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].tokens;
+}
+
+uint32_t prefix_parent(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].parent;
+}
+
+void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent)
+{
+	struct entry *en = &x->e[e];
+
+	if (en->parent || !parent || parent == e)
+		return;
+	en->parent = parent;
+	x->e[parent].children++;
+	if (en->where == PREFIX_IN_POOL || en->where == PREFIX_RESTORING)
+		x->e[parent].pool_children++;
+}
+
+uint32_t prefix_spilled_count(const struct prefix *x)
+{
+	return x->spilled;
 }
 
 uint32_t prefix_count(const struct prefix *x)

@@ -26,6 +26,14 @@
 #include "kvpool_wire.h"
 
 #define PREFIX_NIL 0u
+
+/* Where an entry's bytes are. */
+enum prefix_where {
+	PREFIX_IN_POOL = 0,	/* in its page (leased, or a candidate) */
+	PREFIX_SPILLING = 1,	/* being written to its slot; no page */
+	PREFIX_SPILLED = 2,	/* in its slot only */
+	PREFIX_RESTORING = 3,	/* being read back into its page */
+};
 #define PREFIX_CLASSES 4u	/* priority classes 0 (evicted first) .. 3 (pinned) */
 #define PREFIX_PINNED 3u
 
@@ -80,15 +88,46 @@ void prefix_cached(struct prefix *x, uint32_t e);
 void prefix_leased(struct prefix *x, uint32_t e);
 
 /*
- * prefix_evict() - choose the next victim among the candidates, remove it
- * from the index (its parent loses a child) and return its page handle
- * via *page; PREFIX_NIL when there is none. Candidates with children are
- * skipped: O(skipped) per call.
+ * prefix_victim() - the next candidate to leave the pool, taken off the
+ * candidate lists but still indexed; PREFIX_NIL when there is none.
+ * Candidates with children in the pool are skipped: O(skipped).
  */
+uint32_t prefix_victim(struct prefix *x);
+
+/* prefix_evict() - prefix_victim(), then remove it from the index; its
+ * page handle via *page. */
 uint32_t prefix_evict(struct prefix *x, uint64_t *page);
 
+/* The tier moves: e left its page for slot (spilling), its slot holds it
+ * (spilled: the newest of the tier's list), it is read back into page
+ * (restoring), it is in the pool again (restored: leased, no candidate). */
+void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot);
+void prefix_spilled(struct prefix *x, uint32_t e);
+void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page);
+void prefix_restored(struct prefix *x, uint32_t e);
+
+/* prefix_tier_victim() - the oldest spilled entry without children (it
+ * stays indexed; the caller frees its slot and removes it). */
+uint32_t prefix_tier_victim(struct prefix *x);
+
+/* An entry's location, slot, key (full block: its own; partial: its
+ * parent's), token ids (partial), parent entry. */
+unsigned prefix_where(const struct prefix *x, uint32_t e);
+uint32_t prefix_slot(const struct prefix *x, uint32_t e);
+const uint8_t *prefix_key(const struct prefix *x, uint32_t e);
+const uint32_t *prefix_token_ids(const struct prefix *x, uint32_t e);
+uint32_t prefix_parent(const struct prefix *x, uint32_t e);
+
+/* prefix_set_parent() - link e, indexed without a parent, to parent
+ * (warm restart: slots come in any order). */
+void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent);
+
+/* prefix_spilled_count() - entries spilling or spilled. */
+uint32_t prefix_spilled_count(const struct prefix *x);
+
 /* prefix_remove() - drop e from the index at once (its page went away
- * another way); it must have no children. */
+ * another way). Children it still has lose their parent link: O(entries)
+ * then, O(1) otherwise. */
 void prefix_remove(struct prefix *x, uint32_t e);
 
 /* prefix_count() - entries indexed; prefix_pinned() - of them in the

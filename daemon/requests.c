@@ -180,14 +180,59 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), -1);
 }
 
-static void fill_counts(const struct pool_counts *pc, uint64_t *total, uint64_t *free_,
-			uint64_t *private_, uint64_t *shared, uint64_t *cached)
+/* fill_counts() - page counts of a STATS record: the pool's by state,
+ * plus the pages spilled to the tier (which count in the total). */
+static void fill_counts(const struct pool_counts *pc, uint64_t spilled, uint64_t *total,
+			uint64_t *free_, uint64_t *private_, uint64_t *shared,
+			uint64_t *cached, uint64_t *spilled_out, uint64_t *inflight)
 {
-	*total = pc->total;
+	*total = pc->total + spilled;
 	*free_ = pc->by_state[PAGE_FREE];
 	*private_ = pc->by_state[PAGE_PRIVATE];
 	*shared = pc->by_state[PAGE_SHARED];
 	*cached = pc->by_state[PAGE_CACHED];
+	*spilled_out = spilled;
+	*inflight = pc->by_state[PAGE_INFLIGHT];
+}
+
+static void tier_record(const struct ns *n, struct kvp_wire_tier_stats *t)
+{
+	struct spill_stats ss;
+
+	memset(t, 0, sizeof(*t));
+	if (!n->tier)
+		return;
+	spill_get_stats(n->tier, &ss);
+	t->slots = ss.slots;
+	t->used = ss.used;
+	t->spills = ss.spills;
+	t->restores = ss.restores;
+	t->checksum_failures = ss.checksum_failures;
+	t->io_errors = ss.io_errors;
+	t->dropped = ss.dropped;
+	t->restore_us_mean = ss.restores ? ss.restore_ns_total / ss.restores / 1000 : 0;
+	t->restore_us_max = ss.restore_ns_max / 1000;
+	t->writing = ss.writing;
+}
+
+static void add_tier_stats(struct kvp_wire_tier_stats *sum,
+			   const struct kvp_wire_tier_stats *a)
+{
+	uint64_t restores = sum->restores + a->restores;
+
+	if (restores)
+		sum->restore_us_mean = (sum->restore_us_mean * sum->restores +
+					a->restore_us_mean * a->restores) / restores;
+	sum->slots += a->slots;
+	sum->used += a->used;
+	sum->spills += a->spills;
+	sum->restores = restores;
+	sum->checksum_failures += a->checksum_failures;
+	sum->io_errors += a->io_errors;
+	sum->dropped += a->dropped;
+	sum->writing += a->writing;
+	if (a->restore_us_max > sum->restore_us_max)
+		sum->restore_us_max = a->restore_us_max;
 }
 
 static void add_prefix_stats(struct kvp_wire_prefix_stats *sum,
@@ -224,8 +269,10 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->pinned_quota = (uint32_t)n->pinned_quota;
 	pool_counts(s->pool, n->pool_ns, &pc);
 	r->slabs = (uint32_t)pc.slabs;
-	fill_counts(&pc, &r->pages_total, &r->pages_free, &r->pages_private,
-		    &r->pages_shared, &r->pages_cached);
+	fill_counts(&pc, prefix_spilled_count(n->idx), &r->pages_total, &r->pages_free,
+		    &r->pages_private, &r->pages_shared, &r->pages_cached,
+		    &r->pages_spilled, &r->pages_inflight);
+	tier_record(n, &r->nvme);
 	r->prefix = n->st;
 	r->prefix.pinned = prefix_pinned(n->idx);
 }
@@ -235,6 +282,7 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 	struct server *s = c->srv;
 	struct kvp_wire_stats st;
 	struct pool_counts pc;
+	uint64_t spilled;
 	uint8_t *buf;
 	size_t len;
 	uint32_t i;
@@ -276,10 +324,14 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 	st.errors_mismatch = s->n.errors_by_status[KVP_S_MISMATCH];
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
-	fill_counts(&pc, &st.pages_total, &st.pages_free, &st.pages_private,
-		    &st.pages_shared, &st.pages_cached);
+	for (i = 0, spilled = 0; i < s->nst.count; i++)
+		spilled += prefix_spilled_count(s->nst.ns[i]->idx);
+	fill_counts(&pc, spilled, &st.pages_total, &st.pages_free, &st.pages_private,
+		    &st.pages_shared, &st.pages_cached, &st.pages_spilled,
+		    &st.pages_inflight);
 	if (pool_audit(s->pool) && pc.total == pc.by_state[PAGE_FREE] +
-	    pc.by_state[PAGE_PRIVATE] + pc.by_state[PAGE_SHARED] + pc.by_state[PAGE_CACHED])
+	    pc.by_state[PAGE_PRIVATE] + pc.by_state[PAGE_SHARED] +
+	    pc.by_state[PAGE_CACHED] + pc.by_state[PAGE_INFLIGHT])
 		st.flags |= KVP_STATS_F_CONSERVED;
 	else
 		log_error("conservation check failed: the page counts do not add up "
@@ -290,6 +342,7 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 
 		ns_record(s, s->nst.ns[i], &r);
 		add_prefix_stats(&st.prefix, &r.prefix);
+		add_tier_stats(&st.nvme, &r.nvme);
 		memcpy(buf + wire_stats_size(i), &r, sizeof(r));
 	}
 	memcpy(buf, &st, sizeof(st));
@@ -472,16 +525,134 @@ out:
 /* --- ACQUIRE, PUBLISH, PUBLISH_PARTIAL ----------------------------------------- */
 
 /*
+ * A deferred ACQUIRE: some of its blocks are being read back from the
+ * tier. The reply goes out when the last read completes; the connection
+ * is held until then, even if its client dies meanwhile.
+ */
+struct pending {
+	struct conn *c;
+	struct ns *n;
+	struct kvp_wire_hdr req;
+	uint32_t nkeys;
+	uint32_t planned;		/* blocks found in the index */
+	uint32_t hits;			/* lowest failed restore, else planned */
+	uint32_t outstanding;		/* reads in flight */
+	uint64_t partial_page;		/* leased already, or 0 */
+	uint32_t partial_tokens;
+	uint64_t *pages;		/* [planned] */
+	uint8_t *restored;		/* [planned]: read from the tier */
+	uint32_t *slot_index;		/* [tier slots]: which block a slot fills */
+};
+
+/* acquire_reply() - answer an ACQUIRE with hits pages (leased) and the
+ * partial page, count it, and free what the answer no longer needs. */
+static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hdr *req,
+			  uint32_t nkeys, const uint64_t *pages, uint32_t hits,
+			  uint64_t partial_page, uint32_t partial_tokens)
+{
+	struct kvp_wire_acquire_reply *rep;
+	size_t len = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
+
+	rep = calloc(1, len);
+	if (!rep) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", hits);
+		return;
+	}
+	rep->hits = hits;
+	rep->partial_page = partial_page;
+	rep->partial_tokens = partial_tokens;
+	memcpy(rep + 1, pages, (size_t)hits * sizeof(uint64_t));
+	n->st.acquires++;
+	n->st.hits += hits + (partial_page != 0);
+	n->st.misses += nkeys - hits;
+	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + partial_tokens;
+	conn_reply(c, req, KVP_S_OK, rep, len, -1);
+	free(rep);
+}
+
+/* pending_finish() - the last read is in: lease what came back in order,
+ * let go of what came after a failure, answer, resume the connection. */
+static void pending_finish(struct pending *pd)
+{
+	struct conn *c = pd->c;
+	struct pool *p = c->srv->pool;
+	struct ns *n = pd->n;
+	bool gone = conn_closing(c);
+	uint32_t i;
+
+	for (i = 0; i < pd->planned; i++) {
+		if (!pd->pages[i])
+			continue;	/* its restore failed */
+		if (pd->restored[i] && (gone || i >= pd->hits)) {
+			lease_put(p, n, pd->pages[i]);	/* back in the pool, cached */
+		} else if (pd->restored[i]) {
+			if (hset_add(&c->leases, pd->pages[i], 1) < 0) {
+				lease_put(p, n, pd->pages[i]);
+				if (i < pd->hits)
+					pd->hits = i;
+			}
+		} else if (!gone && i >= pd->hits) {
+			lease_drop(&c->leases, p, n, pd->pages[i]);
+		}
+	}
+	if (!gone && pd->partial_page && pd->hits < pd->planned) {
+		lease_drop(&c->leases, p, n, pd->partial_page);
+		pd->partial_page = 0;
+		pd->partial_tokens = 0;
+	}
+	if (!gone) {
+		acquire_reply(c, n, &pd->req, pd->nkeys, pd->pages, pd->hits,
+			      pd->partial_page, pd->partial_tokens);
+		conn_resume(c);
+	}
+	free(pd->pages);
+	free(pd->restored);
+	free(pd->slot_index);
+	free(pd);
+	conn_put(c);
+}
+
+/* restore_done() - one block is back from the tier, or failed. */
+static void restore_done(void *arg, uint32_t slot, int res)
+{
+	struct pending *pd = arg;
+	struct pool *p = pd->c->srv->pool;
+	struct ns *n = pd->n;
+	uint32_t i = pd->slot_index[slot];
+	uint32_t e = n->slot_entry[slot];
+
+	n->slot_entry[slot] = PREFIX_NIL;
+	spill_free(n->tier, slot);
+	if (res == 0) {
+		pool_restored(p, pd->pages[i]);
+		prefix_restored(n->idx, e);
+	} else {
+		log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is freed",
+			 n->name, slot, spill_path(n->tier),
+			 res == -EBADMSG ? "its checksum or header does not match"
+					 : strerror(-res));
+		prefix_remove(n->idx, e);
+		pool_unref(p, pd->pages[i]);	/* INFLIGHT: free again */
+		pd->pages[i] = 0;
+		if (i < pd->hits)
+			pd->hits = i;
+	}
+	if (--pd->outstanding == 0)
+		pending_finish(pd);
+}
+
+/*
  * find_partial() - the partial page after block hits of an ACQUIRE: under
  * keys[hits - 1] (parent when hits is 0), matched against the request's
- * tokens of block hits. PREFIX_NIL when the tokens stop before it.
+ * tokens of block hits; only one that is in the pool. PREFIX_NIL when the
+ * tokens stop before it.
  */
 static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 			     const uint8_t *keys, const void *raw, uint32_t hits,
 			     uint32_t *tail)
 {
 	uint64_t start = (uint64_t)hits * n->block_tokens;
-	uint32_t i, len;
+	uint32_t i, len, e;
 
 	if (a->ntokens <= start)
 		return PREFIX_NIL;
@@ -490,22 +661,147 @@ static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 		len = n->block_tokens - 1;
 	for (i = 0; i < len; i++)
 		tail[i] = wire_u32_at(raw, (size_t)start + i);
-	return prefix_find_partial(n->idx, hits ? keys + (size_t)(hits - 1) * KVP_KEY_BYTES
-						: a->parent, tail, len);
+	e = prefix_find_partial(n->idx, hits ? keys + (size_t)(hits - 1) * KVP_KEY_BYTES
+					     : a->parent, tail, len);
+	return e != PREFIX_NIL && prefix_where(n->idx, e) == PREFIX_IN_POOL ? e : PREFIX_NIL;
+}
+
+/*
+ * plan_hits() - how many leading keys can be served: in the pool, or in
+ * the tier and readable now (not being written, a staging buffer free).
+ * *restores counts the second kind.
+ */
+static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
+			  uint32_t *restores)
+{
+	uint32_t i, e, bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
+
+	*restores = 0;
+	for (i = 0; i < nkeys; i++) {
+		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
+		if (e == PREFIX_NIL)
+			break;
+		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
+			continue;
+		if (prefix_where(n->idx, e) != PREFIX_SPILLED ||
+		    spill_busy(n->tier, prefix_slot(n->idx, e)) || *restores >= bufs)
+			break;
+		(*restores)++;
+	}
+	return i;
+}
+
+/*
+ * start_restores() - lease the blocks in the pool, and start reading the
+ * others back into fresh INFLIGHT pages. Returns the pending request, or
+ * NULL when nothing needs reading (all leased; *hits may have shrunk if
+ * the pool had no room for the reads).
+ */
+static struct pending *start_restores(struct conn *c, const uint8_t *keys,
+				      uint64_t *pages, uint32_t *hits, uint32_t restores,
+				      int *err)
+{
+	struct pool *p = c->srv->pool;
+	struct ns *n = c->ns;
+	struct spill_stats ts;
+	struct pending *pd = NULL;
+	uint64_t *fresh = NULL;
+	uint32_t i, e, r = 0, slot;
+	char msg[256];
+
+	*err = 0;
+	for (i = 0; i < *hits; i++) {	/* first the pool's: then no eviction takes them */
+		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
+		pages[i] = 0;
+		if (prefix_where(n->idx, e) != PREFIX_IN_POOL)
+			continue;
+		pages[i] = prefix_page(n->idx, e);
+		if (lease_take(&c->leases, p, n, pages[i]) < 0)
+			goto out_nomem;
+	}
+	if (!restores)
+		return NULL;
+	spill_get_stats(n->tier, &ts);
+	pd = calloc(1, sizeof(*pd));
+	fresh = calloc(restores, sizeof(*fresh));
+	if (!pd || !fresh)
+		goto out_nomem;
+	pd->c = c;
+	pd->n = n;
+	pd->pages = pages;
+	pd->restored = calloc(*hits, 1);
+	pd->slot_index = calloc(ts.slots, sizeof(*pd->slot_index));
+	if (!pd->restored || !pd->slot_index)
+		goto out_nomem;
+	if (!lease_make_room(p, n, restores) ||
+	    pool_alloc(p, n->pool_ns, restores, fresh, msg, sizeof(msg)) < 0) {
+		/* no room to read into: serve the prefix that is in the pool */
+		for (i = 0; i < *hits && pages[i]; i++)
+			;
+		while (*hits > i)
+			if (pages[--*hits])
+				lease_drop(&c->leases, p, n, pages[*hits]);
+		free(pd->restored);
+		free(pd->slot_index);
+		free(pd);
+		free(fresh);
+		return NULL;
+	}
+	pd->planned = pd->hits = *hits;
+	for (i = 0; i < *hits; i++) {
+		if (pages[i])
+			continue;
+		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
+		slot = prefix_slot(n->idx, e);
+		pages[i] = fresh[r++];
+		pool_inflight(p, pages[i]);
+		pool_set_tag(p, pages[i], e);
+		prefix_restoring(n->idx, e, pages[i]);
+		pd->restored[i] = 1;
+		pd->slot_index[slot] = i;
+		pd->outstanding++;
+		if (spill_read(n->tier, slot, prefix_key(n->idx, e),
+			       pool_page_addr(p, pages[i]), restore_done, pd) < 0) {
+			/* the ring is full: this block is lost, a miss */
+			pd->outstanding--;
+			n->slot_entry[slot] = PREFIX_NIL;
+			spill_free(n->tier, slot);
+			prefix_remove(n->idx, e);
+			pool_unref(p, pages[i]);
+			pages[i] = 0;
+			pd->restored[i] = 0;
+			if (i < pd->hits)
+				pd->hits = i;
+		}
+	}
+	free(fresh);
+	return pd;
+
+out_nomem:
+	*err = -ENOMEM;
+	while (i--)
+		if (pages[i])
+			lease_drop(&c->leases, p, n, pages[i]);
+	if (pd) {
+		free(pd->restored);
+		free(pd->slot_index);
+	}
+	free(pd);
+	free(fresh);
+	return NULL;
 }
 
 static void handle_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 			   const uint8_t *payload)
 {
-	struct server *s = c->srv;
-	struct kvp_wire_acquire_reply *rep;
 	struct kvp_wire_acquire a;
+	struct pending *pd;
 	const uint8_t *keys;
 	const void *raw;
-	uint32_t *tail, hits, i, pe;
+	uint32_t *tail, hits, planned, restores, pe;
+	uint64_t *pages, partial_page = 0;
 	struct ns *n;
-	uint64_t *pages;
-	size_t len;
+	int err;
 
 	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "ACQUIRE key or token count disagrees "
@@ -523,50 +819,53 @@ static void handle_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	/* Find first, lease after: a refusal must change nothing. */
-	for (hits = 0; hits < a.nkeys; hits++)
-		if (prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) == PREFIX_NIL)
-			break;
+	hits = plan_hits(n, keys, a.nkeys, &restores);
 	tail = malloc(n->block_tokens * sizeof(*tail));
-	if (!tail) {
-		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u tokens", n->block_tokens);
+	pages = calloc(hits + 1, sizeof(*pages));
+	if (!tail || !pages) {
+		free(tail);
+		free(pages);
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", hits);
 		return;
 	}
 	pe = find_partial(n, &a, keys, raw, hits, tail);
 	free(tail);
 	if (!room_for_leases(c, req, hits + (pe != PREFIX_NIL)))
-		return;
-	len = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
-	rep = calloc(1, len);
-	if (!rep) {
-		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", hits);
-		return;
-	}
-	pages = (uint64_t *)(rep + 1);
-	for (i = 0; i < hits; i++) {
-		pages[i] = prefix_page(n->idx, prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES));
-		if (lease_take(&c->leases, s->pool, n, pages[i]) < 0)
-			goto out_nomem;
-	}
+		goto out;
 	if (pe != PREFIX_NIL) {
-		rep->partial_page = prefix_page(n->idx, pe);
-		rep->partial_tokens = prefix_tokens(n->idx, pe);
-		if (lease_take(&c->leases, s->pool, n, rep->partial_page) < 0)
-			goto out_nomem;
+		partial_page = prefix_page(n->idx, pe);
+		if (lease_take(&c->leases, c->srv->pool, n, partial_page) < 0) {
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+			goto out;
+		}
 	}
-	rep->hits = hits;
-	n->st.acquires++;
-	n->st.hits += hits + (pe != PREFIX_NIL);
-	n->st.misses += a.nkeys - hits;
-	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + rep->partial_tokens;
-	conn_reply(c, req, KVP_S_OK, rep, len, -1);
-	free(rep);
-	return;
-
-out_nomem:	/* pages[0..i) were leased */
-	while (i--)
-		lease_drop(&c->leases, s->pool, n, pages[i]);
-	free(rep);
-	conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+	planned = hits;
+	pd = start_restores(c, keys, pages, &hits, restores, &err);
+	if (err) {
+		if (partial_page)
+			lease_drop(&c->leases, c->srv->pool, n, partial_page);
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
+		goto out;
+	}
+	if (pd) {	/* the reply waits for the reads */
+		pd->req = *req;
+		pd->nkeys = a.nkeys;
+		pd->partial_page = partial_page;
+		pd->partial_tokens = partial_page ? prefix_tokens(n->idx, pe) : 0;
+		c->deferred = true;
+		conn_hold(c);
+		if (pd->outstanding == 0)	/* every read failed at once */
+			pending_finish(pd);
+		return;
+	}
+	if (partial_page && hits < planned) {
+		lease_drop(&c->leases, c->srv->pool, n, partial_page);
+		partial_page = 0;
+	}
+	acquire_reply(c, n, req, a.nkeys, pages, hits, partial_page,
+		      partial_page ? prefix_tokens(n->idx, pe) : 0);
+out:
+	free(pages);
 }
 
 /*
@@ -607,6 +906,22 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 
 	*e = ntokens ? prefix_find_partial_exact(n->idx, parent_key, tokens, ntokens)
 		     : prefix_find(n->idx, key);
+	if (*e != PREFIX_NIL && prefix_where(n->idx, *e) == PREFIX_SPILLED &&
+	    !spill_busy(n->tier, prefix_slot(n->idx, *e))) {
+		/* the key's bytes are in the tier: this page takes its place */
+		uint32_t slot = prefix_slot(n->idx, *e);
+
+		n->slot_entry[slot] = PREFIX_NIL;
+		spill_free(n->tier, slot);
+		prefix_restoring(n->idx, *e, page);
+		prefix_restored(n->idx, *e);
+		pool_publish(p, page);
+		pool_set_tag(p, page, *e);
+		n->st.publishes++;
+		return page;
+	}
+	if (*e != PREFIX_NIL && prefix_where(n->idx, *e) != PREFIX_IN_POOL)
+		return page;	/* on its way in or out: leave this page private */
 	if (*e != PREFIX_NIL) {
 		uint64_t canon = prefix_page(n->idx, *e);
 

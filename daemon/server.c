@@ -49,7 +49,7 @@ uint64_t server_now_ms(void)
 static void server_maybe_done(struct server *s)
 {
 	if (s->shutting_down && !s->accepting && !s->conns)
-		loop_stop(s->loop);
+		loop_drain(s->loop);	/* spill writes finish first */
 }
 
 /* --- connection life cycle ------------------------------------------- */
@@ -196,6 +196,28 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	conn_post_send(c);
 }
 
+void conn_hold(struct conn *c)
+{
+	c->ops++;
+}
+
+bool conn_put(struct conn *c)
+{
+	return conn_op_done(c);
+}
+
+bool conn_closing(const struct conn *c)
+{
+	return c->state == CONN_CLOSING;
+}
+
+void conn_resume(struct conn *c)
+{
+	c->deferred = false;
+	if (c->state != CONN_CLOSING && !c->close_after_send)
+		conn_post_recv(c);
+}
+
 void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		const char *fmt, ...)
 {
@@ -312,7 +334,7 @@ static void conn_recv_done(struct loop_op *op, int res)
 		return;
 	}
 	handle_message(c, (size_t)res);
-	if (c->state != CONN_CLOSING && !c->close_after_send)
+	if (c->state != CONN_CLOSING && !c->close_after_send && !c->deferred)
 		conn_post_recv(c);
 }
 
@@ -602,6 +624,17 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.seed = o->key_seed;
 	s->keys.salt = o->key_salt;
 	s->keys.pinned_pct = (unsigned)o->pinned_pct;
+	s->keys.spill_dir = o->spill_dir;
+	s->keys.spill_bytes = o->spill_size;
+	s->keys.spill_discard = o->spill_discard;
+	s->keys.loop = l;
+	if (o->spill_dir[0]) {
+		uint64_t pages = ns_restore_all(&s->nst, pool, &s->keys);
+
+		log_info("spill tier in %s: %llu pages of %u namespaces re-indexed%s",
+			 o->spill_dir, (unsigned long long)pages, s->nst.count,
+			 o->spill_discard ? " (--spill-discard: cold start)" : "");
+	}
 	s->listen_fd = fd;
 	s->start_ms = server_now_ms();
 	s->accept_op.done = server_accept_done;

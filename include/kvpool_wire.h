@@ -264,7 +264,8 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_partial) == 48,
  * STATS reply: struct kvp_wire_stats, then `namespaces` records of
  * struct kvp_wire_ns_stats. Requests have no payload. Page counts satisfy
  * the conservation invariant
- *   free + private + shared + cached + spilled + inflight == total.
+ *   free + private + shared + cached + spilled + inflight == total,
+ * where total counts the pool's pages and the pages spilled to a tier.
  */
 /* Prefix-sharing counters, per namespace and summed over all. */
 struct kvp_wire_prefix_stats {
@@ -279,6 +280,21 @@ struct kvp_wire_prefix_stats {
 	uint64_t pinned;	/* indexed pages in the pinned class, now */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_prefix_stats) == 72, "kvp_wire_prefix_stats is 72 bytes");
+
+/* The NVMe tier's counters, per namespace and summed over all. */
+struct kvp_wire_tier_stats {
+	uint64_t slots;		/* capacity in pages (0: no tier) */
+	uint64_t used;		/* slots holding a page or being written */
+	uint64_t spills;	/* pages written */
+	uint64_t restores;	/* pages read back and checked */
+	uint64_t checksum_failures;	/* reads that failed their check: misses */
+	uint64_t io_errors;	/* writes or reads that failed */
+	uint64_t dropped;	/* evicted pages not spilled: no slot or buffer */
+	uint64_t restore_us_mean;	/* restore latency, microseconds */
+	uint64_t restore_us_max;
+	uint64_t writing;	/* writes in flight now */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_tier_stats) == 80, "kvp_wire_tier_stats is 80 bytes");
 
 /* The daemon recounted every page for this reply and its counts add up:
  * the conservation invariant holds (see below). */
@@ -315,8 +331,9 @@ struct kvp_wire_stats {
 	uint64_t pages_spilled;
 	uint64_t pages_inflight;
 	struct kvp_wire_prefix_stats prefix;	/* all namespaces */
+	struct kvp_wire_tier_stats nvme;	/* all namespaces */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 288, "kvp_wire_stats is 288 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 368, "kvp_wire_stats is 368 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
@@ -341,8 +358,9 @@ struct kvp_wire_ns_stats {
 	uint32_t key_scheme;
 	uint32_t pinned_quota;	/* pages */
 	struct kvp_wire_prefix_stats prefix;
+	struct kvp_wire_tier_stats nvme;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 376, "kvp_wire_ns_stats is 376 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 456, "kvp_wire_ns_stats is 456 bytes");
 
 #ifdef __cplusplus
 }

@@ -40,78 +40,11 @@ static kvp_client *join(const char *sock)
 	return c;
 }
 
-/* The K/V a model would compute for a block follows from its key: fill a
- * page with bytes derived from the key, so any page can be checked. */
-static void fill_for(void *page, const kvp_key *k)
-{
-	uint64_t x, *w = page;
-	size_t i;
-
-	memcpy(&x, k->b, sizeof(x));
-	for (i = 0; i < PAGE_BYTES / 8; i++)
-		w[i] = x ^ (i * 0x9e3779b97f4a7c15ull);
-}
-
-static bool holds_for(const void *page, const kvp_key *k)
-{
-	const uint64_t *w = page;
-	uint64_t x;
-	size_t i;
-
-	memcpy(&x, k->b, sizeof(x));
-	for (i = 0; i < PAGE_BYTES / 8; i++)
-		if (w[i] != (x ^ (i * 0x9e3779b97f4a7c15ull)))
-			return false;
-	return true;
-}
-
-/* tokens_of() - a deterministic token sequence: a system prompt of
- * prompt_len tokens shared by all, then a suffix that depends on who. */
-static void tokens_of(uint32_t *t, size_t n, size_t prompt_len, uint32_t who)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		t[i] = i < prompt_len ? (uint32_t)(i * 7 + 3) % 50000
-				      : (uint32_t)(who * 1000 + i) % 50000 + 60000;
-}
-
-/*
- * serve() - what a model server does with a prompt: keys, ACQUIRE the
- * cached prefix, compute (fill) and PUBLISH the rest, check every page's
- * bytes. The canonical pages of all full blocks go to out; returns hits.
- */
-static int serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out)
-{
-	size_t nb = n / BT, i;
-	kvp_key *keys = calloc(nb, sizeof(*keys));
-	kvp_page *mine = calloc(nb, sizeof(*mine));
-	int hits, rc;
-
-	ck_assert(keys && mine);
-	ck_assert_int_eq(kvp_block_keys(c, NULL, t, n, NULL, 0, keys), (int)nb);
-	hits = kvp_acquire(c, NULL, keys, nb, NULL, 0, out, NULL);
-	ck_assert_msg(hits >= 0, "acquire: %s", kvp_strerror(hits));
-	if ((size_t)hits < nb) {
-		rc = kvp_alloc(c, nb - (size_t)hits, mine);
-		ck_assert_msg(rc == 0, "alloc: %s %s", kvp_strerror(rc), kvp_last_error());
-		for (i = (size_t)hits; i < nb; i++)
-			fill_for(kvp_page_ptr(c, mine[i - (size_t)hits]), &keys[i]);
-		rc = kvp_publish(c, hits ? &keys[hits - 1] : NULL, mine, keys + hits,
-				 nb - (size_t)hits, KVP_PRIO_NORMAL, out + hits);
-		ck_assert_msg(rc == 0, "publish: %s %s", kvp_strerror(rc), kvp_last_error());
-		/* drop our duplicates of keys someone else published first */
-		for (i = (size_t)hits; i < nb; i++)
-			if (out[i] != mine[i - (size_t)hits])
-				ck_assert_int_eq(kvp_release(c, &mine[i - (size_t)hits], 1), 0);
-	}
-	for (i = 0; i < nb; i++)
-		ck_assert_msg(holds_for(kvp_page_ptr(c, out[i]), &keys[i]),
-			      "block %zu does not hold the bytes of its key", i);
-	free(keys);
-	free(mine);
-	return hits;
-}
+/* fill_for() / holds_for() with this file's page size */
+#define fill_for(page, k) harness_fill(page, PAGE_BYTES, k)
+#define holds_for(page, k) harness_holds(page, PAGE_BYTES, k)
+#define tokens_of harness_tokens
+#define serve harness_serve
 
 START_TEST(test_share_four_processes_share_one_copy_of_a_prompt)
 {

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -60,13 +61,18 @@ int harness_pidfd_open(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-void daemon_start(struct daemon *d, const char *const *args)
+void daemon_dir(struct daemon *d)
 {
 	memset(d, 0, sizeof(*d));
 	strcpy(d->dir, "/tmp/kvpool-test-XXXXXX");
 	ck_assert_ptr_nonnull(mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/kvpool.sock", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/kvpoold.log", d->dir);
+}
+
+void daemon_start(struct daemon *d, const char *const *args)
+{
+	daemon_dir(d);
 	daemon_restart(d, args);
 }
 
@@ -179,6 +185,12 @@ void check_conservation(const char *sock)
 
 void daemon_stop(struct daemon *d)
 {
+	daemon_halt(d);
+	daemon_cleanup(d);
+}
+
+void daemon_halt(struct daemon *d)
+{
 	char log[4096];
 	struct stat st;
 	int status;
@@ -193,19 +205,19 @@ void daemon_stop(struct daemon *d)
 	ck_assert_msg(lstat(d->sock, &st) < 0 && errno == ENOENT,
 		      "socket %s still exists after shutdown", d->sock);
 	close(d->pidfd);
-	daemon_cleanup(d);
+}
+
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
 }
 
 void daemon_cleanup(struct daemon *d)
 {
-	char path[160];
-
-	unlink(d->log);
-	snprintf(path, sizeof(path), "%s/notify", d->dir);
-	unlink(path);
-	snprintf(path, sizeof(path), "%s.lock", d->sock);
-	unlink(path);
-	rmdir(d->dir);
+	nftw(d->dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int run_cmd(const char *const argv[], char *out, size_t outlen)
@@ -242,4 +254,69 @@ int run_cmd(const char *const argv[], char *out, size_t outlen)
 	close(p[0]);
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	return status;
+}
+
+void harness_fill(void *page, size_t bytes, const kvp_key *k)
+{
+	uint64_t x, *w = page;
+	size_t i;
+
+	memcpy(&x, k->b, sizeof(x));
+	for (i = 0; i < bytes / 8; i++)
+		w[i] = x ^ (i * 0x9e3779b97f4a7c15ull);
+}
+
+bool harness_holds(const void *page, size_t bytes, const kvp_key *k)
+{
+	const uint64_t *w = page;
+	uint64_t x;
+	size_t i;
+
+	memcpy(&x, k->b, sizeof(x));
+	for (i = 0; i < bytes / 8; i++)
+		if (w[i] != (x ^ (i * 0x9e3779b97f4a7c15ull)))
+			return false;
+	return true;
+}
+
+void harness_tokens(uint32_t *t, size_t n, size_t prompt_len, uint32_t who)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		t[i] = i < prompt_len ? (uint32_t)(i * 7 + 3) % 50000
+				      : (uint32_t)(who * 1000 + i) % 50000 + 60000;
+}
+
+int harness_serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out)
+{
+	size_t bt = kvp_block_tokens(c), pb = kvp_page_bytes(c), nb = n / bt, i, k;
+	kvp_key *keys = calloc(nb + 1, sizeof(*keys));
+	kvp_page *mine = calloc(nb + 1, sizeof(*mine));
+	int hits, rc;
+
+	ck_assert(keys && mine);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, n, NULL, 0, keys), (int)nb);
+	hits = kvp_acquire(c, NULL, keys, nb, NULL, 0, out, NULL);
+	ck_assert_msg(hits >= 0, "acquire: %s", kvp_strerror(hits));
+	k = nb - (size_t)hits;
+	if (k) {
+		rc = kvp_alloc(c, k, mine);
+		ck_assert_msg(rc == 0, "alloc: %s %s", kvp_strerror(rc), kvp_last_error());
+		for (i = 0; i < k; i++)
+			harness_fill(kvp_page_ptr(c, mine[i]), pb, &keys[(size_t)hits + i]);
+		rc = kvp_publish(c, hits ? &keys[hits - 1] : NULL, mine, keys + hits, k,
+				 KVP_PRIO_NORMAL, out + hits);
+		ck_assert_msg(rc == 0, "publish: %s %s", kvp_strerror(rc), kvp_last_error());
+		/* drop our duplicates of keys someone else published first */
+		for (i = 0; i < k; i++)
+			if (out[(size_t)hits + i] != mine[i])
+				ck_assert_int_eq(kvp_release(c, &mine[i], 1), 0);
+	}
+	for (i = 0; i < nb; i++)
+		ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), pb, &keys[i]),
+			      "block %zu does not hold the bytes of its key", i);
+	free(keys);
+	free(mine);
+	return hits;
 }

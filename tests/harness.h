@@ -31,6 +31,10 @@ const char *harness_cli(void);
  */
 void daemon_start(struct daemon *d, const char *const *args);
 
+/* daemon_dir() - make d's temporary directory and paths without starting
+ * a daemon (for flags that name files in it); then daemon_restart(). */
+void daemon_dir(struct daemon *d);
+
 /* daemon_restart() - start kvpoold again in d's directory, on the same
  * socket path, after the last one exited (warm restarts, stale sockets). */
 void daemon_restart(struct daemon *d, const char *const *args);
@@ -44,6 +48,10 @@ int harness_pidfd_open(pid_t pid);
  * gone) and remove the directory.
  */
 void daemon_stop(struct daemon *d);
+
+/* daemon_halt() - daemon_stop() without removing the directory, for a
+ * daemon_restart() in it. */
+void daemon_halt(struct daemon *d);
 
 /* daemon_cleanup() - remove d's directory and what the daemon left in it. */
 void daemon_cleanup(struct daemon *d);
@@ -65,6 +73,24 @@ void stats_of(const char *sock, struct kvp_wire_stats *st);
  * the wait status.
  */
 int run_cmd(const char *const argv[], char *out, size_t outlen);
+
+/* harness_fill() / harness_holds() - the K/V a model would compute for a
+ * block follows from its key: bytes derived from the key, so that any
+ * page can be checked against the key it is served for. */
+void harness_fill(void *page, size_t bytes, const kvp_key *k);
+bool harness_holds(const void *page, size_t bytes, const kvp_key *k);
+
+/* harness_tokens() - a deterministic sequence: a prompt of prompt_len
+ * tokens shared by all, then a suffix that depends on who. */
+void harness_tokens(uint32_t *t, size_t n, size_t prompt_len, uint32_t who);
+
+/*
+ * harness_serve() - what a model server does with a prompt of n tokens:
+ * keys, ACQUIRE the cached prefix, compute (fill) and PUBLISH the rest,
+ * check every page's bytes. The canonical pages of all full blocks go to
+ * out (leased); returns the hits.
+ */
+int harness_serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out);
 
 /* read_file() - the start of a file into buf, NUL-terminated. */
 void read_file(const char *path, char *buf, size_t len);

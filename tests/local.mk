@@ -6,11 +6,14 @@
 #                        processes, a temporary socket)
 #   tests/check_share    integration: prefix sharing, dedup, COW,
 #                        partial pages, eviction
+#   tests/check_spill    integration: the NVMe tier on real files
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
-check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core tests/check_share
-TESTS += tests/check_unit tests/check_daemon tests/check_core tests/check_share
+check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
+	tests/check_share tests/check_spill
+TESTS += tests/check_unit tests/check_daemon tests/check_core \
+	tests/check_share tests/check_spill
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -39,6 +42,11 @@ tests_check_share_SOURCES = tests/check_share.c \
 	tests/harness.c tests/harness.h
 tests_check_share_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_share_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_spill_SOURCES = tests/check_spill.c \
+	tests/harness.c tests/harness.h
+tests_check_spill_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_spill_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages

@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spill.c - the NVMe tier of one namespace (see spill.h): the tier file
+ * and its header, the free slots, the staging buffers, and the writes and
+ * reads through the loop, with short transfers resubmitted and every
+ * read checked before a byte of it is served.
+ *
+ * Layout (docs/spill.md): a header area (SPILL_HDR bytes rounded up to
+ * the direct-I/O alignment), then nslots slots of slot_bytes: a slot
+ * header of SPILL_HDR bytes (with a partial page's token ids), then the
+ * page's bytes, then padding to the alignment.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "daemon/log.h"
+#include "daemon/spill.h"
+
+#define container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+static const char file_magic[8] = { 'K', 'V', 'P', 'S', 'P', 'I', 'L', 'L' };
+static const char slot_magic[8] = { 'K', 'V', 'P', 'S', 'L', 'O', 'T', '1' };
+
+/* The file header, little-endian, at offset 0. */
+struct file_hdr {
+	char magic[8];
+	uint32_t format;
+	uint32_t align;
+	uint64_t slot_bytes;
+	uint64_t nslots;
+	uint64_t file_bytes;
+	struct spill_ns ns;
+	uint64_t checksum;	/* XXH3-64 of the bytes before it */
+};
+
+/* A slot's header, little-endian, at the slot's start; token ids follow
+ * at offset sizeof(struct slot_hdr). */
+struct slot_hdr {
+	char magic[8];
+	uint32_t format;
+	uint32_t prio;
+	uint64_t generation;	/* order of writes: the newest copy of a key wins */
+	uint64_t ns_hash;	/* XXH3-64 of the namespace's name */
+	uint8_t key[KVP_KEY_BYTES];
+	uint8_t parent[KVP_KEY_BYTES];
+	uint64_t data_len;
+	uint64_t data_checksum;	/* XXH3-64 of the page's bytes */
+	uint32_t ntokens;
+	uint32_t reserved;
+	uint64_t hdr_checksum;	/* XXH3-64 of the header before it and the tokens */
+};
+_Static_assert(sizeof(struct slot_hdr) == 128, "slot header is 128 bytes");
+
+/* One I/O in flight, with its staging buffer. */
+struct sio {
+	struct loop_op op;
+	struct spill *sp;
+	uint8_t *buf;		/* slot_bytes, aligned, in the registered arena */
+	uint32_t slot;
+	size_t done;		/* bytes transferred so far */
+	bool write;
+	bool busy;
+	void *page;		/* read: where the bytes go */
+	uint8_t key[KVP_KEY_BYTES];	/* read: what the slot must hold */
+	uint64_t t0;		/* read: start, for the latency */
+	spill_done_fn fn;
+	void *arg;
+};
+
+struct spill {
+	struct loop *loop;
+	char path[4096];
+	int fd;
+	uint64_t align;		/* direct-I/O alignment of offsets, lengths, memory */
+	uint64_t hdr_area;	/* bytes before slot 0 */
+	uint64_t slot_bytes;
+	uint32_t nslots;
+	uint64_t page_bytes;
+	uint64_t ns_hash;
+	uint64_t gen;		/* next write's generation */
+	int buf_index;		/* loop fixed buffer, or -1 */
+	uint8_t *arena;
+	struct sio *ios;	/* [nios] */
+	uint32_t nios;
+	uint32_t *idle;		/* stack of idle ios */
+	uint32_t nidle;
+	uint8_t *writing;	/* [nslots]: a write to the slot is in flight */
+	uint32_t *free_slots;	/* stack of free slot numbers */
+	uint32_t nfree;
+	struct spill_stats st;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t round_up(uint64_t v, uint64_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+static uint64_t slot_off(const struct spill *sp, uint32_t slot)
+{
+	return sp->hdr_area + (uint64_t)slot * sp->slot_bytes;
+}
+
+/* dio_align() - the direct-I/O alignment of fd: statx STATX_DIOALIGN,
+ * else the file system's block size, at least 512. */
+static uint64_t dio_align(int fd)
+{
+	struct statx stx;
+	struct stat st;
+	uint64_t a = 0;
+
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+	    (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_offset_align) {
+		a = stx.stx_dio_offset_align;
+		if (stx.stx_dio_mem_align > a)
+			a = stx.stx_dio_mem_align;
+	} else if (fstat(fd, &st) == 0) {
+		a = (uint64_t)st.st_blksize;
+	}
+	return a < 512 ? 512 : a;
+}
+
+static uint64_t file_hdr_sum(const struct file_hdr *h)
+{
+	return XXH3_64bits(h, offsetof(struct file_hdr, checksum));
+}
+
+/* slot_hdr_sum() - over the header's fields and its token ids; the
+ * caller checked ntokens against SPILL_MAX_TOKENS. */
+static uint64_t slot_hdr_sum(const struct slot_hdr *h)
+{
+	return XXH3_64bits(h, offsetof(struct slot_hdr, hdr_checksum)) ^
+	       XXH3_64bits((const uint8_t *)h + sizeof(*h), h->ntokens * sizeof(uint32_t));
+}
+
+int spill_read_ns(const char *path, struct spill_ns *ns)
+{
+	struct file_hdr h;
+	ssize_t n;
+	int fd, rc = 0;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, &h, sizeof(h), 0);
+	if (n != (ssize_t)sizeof(h) || memcmp(h.magic, file_magic, 8) ||
+	    h.checksum != file_hdr_sum(&h))
+		rc = -EBADMSG;
+	else
+		*ns = h.ns;
+	ns->name[sizeof(ns->name) - 1] = '\0';
+	ns->model[sizeof(ns->model) - 1] = '\0';
+	close(fd);
+	return rc;
+}
+
+/* check_warm() - NULL when the file's header fits this tier exactly,
+ * else why it does not. */
+static const char *check_warm(struct spill *sp, const struct spill_ns *ns, uint64_t bytes)
+{
+	struct file_hdr *h;
+	const char *why = NULL;
+
+	if (posix_memalign((void **)&h, sp->align, sp->hdr_area))
+		return "no memory to read the header";
+	if (pread(sp->fd, h, sp->hdr_area, 0) != (ssize_t)sp->hdr_area)
+		why = "the file is shorter than its header";
+	else if (memcmp(h->magic, file_magic, 8) || h->checksum != file_hdr_sum(h))
+		why = "the file header is not a valid kvpool tier header";
+	else if (h->format != SPILL_FORMAT)
+		why = "the file has another format version";
+	else if (memcmp(&h->ns, ns, sizeof(*ns)))
+		why = "the namespace's geometry, model or key root changed";
+	else if (h->slot_bytes != sp->slot_bytes || h->nslots != sp->nslots ||
+		 h->file_bytes != bytes || h->align != sp->align)
+		why = "the spill size or the slot layout changed";
+	free(h);
+	return why;
+}
+
+static int write_header(struct spill *sp, const struct spill_ns *ns, uint64_t bytes)
+{
+	struct file_hdr *h;
+	int rc = 0;
+
+	if (posix_memalign((void **)&h, sp->align, sp->hdr_area))
+		return -ENOMEM;
+	memset(h, 0, sp->hdr_area);
+	memcpy(h->magic, file_magic, 8);
+	h->format = SPILL_FORMAT;
+	h->align = (uint32_t)sp->align;
+	h->slot_bytes = sp->slot_bytes;
+	h->nslots = sp->nslots;
+	h->file_bytes = bytes;
+	h->ns = *ns;
+	h->checksum = file_hdr_sum(h);
+	if (pwrite(sp->fd, h, sp->hdr_area, 0) != (ssize_t)sp->hdr_area)
+		rc = errno ? -errno : -EIO;
+	free(h);
+	return rc;
+}
+
+/* wipe_slots() - invalidate every slot header of a cold file, so that a
+ * later warm start cannot find pages of an earlier life. */
+static int wipe_slots(struct spill *sp)
+{
+	uint8_t *zero;
+	uint32_t i;
+	int rc = 0;
+
+	if (posix_memalign((void **)&zero, sp->align, SPILL_HDR))
+		return -ENOMEM;
+	memset(zero, 0, SPILL_HDR);
+	for (i = 0; i < sp->nslots && rc == 0; i++)
+		if (pwrite(sp->fd, zero, SPILL_HDR, (off_t)slot_off(sp, i)) != SPILL_HDR)
+			rc = errno ? -errno : -EIO;
+	free(zero);
+	return rc;
+}
+
+int spill_open(struct spill **out, struct loop *l, const char *dir, uint64_t bytes,
+	       bool discard, const struct spill_ns *ns, unsigned buf_index,
+	       const char **why, char *err, size_t errlen)
+{
+	struct spill *sp;
+	struct stat st;
+	uint64_t arena;
+	uint32_t i;
+	bool existed;
+	int rc;
+
+	*why = NULL;
+	sp = calloc(1, sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	sp->loop = l;
+	sp->buf_index = -1;
+	sp->page_bytes = ns->page_bytes;
+	sp->ns_hash = XXH3_64bits(ns->name, strlen(ns->name));
+	snprintf(sp->path, sizeof(sp->path), "%s/%s.kvspill", dir, ns->name);
+	for (i = (uint32_t)strlen(dir) + 1; sp->path[i]; i++)
+		if (sp->path[i] == '/')
+			sp->path[i] = '%';	/* names may hold '/': one file each */
+	existed = stat(sp->path, &st) == 0;
+	sp->fd = open(sp->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
+	if (sp->fd < 0 && errno == EINVAL) {
+		log_warn("%s: the file system refuses O_DIRECT; spilling through the page cache",
+			 sp->path);
+		sp->fd = open(sp->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	}
+	if (sp->fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot open the spill file %s: %s (check --spill-dir)",
+			 sp->path, strerror(-rc));
+		goto out_free;
+	}
+	sp->align = dio_align(sp->fd);
+	sp->hdr_area = round_up(SPILL_HDR, sp->align);
+	sp->slot_bytes = round_up(SPILL_HDR + ns->page_bytes, sp->align);
+	if (bytes < sp->hdr_area + sp->slot_bytes) {
+		snprintf(err, errlen, "--spill-size %llu holds no slot of %llu bytes for "
+			 "namespace '%s'; raise it", (unsigned long long)bytes,
+			 (unsigned long long)sp->slot_bytes, ns->name);
+		rc = -EINVAL;
+		goto out_close;
+	}
+	sp->nslots = (uint32_t)((bytes - sp->hdr_area) / sp->slot_bytes);
+	if (fallocate(sp->fd, 0, 0, (off_t)bytes) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot preallocate %llu bytes for %s: %s%s",
+			 (unsigned long long)bytes, sp->path, strerror(-rc),
+			 rc == -ENOSPC ? " (free disk space or lower --spill-size)" : "");
+		goto out_close;
+	}
+	if (existed && !discard)
+		*why = check_warm(sp, ns, bytes);
+	else if (existed)
+		*why = "--spill-discard";
+	if (!existed || *why) {
+		rc = wipe_slots(sp);
+		if (rc == 0)
+			rc = write_header(sp, ns, bytes);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot initialize %s: %s", sp->path, strerror(-rc));
+			goto out_close;
+		}
+	}
+
+	/* staging buffers: about 64 MiB, 8 to 4096 of them: as many writes
+	 * and reads in flight */
+	sp->nios = (uint32_t)((64ull << 20) / sp->slot_bytes);
+	sp->nios = sp->nios < 8 ? 8 : sp->nios > 4096 ? 4096 : sp->nios;
+	arena = (uint64_t)sp->nios * sp->slot_bytes;
+	sp->ios = calloc(sp->nios, sizeof(*sp->ios));
+	sp->idle = calloc(sp->nios, sizeof(*sp->idle));
+	sp->writing = calloc(sp->nslots, 1);
+	sp->free_slots = malloc(sp->nslots * sizeof(*sp->free_slots));
+	if (!sp->ios || !sp->idle || !sp->writing || !sp->free_slots ||
+	    posix_memalign((void **)&sp->arena, sp->align, arena)) {
+		snprintf(err, errlen, "no memory for %u staging buffers of %llu bytes",
+			 sp->nios, (unsigned long long)sp->slot_bytes);
+		rc = -ENOMEM;
+		goto out_close;
+	}
+	for (i = 0; i < sp->nios; i++) {
+		sp->ios[i].sp = sp;
+		sp->ios[i].buf = sp->arena + (uint64_t)i * sp->slot_bytes;
+		sp->idle[sp->nidle++] = sp->nios - 1 - i;
+	}
+	rc = loop_buffer_set(l, buf_index, sp->arena, arena);
+	sp->buf_index = rc >= 0 ? rc : -1;
+	for (i = 0; i < sp->nslots; i++)
+		sp->free_slots[i] = sp->nslots - 1 - i;
+	sp->nfree = sp->nslots;
+	sp->st.slots = sp->nslots;
+	sp->gen = 1;
+	*out = sp;
+	return 0;
+
+out_close:
+	close(sp->fd);
+out_free:
+	free(sp->ios);
+	free(sp->idle);
+	free(sp->writing);
+	free(sp->free_slots);
+	free(sp->arena);
+	free(sp);
+	return rc;
+}
+
+void spill_close(struct spill *sp)
+{
+	if (!sp)
+		return;
+	close(sp->fd);
+	free(sp->ios);
+	free(sp->idle);
+	free(sp->writing);
+	free(sp->free_slots);
+	free(sp->arena);
+	free(sp);
+}
+
+/* valid_header() - the slot header in buf belongs to this tier and is
+ * intact (the data is not checked here). */
+static bool valid_header(const struct spill *sp, const struct slot_hdr *h)
+{
+	return !memcmp(h->magic, slot_magic, 8) && h->format == SPILL_FORMAT &&
+	       h->ns_hash == sp->ns_hash && h->data_len == sp->page_bytes &&
+	       h->ntokens <= SPILL_MAX_TOKENS && h->hdr_checksum == slot_hdr_sum(h);
+}
+
+bool spill_busy(const struct spill *sp, uint32_t slot)
+{
+	return slot < sp->nslots && sp->writing[slot];
+}
+
+void spill_scan(struct spill *sp,
+		bool (*cb)(void *arg, uint32_t slot, const struct spill_meta *m),
+		void *arg)
+{
+	struct slot_hdr *h;
+	struct spill_meta m;
+	uint8_t *buf;
+	uint32_t i, *used, nused = 0;
+	uint64_t *gens;
+
+	used = malloc(sp->nslots * sizeof(*used));
+	gens = malloc(sp->nslots * sizeof(*gens));
+	if (!used || !gens || posix_memalign((void **)&buf, sp->align, SPILL_HDR)) {
+		free(used);
+		free(gens);
+		log_error("%s: no memory to scan the slots; starting it empty", sp->path);
+		return;
+	}
+	h = (struct slot_hdr *)buf;
+	/* Newest first: a key written twice keeps its latest copy, which
+	 * the callback sees before any older one. */
+	for (i = 0; i < sp->nslots; i++) {
+		gens[i] = 0;
+		if (pread(sp->fd, buf, SPILL_HDR, (off_t)slot_off(sp, i)) == SPILL_HDR &&
+		    valid_header(sp, h)) {
+			gens[i] = h->generation;
+			used[nused++] = i;
+			if (h->generation >= sp->gen)
+				sp->gen = h->generation + 1;
+		}
+	}
+	for (uint32_t a = 1; a < nused; a++) {	/* insertion sort by generation */
+		uint32_t s = used[a], b = a;
+
+		while (b > 0 && gens[used[b - 1]] < gens[s]) {
+			used[b] = used[b - 1];
+			b--;
+		}
+		used[b] = s;
+	}
+	sp->nfree = 0;
+	for (i = 0; i < nused; i++) {
+		if (pread(sp->fd, buf, SPILL_HDR, (off_t)slot_off(sp, used[i])) != SPILL_HDR)
+			continue;
+		memcpy(m.key, h->key, sizeof(m.key));
+		memcpy(m.parent, h->parent, sizeof(m.parent));
+		m.prio = h->prio;
+		m.ntokens = h->ntokens;
+		m.tokens = (const uint32_t *)(buf + sizeof(*h));
+		if (cb(arg, used[i], &m))
+			gens[used[i]] = UINT64_MAX;	/* kept */
+	}
+	for (i = sp->nslots; i-- > 0;)
+		if (gens[i] != UINT64_MAX)
+			sp->free_slots[sp->nfree++] = i;
+	sp->st.used = sp->nslots - sp->nfree;
+	free(buf);
+	free(used);
+	free(gens);
+}
+
+static struct sio *sio_get(struct spill *sp)
+{
+	struct sio *io;
+
+	if (!sp->nidle)
+		return NULL;
+	io = &sp->ios[sp->idle[--sp->nidle]];
+	io->busy = true;
+	return io;
+}
+
+static void sio_put(struct sio *io)
+{
+	struct spill *sp = io->sp;
+
+	io->busy = false;
+	sp->idle[sp->nidle++] = (uint32_t)(io - sp->ios);
+}
+
+static void sio_done(struct loop_op *op, int res);
+
+/* sio_submit() - (re)submit the rest of an I/O. */
+static int sio_submit(struct sio *io)
+{
+	struct spill *sp = io->sp;
+	size_t len = sp->slot_bytes - io->done;
+	uint64_t off = slot_off(sp, io->slot) + io->done;
+
+	io->op.done = sio_done;
+	if (io->write)
+		return loop_pwrite(sp->loop, &io->op, sp->fd, io->buf + io->done,
+				   (unsigned)len, off, sp->buf_index);
+	return loop_pread(sp->loop, &io->op, sp->fd, io->buf + io->done, (unsigned)len,
+			  off, sp->buf_index);
+}
+
+/* sio_finish() - end an I/O: hand the result to its owner. */
+static void sio_finish(struct sio *io, int res)
+{
+	struct spill *sp = io->sp;
+	const struct slot_hdr *h = (const struct slot_hdr *)io->buf;
+	uint64_t ns;
+
+	sio_put(io);
+	if (io->write) {
+		sp->writing[io->slot] = 0;
+		sp->st.writing--;
+		if (res < 0) {
+			sp->st.io_errors++;
+			spill_free(sp, io->slot);
+		} else {
+			sp->st.spills++;
+		}
+		io->fn(io->arg, io->slot, res);
+		return;
+	}
+	if (res == 0 && (!valid_header(sp, h) || memcmp(h->key, io->key, KVP_KEY_BYTES) ||
+			 XXH3_64bits(io->buf + SPILL_HDR, sp->page_bytes) != h->data_checksum)) {
+		sp->st.checksum_failures++;
+		res = -EBADMSG;
+	} else if (res < 0) {
+		sp->st.io_errors++;
+	}
+	if (res == 0) {
+		memcpy(io->page, io->buf + SPILL_HDR, sp->page_bytes);
+		sp->st.restores++;
+		ns = now_ns() - io->t0;
+		sp->st.restore_ns_total += ns;
+		if (ns > sp->st.restore_ns_max)
+			sp->st.restore_ns_max = ns;
+	}
+	io->fn(io->arg, io->slot, res);
+}
+
+static void sio_done(struct loop_op *op, int res)
+{
+	struct sio *io = container_of(op, struct sio, op);
+
+	if (res == -EINTR || res == -EAGAIN)
+		res = 0;	/* nothing moved: try again */
+	else if (res == 0)
+		res = -EIO;	/* end of file: the file was truncated */
+	if (res < 0) {
+		sio_finish(io, res);
+		return;
+	}
+	io->done += (size_t)res;
+	if (io->done < io->sp->slot_bytes) {	/* short: the rest */
+		if (sio_submit(io) < 0)
+			sio_finish(io, -EIO);
+		return;
+	}
+	sio_finish(io, 0);
+}
+
+int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
+		spill_done_fn done, void *arg)
+{
+	struct slot_hdr *h;
+	struct sio *io;
+
+	if (m->ntokens > SPILL_MAX_TOKENS)
+		return -E2BIG;
+	if (!sp->nfree) {
+		sp->st.dropped++;
+		return -ENOSPC;
+	}
+	io = sio_get(sp);
+	if (!io) {
+		sp->st.dropped++;
+		return -EBUSY;
+	}
+	h = (struct slot_hdr *)io->buf;
+	memset(io->buf, 0, SPILL_HDR);
+	memcpy(h->magic, slot_magic, 8);
+	h->format = SPILL_FORMAT;
+	h->prio = m->prio;
+	h->generation = sp->gen++;
+	h->ns_hash = sp->ns_hash;
+	memcpy(h->key, m->key, KVP_KEY_BYTES);
+	memcpy(h->parent, m->parent, KVP_KEY_BYTES);
+	h->data_len = sp->page_bytes;
+	h->ntokens = m->ntokens;
+	if (m->ntokens)
+		memcpy(io->buf + sizeof(*h), m->tokens, m->ntokens * sizeof(uint32_t));
+	memcpy(io->buf + SPILL_HDR, page, sp->page_bytes);
+	h->data_checksum = XXH3_64bits(io->buf + SPILL_HDR, sp->page_bytes);
+	memset(io->buf + SPILL_HDR + sp->page_bytes, 0,
+	       sp->slot_bytes - SPILL_HDR - sp->page_bytes);
+	/* the header checksum covers data_checksum: compute it last */
+	h->hdr_checksum = slot_hdr_sum(h);
+
+	io->slot = sp->free_slots[--sp->nfree];
+	sp->st.used++;
+	io->write = true;
+	io->done = 0;
+	io->fn = done;
+	io->arg = arg;
+	if (sio_submit(io) < 0) {
+		sio_put(io);
+		spill_free(sp, io->slot);
+		sp->st.dropped++;
+		return -EBUSY;
+	}
+	sp->writing[io->slot] = 1;
+	sp->st.writing++;
+	return (int)io->slot;
+}
+
+int spill_read(struct spill *sp, uint32_t slot, const uint8_t key[KVP_KEY_BYTES],
+	       void *page, spill_done_fn done, void *arg)
+{
+	struct sio *io = sio_get(sp);
+
+	if (!io)
+		return -EBUSY;
+	io->slot = slot;
+	io->write = false;
+	io->done = 0;
+	io->page = page;
+	memcpy(io->key, key, KVP_KEY_BYTES);
+	io->t0 = now_ns();
+	io->fn = done;
+	io->arg = arg;
+	if (sio_submit(io) < 0) {
+		sio_put(io);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+void spill_free(struct spill *sp, uint32_t slot)
+{
+	if (slot >= sp->nslots || sp->nfree >= sp->nslots)
+		return;
+	sp->free_slots[sp->nfree++] = slot;
+	sp->st.used--;
+}
+
+uint32_t spill_idle_buffers(const struct spill *sp)
+{
+	return sp->nidle;
+}
+
+uint32_t spill_free_slots(const struct spill *sp)
+{
+	return sp->nfree;
+}
+
+void spill_get_stats(const struct spill *sp, struct spill_stats *st)
+{
+	*st = sp->st;
+}
+
+const char *spill_path(const struct spill *sp)
+{
+	return sp->path;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * spill.h - the NVMe tier of one namespace: one preallocated file of
+ * fixed slots in the spill directory, written and read with O_DIRECT
+ * through the daemon's io_uring loop from registered staging buffers.
+ *
+ * A page spills by being copied into a staging buffer behind a slot
+ * header (so the pool page is free at once and never under I/O), and
+ * comes back by a read into a staging buffer, a check of the header and
+ * the data's checksum, and a copy into a fresh pool page. A slot whose
+ * check fails is a miss, never served. docs/spill.md describes the file.
+ */
+#ifndef KVP_SPILL_H
+#define KVP_SPILL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvpool_wire.h"
+#include "daemon/loop.h"
+
+#define SPILL_FORMAT	1u	/* on-disk format version */
+#define SPILL_HDR	4096u	/* bytes of the file header and of a slot header */
+/* Token ids a partial page's slot header can carry. */
+#define SPILL_MAX_TOKENS ((SPILL_HDR - 128u) / 4u)
+
+/* The identity of a namespace, in the file header: a file is only
+ * re-indexed for the same namespace, geometry and key root. */
+struct spill_ns {
+	char name[KVP_NAME_MAX];
+	char model[KVP_MODEL_MAX];
+	uint32_t layers, kv_heads, head_dim, block_tokens, dtype, key_scheme;
+	uint64_t page_bytes;
+	uint8_t root[KVP_KEY_BYTES];
+};
+
+/* What a slot says about its page. */
+struct spill_meta {
+	uint8_t key[KVP_KEY_BYTES];	/* full: its key; partial: parent key */
+	uint8_t parent[KVP_KEY_BYTES];	/* full: its parent's key */
+	uint32_t prio;
+	uint32_t ntokens;		/* partial: token count; 0 for a full block */
+	const uint32_t *tokens;		/* partial: token ids */
+};
+
+/* Counters of a tier, for STATS. */
+struct spill_stats {
+	uint64_t slots, used;		/* capacity and slots holding pages */
+	uint64_t spills, restores;	/* completed writes and good reads */
+	uint64_t checksum_failures;	/* reads that failed their checks */
+	uint64_t io_errors;		/* failed or short writes and reads */
+	uint64_t dropped;		/* pages not spilled: no slot, no buffer */
+	uint64_t restore_ns_total;	/* sum of restore latencies */
+	uint64_t restore_ns_max;
+	uint64_t writing;		/* writes in flight */
+};
+
+struct spill;
+
+typedef void (*spill_done_fn)(void *arg, uint32_t slot, int res);
+
+/*
+ * spill_open() - open or create the tier file of namespace ns in dir,
+ * bytes long. An existing file with the same format, namespace identity
+ * and size is kept (warm); anything else is started afresh (cold), and
+ * *why says why (NULL when warm or new). discard forces a cold start.
+ * buf_index is the loop's fixed-buffer number for the staging buffers.
+ * Returns 0 and *out, or -errno with err filled.
+ */
+int spill_open(struct spill **out, struct loop *l, const char *dir, uint64_t bytes,
+	       bool discard, const struct spill_ns *ns, unsigned buf_index,
+	       const char **why, char *err, size_t errlen);
+
+/* spill_read_ns() - the namespace identity in the header of the tier file
+ * at path; 0, or -errno / -EBADMSG (not a valid tier file). */
+int spill_read_ns(const char *path, struct spill_ns *ns);
+
+/* spill_close() - close the file and free the buffers. No I/O may be in
+ * flight (the loop has stopped). */
+void spill_close(struct spill *sp);
+
+/*
+ * spill_scan() - for a warm file, call cb for every slot whose header is
+ * valid (the data is checked when it is read), newest generation first
+ * for a key that occupies several slots. Slots cb refuses (returns false)
+ * are freed. Synchronous: for start-up only.
+ */
+void spill_scan(struct spill *sp,
+		bool (*cb)(void *arg, uint32_t slot, const struct spill_meta *m),
+		void *arg);
+
+/*
+ * spill_write() - spill a page: copy page_bytes from page with m into a
+ * staging buffer and write them to a free slot. done(arg, slot, res)
+ * follows when the write completed (res 0 or -errno; on error the slot is
+ * free again). Returns the slot, or -ENOSPC (no free slot), -EBUSY (no
+ * staging buffer), -E2BIG (too many tokens for a slot header).
+ */
+int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
+		spill_done_fn done, void *arg);
+
+/*
+ * spill_read() - read slot back into page (page_bytes): done(arg, slot,
+ * res) with res 0 (page holds the bytes), -EBADMSG (the header or the
+ * checksum did not match: the page was not touched) or -EIO. key is what
+ * the slot must hold. Returns 0 or -EBUSY (no staging buffer).
+ */
+int spill_read(struct spill *sp, uint32_t slot, const uint8_t key[KVP_KEY_BYTES],
+	       void *page, spill_done_fn done, void *arg);
+
+/* spill_free() - the slot holds nothing any more. */
+void spill_free(struct spill *sp, uint32_t slot);
+
+/* spill_busy() - slot is being written: its bytes are not on disk yet. */
+bool spill_busy(const struct spill *sp, uint32_t slot);
+
+/* spill_idle_buffers() - staging buffers free for a read or write now. */
+uint32_t spill_idle_buffers(const struct spill *sp);
+
+/* spill_free_slots() - slots holding nothing. */
+uint32_t spill_free_slots(const struct spill *sp);
+
+void spill_get_stats(const struct spill *sp, struct spill_stats *st);
+const char *spill_path(const struct spill *sp);
+
+#endif /* KVP_SPILL_H */

@@ -1,0 +1,478 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_spill.c - integration tests of the NVMe tier with the host
+ * backend and real files: spill and restore, warm and cold restarts,
+ * damaged and short files, dying clients and a dying daemon. Every test
+ * that stops its daemon cleanly checks the conservation invariant.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "client/wire.h"
+#include "harness.h"
+
+#define BT 16u
+#define PAGE_BYTES 16384u
+#define CHAIN 32u		/* blocks a "sequence" */
+
+static const kvp_geometry geo = {
+	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/spill",
+};
+
+/* args() - a daemon with a 256-page pool and a tier of spill bytes in
+ * d's directory; extra may add more flags. */
+static const char *const *args(const struct daemon *d, const char *spill,
+			       const char *extra)
+{
+	static char dir[128];
+	static const char *a[16];
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%s/spill", d->dir);
+	mkdir(dir, 0700);
+	a[n++] = "--pool-size";
+	a[n++] = "4M";
+	a[n++] = "--slab-size";
+	a[n++] = "1M";
+	a[n++] = "--free-watermark";
+	a[n++] = "0";
+	a[n++] = "--spill-dir";
+	a[n++] = dir;
+	a[n++] = "--spill-size";
+	a[n++] = spill;
+	if (extra)
+		a[n++] = extra;
+	a[n] = NULL;
+	return a;
+}
+
+static kvp_client *join(const char *sock)
+{
+	kvp_client *c;
+	int rc = kvp_connect(sock, "spill", &geo, &c);
+
+	ck_assert_msg(rc == 0, "kvp_connect: %s: %s", kvp_strerror(rc), kvp_last_error());
+	return c;
+}
+
+/* seq() - the tokens of sequence s: CHAIN blocks of its own. */
+static void seq(uint32_t *t, uint32_t s)
+{
+	uint32_t i;
+
+	for (i = 0; i < CHAIN * BT; i++)
+		t[i] = s * 100003u + i;
+}
+
+/* publish_seqs() - serve sequences first..first+n-1 and release them: all
+ * cached, the older ones pushed to the tier as the pool fills. */
+static void publish_seqs(kvp_client *c, uint32_t first, uint32_t n)
+{
+	uint32_t t[CHAIN * BT], s;
+	kvp_page out[CHAIN];
+
+	for (s = first; s < first + n; s++) {
+		seq(t, s);
+		harness_serve(c, t, CHAIN * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, CHAIN), 0);
+	}
+}
+
+/* spill_all() - publish_seqs() and wait for the tier's writes. */
+#define publish_settled(c, d, first, n) \
+	do { publish_seqs(c, first, n); settle((d)->sock); } while (0)
+
+/* settle() - wait until the tier has no write in flight. */
+static void settle(const char *sock)
+{
+	kvp_stats_t st;
+
+	do
+		stats_of(sock, &st);
+	while (st.nvme.writing);
+}
+
+/* check_seq() - acquire sequence s: returns its hits, every one of them
+ * holding its key's bytes (never stale or corrupt). */
+static int check_seq(kvp_client *c, uint32_t s)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[CHAIN];
+	kvp_page got[CHAIN];
+	int hits, i;
+
+	seq(t, s);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+	hits = kvp_acquire(c, NULL, keys, CHAIN, NULL, 0, got, NULL);
+	ck_assert_msg(hits >= 0, "acquire: %s %s", kvp_strerror(hits), kvp_last_error());
+	for (i = 0; i < hits; i++)
+		ck_assert_msg(harness_holds(kvp_page_ptr(c, got[i]), PAGE_BYTES, &keys[i]),
+			      "sequence %u block %d was served with wrong bytes", s, i);
+	ck_assert_int_eq(kvp_release(c, got, (size_t)hits), 0);
+	return hits;
+}
+
+START_TEST(test_spill_round_trip_is_byte_exact)
+{
+	enum { SEQS = 100 };	/* 3,200 pages through a 256-page pool */
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	uint32_t s;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));	/* 3,968 slots */
+	c = join(d.sock);
+	publish_settled(c, &d, 0, SEQS);
+	stats_of(d.sock, &st);
+	ck_assert_msg(st.pages_spilled >= SEQS * CHAIN - 256, "spilled %llu, spills %llu, "
+		      "dropped %llu, used %llu of %llu slots, evictions %llu, io errors %llu",
+		      (unsigned long long)st.pages_spilled, (unsigned long long)st.nvme.spills,
+		      (unsigned long long)st.nvme.dropped, (unsigned long long)st.nvme.used,
+		      (unsigned long long)st.nvme.slots, (unsigned long long)st.prefix.evictions,
+		      (unsigned long long)st.nvme.io_errors);
+	ck_assert_uint_ge(st.nvme.spills, SEQS * CHAIN - 256);
+	for (s = 0; s < SEQS; s++)
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	stats_of(d.sock, &st);
+	ck_assert_uint_ge(st.nvme.restores, SEQS * CHAIN - 512);
+	ck_assert_uint_eq(st.nvme.checksum_failures, 0);
+	ck_assert_uint_eq(st.nvme.io_errors, 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_warm_restart_keeps_prefixes)
+{
+	enum { SEQS = 20 };
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	char log[8192];
+	uint32_t s;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, SEQS);
+	kvp_close(c);
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.pages_spilled, 0);
+	daemon_halt(&d);
+
+	/* same spill configuration: what the tier held is found again */
+	daemon_restart(&d, args(&d, "64M", NULL));
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "pages re-indexed"), "%s", log);
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.pages_spilled, 0);
+	c = join(d.sock);
+	for (s = 0; s < SEQS - 8; s++)	/* the oldest were in the tier */
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	kvp_close(c);
+	daemon_halt(&d);
+
+	/* --spill-discard: a cold start, nothing found */
+	daemon_restart(&d, args(&d, "64M", "--spill-discard"));
+	c = join(d.sock);
+	ck_assert_int_eq(check_seq(c, 0), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_changed_geometry_starts_cold_and_says_why)
+{
+	kvp_geometry other = geo;
+	struct daemon d;
+	kvp_client *c;
+	char log[8192];
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 12);
+	kvp_close(c);
+	daemon_halt(&d);
+
+	daemon_restart(&d, args(&d, "64M", NULL));
+	other.layers = 4;
+	ck_assert_int_eq(kvp_connect(d.sock, "spill", &other, &c), 0);
+	kvp_close(c);
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "another layers; cold start"), "%s", log);
+	daemon_halt(&d);
+
+	/* and a changed spill size is a cold start of the file */
+	daemon_restart(&d, args(&d, "32M", NULL));
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "cold start") && strstr(log, "spill size"), "%s", log);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* spill_file() - the path of the namespace's tier file. */
+static void spill_file(const struct daemon *d, char *path, size_t len)
+{
+	snprintf(path, len, "%s/spill/spill.kvspill", d->dir);
+}
+
+START_TEST(test_spill_flipped_bytes_are_a_miss)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	char path[256];
+	int fd, hits, s, misses = 0;
+	off_t size, off;
+	unsigned char b;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 20);
+	kvp_close(c);
+	daemon_halt(&d);
+
+	/* flip one byte in the data of many slots */
+	spill_file(&d, path, sizeof(path));
+	fd = open(path, O_RDWR);
+	ck_assert_int_ge(fd, 0);
+	size = lseek(fd, 0, SEEK_END);
+	for (off = 4096 + 4096 + 100; off < size; off += 3 * (4096 + PAGE_BYTES)) {
+		ck_assert_int_eq(pread(fd, &b, 1, off), 1);
+		b ^= 0x40;
+		ck_assert_int_eq(pwrite(fd, &b, 1, off), 1);
+	}
+	close(fd);
+
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	for (s = 0; s < 20; s++) {
+		hits = check_seq(c, (uint32_t)s);	/* never a wrong byte */
+		misses += hits < (int)CHAIN;
+	}
+	ck_assert_int_gt(misses, 0);
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.nvme.checksum_failures, 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_truncated_file_loses_only_cache)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	char path[256];
+	uint32_t s;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 20);
+	spill_file(&d, path, sizeof(path));
+	ck_assert_int_eq(truncate(path, 8192), 0);	/* behind the daemon's back */
+	for (s = 0; s < 20; s++)
+		check_seq(c, s);	/* misses, never wrong bytes */
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.nvme.io_errors + st.nvme.checksum_failures, 0);
+	/* and the daemon goes on serving */
+	publish_seqs(c, 100, 4);
+	ck_assert_int_eq(check_seq(c, 103), CHAIN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_small_file_fills_up_and_drops)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "2M", NULL));	/* 99 slots */
+	c = join(d.sock);
+	publish_seqs(c, 0, 30);	/* 960 pages */
+	stats_of(d.sock, &st);
+	ck_assert_uint_le(st.nvme.used, st.nvme.slots);
+	ck_assert_uint_le(st.pages_spilled, st.nvme.slots);
+	ck_assert_int_eq(check_seq(c, 29), CHAIN);	/* the newest are fine */
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_client_killed_during_restore)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	int round;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 20);
+	for (round = 0; round < 10; round++) {
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			/* ask for a spilled chain, die before the answer */
+			kvp_client *k;
+			uint32_t t[CHAIN * BT];
+			kvp_key keys[CHAIN];
+			struct kvp_wire_acquire a = { .nkeys = CHAIN };
+			struct kvp_wire_hdr h = { .op = KVP_OP_ACQUIRE, .req_id = 1,
+						  .len = sizeof(a) + sizeof(keys) };
+			static unsigned char buf[KVP_WIRE_HDR_SIZE + sizeof(a) + CHAIN * 32];
+			struct sockaddr_un sa = { .sun_family = AF_UNIX };
+			struct kvp_wire_hello hello;
+			int fd;
+
+			if (kvp_connect(d.sock, "spill", &geo, &k) < 0)
+				_exit(1);
+			seq(t, (uint32_t)round);
+			kvp_block_keys(k, NULL, t, CHAIN * BT, NULL, 0, keys);
+			kvp_root_key(k, (kvp_key *)a.parent);
+			kvp_close(k);
+			fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+			strcpy(sa.sun_path, d.sock);
+			if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+				_exit(2);
+			memset(&hello, 0, sizeof(hello));
+			strcpy(hello.ns, "spill");
+			strcpy(hello.model, geo.model);
+			hello.layers = geo.layers;
+			hello.kv_heads = geo.kv_heads;
+			hello.head_dim = geo.head_dim;
+			hello.block_tokens = geo.block_tokens;
+			hello.dtype = geo.dtype;
+			{
+				unsigned char hb[KVP_WIRE_HDR_SIZE + sizeof(hello)];
+				struct kvp_wire_hdr hh = { .op = KVP_OP_HELLO, .req_id = 0,
+							   .len = sizeof(hello) };
+
+				wire_hdr_encode(hb, &hh);
+				memcpy(hb + KVP_WIRE_HDR_SIZE, &hello, sizeof(hello));
+				if (send(fd, hb, sizeof(hb), 0) < 0 || recv(fd, hb, sizeof(hb), 0) <= 0)
+					_exit(3);
+			}
+			wire_hdr_encode(buf, &h);
+			memcpy(buf + KVP_WIRE_HDR_SIZE, &a, sizeof(a));
+			memcpy(buf + KVP_WIRE_HDR_SIZE + sizeof(a), keys, sizeof(keys));
+			if (send(fd, buf, sizeof(buf), 0) < 0)
+				_exit(4);
+			raise(SIGKILL);
+		}
+		ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	}
+	/* everything the dead clients asked for is back in the pool, unleased */
+	for (round = 0; round < 20; round++)
+		check_seq(c, (uint32_t)round);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_shared + st.pages_private + st.pages_inflight, 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt)
+{
+	struct daemon d;
+	kvp_client *c;
+	pid_t writer;
+	int status, s, total = 0;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	writer = fork();
+	ck_assert_int_ge(writer, 0);
+	if (writer == 0) {
+		kvp_client *w;
+		uint32_t t[CHAIN * BT];
+		kvp_page out[CHAIN];
+		uint32_t q;
+
+		if (kvp_connect(d.sock, "spill", &geo, &w) < 0)
+			_exit(1);
+		for (q = 0; q < 1000; q++) {	/* until the daemon dies */
+			seq(t, q);
+			if (harness_serve(w, t, CHAIN * BT, out) < 0 ||
+			    kvp_release(w, out, CHAIN) < 0)
+				_exit(0);
+		}
+		_exit(0);
+	}
+	/* let it spill for a while, then kill the daemon mid-write */
+	{
+		kvp_stats_t st;
+
+		do
+			stats_of(d.sock, &st);
+		while (st.nvme.spills < 1500);
+	}
+	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+	ck_assert_int_ge(daemon_wait_exit(&d, 20000), 0);
+	close(d.pidfd);
+	ck_assert_int_eq(waitpid(writer, &status, 0), writer);
+
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	for (s = 0; s < 100; s++)
+		total += check_seq(c, (uint32_t)s);	/* right bytes or a miss */
+	ck_assert_int_gt(total, 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+static Suite *spill_suite(void)
+{
+	Suite *s = suite_create("spill");
+	TCase *tc;
+
+	tc = tcase_create("round trip");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_spill_round_trip_is_byte_exact);
+	tcase_add_test(tc, test_spill_warm_restart_keeps_prefixes);
+	tcase_add_test(tc, test_spill_changed_geometry_starts_cold_and_says_why);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("faults");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_spill_flipped_bytes_are_a_miss);
+	tcase_add_test(tc, test_spill_truncated_file_loses_only_cache);
+	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
+	tcase_add_test(tc, test_spill_client_killed_during_restore);
+	tcase_add_test(tc, test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(spill_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
