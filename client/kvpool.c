@@ -124,6 +124,30 @@ static void print_prefix(const char *label, const struct kvp_wire_prefix_stats *
 	       p->dedups, p->cows, p->evictions, p->pinned);
 }
 
+static void print_tier_json(const struct kvp_wire_tier_stats *t)
+{
+	printf("{\"slots\":%" PRIu64 ",\"used\":%" PRIu64 ",\"spills\":%" PRIu64
+	       ",\"restores\":%" PRIu64 ",\"checksum_failures\":%" PRIu64
+	       ",\"io_errors\":%" PRIu64 ",\"dropped\":%" PRIu64
+	       ",\"restore_us_mean\":%" PRIu64 ",\"restore_us_max\":%" PRIu64
+	       ",\"writing\":%" PRIu64 "}", t->slots, t->used, t->spills, t->restores,
+	       t->checksum_failures, t->io_errors, t->dropped, t->restore_us_mean,
+	       t->restore_us_max, t->writing);
+}
+
+/* print_tier() - the NVMe tier in one line, if there is one. */
+static void print_tier(const char *label, const struct kvp_wire_tier_stats *t)
+{
+	if (!t->slots)
+		return;
+	printf("%-13s %" PRIu64 " of %" PRIu64 " slots used, %" PRIu64 " spilled, %"
+	       PRIu64 " restored (mean %" PRIu64 " us, max %" PRIu64 " us), %" PRIu64
+	       " checksum failures, %" PRIu64 " I/O errors, %" PRIu64 " dropped, %"
+	       PRIu64 " writes in flight\n", label, t->used, t->slots, t->spills,
+	       t->restores, t->restore_us_mean, t->restore_us_max, t->checksum_failures,
+	       t->io_errors, t->dropped, t->writing);
+}
+
 static const char *scheme_name(uint32_t k)
 {
 	return k == KVP_WIRE_KEYS_FAST ? "fast" : k == KVP_WIRE_KEYS_VLLM_SHA256_CBOR ?
@@ -186,6 +210,8 @@ static int cmd_status(const struct cli *cli)
 		print_counts_json(&pc);
 		printf(",\"prefix\":");
 		print_prefix_json(&st.prefix);
+		printf(",\"nvme\":");
+		print_tier_json(&st.nvme);
 		printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
 		for (i = 0; i < nns; i++) {
 			nc = (struct page_counts){ ns[i].pages_total, ns[i].pages_free,
@@ -204,6 +230,8 @@ static int cmd_status(const struct cli *cli)
 			print_counts_json(&nc);
 			printf(",\"prefix\":");
 			print_prefix_json(&ns[i].prefix);
+			printf(",\"nvme\":");
+			print_tier_json(&ns[i].nvme);
 			printf("}");
 		}
 		printf("]}\n");
@@ -226,6 +254,7 @@ static int cmd_status(const struct cli *cli)
 		       st.errors_mismatch, st.protocol_errors);
 		print_counts("pages", &pc);
 		print_prefix("sharing", &st.prefix);
+		print_tier("nvme tier", &st.nvme);
 		printf("conservation  %s (free + private + shared + cached + spilled + "
 		       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
 		for (i = 0; i < nns; i++) {
@@ -243,6 +272,7 @@ static int cmd_status(const struct cli *cli)
 			snprintf(label, sizeof(label), "  pages");
 			print_counts(label, &nc);
 			print_prefix("  sharing", &ns[i].prefix);
+			print_tier("  nvme tier", &ns[i].nvme);
 		}
 	}
 	if (!ok)

@@ -55,8 +55,10 @@ static void spilled_done(void *arg, uint32_t slot, int res)
 
 	if (res >= 0)
 		return;
-	log_warn("namespace '%s': writing slot %u of %s failed: %s; the page is dropped",
-		 n->name, slot, spill_path(n->tier), strerror(-res));
+	if (ns_fault_first(n, NS_FAULT_WRITE))
+		log_warn("namespace '%s': writing slot %u of %s failed: %s; the page is "
+			 "dropped (further write errors are counted in STATS, not logged)",
+			 n->name, slot, spill_path(n->tier), strerror(-res));
 	n->slot_entry[slot] = PREFIX_NIL;
 	if (e != PREFIX_NIL)
 		prefix_remove(n->idx, e);

@@ -9,6 +9,7 @@
 #ifndef KVP_NS_H
 #define KVP_NS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,9 +33,24 @@ struct ns {
 	uint32_t *slot_entry;	/* tier slot -> index entry (PREFIX_NIL: none) */
 	bool from_disk;		/* made at start-up from a tier file; no
 				 * client joined since */
+	unsigned faults_logged;	/* NS_FAULT_* kinds already logged */
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 };
+
+/* Kinds of tier faults, each logged once per namespace (then counted). */
+#define NS_FAULT_WRITE		0x1u
+#define NS_FAULT_READ		0x2u
+#define NS_FAULT_CHECKSUM	0x4u
+
+/* ns_fault_first() - true the first time n meets fault kind. */
+static inline bool ns_fault_first(struct ns *n, unsigned kind)
+{
+	bool first = !(n->faults_logged & kind);
+
+	n->faults_logged |= kind;
+	return first;
+}
 
 /* Settings from the daemon's options, for new namespaces. */
 struct ns_config {

@@ -627,10 +627,12 @@ static void restore_done(void *arg, uint32_t slot, int res)
 		pool_restored(p, pd->pages[i]);
 		prefix_restored(n->idx, e);
 	} else {
-		log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is freed",
-			 n->name, slot, spill_path(n->tier),
-			 res == -EBADMSG ? "its checksum or header does not match"
-					 : strerror(-res));
+		if (ns_fault_first(n, res == -EBADMSG ? NS_FAULT_CHECKSUM : NS_FAULT_READ))
+			log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is "
+				 "freed (further ones are counted in STATS, not logged)",
+				 n->name, slot, spill_path(n->tier),
+				 res == -EBADMSG ? "its checksum or header does not match"
+						 : strerror(-res));
 		prefix_remove(n->idx, e);
 		pool_unref(p, pd->pages[i]);	/* INFLIGHT: free again */
 		pd->pages[i] = 0;
