@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "client/cuda_ipc.h"
 #include "client/errors.h"
 #include "client/hset.h"
 #include "client/wire.h"
@@ -291,9 +292,14 @@ KVP_API void kvp_close(kvp_client *c)
 
 	if (!c)
 		return;
-	for (i = 0; c->slabs && i < KVP_MAX_SLABS; i++)
-		if (c->slabs[i].base)
+	for (i = 0; c->slabs && i < KVP_MAX_SLABS; i++) {
+		if (!c->slabs[i].base)
+			continue;
+		if (c->hello.backend == KVP_BACKEND_CUDA)
+			cuda_ipc_close(c->slabs[i].base);
+		else
 			munmap(c->slabs[i].base, c->slabs[i].bytes);
+	}
 	free(c->slabs);
 	if (c->fd >= 0)
 		close(c->fd);
@@ -324,7 +330,19 @@ static int map_slab(struct kvp_client *c, uint32_t slab)
 		return rc;
 	rc = -EPROTO;
 	if (wire_fixed_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &rep, sizeof(rep)) < 0 ||
-	    rep.slab != slab || fd < 0)
+	    rep.slab != slab)
+		goto out_close;
+	if (c->hello.backend == KVP_BACKEND_CUDA) {
+		/* GPU memory: the reply carries the slab's IPC handle */
+		rc = cuda_ipc_open(rep.ipc_handle, &base, last_error, sizeof(last_error));
+		if (rc < 0)
+			goto out_close;
+		c->slabs[slab].base = base;
+		c->slabs[slab].bytes = rep.bytes;
+		rc = 0;
+		goto out_close;
+	}
+	if (fd < 0)
 		goto out_close;
 	base = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED) {
@@ -713,6 +731,22 @@ KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pa
 out:
 	pthread_mutex_unlock(&c->mu);
 	return rc;
+}
+
+KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
+			       const kvp_key *parent, const kvp_page *pages,
+			       const kvp_key *keys, size_t n, unsigned prio,
+			       kvp_page *canonical)
+{
+	int rc;
+
+	if (stream) {
+		last_error[0] = '\0';
+		rc = cuda_stream_sync(stream, last_error, sizeof(last_error));
+		if (rc < 0)
+			return rc;
+	}
+	return kvp_publish(c, parent, pages, keys, n, prio, canonical);
 }
 
 KVP_API int kvp_publish_partial(kvp_client *c, const kvp_key *parent, kvp_page page,

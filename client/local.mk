@@ -13,7 +13,14 @@ client_libkvpshared_la_LIBADD = $(XXHASH_LIBS)
 include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels.h
 
 lib_LTLIBRARIES += client/libkvpool.la
-client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h
+client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h \
+	client/cuda_ipc.h
+if HAVE_CUDA
+client_libkvpool_la_SOURCES += client/cuda_ipc.c
+client_libkvpool_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+else
+client_libkvpool_la_SOURCES += client/cuda_ipc_stub.c
+endif
 client_libkvpool_la_LIBADD = client/libkvpshared.la -lpthread
 # -version-info CURRENT:REVISION:AGE. On a release: if the interface is
 # unchanged, REVISION++; if it changed, CURRENT++ and REVISION=0; if

@@ -41,6 +41,11 @@ struct backend_ops {
 	/* page_copy() - copy bytes between two pages (daemon addresses),
 	 * done when it returns. Returns 0 or -errno. */
 	int (*page_copy)(struct backend *be, void *dst, const void *src, size_t bytes);
+	/* to_host() / from_host() - copy a page's bytes into host memory, or
+	 * host memory into a page, for the tier's staging buffers; done when
+	 * they return. Return 0 or -errno. */
+	int (*to_host)(struct backend *be, void *host, const void *page, size_t bytes);
+	int (*from_host)(struct backend *be, void *page, const void *host, size_t bytes);
 	/* fini() - release the backend itself. */
 	void (*fini)(struct backend *be);
 };
@@ -57,5 +62,13 @@ struct backend {
  * MAP_SHARED into the daemon. Returns 0 or -errno with err filled.
  */
 int backend_host_init(struct backend *be, char *err, size_t errlen);
+
+/*
+ * backend_cuda_init() - the CUDA backend on device: each slab is one
+ * cudaMalloc, exported to clients with one cudaIpcGetMemHandle. Returns 0,
+ * or -ENODEV (no device answers) / -ENOTSUP (built without CUDA) / -errno
+ * with err saying why.
+ */
+int backend_cuda_init(struct backend *be, int device, char *err, size_t errlen);
 
 #endif /* KVP_BACKEND_H */

@@ -146,25 +146,33 @@ static void ready(int ready_fd)
 }
 
 /*
- * backend_open() - the memory backend --backend asks for. auto takes the
- * host backend while this build has no CUDA backend.
+ * backend_open() - the memory backend --backend asks for: cuda when a GPU
+ * answers (required with --backend cuda), else host. The log says which
+ * and why.
  */
 static int backend_open(const struct options *o, struct backend *be,
 			char *err, size_t errlen)
 {
+	char why[512];
 	int rc;
 
-	if (o->backend == BACKEND_CUDA) {
-		snprintf(err, errlen, "--backend cuda: this kvpoold has no CUDA backend "
-			 "yet; use --backend host or auto");
-		return -ENOTSUP;
+	if (o->backend != BACKEND_HOST) {
+		rc = backend_cuda_init(be, (int)o->cuda_device, why, sizeof(why));
+		if (rc == 0) {
+			log_info("backend cuda: %s; slabs are GPU memory exported with "
+				 "CUDA IPC handles", why);
+			return 0;
+		}
+		if (o->backend == BACKEND_CUDA) {
+			snprintf(err, errlen, "--backend cuda: %s", why);
+			return rc;
+		}
+		log_info("backend auto: %s; taking the host backend", why);
 	}
 	rc = backend_host_init(be, err, errlen);
-	if (rc < 0)
-		return rc;
-	log_info("backend %s (memfd slabs in shared memory)%s", be->ops->name,
-		 o->backend == BACKEND_AUTO ? ": auto, and this build has no CUDA backend" : "");
-	return 0;
+	if (rc == 0)
+		log_info("backend host: memfd slabs in shared memory");
+	return rc;
 }
 
 static int write_pid_file(const char *path)

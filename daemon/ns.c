@@ -156,8 +156,8 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	id.key_scheme = n->key_scheme;
 	id.page_bytes = n->page_bytes;
 	memcpy(id.root, n->root, sizeof(id.root));
-	rc = spill_open(&n->tier, k->loop, k->spill_dir, k->spill_bytes, k->spill_discard,
-			&id, n->id, &why, err, errlen);
+	rc = spill_open(&n->tier, k->loop, k->be, k->spill_dir, k->spill_bytes,
+			k->spill_discard, &id, n->id, &why, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (why)

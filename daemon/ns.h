@@ -62,6 +62,7 @@ struct ns_config {
 	uint64_t spill_bytes;
 	bool spill_discard;
 	struct loop *loop;	/* for the tier's I/O */
+	struct backend *be;	/* moves page bytes to and from the tier */
 };
 
 struct ns_table {

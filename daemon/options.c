@@ -65,6 +65,8 @@ static const struct opt_def opt_table[] = {
 	{ "backend", 'b', OPT_CHOICE, OFF(backend), 0, 0, 0,
 	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
 	  backend_names },
+	{ "cuda-device", 0, OPT_UINT, OFF(cuda_device), 0, 0, 1023,
+	  "N", "the GPU of the cuda backend (default 0)", NULL },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
 	  "N", "most client connections at once (default 256)", NULL },
 	{ "max-leases", 0, OPT_UINT, OFF(max_leases), 0, 1, 1ull << 32,

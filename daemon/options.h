@@ -30,6 +30,7 @@ struct options {
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */
+	uint64_t cuda_device;		/* the GPU of the cuda backend */
 	uint64_t max_clients;
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */

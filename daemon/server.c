@@ -628,6 +628,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_bytes = o->spill_size;
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.loop = l;
+	s->keys.be = be;
 	if (o->spill_dir[0]) {
 		uint64_t pages = ns_restore_all(&s->nst, pool, &s->keys);
 

@@ -77,6 +77,7 @@ struct sio {
 
 struct spill {
 	struct loop *loop;
+	struct backend *be;	/* pages <-> staging buffers */
 	char path[4096];
 	int fd;
 	uint64_t align;		/* direct-I/O alignment of offsets, lengths, memory */
@@ -233,9 +234,9 @@ static int wipe_slots(struct spill *sp)
 	return rc;
 }
 
-int spill_open(struct spill **out, struct loop *l, const char *dir, uint64_t bytes,
-	       bool discard, const struct spill_ns *ns, unsigned buf_index,
-	       const char **why, char *err, size_t errlen)
+int spill_open(struct spill **out, struct loop *l, struct backend *be,
+	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
+	       unsigned buf_index, const char **why, char *err, size_t errlen)
 {
 	struct spill *sp;
 	struct stat st;
@@ -249,6 +250,7 @@ int spill_open(struct spill **out, struct loop *l, const char *dir, uint64_t byt
 	if (!sp)
 		return -ENOMEM;
 	sp->loop = l;
+	sp->be = be;
 	sp->buf_index = -1;
 	sp->page_bytes = ns->page_bytes;
 	sp->ns_hash = XXH3_64bits(ns->name, strlen(ns->name));
@@ -495,8 +497,12 @@ static void sio_finish(struct sio *io, int res)
 	} else if (res < 0) {
 		sp->st.io_errors++;
 	}
+	if (res == 0 && sp->be->ops->from_host(sp->be, io->page, io->buf + SPILL_HDR,
+						 sp->page_bytes) < 0) {
+		sp->st.io_errors++;
+		res = -EIO;
+	}
 	if (res == 0) {
-		memcpy(io->page, io->buf + SPILL_HDR, sp->page_bytes);
 		sp->st.restores++;
 		ns = now_ns() - io->t0;
 		sp->st.restore_ns_total += ns;
@@ -557,7 +563,11 @@ int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 	h->ntokens = m->ntokens;
 	if (m->ntokens)
 		memcpy(io->buf + sizeof(*h), m->tokens, m->ntokens * sizeof(uint32_t));
-	memcpy(io->buf + SPILL_HDR, page, sp->page_bytes);
+	if (sp->be->ops->to_host(sp->be, io->buf + SPILL_HDR, page, sp->page_bytes) < 0) {
+		sio_put(io);
+		sp->st.dropped++;
+		return -EIO;
+	}
 	h->data_checksum = XXH3_64bits(io->buf + SPILL_HDR, sp->page_bytes);
 	memset(io->buf + SPILL_HDR + sp->page_bytes, 0,
 	       sp->slot_bytes - SPILL_HDR - sp->page_bytes);

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "kvpool_wire.h"
+#include "daemon/backend.h"
 #include "daemon/loop.h"
 
 #define SPILL_FORMAT	1u	/* on-disk format version */
@@ -65,12 +66,13 @@ typedef void (*spill_done_fn)(void *arg, uint32_t slot, int res);
  * bytes long. An existing file with the same format, namespace identity
  * and size is kept (warm); anything else is started afresh (cold), and
  * *why says why (NULL when warm or new). discard forces a cold start.
- * buf_index is the loop's fixed-buffer number for the staging buffers.
+ * buf_index is the loop's fixed-buffer number for the staging buffers;
+ * be moves bytes between pages and staging buffers.
  * Returns 0 and *out, or -errno with err filled.
  */
-int spill_open(struct spill **out, struct loop *l, const char *dir, uint64_t bytes,
-	       bool discard, const struct spill_ns *ns, unsigned buf_index,
-	       const char **why, char *err, size_t errlen);
+int spill_open(struct spill **out, struct loop *l, struct backend *be,
+	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
+	       unsigned buf_index, const char **why, char *err, size_t errlen);
 
 /* spill_read_ns() - the namespace identity in the header of the tier file
  * at path; 0, or -errno / -EBADMSG (not a valid tier file). */

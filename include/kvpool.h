@@ -201,8 +201,11 @@ KVP_API int kvp_alloc(kvp_client *c, size_t n, kvp_page *pages);
 KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n);
 
 /*
- * kvp_page_ptr() - the address of page p in this process (host backend:
- * the mapped memfd). NULL when this client does not hold a lease on p.
+ * kvp_page_ptr() - the address of page p in this process: with the host
+ * backend a host pointer into the mapped memfd, with the CUDA backend a
+ * device pointer into the slab opened with cudaIpcOpenMemHandle (the
+ * library must be built with CUDA). NULL when this client does not hold
+ * a lease on p.
  */
 KVP_API void *kvp_page_ptr(kvp_client *c, kvp_page p);
 
@@ -281,6 +284,21 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
  */
 KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pages,
 			const kvp_key *keys, size_t n, unsigned prio, kvp_page *canonical);
+
+/* The CUDA runtime's cudaStream_t points to this opaque struct. */
+struct CUstream_st;
+
+/*
+ * kvp_publish_stream() - kvp_publish() of pages written on a GPU: first
+ * waits until the work queued on stream (the writer's cudaStream_t; NULL
+ * when the caller has synchronized itself) is done, so that no client
+ * reads a page before its K/V are complete. Returns kvp_publish()'s
+ * values, or -EIO (the stream failed), -ENOTSUP (built without CUDA).
+ */
+KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
+			       const kvp_key *parent, const kvp_page *pages,
+			       const kvp_key *keys, size_t n, unsigned prio,
+			       kvp_page *canonical);
 
 /*
  * kvp_publish_partial() - index page, which holds the K/V of

@@ -97,6 +97,38 @@ START_TEST(test_daemon_bad_flag_exits_2_and_says_why)
 }
 END_TEST
 
+START_TEST(test_daemon_backend_cuda_says_why_it_cannot_start)
+{
+	char out[OUT_MAX];
+	int st;
+
+	/* device 999 exists nowhere: without a GPU, no device answers; with
+	 * one, there is no device 999. Either way: exit 1 and why. */
+	st = run_cmd((const char *[]){ harness_kvpoold(), "-f", "--socket",
+				       "/tmp/kvpool-cuda-test.sock", "--backend", "cuda",
+				       "--cuda-device", "999", NULL }, out, sizeof(out));
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x: %s", st, out);
+	ck_assert_msg(strstr(out, "--backend cuda: ") &&
+		      (strstr(out, "no CUDA device answers") ||
+		       strstr(out, "this machine has devices") ||
+		       strstr(out, "built without CUDA")), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_backend_auto_says_which_and_why)
+{
+	char log[8192];
+	struct daemon d;
+
+	daemon_start(&d, NULL);
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "backend cuda: ") ||
+		      (strstr(log, "backend auto: ") && strstr(log, "taking the host backend")),
+		      "%s", log);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_bad_config_names_file_and_line)
 {
 	char cfg[] = "/tmp/kvpoold-conf-XXXXXX", out[OUT_MAX], want[128];
@@ -415,6 +447,8 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_daemon_help_and_version);
 	tcase_add_test(tc, test_daemon_bad_flag_exits_2_and_says_why);
 	tcase_add_test(tc, test_daemon_bad_config_names_file_and_line);
+	tcase_add_test(tc, test_daemon_backend_cuda_says_why_it_cannot_start);
+	tcase_add_test(tc, test_daemon_backend_auto_says_which_and_why);
 	tcase_add_test(tc, test_daemon_refuses_a_live_socket_and_replaces_a_stale_one);
 	tcase_add_test(tc, test_daemon_background_mode_is_ready_when_the_parent_exits);
 	suite_add_tcase(s, tc);
