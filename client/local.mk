@@ -15,9 +15,10 @@ include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels
 lib_LTLIBRARIES += client/libkvpool.la
 client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h \
 	client/cuda_ipc.h
+client_libkvpool_la_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
 client_libkvpool_la_SOURCES += client/cuda_ipc.c
-client_libkvpool_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+client_libkvpool_la_CPPFLAGS += $(CUDA_CPPFLAGS)
 else
 client_libkvpool_la_SOURCES += client/cuda_ipc_stub.c
 endif

@@ -231,6 +231,18 @@ const char *wire_op_str(uint32_t op)
 		return "COW";
 	case KVP_OP_RETAIN:
 		return "RETAIN";
+	case KVP_OP_LIST_CLIENTS:
+		return "LIST_CLIENTS";
+	case KVP_OP_LIST_PAGES:
+		return "LIST_PAGES";
+	case KVP_OP_LIST_PREFIXES:
+		return "LIST_PREFIXES";
+	case KVP_OP_EVICT:
+		return "EVICT";
+	case KVP_OP_DISCONNECT:
+		return "DISCONNECT";
+	case KVP_OP_DROP_NS:
+		return "DROP_NS";
 	}
 	return "?";
 }

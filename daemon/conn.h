@@ -68,6 +68,8 @@ struct conn {
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
 	bool deferred;			/* a request waits for I/O: no receive */
+	bool admin;			/* may use admin operations */
+	uint64_t connected_ms;		/* server uptime when it connected */
 };
 
 /* Counters of STATS, kept where the events happen. */
@@ -89,6 +91,7 @@ struct server {
 	struct pool *pool;
 	struct ns_table nst;
 	struct ns_config keys;		/* key settings for new namespaces */
+	gid_t admin_gid;		/* --admin-group, or -1 */
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
 	bool accepting;			/* accept_op is in flight */
@@ -134,6 +137,9 @@ bool conn_closing(const struct conn *c);
 
 /* conn_resume() - the deferred request was answered: receive the next. */
 void conn_resume(struct conn *c);
+
+/* conn_kick() - close c (an admin's DISCONNECT); its leases go back. */
+void conn_kick(struct conn *c);
 
 /* --- requests.c ---------------------------------------------------------- */
 

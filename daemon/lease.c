@@ -109,9 +109,9 @@ static int spill_entry(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
 	return 0;
 }
 
-/* evict_one() - move one candidate out of the pool: into the tier when
- * there is one, else out of the index. False when there is none. */
-static bool evict_one(struct pool *p, struct ns *n)
+/* lease_evict_one() - move one candidate out of the pool: into the tier
+ * when there is one, else out of the index. False when there is none. */
+bool lease_evict_one(struct pool *p, struct ns *n)
 {
 	uint32_t e = prefix_victim(n->idx);
 	uint64_t page;
@@ -129,7 +129,7 @@ static bool evict_one(struct pool *p, struct ns *n)
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want)
 {
 	while (pool_available(p, n->pool_ns) < want)
-		if (!evict_one(p, n))
+		if (!lease_evict_one(p, n))
 			return false;
 	return true;
 }

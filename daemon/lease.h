@@ -51,4 +51,8 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n);
  */
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
 
+/* lease_evict_one() - move one cached page of n out of the pool (to the
+ * tier, or out of the index); false when n has none. */
+bool lease_evict_one(struct pool *p, struct ns *n);
+
 #endif /* KVP_LEASE_H */

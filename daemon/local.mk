@@ -15,9 +15,10 @@ daemon_libkvpoold_la_SOURCES = \
 	daemon/spill.c daemon/spill.h
 daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) $(XXHASH_CFLAGS)
 daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS) $(XXHASH_LIBS)
+daemon_libkvpoold_la_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda.c
-daemon_libkvpoold_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+daemon_libkvpoold_la_CPPFLAGS += $(CUDA_CPPFLAGS)
 daemon_libkvpoold_la_LIBADD += $(CUDA_LIBS)
 else
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda_stub.c

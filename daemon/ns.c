@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kvpool.h"
 #include "client/wire.h"
@@ -98,6 +99,10 @@ static int ns_root(struct ns *n, const struct ns_config *k)
 	return rc;
 }
 
+/* The loop's fixed-buffer numbers, one per tier, never reused (a number
+ * past the loop's table means plain reads and writes). */
+static unsigned next_buffer;
+
 /* Re-indexing a warm tier file: entries and the parent keys to link. */
 struct scan_ctx {
 	struct ns *n;
@@ -157,7 +162,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	id.page_bytes = n->page_bytes;
 	memcpy(id.root, n->root, sizeof(id.root));
 	rc = spill_open(&n->tier, k->loop, k->be, k->spill_dir, k->spill_bytes,
-			k->spill_discard, &id, n->id, &why, err, errlen);
+			k->spill_discard, &id, next_buffer++, &why, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (why)
@@ -380,6 +385,54 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 	}
 	closedir(d);
 	return pages;
+}
+
+struct ns *ns_by_name(struct ns_table *t, const char *name)
+{
+	return ns_find(t, name);
+}
+
+int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen)
+{
+	struct spill_stats ss;
+	char path[4096];
+	uint32_t e, id = n->id;
+
+	if (n->clients) {
+		snprintf(err, errlen, "namespace '%s' has %u clients; disconnect them "
+			 "first (kvpool clients, kvpool disconnect ID)", n->name, n->clients);
+		return -EBUSY;
+	}
+	if (n->tier) {
+		spill_get_stats(n->tier, &ss);
+		if (ss.writing) {
+			snprintf(err, errlen, "namespace '%s' has %llu tier writes in flight; "
+				 "try again in a moment", n->name,
+				 (unsigned long long)ss.writing);
+			return -EBUSY;
+		}
+	}
+	/* With no client, its pages are cached (or spilled): free the pool
+	 * pages; the index goes with the namespace. */
+	for (e = prefix_next(n->idx, PREFIX_NIL); e != PREFIX_NIL; e = prefix_next(n->idx, e))
+		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
+			pool_evict(p, prefix_page(n->idx, e));
+	if (pool_ns_release(p, n->pool_ns) < 0) {
+		snprintf(err, errlen, "namespace '%s' still has pages in use", n->name);
+		return -EBUSY;
+	}
+	if (n->tier) {
+		snprintf(path, sizeof(path), "%s", spill_path(n->tier));
+		unlink(path);
+	}
+	log_info("namespace '%s' dropped: its pages, slabs and tier file are gone", n->name);
+	ns_free(n);
+	/* keep the table dense: the last namespace takes the slot */
+	t->ns[id] = t->ns[--t->count];
+	t->ns[t->count] = NULL;
+	if (id < t->count)
+		t->ns[id]->id = id;
+	return 0;
 }
 
 void ns_table_fini(struct ns_table *t)

@@ -90,6 +90,16 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
  */
 uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_config *cfg);
 
+/*
+ * ns_drop() - forget namespace n: every page it indexes, its tier file,
+ * its slabs (back to the pool's budget). n must have no client and no
+ * tier write in flight. Returns 0, or -EBUSY with err saying why.
+ */
+int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen);
+
+/* ns_by_name() - the namespace called name, or NULL. */
+struct ns *ns_by_name(struct ns_table *t, const char *name);
+
 /* ns_table_fini() - free every namespace. */
 void ns_table_fini(struct ns_table *t);
 

@@ -26,6 +26,7 @@ struct options {
 	char config_file[OPTIONS_PATH_MAX];	/* "" when none */
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	char socket_group[64];		/* "" keeps the daemon's group */
+	char admin_group[64];		/* "" : only root and the daemon's user */
 	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */

@@ -43,7 +43,9 @@ struct pool_slab {
 	struct backend_slab mem;	/* from be->ops->slab_create() */
 	struct pool_page *pages;	/* [npages], owned */
 	uint32_t npages;
-	int ns;				/* owning namespace */
+	int ns;				/* owning namespace; -1: released */
+	uint32_t next_gen;		/* released: the generation its pages
+					 * start at when the number is reused */
 };
 
 struct pool_ns {
@@ -60,7 +62,8 @@ struct pool {
 	uint64_t pool_bytes;
 	uint64_t slab_bytes;
 	uint32_t max_slabs;		/* min(pool_bytes / slab_bytes, KVP_MAX_SLABS) */
-	uint32_t nslabs;		/* slabs[0..nslabs) exist */
+	uint32_t nslabs;		/* slabs[0..nslabs) were made */
+	uint32_t released;		/* of them released (ns -1), to reuse */
 	struct pool_slab *slabs;	/* [max_slabs], owned */
 	uint32_t nns;
 	struct pool_counts counts;	/* the whole pool */
@@ -164,9 +167,20 @@ static struct pool_page *free_pop(struct pool *p, struct pool_ns *n,
 static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 {
 	struct pool_ns *n = &p->ns[ns];
-	uint32_t slab = p->nslabs, i;
-	struct pool_slab *s = &p->slabs[slab];
+	uint32_t slab = p->nslabs, i, gen = 1;
+	struct pool_slab *s;
 	int rc;
+
+	/* A released slab number first: its pages' generations go on from
+	 * where they were, so no old handle names a new page. O(slabs). */
+	for (i = 0; p->released && i < p->nslabs; i++) {
+		if (p->slabs[i].ns < 0) {
+			slab = i;
+			gen = p->slabs[i].next_gen;
+			break;
+		}
+	}
+	s = &p->slabs[slab];
 
 	rc = p->be->ops->slab_create(p->be, (size_t)p->slab_bytes, &s->mem,
 				     err, errlen);
@@ -182,7 +196,7 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	s->npages = n->pages_per_slab;
 	s->ns = ns;
 	for (i = s->npages; i-- > 0;) {
-		s->pages[i].gen = 1;
+		s->pages[i].gen = gen;
 		s->pages[i].state = PAGE_FREE;
 		free_push(n, &s->pages[i], slab, i);
 	}
@@ -192,12 +206,20 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	p->counts.total += s->npages;
 	p->counts.by_state[PAGE_FREE] += s->npages;
 	p->counts.slabs++;
-	p->nslabs++;
+	if (slab == p->nslabs)
+		p->nslabs++;
+	else
+		p->released--;
 	return 0;
 
 out_destroy_slab:
 	p->be->ops->slab_destroy(p->be, &s->mem);
-	memset(s, 0, sizeof(*s));
+	s->pages = NULL;
+	s->npages = 0;
+	if (slab < p->nslabs)
+		s->ns = -1;	/* still released, next_gen kept */
+	else
+		memset(s, 0, sizeof(*s));
 	return rc;
 }
 
@@ -237,7 +259,8 @@ void pool_free(struct pool *p)
 	if (!p)
 		return;
 	for (i = 0; i < p->nslabs; i++) {
-		p->be->ops->slab_destroy(p->be, &p->slabs[i].mem);
+		if (p->slabs[i].ns >= 0)
+			p->be->ops->slab_destroy(p->be, &p->slabs[i].mem);
 		free(p->slabs[i].pages);
 	}
 	free(p->slabs);
@@ -305,7 +328,8 @@ int pool_alloc(struct pool *p, int ns, size_t n, uint64_t *handles,
 	}
 	nsp = &p->ns[ns];
 	have = nsp->counts.by_state[PAGE_FREE];
-	can = have + (uint64_t)(p->max_slabs - p->nslabs) * nsp->pages_per_slab;
+	can = have + (uint64_t)(p->max_slabs - p->nslabs + p->released) *
+		     nsp->pages_per_slab;
 	if (n > can) {
 		pool_err(err, errlen, "%zu pages wanted, at most %llu can be "
 			 "free in namespace %d; the pool is full", n,
@@ -451,7 +475,7 @@ uint64_t pool_available(const struct pool *p, int ns)
 	if (!pool_ns_valid(p, ns))
 		return 0;
 	return p->ns[ns].counts.by_state[PAGE_FREE] +
-	       (uint64_t)(p->max_slabs - p->nslabs) * p->ns[ns].pages_per_slab;
+	       (uint64_t)(p->max_slabs - p->nslabs + p->released) * p->ns[ns].pages_per_slab;
 }
 
 uint64_t pool_ns_capacity(const struct pool *p, int ns)
@@ -459,7 +483,7 @@ uint64_t pool_ns_capacity(const struct pool *p, int ns)
 	if (!pool_ns_valid(p, ns))
 		return 0;
 	return p->ns[ns].counts.total +
-	       (uint64_t)(p->max_slabs - p->nslabs) * p->ns[ns].pages_per_slab;
+	       (uint64_t)(p->max_slabs - p->nslabs + p->released) * p->ns[ns].pages_per_slab;
 }
 
 /* pool_refs() - see pool.h. O(1); 0 for an invalid h. */
@@ -485,7 +509,7 @@ void pool_counts(const struct pool *p, int ns, struct pool_counts *c)
 /* pool_slab() - see pool.h. O(1); ns may be NULL. */
 const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *ns)
 {
-	if (slab >= p->nslabs)
+	if (slab >= p->nslabs || p->slabs[slab].ns < 0)
 		return NULL;
 	if (ns)
 		*ns = p->slabs[slab].ns;
@@ -580,4 +604,70 @@ bool pool_audit(const struct pool *p)
 		if (pool_by[i] != p->counts.by_state[i])
 			return false;
 	return total == p->counts.total;
+}
+
+/*
+ * pool_ns_release() - give every slab of namespace ns back to the budget.
+ * All its pages must be FREE. The slab numbers are reused later with
+ * generations that go on, so handles of the released pages stay stale.
+ * Returns 0 or -EBUSY (a page is not free). O(pages of ns).
+ */
+int pool_ns_release(struct pool *p, int ns)
+{
+	struct pool_ns *n;
+	uint32_t s, i, maxgen;
+
+	if (!pool_ns_valid(p, ns))
+		return -EINVAL;
+	n = &p->ns[ns];
+	if (n->counts.by_state[PAGE_FREE] != n->counts.total)
+		return -EBUSY;
+	for (s = 0; s < p->nslabs; s++) {
+		struct pool_slab *sl = &p->slabs[s];
+
+		if (sl->ns != ns)
+			continue;
+		for (i = 0, maxgen = 0; i < sl->npages; i++)
+			if (sl->pages[i].gen > maxgen)
+				maxgen = sl->pages[i].gen;
+		p->be->ops->slab_destroy(p->be, &sl->mem);
+		p->counts.total -= sl->npages;
+		p->counts.by_state[PAGE_FREE] -= sl->npages;
+		p->counts.slabs--;
+		free(sl->pages);
+		sl->pages = NULL;
+		sl->npages = 0;
+		sl->ns = -1;
+		sl->next_gen = maxgen + 1 ? maxgen + 1 : 1;
+		p->released++;
+	}
+	memset(&n->counts, 0, sizeof(n->counts));
+	n->free_slab = POOL_NIL_SLAB;
+	return 0;
+}
+
+/*
+ * pool_next() - iterate the pages of namespace ns that are not FREE:
+ * *cursor starts at 0; each call puts the next page's handle in *h and
+ * returns true, false at the end. O(pages) in all.
+ */
+bool pool_next(const struct pool *p, int ns, uint64_t *cursor, uint64_t *h)
+{
+	uint32_t s = (uint32_t)(*cursor >> 32), i = (uint32_t)*cursor;
+
+	for (; s < p->nslabs; s++, i = 0) {
+		const struct pool_slab *sl = &p->slabs[s];
+
+		if (sl->ns != ns)
+			continue;
+		for (; i < sl->npages; i++) {
+			if (sl->pages[i].state == PAGE_FREE)
+				continue;
+			*h = KVP_HANDLE(sl->pages[i].gen, s, i);
+			*cursor = (uint64_t)s << 32 | (i + 1);
+			return true;
+		}
+	}
+	*cursor = (uint64_t)s << 32;
+	return false;
 }

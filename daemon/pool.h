@@ -145,6 +145,14 @@ const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *n
 /* pool_page_addr() - the daemon's address of the page of a valid handle. */
 void *pool_page_addr(const struct pool *p, uint64_t h);
 
+/* pool_ns_release() - give namespace ns's slabs back to the budget; all
+ * its pages must be FREE. Returns 0, -EBUSY or -EINVAL. */
+int pool_ns_release(struct pool *p, int ns);
+
+/* pool_next() - iterate the pages of ns that are not FREE (*cursor from
+ * 0); false at the end. */
+bool pool_next(const struct pool *p, int ns, uint64_t *cursor, uint64_t *h);
+
 /* pool_bytes(), pool_slab_bytes(), pool_slabs_used() - the budget. */
 uint64_t pool_bytes(const struct pool *p);
 uint64_t pool_slab_bytes(const struct pool *p);

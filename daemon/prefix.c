@@ -12,6 +12,7 @@
  * eviction, which skips candidates that still have children.
  */
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 #include "daemon/prefix.h"
@@ -26,6 +27,8 @@ struct entry {
 	uint32_t hnext;			/* hash chain; free list when unused */
 	uint32_t prev, next;		/* candidate list of its class */
 	uint32_t *tokens;		/* partial: its token ids, owned */
+	uint64_t hits;			/* ACQUIREs that served it */
+	uint64_t stamp_ms;		/* last published, acquired or released */
 	uint32_t ntokens;		/* partial: how many; 0 for a full block */
 	uint8_t prio;			/* class, < PREFIX_CLASSES */
 	uint8_t cached;			/* on a candidate list */
@@ -50,6 +53,14 @@ struct prefix {
 	struct lru tier;		/* spilled entries, oldest first */
 	uint32_t spilled;		/* entries spilling or spilled */
 };
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 static uint32_t bucket(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES])
 {
@@ -228,6 +239,7 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 	en->ntokens = ntokens;
 	en->prio = (uint8_t)(prio < PREFIX_CLASSES ? prio : PREFIX_CLASSES - 1);
 	en->used = 1;
+	en->stamp_ms = now_ms();
 	b = bucket(x, en->key);
 	if (ntokens) {
 		en->hnext = x->part[b];
@@ -305,8 +317,10 @@ static void list_del(struct prefix *x, uint32_t e)
 
 void prefix_cached(struct prefix *x, uint32_t e)
 {
-	if (!x->e[e].cached && x->e[e].where == PREFIX_IN_POOL)
+	if (!x->e[e].cached && x->e[e].where == PREFIX_IN_POOL) {
 		list_add(x, &x->lru[x->e[e].prio], e);
+		x->e[e].stamp_ms = now_ms();
+	}
 }
 
 void prefix_leased(struct prefix *x, uint32_t e)
@@ -481,4 +495,38 @@ uint32_t prefix_count(const struct prefix *x)
 uint32_t prefix_pinned(const struct prefix *x)
 {
 	return x->pinned;
+}
+
+void prefix_touch(struct prefix *x, uint32_t e, bool hit)
+{
+	x->e[e].stamp_ms = now_ms();
+	x->e[e].hits += hit;
+}
+
+uint64_t prefix_age_ms(const struct prefix *x, uint32_t e)
+{
+	return now_ms() - x->e[e].stamp_ms;
+}
+
+uint64_t prefix_hits(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].hits;
+}
+
+
+uint32_t prefix_depth(const struct prefix *x, uint32_t e)
+{
+	uint32_t d = 0;
+
+	for (; e && d < x->count + 1; e = x->e[e].parent)
+		d++;
+	return d;
+}
+
+uint32_t prefix_next(const struct prefix *x, uint32_t e)
+{
+	for (e++; e < x->cap; e++)
+		if (x->e[e].used)
+			return e;
+	return PREFIX_NIL;
 }

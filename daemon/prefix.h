@@ -122,6 +122,20 @@ uint32_t prefix_parent(const struct prefix *x, uint32_t e);
  * (warm restart: slots come in any order). */
 void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent);
 
+/* prefix_touch() - e was used now (hit: an ACQUIRE served it); its age
+ * and hits for LIST_PAGES and LIST_PREFIXES. */
+void prefix_touch(struct prefix *x, uint32_t e, bool hit);
+uint64_t prefix_hits(const struct prefix *x, uint32_t e);
+uint64_t prefix_age_ms(const struct prefix *x, uint32_t e);
+
+/* prefix_depth() - blocks from the root to e, e included (a chain whose
+ * first blocks are not indexed counts from the first that is). */
+uint32_t prefix_depth(const struct prefix *x, uint32_t e);
+
+/* prefix_next() - iterate the entries: the one after e (PREFIX_NIL to
+ * start), PREFIX_NIL at the end. O(entries) in all. */
+uint32_t prefix_next(const struct prefix *x, uint32_t e);
+
 /* prefix_spilled_count() - entries spilling or spilled. */
 uint32_t prefix_spilled_count(const struct prefix *x);
 

@@ -211,6 +211,13 @@ bool conn_closing(const struct conn *c)
 	return c->state == CONN_CLOSING;
 }
 
+void conn_kick(struct conn *c)
+{
+	log_info("client %llu (%s, pid %d) disconnected by an admin",
+		 (unsigned long long)c->id, c->name, (int)c->cred.pid);
+	conn_close(c);
+}
+
 void conn_resume(struct conn *c)
 {
 	c->deferred = false;
@@ -427,10 +434,17 @@ static void server_accept_done(struct loop_op *op, int res)
 		c->refused = true;
 	}
 	hset_init(&c->leases);
+	c->connected_ms = server_now_ms() - s->start_ms;
 	c->recv_op.done = conn_recv_done;
 	c->send_op.done = conn_send_done;
-	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
 		c->cred.pid = -1;
+		c->cred.uid = (uid_t)-1;
+		c->cred.gid = (gid_t)-1;
+	}
+	/* admin: root, the daemon's own user, or the --admin-group */
+	c->admin = c->cred.uid == 0 || c->cred.uid == geteuid() ||
+		   (s->admin_gid != (gid_t)-1 && c->cred.gid == s->admin_gid);
 	/* A SEQPACKET message must fit in the sender's buffer. */
 	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) < 0)
 		log_debug("client %llu: SO_SNDBUF %d: %s", (unsigned long long)c->id,
@@ -585,12 +599,23 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		struct backend *be, struct pool *pool, char *err, size_t errlen)
 {
 	struct server *s;
-	gid_t gid;
+	gid_t gid, admin_gid;
 	int fd, rc;
 
 	rc = socket_access(o, &gid, err, errlen);
 	if (rc < 0)
 		return rc;
+	admin_gid = (gid_t)-1;
+	if (o->admin_group[0]) {
+		struct group *gr = getgrnam(o->admin_group);
+
+		if (!gr) {
+			snprintf(err, errlen, "admin-group '%s' is not a group on this "
+				 "system (see getent group)", o->admin_group);
+			return -EINVAL;
+		}
+		admin_gid = gr->gr_gid;
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -620,6 +645,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->loop = l;
 	s->be = be;
 	s->pool = pool;
+	s->admin_gid = admin_gid;
 	s->keys.scheme = o->key_scheme + 1;	/* the option's names are 1, 2 */
 	s->keys.seed = o->key_seed;
 	s->keys.salt = o->key_salt;

@@ -335,6 +335,41 @@ KVP_API int kvp_retain(kvp_client *c, const kvp_page *pages, size_t n);
 KVP_API int kvp_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t *ns,
 		      size_t max_ns);
 
+/* --- Administration -------------------------------------------------------
+ *
+ * For `kvpool` and monitoring: these work on any session, inspection ones
+ * (kvp_connect with a NULL namespace) included. The records are the wire
+ * structs of kvpool_wire.h. The evict, disconnect and drop operations
+ * need admin rights (root, the daemon's user or its --admin-group): else
+ * -EACCES.
+ */
+
+/* kvp_list_clients() - up to max connections into out. Returns how many
+ * there are (may exceed max) or -errno. */
+KVP_API int kvp_list_clients(kvp_client *c, struct kvp_wire_client *out, size_t max);
+
+/* kvp_list_pages() - up to max pages matching filter (NULL: all; see
+ * struct kvp_wire_list_pages) into out. Returns how many match or -errno
+ * (-ENOENT: no such namespace or client). */
+KVP_API int kvp_list_pages(kvp_client *c, const struct kvp_wire_list_pages *filter,
+			   struct kvp_wire_page *out, size_t max);
+
+/* kvp_list_prefixes() - the top (at most max) indexed blocks of ns (NULL
+ * or "": all) by hits into out. Returns how many are indexed or -errno. */
+KVP_API int kvp_list_prefixes(kvp_client *c, const char *ns, size_t top,
+			      struct kvp_wire_prefix *out, size_t max);
+
+/* kvp_evict() - push up to max (0: all) cached pages of ns (NULL: all)
+ * out of the pool, to the tier when there is one. Returns the count. */
+KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max);
+
+/* kvp_disconnect() - close client id's connection (its leases go back). */
+KVP_API int kvp_disconnect(kvp_client *c, uint64_t id);
+
+/* kvp_drop_namespace() - forget namespace ns: its pages, slabs and tier
+ * file. -ENOTCONN when it still has clients or tier writes in flight. */
+KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns);
+
 #ifdef __cplusplus
 }
 #endif

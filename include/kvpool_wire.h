@@ -70,6 +70,12 @@ enum kvp_op {
 	KVP_OP_PUBLISH_PARTIAL = 8, /* index a partly filled page by its tokens */
 	KVP_OP_COW = 9,		/* new PRIVATE copies of held pages */
 	KVP_OP_RETAIN = 10,	/* one more lease on held pages */
+	KVP_OP_LIST_CLIENTS = 11,	/* the connections and what they hold */
+	KVP_OP_LIST_PAGES = 12,	/* pages, filtered: state, tier, holders */
+	KVP_OP_LIST_PREFIXES = 13,	/* the most used prefix blocks */
+	KVP_OP_EVICT = 14,	/* admin: push cached pages out of the pool */
+	KVP_OP_DISCONNECT = 15,	/* admin: close a client's connection */
+	KVP_OP_DROP_NS = 16,	/* admin: forget a namespace and its pages */
 };
 
 /* Key schemes of a namespace (enum kvp_key_scheme in kvpool.h). */
@@ -259,6 +265,96 @@ struct kvp_wire_publish_partial {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_partial) == 48,
 		  "kvp_wire_publish_partial is 48 bytes");
+
+/*
+ * LIST_CLIENTS reply: struct kvp_wire_count, then count records. Request:
+ * no payload.
+ */
+struct kvp_wire_count {
+	uint32_t count;		/* records that follow */
+	uint32_t total;		/* records there are (more when cut short) */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_count) == 8, "kvp_wire_count is 8 bytes");
+
+struct kvp_wire_client {
+	uint64_t id;
+	uint32_t pid, uid, gid;
+	uint32_t admin;		/* 1 when it may use admin operations */
+	uint64_t leases;	/* pages held (with repeats) */
+	uint64_t connected_ms;	/* when, in daemon uptime */
+	char name[KVP_CLIENT_NAME_MAX];
+	char ns[KVP_NAME_MAX];	/* "" for an inspection session */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_client) == 136, "kvp_wire_client is 136 bytes");
+
+/* LIST_PAGES request: filters (0 / "" match all) and a limit. */
+struct kvp_wire_list_pages {
+	char ns[KVP_NAME_MAX];
+	uint32_t state;		/* 0 any, else 1 + the state (KVP_PAGE_*) */
+	uint32_t limit;		/* most records (0: as many as fit) */
+	uint64_t client;	/* only pages this client holds */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_list_pages) == 80, "kvp_wire_list_pages is 80 bytes");
+
+/* Page states in LIST_PAGES. */
+enum kvp_page_state {
+	KVP_PAGE_PRIVATE = 1,
+	KVP_PAGE_SHARED = 2,
+	KVP_PAGE_CACHED = 3,
+	KVP_PAGE_INFLIGHT = 4,
+	KVP_PAGE_SPILLED = 5,
+};
+
+/* LIST_PAGES reply: struct kvp_wire_count, then records. */
+struct kvp_wire_page {
+	uint64_t handle;	/* 0 for a spilled page (it has no pool page) */
+	uint32_t ns_id;
+	uint32_t state;		/* KVP_PAGE_* */
+	uint32_t refs;		/* leases */
+	uint32_t holders;	/* clients holding it */
+	uint64_t holder;	/* the first holder's id, 0 for none */
+	uint32_t prio;		/* published: priority class */
+	uint32_t tokens;	/* published: tokens (block_tokens, or a partial's) */
+	uint64_t age_ms;	/* published: since last used */
+	uint8_t key[8];		/* published: the key's first bytes */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_page) == 56, "kvp_wire_page is 56 bytes");
+
+/* LIST_PREFIXES request: the namespace ("" all) and how many. Reply:
+ * struct kvp_wire_count, then records, most hits first. */
+struct kvp_wire_list_prefixes {
+	char ns[KVP_NAME_MAX];
+	uint32_t top;
+	uint32_t reserved;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_list_prefixes) == 72, "kvp_wire_list_prefixes is 72 bytes");
+
+struct kvp_wire_prefix {
+	uint8_t key[8];		/* the block's key's first bytes */
+	uint32_t ns_id;
+	uint32_t depth;		/* blocks from the root, this one included */
+	uint32_t refs;		/* leases now */
+	uint32_t state;		/* KVP_PAGE_* */
+	uint64_t hits;		/* ACQUIREs that served it */
+	uint64_t bytes;		/* depth x page bytes: the prefix's K/V */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_prefix) == 40, "kvp_wire_prefix is 40 bytes");
+
+/* EVICT request: namespace ("" all) and most pages (0: every cached
+ * page). Reply: struct kvp_wire_count with the pages evicted. */
+struct kvp_wire_evict {
+	char ns[KVP_NAME_MAX];
+	uint64_t max;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_evict) == 72, "kvp_wire_evict is 72 bytes");
+
+/* DISCONNECT request: the client's id. DROP_NS request: the name. */
+struct kvp_wire_disconnect {
+	uint64_t client;
+};
+struct kvp_wire_drop_ns {
+	char ns[KVP_NAME_MAX];
+};
 
 /*
  * STATS reply: struct kvp_wire_stats, then `namespaces` records of
