@@ -69,6 +69,8 @@ struct conn {
 	bool refused;			/* counted in nrefused, not nconns */
 	bool deferred;			/* a request waits for I/O: no receive */
 	bool admin;			/* may use admin operations */
+	struct conn *wait_next;		/* ns->wait_head list */
+	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
 	uint64_t connected_ms;		/* server uptime when it connected */
 };
 
@@ -146,6 +148,10 @@ void conn_kick(struct conn *c);
 /* requests_handle() - serve one well-formed request of conn c. */
 void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 		     const uint8_t *payload);
+
+/* requests_retry() - staging buffers of n's tier came free: serve the
+ * requests that waited for them (as lease_room_hook). */
+void requests_retry(struct ns *n);
 
 /* requests_conn_gone() - drop every lease of c and leave its namespace. */
 void requests_conn_gone(struct conn *c);

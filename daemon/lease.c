@@ -47,12 +47,17 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n)
 	return dropped;
 }
 
-/* spilled_done() - a spill write ended; a failed one loses the page. */
+void (*lease_room_hook)(struct ns *n);
+
+/* spilled_done() - a spill write ended; a failed one loses the page.
+ * Either way its staging buffer is free: requests waiting for one go on. */
 static void spilled_done(void *arg, uint32_t slot, int res)
 {
 	struct ns *n = arg;
 	uint32_t e = n->slot_entry[slot];
 
+	if (n->wait_head && lease_room_hook)
+		lease_room_hook(n);
 	if (res >= 0)
 		return;
 	if (ns_fault_first(n, NS_FAULT_WRITE))

@@ -51,6 +51,10 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n);
  */
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
 
+/* lease_room_hook - called when a tier write of n completed and its
+ * staging buffer is free again (requests that wait for one retry). */
+extern void (*lease_room_hook)(struct ns *n);
+
 /* lease_evict_one() - move one cached page of n out of the pool (to the
  * tier, or out of the index); false when n has none. */
 bool lease_evict_one(struct pool *p, struct ns *n);

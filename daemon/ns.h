@@ -18,6 +18,8 @@
 #include "daemon/prefix.h"
 #include "daemon/spill.h"
 
+struct conn;
+
 struct ns {
 	char name[KVP_NAME_MAX];
 	char model[KVP_MODEL_MAX];
@@ -34,6 +36,8 @@ struct ns {
 	bool from_disk;		/* made at start-up from a tier file; no
 				 * client joined since */
 	unsigned faults_logged;	/* NS_FAULT_* kinds already logged */
+	struct conn *wait_head;	/* requests waiting for staging buffers */
+	struct conn *wait_tail;
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 };

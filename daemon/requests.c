@@ -73,8 +73,63 @@ static bool held_list(struct conn *c, const struct kvp_wire_hdr *req,
 /*
  * alloc_pages() - n PRIVATE pages of c's namespace into out, evicting
  * cached pages when the pool has no other room, and leased to c. Replies
- * NOSPC or INTERNAL itself and returns false when it cannot.
+ * NOSPC or INTERNAL itself and returns false when it cannot; returns false
+ * with c->deferred set when the request waits for the tier (it is served
+ * again from the start).
  */
+/*
+ * tier_wait() - back-pressure: true when making room for n pages would
+ * spill more pages than the tier has staging buffers free while writes
+ * are in flight. Then it spills what it can now and queues c's request,
+ * to be served again when a write completes, instead of dropping cached
+ * pages it could keep.
+ */
+static bool tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
+{
+	struct server *s = c->srv;
+	struct ns *ns = c->ns;
+	struct spill_stats ss;
+	struct pool_counts pc;
+	uint64_t avail = pool_available(s->pool, ns->pool_ns), idle;
+
+	if (!ns->tier || avail >= n)
+		return false;
+	spill_get_stats(ns->tier, &ss);
+	idle = spill_idle_buffers(ns->tier);
+	pool_counts(s->pool, ns->pool_ns, &pc);
+	if (idle >= n - avail || !ss.writing || !pc.by_state[PAGE_CACHED] ||
+	    !spill_free_slots(ns->tier))
+		return false;
+	lease_make_room(s->pool, ns, avail + idle);
+	c->wait_req = *req;
+	c->wait_next = NULL;
+	if (ns->wait_tail)
+		ns->wait_tail->wait_next = c;
+	else
+		ns->wait_head = c;
+	ns->wait_tail = c;
+	c->deferred = true;
+	conn_hold(c);
+	return true;
+}
+
+void requests_retry(struct ns *n)
+{
+	struct conn *c = n->wait_head, *next;
+
+	n->wait_head = n->wait_tail = NULL;
+	for (; c; c = next) {
+		next = c->wait_next;
+		c->deferred = false;
+		if (!conn_closing(c)) {
+			requests_handle(c, &c->wait_req, c->rbuf + KVP_WIRE_HDR_SIZE);
+			if (!c->deferred)
+				conn_resume(c);
+		}
+		conn_put(c);	/* the hold of the wait; a new wait took its own */
+	}
+}
+
 static bool alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n,
 			uint64_t *out)
 {
@@ -86,6 +141,8 @@ static bool alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	uint32_t i;
 	int rc;
 
+	if (tier_wait(c, req, n))
+		return false;	/* served again when the tier has room */
 	if (!lease_make_room(s->pool, ns, n)) {
 		pool_counts(s->pool, ns->pool_ns, &pc);
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu can "

@@ -29,6 +29,7 @@
 #include "client/wire.h"
 #include "daemon/log.h"
 #include "daemon/conn.h"
+#include "daemon/lease.h"
 #include "daemon/server.h"
 
 #define container_of(ptr, type, member) \
@@ -655,6 +656,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.loop = l;
 	s->keys.be = be;
+	lease_room_hook = requests_retry;
 	if (o->spill_dir[0]) {
 		uint64_t pages = ns_restore_all(&s->nst, pool, &s->keys);
 
