@@ -6,7 +6,7 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix
+EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill
 bench_rpc_SOURCES = bench/rpc.c
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -24,26 +24,45 @@ bench_keys_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_prefix_SOURCES = bench/prefix.c bench/prefix_run.c bench/prefix.h
 bench_prefix_LDADD = client/libkvpool.la -lm
 bench_prefix_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# bench/spill: spill and restore throughput of the NVMe tier and ACQUIRE
+# latency of spilled chains (--mode kvpool, against a kvpoold with
+# --spill-dir), and an O_DIRECT pwrite/pread loop as a reference (--mode
+# pio). It times the daemon's copy and XXH3 of a page too, hence libxxhash.
+bench_spill_SOURCES = bench/spill.c
+bench_spill_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
+bench_spill_LDADD = client/libkvpool.la $(XXHASH_LIBS)
+bench_spill_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
-EXTRA_DIST += bench/run-rpc.sh bench/run-prefix.sh BENCHMARKS.md
+EXTRA_DIST += bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
 # clients and redis-benchmark beside it, and rewrites its section of
-# BENCHMARKS.md in the source tree. run-prefix.sh comes last: its own
+# BENCHMARKS.md in the source tree. run-prefix.sh comes next: its own
 # kvpoold, bench/prefix, its section (`make bench-prefix` runs it alone).
+# run-spill.sh last: kvpoold with a spill directory on disk (under
+# /var/tmp, not tmpfs), bench/spill, fio as the reference, its section
+# (`make bench-spill` runs it alone; SPILL_DIR=... picks the directory).
 BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
-.PHONY: bench bench-prefix
+BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
+.PHONY: bench bench-prefix bench-spill
 bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
-		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+		bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
 		--builddir $(abs_top_builddir) \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(BENCH_PREFIX_RUN)
+	$(BENCH_SPILL_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREFIX_RUN)
+
+bench-spill: bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_SPILL_RUN)
