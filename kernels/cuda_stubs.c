@@ -29,3 +29,42 @@ KVP_KERNEL_API int kvp_copy_pages_cuda(void *dst, size_t dst_stride,
 	(void)stream;
 	return -ENOTSUP;
 }
+
+/* kvp_paged_attention_decode_cuda() - always -ENOTSUP: this build has no
+ * CUDA. */
+KVP_KERNEL_API int kvp_paged_attention_decode_cuda(const struct kvp_attention_shape *shape,
+						   void *out, const void *q,
+						   const uint64_t *block_tables,
+						   const uint32_t *context_lens,
+						   void *workspace,
+						   size_t workspace_bytes,
+						   struct CUstream_st *stream)
+{
+	(void)shape;
+	(void)out;
+	(void)q;
+	(void)block_tables;
+	(void)context_lens;
+	(void)workspace;
+	(void)workspace_bytes;
+	(void)stream;
+	return -ENOTSUP;
+}
+
+/* kvp_write_kv_cuda() - always -ENOTSUP: this build has no CUDA. */
+KVP_KERNEL_API int kvp_write_kv_cuda(const struct kvp_kv_layout *layout,
+				     uint32_t dtype, uint32_t layer,
+				     const void *key, const void *value,
+				     const struct kvp_kv_slot *slots,
+				     uint32_t ntokens, struct CUstream_st *stream)
+{
+	(void)layout;
+	(void)dtype;
+	(void)layer;
+	(void)key;
+	(void)value;
+	(void)slots;
+	(void)ntokens;
+	(void)stream;
+	return -ENOTSUP;
+}

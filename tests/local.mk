@@ -55,6 +55,27 @@ tests_cuda_copy_pages_SOURCES = tests/cuda_copy_pages.c
 tests_cuda_copy_pages_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_cuda_copy_pages_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_cuda_copy_pages_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS)
+
+# The attention and write_kv kernels against the C references and cuBLAS.
+# -no-install: a real executable, not a libtool wrapper, so that
+# tests/gpu/device-check.sh can run a build carried to another machine.
+check_PROGRAMS += tests/cuda_attention
+TESTS += tests/cuda_attention
+tests_cuda_attention_SOURCES = tests/cuda_attention.c
+tests_cuda_attention_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+# cuBLAS's headers test __cplusplus unguarded, which -Wundef reports.
+tests_cuda_attention_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -Wno-undef
+tests_cuda_attention_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS) -lm
+tests_cuda_attention_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# The kernels' bandwidth benchmark: a check program so that every CUDA
+# `make check` compiles it, but not in TESTS (it measures, asserts
+# nothing, and wants the GPU to itself); tests/gpu/device-check.sh runs it.
+check_PROGRAMS += tests/gpu/kernel_bench
+tests_gpu_kernel_bench_SOURCES = tests/gpu/kernel_bench.c
+tests_gpu_kernel_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_gpu_kernel_bench_LDADD = client/libkvpool.la $(CUDA_LIBS)
+tests_gpu_kernel_bench_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
 else
 # Without Check, `make check` runs one script that says what is missing.

@@ -1,0 +1,87 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# device-check.sh - the GPU checks of the KV kernels, on a machine with an
+# NVIDIA GPU and nothing to install from.
+#
+# usage: tests/gpu/device-check.sh [BUILDDIR]     (default: the tree root)
+#
+# It builds nothing. It runs what a CUDA build (./configure && make check,
+# here or on a machine like it) left in BUILDDIR:
+#   tests/cuda_copy_pages    kvp_copy_pages_cuda() against the C reference
+#   tests/cuda_attention     attention and write_kv against the C
+#                            references and cuBLAS, contexts up to 32k
+#   tests/gpu/kernel_bench   bandwidth of decode and copy_pages as a
+#                            fraction of cudaMemcpy, a Markdown table
+# A build carried to another path works: the programs are run directly,
+# with client/.libs (libkvpool) and the CUDA library directories on
+# LD_LIBRARY_PATH. The machine needs an NVIDIA driver and the CUDA runtime
+# and cuBLAS libraries of the toolkit the build used (CUDA 13 here). If
+# the tree was configured on that machine, `make check` runs the tests
+# too. Meant to take a minute or two on an H100/H200 (not yet timed on
+# one); the programs are capped at 60 s, 120 s and 90 s, so the whole
+# stops before 5 minutes whatever happens (a cap hit is a failure).
+#
+# Exit status: 0 when every test passed, 1 when one failed, 77 when no GPU
+# answered (every program skipped).
+set -u
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${1:-$root}
+cd "$build" || exit 1
+
+LD_LIBRARY_PATH="$build/client/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/*/lib; do
+	[ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+done
+export LD_LIBRARY_PATH
+
+# The real executable of a program: libtool keeps it in .libs/ when it
+# wrote a wrapper script in its place.
+real() {
+	dir=$(dirname "$1")
+	base=$(basename "$1")
+	for c in "$dir/.libs/$base" "$dir/.libs/lt-$base" "$1"; do
+		if [ -f "$c" ] && head -c 4 "$c" | grep -q ELF; then
+			echo "$c"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# run PROGRAM SECONDS
+run() {
+	t=$1
+	prog=$(real "$t") || { echo "MISSING: $t (build with ./configure && make check first)"; return 1; }
+	echo "== $t"
+	timeout "$2" "$prog"
+}
+
+command -v nvidia-smi >/dev/null 2>&1 &&
+	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+fail=0
+skip=0
+total=0
+for t in tests/cuda_copy_pages:60 tests/cuda_attention:120; do
+	limit=${t#*:}
+	t=${t%:*}
+	total=$((total + 1))
+	run "$t" "$limit"
+	rc=$?
+	case $rc in
+	0) echo "PASS: $t" ;;
+	77) echo "SKIP: $t"; skip=$((skip + 1)) ;;
+	*) echo "FAIL: $t (exit $rc)"; fail=$((fail + 1)) ;;
+	esac
+done
+
+run tests/gpu/kernel_bench 90
+rc=$?
+case $rc in
+0|77) ;;
+*) echo "FAIL: tests/gpu/kernel_bench (exit $rc)"; fail=$((fail + 1)) ;;
+esac
+
+[ $fail -gt 0 ] && exit 1
+[ $skip -eq $total ] && exit 77
+exit 0
