@@ -124,8 +124,18 @@ bool lease_evict_one(struct pool *p, struct ns *n)
 	if (e == PREFIX_NIL)
 		return false;
 	page = prefix_page(n->idx, e);
-	if (!n->tier || spill_entry(p, n, e, page) < 0)
+	if (n->tier) {
+		int rc = spill_entry(p, n, e, page);
+
+		if (rc == -EAGAIN) {	/* --spill-rate: not now, keep it */
+			prefix_cached(n->idx, e);
+			return false;
+		}
+		if (rc < 0)
+			prefix_remove(n->idx, e);
+	} else {
 		prefix_remove(n->idx, e);
+	}
 	pool_evict(p, page);
 	n->st.evictions++;
 	return true;

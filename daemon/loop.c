@@ -140,6 +140,19 @@ int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
 	return 0;
 }
 
+int loop_timeout(struct loop *l, struct loop_op *op, struct __kernel_timespec *ts,
+		 uint64_t ms)
+{
+	struct io_uring_sqe *sqe = get_sqe(l, op);
+
+	if (!sqe)
+		return -EBUSY;
+	ts->tv_sec = (long long)(ms / 1000);
+	ts->tv_nsec = (long long)(ms % 1000) * 1000000;
+	io_uring_prep_timeout(sqe, ts, 0, 0);
+	return 0;
+}
+
 int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len)
 {
 	struct iovec iov = { base, len };

@@ -72,6 +72,13 @@ int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
 #define LOOP_BUFFERS 64u
 int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len);
 
+/*
+ * loop_timeout() - complete op after ms milliseconds (res -ETIME), or
+ * earlier with -ECANCELED if cancelled. op must live until then.
+ */
+int loop_timeout(struct loop *l, struct loop_op *op, struct __kernel_timespec *ts,
+		 uint64_t ms);
+
 /* loop_cancel() - ask the kernel to cancel target, which then completes
  * with -ECANCELED (or its result, if it won the race). The cancel request
  * itself completes through op. */

@@ -168,6 +168,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	if (why)
 		log_info("namespace '%s': cold start of %s: %s", n->name,
 			 spill_path(n->tier), why);
+	spill_set_rate(n->tier, k->spill_rate);
 	spill_get_stats(n->tier, &st);
 	n->slot_entry = calloc(st.slots, sizeof(*n->slot_entry));
 	sc.entries = calloc(st.slots, sizeof(*sc.entries));
@@ -405,7 +406,7 @@ int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t 
 	}
 	if (n->tier) {
 		spill_get_stats(n->tier, &ss);
-		if (ss.writing) {
+		if (ss.writing || n->rate_armed) {
 			snprintf(err, errlen, "namespace '%s' has %llu tier writes in flight; "
 				 "try again in a moment", n->name,
 				 (unsigned long long)ss.writing);

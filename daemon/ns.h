@@ -38,6 +38,9 @@ struct ns {
 	unsigned faults_logged;	/* NS_FAULT_* kinds already logged */
 	struct conn *wait_head;	/* requests waiting for staging buffers */
 	struct conn *wait_tail;
+	struct loop_op rate_op;	/* wakes the waiters when --spill-rate allows */
+	struct __kernel_timespec rate_ts;
+	bool rate_armed;
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 };
@@ -64,6 +67,7 @@ struct ns_config {
 	unsigned pinned_pct;	/* pinned quota, percent of the pool's pages */
 	const char *spill_dir;	/* "" : no tier */
 	uint64_t spill_bytes;
+	uint64_t spill_rate;	/* bytes/s, 0: no cap */
 	bool spill_discard;
 	struct loop *loop;	/* for the tier's I/O */
 	struct backend *be;	/* moves page bytes to and from the tier */

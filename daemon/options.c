@@ -86,7 +86,12 @@ static const struct opt_def opt_table[] = {
 	{ "pinned-quota", 0, OPT_UINT, OFF(pinned_pct), 0, 0, 100,
 	  "PCT", "pinned pages per namespace, % of its pages (default 10)", NULL },
 	{ "free-watermark", 0, OPT_UINT, OFF(free_watermark_pct), 0, 0, 50,
-	  "PCT", "evict cached pages ahead to keep PCT % free (default 1)", NULL },
+	  "PCT", "when under PCT % of a namespace's pages are free, evict cached "
+	  "pages ahead (default 1)", NULL },
+	{ "free-watermark-high", 0, OPT_UINT, OFF(free_watermark_high_pct), 0, 0, 50,
+	  "PCT", "... until PCT % are free (default 2; at least --free-watermark)", NULL },
+	{ "spill-rate", 0, OPT_SIZE, OFF(spill_rate), 0, 0, 1ull << 40,
+	  "SIZE", "cap the tier's writes at SIZE bytes a second (default 0: no cap)", NULL },
 	{ "spill-dir", 0, OPT_STRING, OFF(spill_dir), SZ(spill_dir), 0, 0,
 	  "DIR", "spill cold pages to a file per namespace in DIR (NVMe)", NULL },
 	{ "spill-size", 0, OPT_SIZE, OFF(spill_size), 0, 1u << 20, 1ull << 50,
@@ -113,6 +118,7 @@ void options_defaults(struct options *o)
 	snprintf(o->key_seed, sizeof(o->key_seed), "%s", "kvpool");
 	o->pinned_pct = 10;
 	o->free_watermark_pct = 1;
+	o->free_watermark_high_pct = 2;
 	o->spill_size = 1ull << 30;
 	o->max_msg_size = 256u * 1024u;
 	o->log_level = LOG_LVL_INFO;
@@ -362,6 +368,12 @@ static int options_check(const struct options *o, char *err, size_t errlen)
 		snprintf(err, errlen, "slab-size %llu is larger than pool-size %llu; "
 			 "lower --slab-size or raise --pool-size",
 			 (unsigned long long)o->slab_size, (unsigned long long)o->pool_size);
+		return -EINVAL;
+	}
+	if (o->free_watermark_high_pct < o->free_watermark_pct) {
+		snprintf(err, errlen, "free-watermark-high %llu is below free-watermark %llu",
+			 (unsigned long long)o->free_watermark_high_pct,
+			 (unsigned long long)o->free_watermark_pct);
 		return -EINVAL;
 	}
 	if (o->pool_size / o->slab_size > KVP_MAX_SLABS) {

@@ -39,7 +39,9 @@ struct options {
 	char key_seed[256];		/* root key = H(seed) */
 	char key_salt[256];		/* "" or mixed into each namespace's root */
 	uint64_t pinned_pct;		/* pinned quota per namespace, % of its pages */
-	uint64_t free_watermark_pct;	/* evict ahead to keep this % free */
+	uint64_t free_watermark_pct;	/* below this % free, evict ahead ... */
+	uint64_t free_watermark_high_pct;	/* ... until this % is free */
+	uint64_t spill_rate;		/* bytes/s of spill writes; 0: no cap */
 	char spill_dir[OPTIONS_PATH_MAX];	/* "" : no NVMe tier */
 	uint64_t spill_size;		/* bytes of tier file per namespace */
 	bool spill_discard;		/* cold start: ignore what the files hold */

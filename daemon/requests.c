@@ -77,11 +77,23 @@ static bool held_list(struct conn *c, const struct kvp_wire_hdr *req,
  * with c->deferred set when the request waits for the tier (it is served
  * again from the start).
  */
+/* rate_done() - the --spill-rate timer: the tier may write again. */
+static void rate_done(struct loop_op *op, int res)
+{
+	struct ns *n = (struct ns *)((char *)op - offsetof(struct ns, rate_op));
+
+	(void)res;
+	n->rate_armed = false;
+	if (n->wait_head)
+		requests_retry(n);
+}
+
 /*
  * tier_wait() - back-pressure: true when making room for n pages would
- * spill more pages than the tier has staging buffers free while writes
- * are in flight. Then it spills what it can now and queues c's request,
- * to be served again when a write completes, instead of dropping cached
+ * spill more pages than the tier can take now: staging buffers free while
+ * writes are in flight, and what --spill-rate allows. Then it spills what
+ * it can and queues c's request, served again from the start when a
+ * write completes or the rate allows more, instead of dropping cached
  * pages it could keep.
  */
 static bool tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
@@ -90,17 +102,30 @@ static bool tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n
 	struct ns *ns = c->ns;
 	struct spill_stats ss;
 	struct pool_counts pc;
-	uint64_t avail = pool_available(s->pool, ns->pool_ns), idle;
+	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms;
 
 	if (!ns->tier || avail >= n)
 		return false;
+	need = n - avail;
 	spill_get_stats(ns->tier, &ss);
-	idle = spill_idle_buffers(ns->tier);
 	pool_counts(s->pool, ns->pool_ns, &pc);
-	if (idle >= n - avail || !ss.writing || !pc.by_state[PAGE_CACHED] ||
-	    !spill_free_slots(ns->tier))
+	if (!pc.by_state[PAGE_CACHED] || !spill_free_slots(ns->tier))
+		return false;	/* nothing to spill, or nowhere: evict as usual */
+	now = spill_idle_buffers(ns->tier);
+	ms = spill_rate_wait_ms(ns->tier, (uint32_t)(need < UINT32_MAX ? need : UINT32_MAX));
+	if ((now >= need || !ss.writing) && !ms)
 		return false;
-	lease_make_room(s->pool, ns, avail + idle);
+	/* what can go now goes; the rest waits */
+	lease_make_room(s->pool, ns, avail + (now < need ? now : need));
+	if (pool_available(s->pool, ns->pool_ns) >= n)
+		return false;
+	if (ms && !ns->rate_armed) {
+		ns->rate_op.done = rate_done;
+		if (loop_timeout(s->loop, &ns->rate_op, &ns->rate_ts, ms) == 0)
+			ns->rate_armed = true;
+	}
+	if (!ns->rate_armed && !ss.writing && !spill_get_writing(ns->tier))
+		return false;	/* nothing would wake it: evict as usual */
 	c->wait_req = *req;
 	c->wait_next = NULL;
 	if (ns->wait_tail)
@@ -171,9 +196,11 @@ static bool alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 			return false;
 		}
 	}
-	/* Keep a few pages free ahead of the next request. */
-	target = pool_ns_capacity(s->pool, ns->pool_ns) * s->opt->free_watermark_pct / 100;
-	lease_make_room(s->pool, ns, target);
+	/* Below the low watermark, evict ahead to the high one, so that the
+	 * next requests find free pages (and spill writes get going). */
+	target = pool_ns_capacity(s->pool, ns->pool_ns);
+	if (pool_available(s->pool, ns->pool_ns) < target * s->opt->free_watermark_pct / 100)
+		lease_make_room(s->pool, ns, target * s->opt->free_watermark_high_pct / 100);
 	return true;
 }
 
@@ -891,6 +918,9 @@ static void handle_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	pe = find_partial(n, &a, keys, raw, hits, tail);
 	free(tail);
 	if (!room_for_leases(c, req, hits + (pe != PREFIX_NIL)))
+		goto out;
+	/* reads need free pages: wait for the tier rather than serve less */
+	if (restores && tier_wait(c, req, restores))
 		goto out;
 	if (pe != PREFIX_NIL) {
 		prefix_touch(n->idx, pe, true);

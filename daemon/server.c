@@ -654,6 +654,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_dir = o->spill_dir;
 	s->keys.spill_bytes = o->spill_size;
 	s->keys.spill_discard = o->spill_discard;
+	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
 	s->keys.be = be;
 	lease_room_hook = requests_retry;

@@ -97,6 +97,9 @@ struct spill {
 	uint32_t *free_slots;	/* stack of free slot numbers */
 	uint32_t nfree;
 	struct spill_stats st;
+	uint64_t rate;		/* bytes per second; 0: no cap */
+	double tokens;		/* bytes that may be written now */
+	uint64_t tokens_ns;	/* when tokens was last refilled */
 };
 
 static uint64_t now_ns(void)
@@ -533,6 +536,38 @@ static void sio_done(struct loop_op *op, int res)
 	sio_finish(io, 0);
 }
 
+void spill_set_rate(struct spill *sp, uint64_t rate)
+{
+	sp->rate = rate;
+	sp->tokens = (double)rate;
+	sp->tokens_ns = now_ns();
+}
+
+/* refill() - the token bucket: rate bytes a second, one second's burst. */
+static void refill(struct spill *sp)
+{
+	uint64_t t = now_ns();
+
+	sp->tokens += (double)sp->rate * (double)(t - sp->tokens_ns) / 1e9;
+	if (sp->tokens > (double)sp->rate)
+		sp->tokens = (double)sp->rate;
+	sp->tokens_ns = t;
+}
+
+uint64_t spill_rate_wait_ms(struct spill *sp, uint32_t pages)
+{
+	double want = (double)sp->slot_bytes * pages;
+
+	if (!sp->rate)
+		return 0;
+	refill(sp);
+	if (want > (double)sp->rate)
+		want = (double)sp->rate;	/* never more than a burst */
+	if (sp->tokens >= want)
+		return 0;
+	return (uint64_t)((want - sp->tokens) * 1000.0 / (double)sp->rate) + 1;
+}
+
 int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 		spill_done_fn done, void *arg)
 {
@@ -541,6 +576,8 @@ int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 
 	if (m->ntokens > SPILL_MAX_TOKENS)
 		return -E2BIG;
+	if (sp->rate && spill_rate_wait_ms(sp, 1))
+		return -EAGAIN;
 	if (!sp->nfree) {
 		sp->st.dropped++;
 		return -ENOSPC;
@@ -588,6 +625,8 @@ int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 	}
 	sp->writing[io->slot] = 1;
 	sp->st.writing++;
+	if (sp->rate)
+		sp->tokens -= (double)sp->slot_bytes;
 	return (int)io->slot;
 }
 
@@ -639,4 +678,9 @@ void spill_get_stats(const struct spill *sp, struct spill_stats *st)
 const char *spill_path(const struct spill *sp)
 {
 	return sp->path;
+}
+
+uint64_t spill_get_writing(const struct spill *sp)
+{
+	return sp->st.writing;
 }

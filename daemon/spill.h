@@ -101,6 +101,7 @@ void spill_scan(struct spill *sp,
  */
 int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 		spill_done_fn done, void *arg);
+/* (spill_write() also returns -EAGAIN when the rate cap says wait.) */
 
 /*
  * spill_read() - read slot back into page (page_bytes): done(arg, slot,
@@ -110,6 +111,14 @@ int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
  */
 int spill_read(struct spill *sp, uint32_t slot, const uint8_t key[KVP_KEY_BYTES],
 	       void *page, spill_done_fn done, void *arg);
+
+/*
+ * spill_set_rate() - cap spill writes at rate bytes per second (0: no
+ * cap), with a burst of one second's worth. spill_rate_wait_ms() - 0 when
+ * pages slots can be written now, else the milliseconds until they can.
+ */
+void spill_set_rate(struct spill *sp, uint64_t rate);
+uint64_t spill_rate_wait_ms(struct spill *sp, uint32_t pages);
 
 /* spill_free() - the slot holds nothing any more. */
 void spill_free(struct spill *sp, uint32_t slot);
@@ -124,6 +133,7 @@ uint32_t spill_idle_buffers(const struct spill *sp);
 uint32_t spill_free_slots(const struct spill *sp);
 
 void spill_get_stats(const struct spill *sp, struct spill_stats *st);
+uint64_t spill_get_writing(const struct spill *sp);
 const char *spill_path(const struct spill *sp);
 
 #endif /* KVP_SPILL_H */

@@ -453,6 +453,30 @@ START_TEST(test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt)
 }
 END_TEST
 
+START_TEST(test_spill_rate_cap_slows_evictions_without_losing_pages)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	uint32_t s;
+
+	daemon_dir(&d);
+	/* 1 MiB/s of 20 KiB slots: a burst of about 50 writes, then about 50
+	 * a second; 12 chains need 128 evictions past the pool */
+	daemon_restart(&d, args(&d, "64M", "--spill-rate=1M"));
+	c = join(d.sock);
+	publish_settled(c, &d, 0, 12);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.nvme.dropped, 0);
+	ck_assert_uint_eq(st.nvme.spills, st.prefix.evictions);
+	ck_assert_uint_ge(st.nvme.spills, 128);
+	for (s = 0; s < 12; s++)
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *spill_suite(void)
 {
 	Suite *s = suite_create("spill");
@@ -470,6 +494,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_flipped_bytes_are_a_miss);
 	tcase_add_test(tc, test_spill_truncated_file_loses_only_cache);
 	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
+	tcase_add_test(tc, test_spill_rate_cap_slows_evictions_without_losing_pages);
 	tcase_add_test(tc, test_spill_client_killed_during_restore);
 	tcase_add_test(tc, test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt);
 	suite_add_tcase(s, tc);
