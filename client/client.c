@@ -145,7 +145,11 @@ static int call(struct kvp_client *c, uint16_t op, const void *payload,
 		if (rc < 0 || !(rh.flags & KVP_WIRE_F_REPLY)) {
 			if (rfd >= 0)
 				close(rfd);
-			return -EPROTO;
+			if (rc == -KVP_S_VERSION)
+				set_error("the daemon speaks protocol version %u, this "
+					  "libkvpool %u: use matching versions", rh.version,
+					  KVP_WIRE_VERSION);
+			return rc == -KVP_S_VERSION ? -EPROTONOSUPPORT : -EPROTO;
 		}
 		if (rh.req_id == hdr.req_id)
 			break;

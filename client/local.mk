@@ -34,5 +34,7 @@ pkgconfig_DATA += client/kvpool.pc
 DISTCLEANFILES += client/kvpool.pc
 
 bin_PROGRAMS += client/kvpool
-client_kvpool_SOURCES = client/kvpool.c
+client_kvpool_SOURCES = client/kvpool.c client/cli.h client/cli_util.c \
+	client/cli_status.c client/cli_list.c client/cli_admin.c \
+	client/cli_plan.c client/cli_metrics.c client/cli_top.c
 client_kvpool_LDADD = client/libkvpool.la

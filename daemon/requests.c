@@ -1475,8 +1475,8 @@ static void handle_evict(struct conn *c, const struct kvp_wire_hdr *req,
 		while ((!ev.max || done < ev.max) && lease_evict_one(s->pool, n))
 			done++;
 	}
-	cnt.count = (uint32_t)(done > UINT32_MAX ? UINT32_MAX : done);
-	cnt.total = cnt.count;
+	cnt.count = 0;	/* no records follow: total is the count evicted */
+	cnt.total = (uint32_t)(done > INT32_MAX ? INT32_MAX : done);
 	log_info("client %llu evicted %llu cached pages%s%s", (unsigned long long)c->id,
 		 (unsigned long long)done, only ? " of namespace " : "",
 		 only ? only->name : "");

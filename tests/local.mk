@@ -7,13 +7,15 @@
 #   tests/check_share    integration: prefix sharing, dedup, COW,
 #                        partial pages, eviction
 #   tests/check_spill    integration: the NVMe tier on real files
+#   tests/check_cli      integration: every command of the admin CLI
+#                        against a daemon in a known state; the planner
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
-	tests/check_share tests/check_spill
+	tests/check_share tests/check_spill tests/check_cli
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
-	tests/check_share tests/check_spill
+	tests/check_share tests/check_spill tests/check_cli
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -47,6 +49,11 @@ tests_check_spill_SOURCES = tests/check_spill.c \
 	tests/harness.c tests/harness.h
 tests_check_spill_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_spill_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
+	tests/harness.c tests/harness.h
+tests_check_cli_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_cli_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages

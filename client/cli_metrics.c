@@ -1,0 +1,278 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli_metrics.c - `kvpool metrics`: everything STATS reports in the
+ * Prometheus text exposition format (version 0.0.4), for a textfile
+ * collector or a scrape through a tiny wrapper.
+ *
+ * Daemon-wide figures are kvpool_<name>; a namespace's are
+ * kvpool_namespace_<name>{namespace="..."}, so that summing the latter
+ * never counts the former twice. Pages carry state="..." and
+ * tier="pool" or "nvme" (spilled); the NVMe tier's figures tier="nvme".
+ * The families are described by tables of field offsets below: adding a
+ * STATS field is one line.
+ */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+/* One metric family read from a field of a STATS struct. */
+struct family {
+	const char *name;	/* after kvpool_ or kvpool_namespace_ */
+	const char *type;	/* "counter" or "gauge" */
+	const char *help;
+	size_t off;		/* of a uint64_t or uint32_t field */
+	unsigned width;		/* 8 or 4 bytes */
+	double scale;		/* 0: the integer as is; else value x scale */
+	bool tier;		/* labelled tier="nvme" */
+};
+
+#define U64(s, f) offsetof(s, f), 8
+#define U32(s, f) offsetof(s, f), 4
+#define ST struct kvp_wire_stats
+#define NS struct kvp_wire_ns_stats
+
+/* The prefix-sharing and tier figures, where both structs hold them. */
+#define PREFIX_FAMILIES(S) \
+	{ "prefix_acquires_total", "counter", "ACQUIRE requests.", \
+	  U64(S, prefix.acquires), 0, false }, \
+	{ "prefix_hit_blocks_total", "counter", "Blocks found in the cache (full and partial).", \
+	  U64(S, prefix.hits), 0, false }, \
+	{ "prefix_miss_blocks_total", "counter", "Keys asked for and not found.", \
+	  U64(S, prefix.misses), 0, false }, \
+	{ "prefix_hit_tokens_total", "counter", "Tokens served from the cache.", \
+	  U64(S, prefix.hit_tokens), 0, false }, \
+	{ "prefix_publishes_total", "counter", "Pages indexed under a key.", \
+	  U64(S, prefix.publishes), 0, false }, \
+	{ "prefix_dedups_total", "counter", "Published keys that were already indexed.", \
+	  U64(S, prefix.dedups), 0, false }, \
+	{ "prefix_cows_total", "counter", "Pages copied on write.", \
+	  U64(S, prefix.cows), 0, false }, \
+	{ "prefix_evictions_total", "counter", "Cached pages freed for new ones.", \
+	  U64(S, prefix.evictions), 0, false }, \
+	{ "prefix_pinned_pages", "gauge", "Indexed pages in the pinned class.", \
+	  U64(S, prefix.pinned), 0, false }, \
+	{ "tier_slots", "gauge", "Capacity of the tier in pages (0: no tier).", \
+	  U64(S, nvme.slots), 0, true }, \
+	{ "tier_slots_used", "gauge", "Tier slots holding a page or being written.", \
+	  U64(S, nvme.used), 0, true }, \
+	{ "tier_spills_total", "counter", "Pages written to the tier.", \
+	  U64(S, nvme.spills), 0, true }, \
+	{ "tier_restores_total", "counter", "Pages read back from the tier and checked.", \
+	  U64(S, nvme.restores), 0, true }, \
+	{ "tier_checksum_failures_total", "counter", \
+	  "Tier reads that failed their check (served as misses).", \
+	  U64(S, nvme.checksum_failures), 0, true }, \
+	{ "tier_io_errors_total", "counter", "Tier writes or reads that failed.", \
+	  U64(S, nvme.io_errors), 0, true }, \
+	{ "tier_dropped_total", "counter", \
+	  "Evicted pages not spilled for want of a slot or buffer.", \
+	  U64(S, nvme.dropped), 0, true }, \
+	{ "tier_restore_mean_seconds", "gauge", "Mean latency of a restore.", \
+	  U64(S, nvme.restore_us_mean), 1e-6, true }, \
+	{ "tier_restore_max_seconds", "gauge", "Longest restore.", \
+	  U64(S, nvme.restore_us_max), 1e-6, true }, \
+	{ "tier_writes_in_flight", "gauge", "Tier writes in flight now.", \
+	  U64(S, nvme.writing), 0, true }
+
+static const struct family daemon_families[] = {
+	{ "uptime_seconds", "gauge", "Time since kvpoold started.",
+	  U64(ST, uptime_ms), 1e-3, false },
+	{ "clients", "gauge", "Client connections served now.", U32(ST, clients), 0, false },
+	{ "clients_max", "gauge", "Most client connections at once (--max-clients).",
+	  U32(ST, max_clients), 0, false },
+	{ "pool_budget_bytes", "gauge", "Most memory for pages (--pool-size).",
+	  U64(ST, pool_bytes), 0, false },
+	{ "slab_size_bytes", "gauge", "Memory per slab (--slab-size).",
+	  U64(ST, slab_bytes), 0, false },
+	{ "slabs", "gauge", "Slabs allocated now.", U64(ST, slabs), 0, false },
+	{ "connections_total", "counter", "Connections accepted and served.",
+	  U64(ST, connections_total), 0, false },
+	{ "connections_refused_total", "counter", "Connections turned away at --max-clients.",
+	  U64(ST, connections_refused), 0, false },
+	{ "requests_total", "counter", "Requests handled.", U64(ST, requests_total), 0, false },
+	{ "protocol_errors_total", "counter", "Malformed messages (connection closed).",
+	  U64(ST, protocol_errors), 0, false },
+	{ "page_allocations_total", "counter", "Pages allocated.", U64(ST, allocs), 0, false },
+	{ "lease_releases_total", "counter", "Leases released.", U64(ST, releases), 0, false },
+	{ "pages_capacity", "gauge",
+	  "Pages accounted for: the pool's pages and those spilled to a tier.",
+	  U64(ST, pages_total), 0, false },
+	PREFIX_FAMILIES(ST),
+};
+
+static const struct family ns_families[] = {
+	{ "clients", "gauge", "Clients joined to the namespace.", U32(NS, clients), 0, false },
+	{ "slabs", "gauge", "Slabs of the namespace.", U32(NS, slabs), 0, false },
+	{ "page_bytes", "gauge", "Bytes of K/V in one page.", U64(NS, page_bytes), 0, false },
+	{ "pages_capacity", "gauge",
+	  "Pages accounted for: the namespace's pool pages and those spilled to a tier.",
+	  U64(NS, pages_total), 0, false },
+	{ "pinned_quota_pages", "gauge", "Most pages in the pinned class (--pinned-quota).",
+	  U32(NS, pinned_quota), 0, false },
+	PREFIX_FAMILIES(NS),
+};
+
+/* Pages by state: the field and its tier. */
+struct state_field {
+	const char *state, *tier;
+	size_t st_off, ns_off;
+};
+
+static const struct state_field states[] = {
+	{ "free", "pool", offsetof(ST, pages_free), offsetof(NS, pages_free) },
+	{ "private", "pool", offsetof(ST, pages_private), offsetof(NS, pages_private) },
+	{ "shared", "pool", offsetof(ST, pages_shared), offsetof(NS, pages_shared) },
+	{ "cached", "pool", offsetof(ST, pages_cached), offsetof(NS, pages_cached) },
+	{ "inflight", "pool", offsetof(ST, pages_inflight), offsetof(NS, pages_inflight) },
+	{ "spilled", "nvme", offsetof(ST, pages_spilled), offsetof(NS, pages_spilled) },
+};
+
+/* label() - a label value, escaped as the exposition format wants. */
+static void label(const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			printf("\\%c", *s);
+		else if (*s == '\n')
+			printf("\\n");
+		else
+			putchar(*s);
+	}
+}
+
+static void head(const char *prefix, const char *name, const char *type, const char *help)
+{
+	printf("# HELP %s%s %s\n# TYPE %s%s %s\n", prefix, name, help, prefix, name, type);
+}
+
+/* value() - a family's field of the struct at base. */
+static void value(const void *base, const struct family *f)
+{
+	uint64_t v;
+	uint32_t w;
+
+	if (f->width == 4) {
+		memcpy(&w, (const char *)base + f->off, sizeof(w));
+		v = w;
+	} else {
+		memcpy(&v, (const char *)base + f->off, sizeof(v));
+	}
+	if (f->scale)
+		printf(" %.6f\n", (double)v * f->scale);
+	else
+		printf(" %" PRIu64 "\n", v);
+}
+
+static uint64_t field64(const void *base, size_t off)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)base + off, sizeof(v));
+	return v;
+}
+
+static void daemon_metrics(const kvp_stats_t *st, bool ok)
+{
+	static const char *const kinds[] = { "nospc", "stale", "limit", "inval", "mismatch" };
+	const uint64_t errs[] = { st->errors_nospc, st->errors_stale, st->errors_limit,
+				  st->errors_inval, st->errors_mismatch };
+	size_t i;
+
+	head("kvpool_", "info", "gauge", "The daemon's version and backend (always 1).");
+	printf("kvpool_info{version=\"");
+	label(st->version);
+	printf("\",backend=\"%s\",pid=\"%" PRIu32 "\"} 1\n", cli_backend_name(st->backend),
+	       st->pid);
+	for (i = 0; i < sizeof(daemon_families) / sizeof(daemon_families[0]); i++) {
+		const struct family *f = &daemon_families[i];
+
+		head("kvpool_", f->name, f->type, f->help);
+		printf("kvpool_%s%s", f->name, f->tier ? "{tier=\"nvme\"}" : "");
+		value(st, f);
+	}
+	head("kvpool_", "request_errors_total", "counter",
+	     "Requests refused, by kind (inval counts INVAL, STATE, NOENT and PERM).");
+	for (i = 0; i < 5; i++)
+		printf("kvpool_request_errors_total{kind=\"%s\"} %" PRIu64 "\n", kinds[i],
+		       errs[i]);
+	head("kvpool_", "pages", "gauge", "Pages by state and tier.");
+	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+		printf("kvpool_pages{state=\"%s\",tier=\"%s\"} %" PRIu64 "\n", states[i].state,
+		       states[i].tier, field64(st, states[i].st_off));
+	head("kvpool_", "conservation_ok", "gauge",
+	     "1 when the page counts add up and the daemon's recount agrees.");
+	printf("kvpool_conservation_ok %d\n", ok ? 1 : 0);
+}
+
+static void ns_metrics(const kvp_ns_stats_t *ns, int nns)
+{
+	size_t i;
+	int k;
+
+	if (nns == 0)
+		return;
+	head("kvpool_namespace_", "info", "gauge",
+	     "A namespace's model, geometry and key scheme (always 1).");
+	for (k = 0; k < nns; k++) {
+		printf("kvpool_namespace_info{namespace=\"");
+		label(ns[k].name);
+		printf("\",model=\"");
+		label(ns[k].model);
+		printf("\",layers=\"%" PRIu32 "\",kv_heads=\"%" PRIu32 "\",head_dim=\"%" PRIu32
+		       "\",block_tokens=\"%" PRIu32 "\",dtype=\"%s\",key_scheme=\"%s\"} 1\n",
+		       ns[k].layers, ns[k].kv_heads, ns[k].head_dim, ns[k].block_tokens,
+		       cli_dtype_name(ns[k].dtype), cli_scheme_name(ns[k].key_scheme));
+	}
+	for (i = 0; i < sizeof(ns_families) / sizeof(ns_families[0]); i++) {
+		const struct family *f = &ns_families[i];
+
+		head("kvpool_namespace_", f->name, f->type, f->help);
+		for (k = 0; k < nns; k++) {
+			printf("kvpool_namespace_%s{namespace=\"", f->name);
+			label(ns[k].name);
+			printf("\"%s}", f->tier ? ",tier=\"nvme\"" : "");
+			value(&ns[k], f);
+		}
+	}
+	head("kvpool_namespace_", "pages", "gauge", "A namespace's pages by state and tier.");
+	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++) {
+		for (k = 0; k < nns; k++) {
+			printf("kvpool_namespace_pages{namespace=\"");
+			label(ns[k].name);
+			printf("\",state=\"%s\",tier=\"%s\"} %" PRIu64 "\n", states[i].state,
+			       states[i].tier, field64(&ns[k], states[i].ns_off));
+		}
+	}
+}
+
+int cmd_metrics(struct cli *cli, int argc, char **argv)
+{
+	kvp_ns_stats_t *ns;
+	kvp_stats_t st;
+	kvp_client *c;
+	int nns, rc;
+	bool ok;
+
+	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] metrics\n"
+			 "Everything STATS reports, in the Prometheus text exposition\n"
+			 "format: kvpool_* for the daemon, kvpool_namespace_*{namespace=...}\n"
+			 "per namespace; pages by state=... and tier=\"pool\"|\"nvme\".\n");
+	if (rc >= 0)
+		return rc;
+	if (cli_connect(cli, &c) < 0)
+		return CLI_ERR;
+	nns = cli_stats(c, &st, &ns);
+	kvp_close(c);
+	if (nns < 0)
+		return cli_fail("metrics", nns);
+	ok = st.pages_free + st.pages_private + st.pages_shared + st.pages_cached +
+	     st.pages_spilled + st.pages_inflight == st.pages_total &&
+	     (st.flags & KVP_STATS_F_CONSERVED);
+	daemon_metrics(&st, ok);
+	ns_metrics(ns, nns);
+	free(ns);
+	return CLI_OK;
+}

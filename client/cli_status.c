@@ -1,0 +1,330 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli_status.c - `kvpool status` (the daemon, its pool and the
+ * conservation check) and `kvpool namespaces` (one row per namespace).
+ * Both read one STATS reply.
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+/* Page counts by state, as STATS reports them for the pool or a namespace. */
+struct page_counts {
+	uint64_t total, free, private_, shared, cached, spilled, inflight;
+};
+
+#define COUNTS_OF(s) ((struct page_counts){ (s).pages_total, (s).pages_free, \
+	(s).pages_private, (s).pages_shared, (s).pages_cached, (s).pages_spilled, \
+	(s).pages_inflight })
+
+static uint64_t counts_sum(const struct page_counts *p)
+{
+	return p->free + p->private_ + p->shared + p->cached + p->spilled + p->inflight;
+}
+
+static void print_counts_json(const struct page_counts *p)
+{
+	printf("{\"total\":%" PRIu64 ",\"free\":%" PRIu64 ",\"private\":%" PRIu64
+	       ",\"shared\":%" PRIu64 ",\"cached\":%" PRIu64 ",\"spilled\":%" PRIu64
+	       ",\"inflight\":%" PRIu64 "}", p->total, p->free, p->private_,
+	       p->shared, p->cached, p->spilled, p->inflight);
+}
+
+static void print_counts(const char *label, const struct page_counts *p)
+{
+	printf("%-13s %" PRIu64 " total: %" PRIu64 " free, %" PRIu64 " private, %"
+	       PRIu64 " shared, %" PRIu64 " cached, %" PRIu64 " spilled, %" PRIu64
+	       " in flight\n", label, p->total, p->free, p->private_, p->shared,
+	       p->cached, p->spilled, p->inflight);
+}
+
+static void print_prefix_json(const struct kvp_wire_prefix_stats *p)
+{
+	printf("{\"acquires\":%" PRIu64 ",\"hits\":%" PRIu64 ",\"misses\":%" PRIu64
+	       ",\"hit_tokens\":%" PRIu64 ",\"publishes\":%" PRIu64 ",\"dedups\":%"
+	       PRIu64 ",\"cows\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"pinned\":%"
+	       PRIu64 "}", p->acquires, p->hits, p->misses, p->hit_tokens, p->publishes,
+	       p->dedups, p->cows, p->evictions, p->pinned);
+}
+
+/* print_prefix() - one line of sharing figures, with the hit rate. */
+static void print_prefix(const char *label, const struct kvp_wire_prefix_stats *p)
+{
+	uint64_t asked = p->hits + p->misses;
+
+	printf("%-13s ", label);
+	if (asked)
+		printf("hit rate %.1f%% (%" PRIu64 " of %" PRIu64 " blocks, %" PRIu64
+		       " tokens)", 100.0 * (double)p->hits / (double)asked, p->hits, asked,
+		       p->hit_tokens);
+	else
+		printf("hit rate - (no lookups yet)");
+	printf(", %" PRIu64 " published, %" PRIu64 " deduplicated, %" PRIu64
+	       " copied, %" PRIu64 " evicted, %" PRIu64 " pinned\n", p->publishes,
+	       p->dedups, p->cows, p->evictions, p->pinned);
+}
+
+static void print_tier_json(const struct kvp_wire_tier_stats *t)
+{
+	printf("{\"slots\":%" PRIu64 ",\"used\":%" PRIu64 ",\"spills\":%" PRIu64
+	       ",\"restores\":%" PRIu64 ",\"checksum_failures\":%" PRIu64
+	       ",\"io_errors\":%" PRIu64 ",\"dropped\":%" PRIu64
+	       ",\"restore_us_mean\":%" PRIu64 ",\"restore_us_max\":%" PRIu64
+	       ",\"writing\":%" PRIu64 "}", t->slots, t->used, t->spills, t->restores,
+	       t->checksum_failures, t->io_errors, t->dropped, t->restore_us_mean,
+	       t->restore_us_max, t->writing);
+}
+
+/* print_tier() - the NVMe tier in one line, if there is one. */
+static void print_tier(const char *label, const struct kvp_wire_tier_stats *t)
+{
+	if (!t->slots)
+		return;
+	printf("%-13s %" PRIu64 " of %" PRIu64 " slots used, %" PRIu64 " spilled, %"
+	       PRIu64 " restored (mean %" PRIu64 " us, max %" PRIu64 " us), %" PRIu64
+	       " checksum failures, %" PRIu64 " I/O errors, %" PRIu64 " dropped, %"
+	       PRIu64 " writes in flight\n", label, t->used, t->slots, t->spills,
+	       t->restores, t->restore_us_mean, t->restore_us_max, t->checksum_failures,
+	       t->io_errors, t->dropped, t->writing);
+}
+
+/* print_ns_json() - one namespace record as a JSON object. */
+static void print_ns_json(const kvp_ns_stats_t *n)
+{
+	struct page_counts nc = COUNTS_OF(*n);
+	uint64_t asked = n->prefix.hits + n->prefix.misses;
+
+	printf("{\"name\":");
+	cli_json_str(stdout, n->name);
+	printf(",\"model\":");
+	cli_json_str(stdout, n->model);
+	printf(",\"id\":%" PRIu32 ",\"layers\":%" PRIu32 ",\"kv_heads\":%" PRIu32
+	       ",\"head_dim\":%" PRIu32 ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\""
+	       ",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
+	       ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
+	       PRIu32 ",\"hit_rate\":", n->id, n->layers, n->kv_heads, n->head_dim,
+	       n->block_tokens, cli_dtype_name(n->dtype), n->clients, n->slabs,
+	       n->page_bytes, n->page_stride, cli_scheme_name(n->key_scheme),
+	       n->pinned_quota);
+	if (asked)
+		printf("%.4f", (double)n->prefix.hits / (double)asked);
+	else
+		printf("null");
+	printf(",\"pages\":");
+	print_counts_json(&nc);
+	printf(",\"prefix\":");
+	print_prefix_json(&n->prefix);
+	printf(",\"nvme\":");
+	print_tier_json(&n->nvme);
+	printf("}");
+}
+
+static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns,
+			bool ok)
+{
+	struct page_counts pc = COUNTS_OF(*st);
+	int i;
+
+	printf("{\"version\":");
+	cli_json_str(stdout, st->version);
+	printf(",\"pid\":%" PRIu32 ",\"backend\":\"%s\","
+	       "\"uptime_ms\":%" PRIu64 ",\"clients\":%" PRIu32
+	       ",\"max_clients\":%" PRIu32 ",\"connections_total\":%" PRIu64
+	       ",\"connections_refused\":%" PRIu64
+	       ",\"requests_total\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
+	       ",\"allocs\":%" PRIu64 ",\"releases\":%" PRIu64
+	       ",\"errors\":{\"nospc\":%" PRIu64 ",\"stale\":%" PRIu64
+	       ",\"limit\":%" PRIu64 ",\"inval\":%" PRIu64 ",\"mismatch\":%" PRIu64
+	       "},\"pool_bytes\":%" PRIu64 ",\"slab_bytes\":%" PRIu64
+	       ",\"slabs\":%" PRIu64 ",\"pages\":",
+	       st->pid, cli_backend_name(st->backend), st->uptime_ms,
+	       st->clients, st->max_clients, st->connections_total,
+	       st->connections_refused, st->requests_total, st->protocol_errors,
+	       st->allocs, st->releases, st->errors_nospc, st->errors_stale,
+	       st->errors_limit, st->errors_inval, st->errors_mismatch,
+	       st->pool_bytes, st->slab_bytes, st->slabs);
+	print_counts_json(&pc);
+	printf(",\"prefix\":");
+	print_prefix_json(&st->prefix);
+	printf(",\"nvme\":");
+	print_tier_json(&st->nvme);
+	printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
+	for (i = 0; i < nns; i++) {
+		if (i)
+			printf(",");
+		print_ns_json(&ns[i]);
+	}
+	printf("]}\n");
+}
+
+static void status_text(const struct cli *cli, const kvp_stats_t *st,
+			const kvp_ns_stats_t *ns, int nns, bool ok)
+{
+	struct page_counts pc = COUNTS_OF(*st), nc;
+	char a[CLI_FMT_MAX], b[CLI_FMT_MAX];
+	uint64_t up = st->uptime_ms / 1000;
+	int i;
+
+	printf("daemon        kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64
+	       "m%02" PRIu64 "s\n", st->version, st->pid, up / 3600, up / 60 % 60, up % 60);
+	printf("backend       %s, pool %s in slabs of %s, %" PRIu64 " slabs in use\n",
+	       cli_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
+	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs);
+	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
+	       " connections since start, %" PRIu64 " refused)\n",
+	       st->clients, st->max_clients, st->connections_total,
+	       st->connections_refused);
+	printf("requests      %" PRIu64 " (%" PRIu64 " pages allocated, %" PRIu64
+	       " released; errors: %" PRIu64 " no space, %" PRIu64 " stale, %" PRIu64
+	       " limit, %" PRIu64 " invalid, %" PRIu64 " mismatch, %" PRIu64
+	       " protocol)\n", st->requests_total, st->allocs, st->releases,
+	       st->errors_nospc, st->errors_stale, st->errors_limit, st->errors_inval,
+	       st->errors_mismatch, st->protocol_errors);
+	print_counts("pages", &pc);
+	print_prefix("sharing", &st->prefix);
+	print_tier("nvme tier", &st->nvme);
+	printf("conservation  %s (free + private + shared + cached + spilled + "
+	       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
+	for (i = 0; i < nns; i++) {
+		nc = COUNTS_OF(ns[i]);
+		printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
+		       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
+		       "%s per page, keys %s, clients %" PRIu32 "\n",
+		       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
+		       ns[i].head_dim, ns[i].block_tokens, cli_dtype_name(ns[i].dtype),
+		       cli_fmt_size(cli, a, ns[i].page_bytes),
+		       cli_scheme_name(ns[i].key_scheme), ns[i].clients);
+		print_counts("  pages", &nc);
+		print_prefix("  sharing", &ns[i].prefix);
+		print_tier("  nvme tier", &ns[i].nvme);
+	}
+}
+
+int cmd_status(struct cli *cli, int argc, char **argv)
+{
+	kvp_ns_stats_t *ns;
+	struct page_counts pc;
+	kvp_stats_t st;
+	kvp_client *c;
+	int nns, rc;
+	bool ok;
+
+	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] status\n"
+		     "The daemon, its pool, pages by state, the conservation check and\n"
+		     "each namespace. See kvpool(1).\n");
+	if (rc >= 0)
+		return rc;
+	if (cli_connect(cli, &c) < 0)
+		return CLI_ERR;
+	nns = cli_stats(c, &st, &ns);
+	kvp_close(c);
+	if (nns < 0)
+		return cli_fail("status", nns);
+	pc = COUNTS_OF(st);
+	/* the numbers add up, and the daemon's recount of every page agrees */
+	ok = counts_sum(&pc) == pc.total && (st.flags & KVP_STATS_F_CONSERVED);
+	if (cli->json)
+		status_json(&st, ns, nns, ok);
+	else
+		status_text(cli, &st, ns, nns, ok);
+	free(ns);
+	if (!ok)
+		fprintf(stderr, "kvpool: page counts add up to %" PRIu64 " of %" PRIu64
+			"%s: a kvpoold bug; please report it with `kvpool --json status`\n",
+			counts_sum(&pc), pc.total, (st.flags & KVP_STATS_F_CONSERVED) ? "" :
+			", and the daemon's recount of every page disagrees");
+	return ok ? CLI_OK : CLI_CONSERVATION;
+}
+
+static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, int nns)
+{
+	struct table *t = table_new(16, "llllrrrrrrrrrlll");
+	char a[CLI_FMT_MAX];
+	int i;
+
+	if (!t)
+		return;
+	table_add(t, "NAME");
+	table_add(t, "MODEL");
+	table_add(t, "GEOMETRY");
+	table_add(t, "PAGE");
+	table_add(t, "PAGES");
+	table_add(t, "FREE");
+	table_add(t, "PRIVATE");
+	table_add(t, "SHARED");
+	table_add(t, "CACHED");
+	table_add(t, "INFLIGHT");
+	table_add(t, "SPILLED");
+	table_add(t, "HIT%%");
+	table_add(t, "PINNED");
+	table_add(t, "KEYS");
+	table_add(t, "TIER");
+	table_add(t, "CLIENTS");
+	for (i = 0; i < nns; i++) {
+		const kvp_ns_stats_t *n = &ns[i];
+
+		table_add(t, "%s", n->name);
+		table_add(t, "%s", n->model);
+		/* layers x kv heads x head dim, tokens per page, element type */
+		table_add(t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32 "/%" PRIu32 "t %s", n->layers,
+			  n->kv_heads, n->head_dim, n->block_tokens, cli_dtype_name(n->dtype));
+		table_add(t, "%s", cli_fmt_size(cli, a, n->page_bytes));
+		table_add(t, "%" PRIu64, n->pages_total);
+		table_add(t, "%" PRIu64, n->pages_free);
+		table_add(t, "%" PRIu64, n->pages_private);
+		table_add(t, "%" PRIu64, n->pages_shared);
+		table_add(t, "%" PRIu64, n->pages_cached);
+		table_add(t, "%" PRIu64, n->pages_inflight);
+		table_add(t, "%" PRIu64, n->pages_spilled);
+		table_add(t, "%s", cli_fmt_rate(a, n->prefix.hits,
+						 n->prefix.hits + n->prefix.misses));
+		table_add(t, "%" PRIu64 "/%" PRIu32, n->prefix.pinned, n->pinned_quota);
+		table_add(t, "%s", cli_scheme_name(n->key_scheme));
+		if (n->nvme.slots)
+			table_add(t, "nvme %" PRIu64 "/%" PRIu64, n->nvme.used, n->nvme.slots);
+		else
+			table_add(t, "-");
+		table_add(t, "%" PRIu32, n->clients);
+	}
+	table_print(t, stdout);
+	table_free(t);
+}
+
+int cmd_namespaces(struct cli *cli, int argc, char **argv)
+{
+	kvp_ns_stats_t *ns;
+	kvp_stats_t st;
+	kvp_client *c;
+	int nns, rc, i;
+
+	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] namespaces\n"
+		     "One row per namespace: geometry (layers x kv heads x head dim /\n"
+		     "tokens per page, dtype), page size, pages by state, hit rate,\n"
+		     "pinned pages of the pinned quota, key scheme, NVMe tier slots used\n"
+		     "of its slots, clients. See kvpool(1).\n");
+	if (rc >= 0)
+		return rc;
+	if (cli_connect(cli, &c) < 0)
+		return CLI_ERR;
+	nns = cli_stats(c, &st, &ns);
+	kvp_close(c);
+	if (nns < 0)
+		return cli_fail("namespaces", nns);
+	if (cli->json) {
+		printf("{\"namespaces\":[");
+		for (i = 0; i < nns; i++) {
+			if (i)
+				printf(",");
+			print_ns_json(&ns[i]);
+		}
+		printf("]}\n");
+	} else if (nns == 0) {
+		printf("no namespaces (a client's first kvp_connect() creates one)\n");
+	} else {
+		namespaces_table(cli, ns, nns);
+	}
+	free(ns);
+	return CLI_OK;
+}
