@@ -121,31 +121,38 @@ START_TEST(test_share_four_processes_share_one_copy_of_a_prompt)
 }
 END_TEST
 
-START_TEST(test_share_concurrent_publishes_of_the_same_keys_keep_one_page)
-{
-	enum { ROUNDS = 1000 };
-	static kvp_page got[2][ROUNDS];
-	kvp_stats_t st;
-	struct daemon d;
-	int p[2][2], i, status;
+enum { ROUNDS = 1000 };
 
-	daemon_start(&d, small_pool);
+/*
+ * publishers() - two processes publish the same ROUNDS keys, one block
+ * each, at the same moment (they start together on a pipe), each checking
+ * that the canonical page holds the key's bytes and releasing both its
+ * pages; got[i][r] is what process i was told is canonical for key r.
+ */
+static void publishers(const char *sock, kvp_page got[2][ROUNDS])
+{
+	int p[2][2], go[2], i, status;
+
+	ck_assert_int_eq(pipe(go), 0);
 	for (i = 0; i < 2; i++) {
 		ck_assert_int_eq(pipe(p[i]), 0);
 		if (fork() == 0) {
-			kvp_client *c = join(d.sock);
+			kvp_client *c = join(sock);
 			kvp_key root, k;
 			kvp_page mine, canon;
 			uint32_t tok[BT];
 			int r, j;
+			char x;
 
+			close(go[1]);
+			if (read(go[0], &x, 1) != 0)
+				_exit(7);
 			kvp_root_key(c, &root);
 			for (r = 0; r < ROUNDS; r++) {
 				for (j = 0; j < (int)BT; j++)
 					tok[j] = (uint32_t)(r * BT + (unsigned)j);
 				if (kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT,
-						  NULL, 0, &k) < 0 ||
-				    kvp_alloc(c, 1, &mine) < 0)
+						  NULL, 0, &k) < 0 || kvp_alloc(c, 1, &mine) < 0)
 					_exit(1);
 				fill_for(kvp_page_ptr(c, mine), &k);
 				if (kvp_publish(c, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon) < 0)
@@ -165,82 +172,8 @@ START_TEST(test_share_concurrent_publishes_of_the_same_keys_keep_one_page)
 		}
 		close(p[i][1]);
 	}
-	for (i = 0; i < 2; i++) {
-		size_t have = 0;
-		ssize_t r;
-
-		while (have < sizeof(got[i]) &&
-		       (r = read(p[i][0], (char *)got[i] + have, sizeof(got[i]) - have)) > 0)
-			have += (size_t)r;
-		ck_assert_uint_eq(have, sizeof(got[i]));
-		close(p[i][0]);
-	}
-	for (i = 0; i < 2; i++) {
-		ck_assert_int_gt(wait(&status), 0);
-		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-			      "a publisher failed: status 0x%x", status);
-	}
-	/* One canonical page per key, unless eviction made room in between:
-	 * then both saw a page with the key's bytes (checked in the child). */
-	stats_of(d.sock, &st);
-	ck_assert_uint_eq(st.pages_private, 0);
-	ck_assert_uint_eq(st.pages_shared, 0);
-	ck_assert_uint_eq(st.prefix.publishes + st.prefix.dedups, 2 * ROUNDS);
-	ck_assert_uint_eq(st.pages_cached + st.prefix.evictions, st.prefix.publishes);
-	ck_assert_uint_ge(st.prefix.dedups, 1);
-	daemon_stop(&d);
-}
-END_TEST
-
-START_TEST(test_share_same_keys_at_once_without_eviction_keep_one_page_each)
-{
-	enum { ROUNDS = 1000 };
-	static const char *const roomy[] = { "--pool-size", "64M", "--slab-size", "4M", NULL };
-	static kvp_page got[2][ROUNDS];
-	kvp_stats_t st;
-	struct daemon d;
-	int p[2][2], go[2], i, r, status;
-
-	daemon_start(&d, roomy);	/* 4,096 pages: no eviction */
-	ck_assert_int_eq(pipe(go), 0);
-	for (i = 0; i < 2; i++) {
-		ck_assert_int_eq(pipe(p[i]), 0);
-		if (fork() == 0) {
-			kvp_client *c = join(d.sock);
-			kvp_key root, k;
-			kvp_page mine, canon;
-			uint32_t tok[BT];
-			int j;
-			char x;
-
-			close(go[1]);
-			if (read(go[0], &x, 1) != 0)
-				_exit(7);
-			kvp_root_key(c, &root);
-			for (r = 0; r < ROUNDS; r++) {
-				for (j = 0; j < (int)BT; j++)
-					tok[j] = (uint32_t)(r * BT + (unsigned)j);
-				if (kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT,
-						  NULL, 0, &k) < 0 || kvp_alloc(c, 1, &mine) < 0)
-					_exit(1);
-				fill_for(kvp_page_ptr(c, mine), &k);
-				if (kvp_publish(c, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon) < 0)
-					_exit(2);
-				got[i][r] = canon;
-				if (canon != mine && kvp_release(c, &mine, 1) < 0)
-					_exit(4);
-				if (kvp_release(c, &canon, 1) < 0)
-					_exit(5);
-			}
-			if (write(p[i][1], got[i], sizeof(got[i])) != (ssize_t)sizeof(got[i]))
-				_exit(6);
-			kvp_close(c);
-			_exit(0);
-		}
-		close(p[i][1]);
-	}
 	close(go[0]);
-	close(go[1]);
+	close(go[1]);	/* go */
 	for (i = 0; i < 2; i++) {
 		size_t have = 0;
 		ssize_t n;
@@ -256,6 +189,38 @@ START_TEST(test_share_same_keys_at_once_without_eviction_keep_one_page_each)
 		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 			      "a publisher failed: status 0x%x", status);
 	}
+}
+
+START_TEST(test_share_concurrent_publishes_of_the_same_keys_keep_one_page)
+{
+	static kvp_page got[2][ROUNDS];
+	kvp_stats_t st;
+	struct daemon d;
+
+	daemon_start(&d, small_pool);	/* 256 pages: eviction in between */
+	publishers(d.sock, got);
+	/* One canonical page per key, unless eviction made room in between:
+	 * then both saw a page with the key's bytes (checked in the child). */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_private, 0);
+	ck_assert_uint_eq(st.pages_shared, 0);
+	ck_assert_uint_eq(st.prefix.publishes + st.prefix.dedups, 2 * ROUNDS);
+	ck_assert_uint_eq(st.pages_cached + st.prefix.evictions, st.prefix.publishes);
+	ck_assert_uint_ge(st.prefix.dedups, 1);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_same_keys_at_once_without_eviction_keep_one_page_each)
+{
+	static const char *const roomy[] = { "--pool-size", "64M", "--slab-size", "4M", NULL };
+	static kvp_page got[2][ROUNDS];
+	kvp_stats_t st;
+	struct daemon d;
+	int r;
+
+	daemon_start(&d, roomy);	/* 4,096 pages: no eviction */
+	publishers(d.sock, got);
 	for (r = 0; r < ROUNDS; r++)
 		ck_assert_uint_eq(got[0][r], got[1][r]);	/* one canonical page */
 	stats_of(d.sock, &st);
