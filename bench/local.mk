@@ -35,7 +35,8 @@ bench_spill_LDADD = client/libkvpool.la $(XXHASH_LIBS)
 bench_spill_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
-EXTRA_DIST += bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh BENCHMARKS.md
+EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
+	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8

@@ -21,70 +21,24 @@ ACQUIRE latency) and write the results into FILE (default ./BENCHMARKS.md).
 EOF
 }
 
-die() {
-	echo "run-prefix.sh: $*" >&2
-	exit 1
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# bench_opt NAME VALUE - run-prefix.sh's own options (see bench/lib.sh).
+bench_opt() {
+	case $1 in
+	--requests) requests=${2:?--requests needs a count} ;;
+	--lat-iters) lat_iters=${2:?--lat-iters needs a count} ;;
+	*) return 1 ;;
+	esac
 }
 
-builddir=.
-output=BENCHMARKS.md
 requests=500
 lat_iters=5000
-while [ $# -gt 0 ]; do
-	case $1 in
-	--builddir) builddir=${2:?--builddir needs a directory}; shift 2 ;;
-	--output) output=${2:?--output needs a file}; shift 2 ;;
-	--requests) requests=${2:?--requests needs a count}; shift 2 ;;
-	--lat-iters) lat_iters=${2:?--lat-iters needs a count}; shift 2 ;;
-	-h|--help) usage; exit 0 ;;
-	*) usage >&2; exit 2 ;;
-	esac
-done
-
-srcdir=$(cd "$(dirname "$0")/.." && pwd)
-KVPOOLD=$builddir/daemon/kvpoold
+bench_parse_opts "$@"
 PREFIX=$builddir/bench/prefix
-for p in "$KVPOOLD" "$PREFIX"; do
-	[ -x "$p" ] || die "$p is not built; run \`make bench\` from the build directory"
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-bench.XXXXXX")
-sock=$tmp/kvpool.sock
-pidfile=$tmp/kvpoold.pid
-
-# stop_kvpoold() - SIGTERM the detached daemon and wait until it is gone
-# (it is not our child, so poll; it exits within milliseconds).
-stop_kvpoold() {
-	[ -s "$pidfile" ] || return 0
-	pid=$(cat "$pidfile")
-	kill -TERM "$pid" 2>/dev/null || return 0
-	i=0
-	while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	rm -f "$pidfile"
-}
-
-cleanup() {
-	stop_kvpoold
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# field FILE PREFIX KEY - the value of KEY=value on the lines of FILE that
-# begin with PREFIX (e.g. "prefix mode=share").
-field() {
-	awk -v p="$2" -v k="$3" 'index($0, p " ") == 1 {
-		for (i = 1; i <= NF; i++) { n = index($i, "=");
-			if (n && substr($i, 1, n - 1) == k) print substr($i, n + 1) } }' "$1"
-}
-
-# calc EXPR [FORMAT] - evaluate an awk expression.
-calc() {
-	awk "BEGIN { printf \"${2:-%.2f}\", ($1) }"
-}
+bench_check_built bench "$KVPOOLD" "$PREFIX"
+bench_tmpdir
 
 # --- measure --------------------------------------------------------------
 
@@ -92,15 +46,12 @@ pool=1G
 slab=16M
 kvpoold_cmd="kvpoold --socket \$SOCK --pid-file \$TMP/kvpoold.pid --pool-size $pool --slab-size $slab --log-level warn"
 prefix_cmd="bench/prefix --socket \$SOCK --clients 4 --requests $requests --prompts 8 --window 8 --lat-iters $lat_iters"
-load=$(cut -d' ' -f1-3 /proc/loadavg)
-# Without --foreground kvpoold returns once its socket listens.
-"$KVPOOLD" --socket "$sock" --pid-file "$pidfile" --pool-size $pool \
-	--slab-size $slab --log-level warn ||
-	die "kvpoold did not start on $sock (run: $KVPOOLD --foreground --socket $sock to see why)"
+load=$(bench_load)
+bench_start_daemon "$sock" "$pidfile" --pool-size $pool --slab-size $slab --log-level warn
 
 echo "  $prefix_cmd" >&2
 "$PREFIX" --socket "$sock" --clients 4 --requests "$requests" --prompts 8 --window 8 \
-	--lat-iters "$lat_iters" >"$tmp/prefix.txt" || die "bench/prefix failed: $prefix_cmd"
+	--lat-iters "$lat_iters" >"$tmp/prefix.txt" || bench_die "bench/prefix failed: $prefix_cmd"
 cat "$tmp/prefix.txt" >&2
 # The latency once more with the client and every daemon thread on CPU 0:
 # a round trip is then two context switches instead of two cross-CPU
@@ -110,45 +61,34 @@ if command -v taskset >/dev/null && taskset -apc 0 "$(cat "$pidfile")" >/dev/nul
 	pinned=yes
 	echo "  taskset -c 0 bench/prefix --mode latency" >&2
 	taskset -c 0 "$PREFIX" --socket "$sock" --mode latency --lat-iters "$lat_iters" \
-		>"$tmp/pin.txt" || die "bench/prefix --mode latency failed on CPU 0"
+		>"$tmp/pin.txt" || bench_die "bench/prefix --mode latency failed on CPU 0"
 	cat "$tmp/pin.txt" >&2
 fi
-version=$("$KVPOOLD" --version | head -n 1)
-stop_kvpoold
+bench_stop_daemon "$pidfile"
 
 # --- the section ------------------------------------------------------------
 
 f=$tmp/prefix.txt
-w() { field "$f" prefix-workload "$1"; }
-s() { field "$f" "prefix mode=share" "$1"; }
-n() { field "$f" "prefix mode=no-share" "$1"; }
-lat() { field "$1" "prefix-acquire blocks=$2" "$3"; }
+w() { bench_field "$f" prefix-workload "$1"; }
+s() { bench_field "$f" "prefix mode=share" "$1"; }
+n() { bench_field "$f" "prefix mode=no-share" "$1"; }
+lat() { bench_field "$1" "prefix-acquire blocks=$2" "$3"; }
 pp() { echo "$1 / $2"; }
 
 ncpu=$(nproc)
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-[ -n "$cpu" ] || cpu=unknown
-kernel=$(uname -sr)
-when=$(date -u '+%Y-%m-%d %H:%M UTC')
-rev=$(git -C "$srcdir" rev-parse --short HEAD 2>/dev/null || echo "no git")
-if [ "$rev" != "no git" ] && [ -n "$(git -C "$srcdir" status --porcelain 2>/dev/null)" ]; then
-	rev="$rev + uncommitted changes"
-fi
 page_bytes=$(w page_bytes)
-pool_pages=$(calc "1024 * 1024 * 1024 / $page_bytes" %d)
+pool_pages=$(bench_calc "1024 * 1024 * 1024 / $page_bytes" %d)
 
 section_head() {
-	echo "<!-- bench:prefix:begin -->"
 	echo "## Prefix sharing: hit rate, pages in use and ACQUIRE latency (bench/prefix)"
 	echo
-	echo "Measured $when by bench/run-prefix.sh (\`make bench\` or \`make bench-prefix\`) on $ncpu CPUs ($cpu),"
-	echo "$kernel, load average $load before the run; $version ($rev)."
+	bench_machine "bench/run-prefix.sh (\`make bench\` or \`make bench-prefix\`)" "$load"
 	echo
 	echo "**Workload.** $(w clients) client processes (one connection each, started together)"
 	echo "× $(w requests) requests over $(w prompts) system prompts. System prompt lengths were drawn"
 	echo "once, uniform in $(w prompt_min)..$(w prompt_max) tokens: $(w prompt_lens | sed 's/,/, /g')."
 	echo "Each request picks one by Zipf with exponent $(w zipf) (P(i) ∝ 1/i^s; the first"
-	echo "$(calc "100 / (1 + 1/2 + 1/3 + 1/4 + 1/5 + 1/6 + 1/7 + 1/8)" %.1f) %, the last $(calc "100 / 8 / (1 + 1/2 + 1/3 + 1/4 + 1/5 + 1/6 + 1/7 + 1/8)" %.1f) % at s = 1 and 8 prompts; requests per prompt"
+	echo "$(bench_calc "100 / (1 + 1/2 + 1/3 + 1/4 + 1/5 + 1/6 + 1/7 + 1/8)" %.1f) %, the last $(bench_calc "100 / 8 / (1 + 1/2 + 1/3 + 1/4 + 1/5 + 1/6 + 1/7 + 1/8)" %.1f) % at s = 1 and 8 prompts; requests per prompt"
 	echo "in this run: $(w picks | sed 's/,/, /g')) and appends a user"
 	echo "suffix of random token ids whose length is log-normal, mean $(w suffix_mean) tokens,"
 	echo "σ $(w suffix_sigma) of its log, clipped to 1..8192. Token ids are uniform below 152064;"
@@ -185,15 +125,15 @@ section_runs() {
 	echo "| | with sharing | without sharing |"
 	echo "| --- | ---: | ---: |"
 	echo "| full blocks requested | $(s blocks) | $(n blocks) |"
-	echo "| blocks served from the cache (hit rate) | $(s hits) (**$(calc "100 * $(s hit_rate)" %.1f) %**) | 0 |"
-	echo "| ceiling: prompt blocks after each prompt's first use | $(s ceiling) ($(calc "100 * $(s ceiling_rate)" %.1f) %) | – |"
+	echo "| blocks served from the cache (hit rate) | $(s hits) (**$(bench_calc "100 * $(s hit_rate)" %.1f) %**) | 0 |"
+	echo "| ceiling: prompt blocks after each prompt's first use | $(s ceiling) ($(bench_calc "100 * $(s ceiling_rate)" %.1f) %) | – |"
 	echo "| tokens served from the cache | $(s hit_tokens) of $(s tokens) | 0 of $(n tokens) |"
 	echo "| pages from kvp_alloc() (partial tails included) | $(s allocated) | $(n allocated) |"
 	echo "| pages published / duplicates released | $(s published) / $(s dups) | – |"
 	echo "| **peak pages in use** (private + shared, sampled) | **$sp** ($(s peak_private) + $(s peak_shared)) | **$np** ($(n peak_private) + $(n peak_shared)) |"
 	echo "| peak pages held if unshared (exact) | $(s demand_peak) | $(n demand_peak) |"
-	echo "| peak in use, MiB | $(calc "$sp * $page_bytes / 1048576" %.1f) | $(calc "$np * $page_bytes / 1048576" %.1f) |"
-	echo "| cached pages at the end (evictable) | $(s end_cached) ($(calc "100 * $(s end_cached) / $pool_pages" %.0f) % of the pool) | $(n end_cached) |"
+	echo "| peak in use, MiB | $(bench_calc "$sp * $page_bytes / 1048576" %.1f) | $(bench_calc "$np * $page_bytes / 1048576" %.1f) |"
+	echo "| cached pages at the end (evictable) | $(s end_cached) ($(bench_calc "100 * $(s end_cached) / $pool_pages" %.0f) % of the pool) | $(n end_cached) |"
 	echo "| setup of a request p50 / p99 µs | $(pp "$(s req_p50_us)" "$(s req_p99_us)") | $(pp "$(n req_p50_us)" "$(n req_p99_us)") |"
 	echo "| … of which kvp_block_keys() | $(pp "$(s keys_p50_us)" "$(s keys_p99_us)") | – |"
 	echo "| … of which kvpool calls | $(pp "$(s calls_p50_us)" "$(s calls_p99_us)") | $(pp "$(n calls_p50_us)" "$(n calls_p99_us)") |"
@@ -205,9 +145,9 @@ section_runs() {
 	echo "after a system prompt's last full block can hit, and the block that holds"
 	echo "the prompt's end and the suffix's start is new every time."
 	echo
-	echo "Peak pages in use without sharing ÷ with sharing: **×$(calc "$np / $sp" %.2f)** (the"
+	echo "Peak pages in use without sharing ÷ with sharing: **×$(bench_calc "$np / $sp" %.2f)** (the"
 	echo "same ratio inside the run with sharing, pages held if unshared ÷ in use:"
-	echo "×$(calc "$(s demand_peak) / $sp" %.2f)). The daemon's own prefix counters over the run with sharing:"
+	echo "×$(bench_calc "$(s demand_peak) / $sp" %.2f)). The daemon's own prefix counters over the run with sharing:"
 	echo "acquires $(s d_acquires), hits $(s d_hits), misses $(s d_misses), hit_tokens $(s d_hit_tokens),"
 	echo "publishes $(s d_publishes), dedups $(s d_dedups), evictions $(s d_evictions)."
 	echo
@@ -267,7 +207,6 @@ section_commands() {
 		echo "taskset -c 0 bench/prefix --socket \$SOCK --mode latency --lat-iters $lat_iters"
 	fi
 	echo '```'
-	echo "<!-- bench:prefix:end -->"
 }
 
 section=$tmp/section.md
@@ -278,25 +217,4 @@ section=$tmp/section.md
 	section_commands
 } >"$section"
 
-# --- BENCHMARKS.md: replace our section, keep everything else --------------
-
-[ -f "$output" ] || printf '# kvpool benchmarks\n' >"$output"
-awk -v sect="$section" '
-	/<!-- bench:prefix:begin -->/ {
-		while ((getline l < sect) > 0)
-			print l
-		skip = 1
-		done = 1
-		next
-	}
-	/<!-- bench:prefix:end -->/ { skip = 0; next }
-	!skip { print }
-	END {
-		if (!done) {
-			print ""
-			while ((getline l < sect) > 0)
-				print l
-		}
-	}' "$output" >"$tmp/out.md"
-cat "$tmp/out.md" >"$output"
-echo "run-prefix.sh: wrote the prefix section of $output" >&2
+bench_replace_section prefix "$section" "$output"

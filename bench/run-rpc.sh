@@ -27,53 +27,28 @@ write the results into FILE (default ./BENCHMARKS.md).
 EOF
 }
 
-die() {
-	echo "run-rpc.sh: $*" >&2
-	exit 1
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# bench_opt NAME VALUE - run-rpc.sh's own options (see bench/lib.sh).
+bench_opt() {
+	case $1 in
+	--iters) iters=${2:?--iters needs a count} ;;
+	--redis-scale) redis_scale=${2:?--redis-scale needs a number} ;;
+	*) return 1 ;;
+	esac
 }
 
-builddir=.
-output=BENCHMARKS.md
 iters=20000
 redis_scale=1
-while [ $# -gt 0 ]; do
-	case $1 in
-	--builddir) builddir=${2:?--builddir needs a directory}; shift 2 ;;
-	--output) output=${2:?--output needs a file}; shift 2 ;;
-	--iters) iters=${2:?--iters needs a count}; shift 2 ;;
-	--redis-scale) redis_scale=${2:?--redis-scale needs a number}; shift 2 ;;
-	-h|--help) usage; exit 0 ;;
-	*) usage >&2; exit 2 ;;
-	esac
-done
-
-srcdir=$(cd "$(dirname "$0")/.." && pwd)
-KVPOOLD=$builddir/daemon/kvpoold
+bench_parse_opts "$@"
 RPC=$builddir/bench/rpc
-for p in "$KVPOOLD" "$RPC"; do
-	[ -x "$p" ] || die "$p is not built; run \`make bench\` from the build directory"
-done
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-bench.XXXXXX")
-sock=$tmp/kvpool.sock
-pidfile=$tmp/kvpoold.pid
+bench_check_built bench "$KVPOOLD" "$RPC"
+bench_tmpdir
 rsock=$tmp/redis.sock
 redis_pid=
 
-# stop_kvpoold() - SIGTERM the detached daemon and wait until it is gone
-# (it is not our child, so poll; it exits within milliseconds).
-stop_kvpoold() {
-	[ -s "$pidfile" ] || return 0
-	pid=$(cat "$pidfile")
-	kill -TERM "$pid" 2>/dev/null || return 0
-	i=0
-	while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	rm -f "$pidfile"
-}
-
+# stop_redis() - SIGTERM redis-server, our child, and reap it.
 stop_redis() {
 	[ -n "$redis_pid" ] || return 0
 	kill -TERM "$redis_pid" 2>/dev/null || true
@@ -81,32 +56,21 @@ stop_redis() {
 	redis_pid=
 }
 
-cleanup() {
+# bench_on_exit - redis-server is our child: stop it at exit.
+bench_on_exit() {
 	stop_redis
-	stop_kvpoold
-	rm -rf "$tmp"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # field FILE KEY - the value of KEY=value in bench/rpc's one-line output.
 field() {
-	awk -v k="$2" '{ for (i = 1; i <= NF; i++) { n = index($i, "=");
-		if (n && substr($i, 1, n - 1) == k) print substr($i, n + 1) } }' "$1"
-}
-
-# calc EXPR - evaluate an awk expression; prints it with the format in $2.
-calc() {
-	awk "BEGIN { printf \"${2:-%.2f}\", ($1) }"
+	bench_field "$1" rpc "$2"
 }
 
 # --- kvpool --------------------------------------------------------------
 
 kvpoold_cmd="kvpoold --socket \$SOCK --pid-file \$TMP/kvpoold.pid --pool-size 1G --slab-size 64M --log-level warn"
-# Without --foreground kvpoold returns once its socket listens.
-"$KVPOOLD" --socket "$sock" --pid-file "$pidfile" --pool-size 1G \
-	--slab-size 64M --log-level warn ||
-	die "kvpoold did not start on $sock (run: $KVPOOLD --foreground --socket $sock to see why)"
+load=$(bench_load)
+bench_start_daemon "$sock" "$pidfile" --pool-size 1G --slab-size 64M --log-level warn
 
 for batch in 1 64; do
 	# 16 KiB pages for the batches: 8 x 64 pages of 2 MiB would be the
@@ -118,7 +82,7 @@ for batch in 1 64; do
 		echo "  $cmd" >&2
 		"$RPC" --socket "$sock" --clients "$clients" --batch "$batch" \
 			--iters "$iters" --geometry "$geom" >"$tmp/rpc-$clients-$batch.txt" ||
-			die "bench/rpc failed: $cmd"
+			bench_die "bench/rpc failed: $cmd"
 		cat "$tmp/rpc-$clients-$batch.txt" >&2
 	done
 done
@@ -135,11 +99,11 @@ if command -v taskset >/dev/null && taskset -pc 0 "$(cat "$pidfile")" >/dev/null
 		echo "  $cmd" >&2
 		taskset -c 0 "$RPC" --socket "$sock" --clients 1 --batch "$batch" \
 			--iters "$iters" --geometry "$geom" >"$tmp/pin-$batch.txt" ||
-			die "bench/rpc failed: $cmd"
+			bench_die "bench/rpc failed: $cmd"
 		cat "$tmp/pin-$batch.txt" >&2
 	done
 fi
-stop_kvpoold
+bench_stop_daemon "$pidfile"
 rpc_cmd_large="bench/rpc --socket \$SOCK --clients C --batch 1 --iters $iters --geometry large"
 rpc_cmd_small="bench/rpc --socket \$SOCK --clients C --batch 64 --iters $iters --geometry small"
 
@@ -153,20 +117,9 @@ ensure_redis() {
 	   command -v redis-cli >/dev/null; then
 		return 0
 	fi
-	if ! command -v apt-get >/dev/null; then
-		redis_why="redis-server/redis-benchmark are not installed and there is no apt-get"
-		return 1
-	fi
-	echo "run-rpc.sh: installing redis-server and redis-tools for the reference" >&2
-	if DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools \
-		>"$tmp/apt.log" 2>&1 ||
-	   { apt-get update >>"$tmp/apt.log" 2>&1 &&
-	     DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server redis-tools \
-		>>"$tmp/apt.log" 2>&1; }; then
-		return 0
-	fi
-	tail -n 5 "$tmp/apt.log" >&2
-	redis_why="\`apt-get install -y redis-server redis-tools\` failed: $(tail -n 1 "$tmp/apt.log")"
+	bench_apt_install "redis-server/redis-benchmark are not installed" \
+		redis-server redis-tools && return 0
+	redis_why=$bench_why
 	return 1
 }
 
@@ -200,14 +153,14 @@ if ensure_redis; then
 		# a short probe to size them misled: its first burst runs faster.
 		for cn in 1:100000 2:200000 8:500000; do
 			clients=${cn%:*}
-			n=$(calc "int(${cn#*:} * $redis_scale)" %d)
+			n=$(bench_calc "int(${cn#*:} * $redis_scale)" %d)
 			echo "  redis-benchmark -s \$RSOCK -t ping_inline -c $clients -n $n --csv" >&2
 			redis_ping "$clients" "$n" >"$tmp/redis-$clients.csv"
 			echo "$clients $n" >>"$tmp/redis-n.txt"
 			cat "$tmp/redis-$clients.csv" >&2
 		done
 		if [ $pinned = yes ] && taskset -pc 0 "$redis_pid" >/dev/null 2>&1; then
-			n=$(calc "int(250000 * $redis_scale)" %d)
+			n=$(bench_calc "int(250000 * $redis_scale)" %d)
 			echo "  taskset -c 0 redis-benchmark -s \$RSOCK -t ping_inline -c 1 -n $n --csv" >&2
 			taskset -c 0 redis-benchmark -s "$rsock" -t ping_inline -c 1 -n "$n" \
 				--csv | grep '^"PING_INLINE"' | tr -d '"' >"$tmp/redis-pin.csv"
@@ -222,36 +175,22 @@ fi
 # requests/s, 5/6/7 are p50/p95/p99 in ms (printed here in µs).
 redis_col() {
 	v=$(cut -d, -f"$2" "$tmp/redis-$1.csv")
-	if [ "$2" -eq 2 ]; then echo "$v"; else calc "$v * 1000" %.1f; fi
+	if [ "$2" -eq 2 ]; then echo "$v"; else bench_calc "$v * 1000" %.1f; fi
 }
 
 # --- the Markdown section ----------------------------------------------------
 
-ncpu=$(nproc)
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-[ -n "$cpu" ] || cpu=unknown
-kernel=$(uname -sr)
-when=$(date -u '+%Y-%m-%d %H:%M UTC')
-load=$(cut -d' ' -f1-3 /proc/loadavg)
-version=$("$KVPOOLD" --version | head -n 1)
-rev=$(git -C "$srcdir" rev-parse --short HEAD 2>/dev/null || echo "no git")
-if [ "$rev" != "no git" ] && [ -n "$(git -C "$srcdir" status --porcelain 2>/dev/null)" ]; then
-	rev="$rev + uncommitted changes"
-fi
-
 r() { field "$tmp/rpc-$1-$2.txt" "$3"; }
-k() { calc "$1 / 1000" %.1fk; }
+k() { bench_calc "$1 / 1000" %.1fk; }
 # rate N - N per second as 12.3k or 4.56M.
 rate() {
-	if [ "$(calc "$1 >= 1e6" %d)" -eq 1 ]; then calc "$1 / 1e6" %.2fM; else k "$1"; fi
+	if [ "$(bench_calc "$1 >= 1e6" %d)" -eq 1 ]; then bench_calc "$1 / 1e6" %.2fM; else k "$1"; fi
 }
 
 section_head() {
-	echo "<!-- bench:rpc:begin -->"
 	echo "## RPC round trips: kvp_alloc() and kvp_release() (bench/rpc)"
 	echo
-	echo "Measured $when by \`make bench\` (bench/run-rpc.sh) on $ncpu CPUs ($cpu),"
-	echo "$kernel, load average $load before the run; $version ($rev)."
+	bench_machine "\`make bench\` (bench/run-rpc.sh)" "$load"
 	if [ $have_redis = yes ]; then
 		echo "Reference: redis $redis_version, \`redis-benchmark -t ping_inline\` over a Unix"
 		echo "socket, measured in the same run."
@@ -278,14 +217,14 @@ section_goals() {
 	bestc=1
 	for c in 1 2 8; do
 		p=$(r "$c" 64 pages_per_s)
-		if [ "$(calc "$p > $best" %d)" -eq 1 ]; then best=$p; bestc=$c; fi
+		if [ "$(bench_calc "$p > $best" %d)" -eq 1 ]; then best=$p; bestc=$c; fi
 	done
 	echo "| goal | measured | result |"
 	echo "| --- | --- | --- |"
 	if [ $have_redis = yes ]; then
 		ping=$(redis_col 1 5)
-		worst=$(calc "($a1 > $r1 ? $a1 : $r1) / $ping" %.2f)
-		met=$(calc "($a1 <= $ping && $r1 <= $ping)" %d)
+		worst=$(bench_calc "($a1 > $r1 ? $a1 : $r1) / $ping" %.2f)
+		met=$(bench_calc "($a1 <= $ping && $r1 <= $ping)" %d)
 		[ "$met" -eq 1 ] && met="**met** (×$worst)" || met="**not met** (×$worst)"
 		pin=
 		if [ -s "$tmp/redis-pin.csv" ]; then
@@ -295,10 +234,10 @@ section_goals() {
 	else
 		echo "| one-page round trip at least as fast as redis PING over its Unix socket (1 client, p50) | alloc $a1 µs, release $r1 µs; PING not measured | unknown |"
 	fi
-	pct=$(calc "100 * $best / 5000000" %.0f)
-	met=$(calc "$best >= 5000000" %d)
+	pct=$(bench_calc "100 * $best / 5000000" %.0f)
+	met=$(bench_calc "$best >= 5000000" %d)
 	[ "$met" -eq 1 ] && met="**met** ($pct %)" || met="**not met** ($pct % of the goal)"
-	echo "| 64-page batches at 5M pages/s or more (best of 1, 2, 8 clients) | $(calc "$best / 1e6" %.2f)M pages/s at $bestc clients | $met |"
+	echo "| 64-page batches at 5M pages/s or more (best of 1, 2, 8 clients) | $(bench_calc "$best / 1e6" %.2f)M pages/s at $bestc clients | $met |"
 	echo
 }
 
@@ -317,23 +256,23 @@ section_table() {
 	fi
 	echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 	for c in 1 2 8; do
-		row="| $c | $(r $c $b alloc_p50_us) / $(r $c $b alloc_p99_us)"
-		row="$row | $(r $c $b release_p50_us) / $(r $c $b release_p99_us)"
-		row="$row | $(r $c $b pair_p50_us) / $(r $c $b pair_p99_us)"
-		row="$row | $(k "$(r $c $b calls_per_s)")"
-		[ "$b" -eq 1 ] || row="$row | $(rate "$(r $c $b pages_per_s)")"
+		row="| $c | $(r $c "$b" alloc_p50_us) / $(r $c "$b" alloc_p99_us)"
+		row="$row | $(r $c "$b" release_p50_us) / $(r $c "$b" release_p99_us)"
+		row="$row | $(r $c "$b" pair_p50_us) / $(r $c "$b" pair_p99_us)"
+		row="$row | $(k "$(r $c "$b" calls_per_s)")"
+		[ "$b" -eq 1 ] || row="$row | $(rate "$(r $c "$b" pages_per_s)")"
 		if [ $have_redis = yes ]; then
 			pp=$(redis_col $c 5)
 			row="$row | $pp / $(redis_col $c 7)"
 			[ "$b" -eq 64 ] || row="$row | $(k "$(redis_col $c 2)")"
-			row="$row | $(calc "$(r $c $b alloc_p50_us) / $pp" %.2f)"
+			row="$row | $(bench_calc "$(r $c "$b" alloc_p50_us) / $pp" %.2f)"
 			[ "$b" -eq 64 ] ||
-				row="$row | $(calc "$(r $c $b calls_per_s) / $(redis_col $c 2)" %.2f)"
+				row="$row | $(bench_calc "$(r $c "$b" calls_per_s) / $(redis_col $c 2)" %.2f)"
 		else
 			row="$row | – | –"
 			[ "$b" -eq 64 ] || row="$row | – | –"
 		fi
-		[ "$b" -eq 1 ] || row="$row | $(calc "$(r $c $b pages_per_s) / 5e6" %.2f)"
+		[ "$b" -eq 1 ] || row="$row | $(bench_calc "$(r $c "$b" pages_per_s) / 5e6" %.2f)"
 		echo "$row |"
 	done
 	echo
@@ -342,7 +281,7 @@ section_table() {
 # redis_pin COL - a column of the pinned reference, as redis_col.
 redis_pin() {
 	v=$(cut -d, -f"$1" "$tmp/redis-pin.csv")
-	if [ "$1" -eq 2 ]; then echo "$v"; else calc "$v * 1000" %.1f; fi
+	if [ "$1" -eq 2 ]; then echo "$v"; else bench_calc "$v * 1000" %.1f; fi
 }
 
 # section_pinned - one client and the server on CPU 0, kvpool and redis.
@@ -363,7 +302,7 @@ section_pinned() {
 		row="$row | $(k "$(field "$f" calls_per_s)") | $(rate "$(field "$f" pages_per_s)")"
 		if [ -s "$tmp/redis-pin.csv" ]; then
 			row="$row | $(redis_pin 5) / $(redis_pin 7) | $(k "$(redis_pin 2)")"
-			row="$row | $(calc "$(field "$f" alloc_p50_us) / $(redis_pin 5)" %.2f)"
+			row="$row | $(bench_calc "$(field "$f" alloc_p50_us) / $(redis_pin 5)" %.2f)"
 		else
 			row="$row | – | – | –"
 		fi
@@ -395,7 +334,6 @@ section_commands() {
 		done <"$tmp/redis-n.txt"
 	fi
 	echo '```'
-	echo "<!-- bench:rpc:end -->"
 }
 
 section=$tmp/section.md
@@ -410,6 +348,8 @@ section=$tmp/section.md
 
 # --- BENCHMARKS.md: replace our section, keep everything else --------------
 
+# A file made here gets the whole preamble (bench_replace_section would
+# give it only the title).
 if [ ! -f "$output" ]; then
 	cat >"$output" <<'EOF'
 # kvpool benchmarks
@@ -424,22 +364,4 @@ against a reference program measured on the same machine in the same run:
 the ratio to the reference says more than the absolute figure.
 EOF
 fi
-awk -v sect="$section" '
-	/<!-- bench:rpc:begin -->/ {
-		while ((getline l < sect) > 0)
-			print l
-		skip = 1
-		done = 1
-		next
-	}
-	/<!-- bench:rpc:end -->/ { skip = 0; next }
-	!skip { print }
-	END {
-		if (!done) {
-			print ""
-			while ((getline l < sect) > 0)
-				print l
-		}
-	}' "$output" >"$tmp/out.md"
-cat "$tmp/out.md" >"$output"
-echo "run-rpc.sh: wrote the rpc section of $output" >&2
+bench_replace_section rpc "$section" "$output"

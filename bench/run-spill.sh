@@ -28,74 +28,36 @@ disk, and write the results into FILE (default ./BENCHMARKS.md).
 EOF
 }
 
-die() {
-	echo "run-spill.sh: $*" >&2
-	exit 1
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# bench_opt NAME VALUE - run-spill.sh's own options (see bench/lib.sh).
+bench_opt() {
+	case $1 in
+	--dir) base=${2:?--dir needs a directory} ;;
+	--rounds) rounds=${2:?--rounds needs a count} ;;
+	*) return 1 ;;
+	esac
 }
 
-builddir=.
-output=BENCHMARKS.md
 base=/var/tmp
 rounds=5
-while [ $# -gt 0 ]; do
-	case $1 in
-	--builddir) builddir=${2:?--builddir needs a directory}; shift 2 ;;
-	--output) output=${2:?--output needs a file}; shift 2 ;;
-	--dir) base=${2:?--dir needs a directory}; shift 2 ;;
-	--rounds) rounds=${2:?--rounds needs a count}; shift 2 ;;
-	-h|--help) usage; exit 0 ;;
-	*) usage >&2; exit 2 ;;
-	esac
-done
-
-srcdir=$(cd "$(dirname "$0")/.." && pwd)
-KVPOOLD=$builddir/daemon/kvpoold
+bench_parse_opts "$@"
 SPILL=$builddir/bench/spill
-for p in "$KVPOOLD" "$SPILL"; do
-	[ -x "$p" ] || die "$p is not built; run \`make bench-spill\` from the build directory"
-done
-[ -d "$base" ] || die "--dir $base is not a directory"
+bench_check_built bench-spill "$KVPOOLD" "$SPILL"
+[ -d "$base" ] || bench_die "--dir $base is not a directory"
 fstype=$(df --output=fstype "$base" | tail -n 1 | tr -d ' ')
 case $fstype in
 tmpfs|ramfs|devtmpfs|overlay)
-	die "$base is on $fstype: the spill files must be on a disk; give --dir DIR on one" ;;
+	bench_die "$base is on $fstype: the spill files must be on a disk; give --dir DIR on one" ;;
 esac
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvpool-bench.XXXXXX")
+bench_tmpdir
 work=$(mktemp -d "$base/kvpool-spill.XXXXXX")
-sock=$tmp/kvpool.sock
-pidfile=$tmp/kvpoold.pid
 
-# stop_kvpoold() - SIGTERM the detached daemon and wait until it is gone.
-stop_kvpoold() {
-	[ -s "$pidfile" ] || return 0
-	pid=$(cat "$pidfile")
-	kill -TERM "$pid" 2>/dev/null || return 0
-	i=0
-	while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	rm -f "$pidfile"
-}
-
-cleanup() {
-	stop_kvpoold
-	rm -rf "$tmp" "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# field FILE PREFIX KEY - the value of KEY=value on the lines of FILE that
-# begin with PREFIX.
-field() {
-	awk -v p="$2" -v k="$3" 'index($0, p " ") == 1 {
-		for (i = 1; i <= NF; i++) { n = index($i, "=");
-			if (n && substr($i, 1, n - 1) == k) print substr($i, n + 1) } }' "$1"
-}
-
-calc() {
-	awk "BEGIN { printf \"${2:-%.2f}\", ($1) }"
+# bench_on_exit - the spill files go with their directory at exit.
+bench_on_exit() {
+	rm -rf ${work:+"$work"}
 }
 
 # median - the median of the numbers on stdin, one a line.
@@ -112,21 +74,13 @@ pctl() {
 
 # --- fio -------------------------------------------------------------------
 
+# ensure_fio() - have fio, installing the Debian package when missing.
+# Returns 1 with the reason in $fio_why.
 fio_why=
 ensure_fio() {
 	command -v fio >/dev/null && return 0
-	if ! command -v apt-get >/dev/null; then
-		fio_why="fio is not installed and there is no apt-get"
-		return 1
-	fi
-	echo "run-spill.sh: installing fio for the reference" >&2
-	if DEBIAN_FRONTEND=noninteractive apt-get install -y fio >"$tmp/apt.log" 2>&1 ||
-	   { apt-get update >>"$tmp/apt.log" 2>&1 &&
-	     DEBIAN_FRONTEND=noninteractive apt-get install -y fio >>"$tmp/apt.log" 2>&1; }; then
-		return 0
-	fi
-	tail -n 5 "$tmp/apt.log" >&2
-	fio_why="\`apt-get install -y fio\` failed: $(tail -n 1 "$tmp/apt.log")"
+	bench_apt_install "fio is not installed" fio && return 0
+	fio_why=$bench_why
 	return 1
 }
 have_fio=no
@@ -144,7 +98,7 @@ fio_mbs() {
 	fio --name=spill-ref --filename="$work/fio.dat" --ioengine=io_uring --fixedbufs \
 		--direct=1 --rw="$rw" --bs="$slot" --iodepth="$qd" --size="$size" "$@" \
 		--output-format=terse --terse-version=3 >"$tmp/fio.txt" 2>"$tmp/fio.err" ||
-		{ cat "$tmp/fio.err" >&2; die "fio --rw=$1 failed in $work"; }
+		{ cat "$tmp/fio.err" >&2; bench_die "fio --rw=$1 failed in $work"; }
 	awk -F';' -v rw="$rw" '{ printf "%.1f", (rw == "read" ? $7 : $48) * 1024 / 1e6 }' \
 		"$tmp/fio.txt"
 }
@@ -165,16 +119,15 @@ fio_bytes_n=201326592
 pio_bytes=67108864
 kvpoold_args="--slab-size $slab --free-watermark 0 --spill-size $spill_size --log-level warn"
 spill_args="--extra-pages $extra --chain $chain --max-writing $max_writing"
-load=$(cut -d' ' -f1-3 /proc/loadavg)
+load=$(bench_load)
 
 # start_kvpoold POOL - a fresh daemon with an empty spill directory.
 start_kvpoold() {
 	rm -rf "$work/spill"
 	mkdir "$work/spill"
 	# shellcheck disable=SC2086
-	"$KVPOOLD" --socket "$sock" --pid-file "$pidfile" --spill-dir "$work/spill" \
-		$kvpoold_args --pool-size "$1" ||
-		die "kvpoold did not start (run: $KVPOOLD --foreground --socket $sock --spill-dir $work/spill $kvpoold_args)"
+	bench_start_daemon "$sock" "$pidfile" --spill-dir "$work/spill" \
+		$kvpoold_args --pool-size "$1"
 }
 
 started=$(date +%s)
@@ -185,20 +138,21 @@ while [ $r -le "$rounds" ]; do
 	echo "  round $r: bench/spill $spill_args" >&2
 	# shellcheck disable=SC2086
 	"$SPILL" --socket "$sock" --spill-dir "$work/spill" $spill_args >"$f" ||
-		die "bench/spill failed in round $r (see above)"
-	stop_kvpoold
+		bench_die "bench/spill failed in round $r (see above)"
+	bench_stop_daemon "$pidfile"
 	rm -rf "$work/spill"
-	slot=$(field "$f" spill-setup slot_bytes)
+	slot=$(bench_field "$f" spill-setup slot_bytes)
 	if [ $have_fio = yes ]; then
 		echo "fio write_mbs=$(fio_mbs write $fio_bytes) read_mbs=$(fio_mbs read $fio_bytes)" >>"$f"
 		rm -f "$work/fio.dat"
 		# kvpool's own shape: writes 32 at a time, 32..64 in flight;
 		# reads 32 at a time, all of them done before the next 32
+		# shellcheck disable=SC2086 # the batch options are several words
 		echo "fio-batch write_mbs=$(fio_mbs write $fio_bytes $fio_wbatch) read_mbs=$(fio_mbs read $fio_bytes $fio_rbatch)" >>"$f"
 		rm -f "$work/fio.dat"
 	fi
 	"$SPILL" --mode pio --pio-file "$work/pio.dat" --pio-bytes $pio_bytes --block "$slot" >>"$f" ||
-		die "bench/spill --mode pio failed in $work"
+		bench_die "bench/spill --mode pio failed in $work"
 	grep -v '^spill-restore-lat' "$f" >&2
 	r=$((r + 1))
 done
@@ -209,10 +163,9 @@ burst=$tmp/burst.txt
 start_kvpoold $pool
 echo "  unpaced: bench/spill --extra-pages 512 --max-writing 0 --restore-chains 16" >&2
 "$SPILL" --socket "$sock" --spill-dir "$work/spill" --extra-pages 512 --chain $chain \
-	--max-writing 0 --restore-chains 16 >"$burst" || die "bench/spill (unpaced) failed"
+	--max-writing 0 --restore-chains 16 >"$burst" || bench_die "bench/spill (unpaced) failed"
 grep -v '^spill-restore-lat' "$burst" >&2
-stop_kvpoold
-version=$("$KVPOOLD" --version | head -n 1)
+bench_stop_daemon "$pidfile"
 elapsed=$(($(date +%s) - started))
 
 # --- the section ------------------------------------------------------------
@@ -221,7 +174,7 @@ elapsed=$(($(date +%s) - started))
 all() {
 	r=1
 	while [ $r -le "$rounds" ]; do
-		field "$tmp/round$r.txt" "$1" "$2"
+		bench_field "$tmp/round$r.txt" "$1" "$2"
 		r=$((r + 1))
 	done
 }
@@ -230,14 +183,14 @@ med() { all "$1" "$2" | median; }
 ratios() {
 	r=1
 	while [ $r -le "$rounds" ]; do
-		a=$(field "$tmp/round$r.txt" "$1" "$2")
-		b=$(field "$tmp/round$r.txt" "$3" "$4")
-		[ -n "$b" ] && calc "$a / $b" %.3f && echo
+		a=$(bench_field "$tmp/round$r.txt" "$1" "$2")
+		b=$(bench_field "$tmp/round$r.txt" "$3" "$4")
+		[ -n "$b" ] && bench_calc "$a / $b" %.3f && echo
 		r=$((r + 1))
 	done
 }
 f1=$tmp/round1.txt
-s1() { field "$f1" spill-setup "$1"; }
+s1() { bench_field "$f1" spill-setup "$1"; }
 page=$(s1 page_bytes)
 slot=$(s1 slot_bytes)
 pool_pages=$(s1 pool_pages)
@@ -270,15 +223,6 @@ else
 	w_verdict="not measured: $fio_why"; r_verdict=$w_verdict
 fi
 
-ncpu=$(nproc)
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
-[ -n "$cpu" ] || cpu=unknown
-kernel=$(uname -sr)
-when=$(date -u '+%Y-%m-%d %H:%M UTC')
-rev=$(git -C "$srcdir" rev-parse --short HEAD 2>/dev/null || echo "no git")
-if [ "$rev" != "no git" ] && [ -n "$(git -C "$srcdir" status --porcelain 2>/dev/null)" ]; then
-	rev="$rev + uncommitted changes"
-fi
 src=$(df --output=source "$base" | tail -n 1 | tr -d ' ')
 blk=$(basename "$(readlink -f "$src")")
 dev="$src"
@@ -286,32 +230,30 @@ if [ -e "/sys/class/block/$blk" ]; then
 	parent=$blk
 	[ -e "/sys/class/block/$blk/partition" ] &&
 		parent=$(basename "$(readlink -f "/sys/class/block/$blk/..")")
-	size=$(calc "$(cat "/sys/class/block/$parent/size") * 512 / 2^30" %.0f)
-	model=$(cat "/sys/class/block/$parent/device/model" 2>/dev/null | tr -s ' ' || true)
-	vendor=$(cat "/sys/class/block/$parent/device/vendor" 2>/dev/null | tr -s ' ' || true)
+	size=$(bench_calc "$(cat "/sys/class/block/$parent/size") * 512 / 2^30" %.0f)
+	model=$(tr -s ' ' 2>/dev/null <"/sys/class/block/$parent/device/model" || true)
+	vendor=$(tr -s ' ' 2>/dev/null <"/sys/class/block/$parent/device/vendor" || true)
 	driver=$(basename "$(readlink -f "/sys/class/block/$parent/device/driver" 2>/dev/null)" 2>/dev/null || true)
 	sched=$(sed 's/.*\[\(.*\)\].*/\1/' "/sys/class/block/$parent/queue/scheduler" 2>/dev/null || echo "?")
 	rot=$(cat "/sys/class/block/$parent/queue/rotational" 2>/dev/null || echo "?")
 	dev="$src ($parent: ${vendor:+vendor $vendor, }${model:-no model string}, driver ${driver:-?}, ${size} GiB, scheduler $sched, rotational $rot as sysfs says)"
 fi
-mib() { calc "$1 / 1048576" %.0f; }
+mib() { bench_calc "$1 / 1048576" %.0f; }
 fio_w=0
 [ $have_fio = yes ] && fio_w=$fio_bytes_n
-writes_gib=$(calc "($rounds * ($published * $slot + 2 * $fio_w + $pio_bytes) + $(field "$burst" spill-write pages) * $slot) / 2^30" %.1f)
+writes_gib=$(bench_calc "($rounds * ($published * $slot + 2 * $fio_w + $pio_bytes) + $(bench_field "$burst" spill-write pages) * $slot) / 2^30" %.1f)
 
 section_head() {
-	echo "<!-- bench:spill:begin -->"
 	echo "## NVMe tier: spill and restore throughput, restore latency (bench/spill)"
 	echo
-	echo "Measured $when by bench/run-spill.sh (\`make bench\` or \`make bench-spill\`) on $ncpu CPUs ($cpu),"
-	echo "$kernel, load average $load before the run; $version ($rev)."
+	bench_machine "bench/run-spill.sh (\`make bench\` or \`make bench-spill\`)" "$load"
 	echo "Spill directory: a fresh directory under $base, file system $fstype on $dev."
 	echo "$rounds rounds, ${elapsed} s in all, about $writes_gib GiB written to the disk; every file is deleted after."
 	echo
 	echo "**Pages** of $page bytes (8 layers × 8 KV heads × head_dim 128 × 16 tokens × 2 (K, V) × f16),"
 	echo "so a tier slot is $slot bytes (4 KiB slot header + the page, rounded to the"
 	echo "direct-I/O alignment, $(s1 align) bytes here). Throughputs are MB/s (10⁶ bytes) of page data; the"
-	echo "disk moved $(calc "$slot / $page" %.4f)× that. The pool is $pool in $slab slabs = $pool_pages pages,"
+	echo "disk moved $(bench_calc "$slot / $page" %.4f)× that. The pool is $pool in $slab slabs = $pool_pages pages,"
 	echo "\`--free-watermark 0\`, \`--spill-size $spill_size\` ($(s1 tier_slots) slots). Each round starts a fresh kvpoold."
 	echo
 	echo "**What bench/spill does.** A chain is $chain blocks (512 tokens, $(mib $((chain * page))) MiB) with keys of"
@@ -351,13 +293,13 @@ section_table() {
 	r=1
 	while [ $r -le "$rounds" ]; do
 		g=$tmp/round$r.txt
-		wk=$(field "$g" spill-write mbs)
-		rk=$(field "$g" spill-restore mbs)
-		wf=$(field "$g" fio write_mbs)
-		rf=$(field "$g" fio read_mbs)
+		wk=$(bench_field "$g" spill-write mbs)
+		rk=$(bench_field "$g" spill-restore mbs)
+		wf=$(bench_field "$g" fio write_mbs)
+		rf=$(bench_field "$g" fio read_mbs)
 		wr="–"; rr="–"
-		[ -n "$wf" ] && wr=$(calc "$wk / $wf" %.2f) && rr=$(calc "$rk / $rf" %.2f)
-		echo "| $r | $wk | ${wf:-–} | $(field "$g" fio-batch write_mbs) | $(field "$g" spill-pio write_mbs) | $wr | $rk | ${rf:-–} | $(field "$g" fio-batch read_mbs) | $(field "$g" spill-pio read_mbs) | $rr |"
+		[ -n "$wf" ] && wr=$(bench_calc "$wk / $wf" %.2f) && rr=$(bench_calc "$rk / $rf" %.2f)
+		echo "| $r | $wk | ${wf:-–} | $(bench_field "$g" fio-batch write_mbs) | $(bench_field "$g" spill-pio write_mbs) | $wr | $rk | ${rf:-–} | $(bench_field "$g" fio-batch read_mbs) | $(bench_field "$g" spill-pio read_mbs) | $rr |"
 		r=$((r + 1))
 	done
 	echo "| **median** | **$w_kv** | **$w_fio** | $wb_fio | $w_pio | **$w_ratio** | **$r_kv** | **$r_fio** | $rb_fio | $r_pio | **$r_ratio** |"
@@ -390,7 +332,7 @@ section_detail() {
 	echo "| kvp_acquire() of a spilled $chain-block chain, p50 / p99 / max ms (all $nlat calls of all rounds) | $(pctl 50 <"$tmp/lat.txt") / $(pctl 99 <"$tmp/lat.txt") / $(pctl 100 <"$tmp/lat.txt") |"
 	echo "| daemon's restore_us_mean / restore_us_max (one slot: read issued → checked and copied) | $(med spill-restore restore_us_mean) / $(med spill-restore restore_us_max) µs |"
 	echo "| restored pages / hits / bad stamps / checksum failures | $(med spill-restore pages) / $(med spill-restore hits) / $(med spill-restore bad) / $(med spill-restore checksum_failures) |"
-	echo "| restore: time inside kvp_acquire ÷ wall time | $(calc "$(med spill-restore acquire_sum_s) / $(med spill-restore wall_s)" %.2f) |"
+	echo "| restore: time inside kvp_acquire ÷ wall time | $(bench_calc "$(med spill-restore acquire_sum_s) / $(med spill-restore wall_s)" %.2f) |"
 	echo "| spilled pages / dropped / I/O errors | $(med spill-write pages) / $(med spill-write dropped) / $(med spill-write io_errors) |"
 	echo "| spill: client's calls ÷ drain after the last call, s | $(med spill-write client_s) / $(med spill-write drain_s) |"
 	echo "| writes in flight while pacing, mean / max | $(med spill-write depth_mean) / $(med spill-write depth_max) |"
@@ -402,8 +344,8 @@ section_detail() {
 	xu=$(med spill-cpu xxh3_us)
 	echo "The daemon's loop thread copies each page into a staging buffer and hashes it"
 	echo "before queueing its write (and hashes and copies it after each read): at the"
-	echo "median spill rate that is $(calc "$w_kv * 1e6 / $page * ($cu + $xu) / 1e6 * 100" %.0f) % of one CPU, at the restore rate"
-	echo "$(calc "$r_kv * 1e6 / $page * ($cu + $xu) / 1e6 * 100" %.0f) %, and the daemon as a whole uses well under one CPU: neither the"
+	echo "median spill rate that is $(bench_calc "$w_kv * 1e6 / $page * ($cu + $xu) / 1e6 * 100" %.0f) % of one CPU, at the restore rate"
+	echo "$(bench_calc "$r_kv * 1e6 / $page * ($cu + $xu) / 1e6 * 100" %.0f) %, and the daemon as a whole uses well under one CPU: neither the"
 	echo "copy nor the checksum bounds the tier here. (A perf profile of the daemon"
 	echo "while spilling, taken when this benchmark was written: context switches,"
 	echo "\`iowrite16\` — the virtio doorbell, a VM exit — the memcpy, XXH3 and the STATS"
@@ -423,7 +365,7 @@ section_detail() {
 }
 
 section_burst() {
-	b() { field "$burst" "$1" "$2"; }
+	b() { bench_field "$burst" "$1" "$2"; }
 	bp=$(b spill-setup published)
 	bpool=$(b spill-setup pool_pages)
 	echo "### Without pacing: back-pressure"
@@ -432,7 +374,7 @@ section_burst() {
 	echo "pages beyond it and flushing as fast as it can (\`--max-writing 0\`): of"
 	echo "$(b spill-write evictions) evicted pages $(b spill-write pages) were written and **$(b spill-write dropped) dropped**"
 	echo "(\`st.nvme.dropped\`: \"no slot, no buffer\"), at $(b spill-write mbs) MB/s. The daemon has"
-	echo "$(calc "64 * 1048576 / $slot" %d) staging buffers (64 MiB); an allocation that would spill more pages than"
+	echo "$(bench_calc "64 * 1048576 / $slot" %d) staging buffers (64 MiB); an allocation that would spill more pages than"
 	echo "it has buffers free while writes are in flight spills what it can and waits"
 	echo "for the next write to complete, so an eviction burst is slowed down, not"
 	echo "lost. Acquiring $(b spill-restore chains) of the oldest chains back afterwards found $(b spill-restore hits) of their"
@@ -455,7 +397,6 @@ section_commands() {
 	echo "# once, unpaced, on a fresh daemon:"
 	echo "bench/spill --socket \$SOCK --spill-dir \$DIR/spill --extra-pages 512 --chain $chain --max-writing 0 --restore-chains 16"
 	echo '```'
-	echo "<!-- bench:spill:end -->"
 }
 
 section=$tmp/section.md
@@ -467,25 +408,4 @@ section=$tmp/section.md
 	section_commands
 } >"$section"
 
-# --- BENCHMARKS.md: replace our section, keep everything else --------------
-
-[ -f "$output" ] || printf '# kvpool benchmarks\n' >"$output"
-awk -v sect="$section" '
-	/<!-- bench:spill:begin -->/ {
-		while ((getline l < sect) > 0)
-			print l
-		skip = 1
-		done = 1
-		next
-	}
-	/<!-- bench:spill:end -->/ { skip = 0; next }
-	!skip { print }
-	END {
-		if (!done) {
-			print ""
-			while ((getline l < sect) > 0)
-				print l
-		}
-	}' "$output" >"$tmp/out.md"
-cat "$tmp/out.md" >"$output"
-echo "run-spill.sh: wrote the spill section of $output" >&2
+bench_replace_section spill "$section" "$output"
