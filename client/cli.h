@@ -99,6 +99,10 @@ int cli_fail(const char *what, int rc);
  */
 int cli_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t **ns);
 
+/* cli_conserved() - the conservation check of a STATS reply: the states
+ * add up to the total and the daemon's own recount agreed. */
+bool cli_conserved(const kvp_stats_t *st);
+
 /* cli_ns_name() - the name of namespace id among ns[0..n), "?" if gone. */
 const char *cli_ns_name(const kvp_ns_stats_t *ns, int n, uint32_t id);
 

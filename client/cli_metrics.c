@@ -268,9 +268,7 @@ int cmd_metrics(struct cli *cli, int argc, char **argv)
 	kvp_close(c);
 	if (nns < 0)
 		return cli_fail("metrics", nns);
-	ok = st.pages_free + st.pages_private + st.pages_shared + st.pages_cached +
-	     st.pages_spilled + st.pages_inflight == st.pages_total &&
-	     (st.flags & KVP_STATS_F_CONSERVED);
+	ok = cli_conserved(&st);
 	daemon_metrics(&st, ok);
 	ns_metrics(ns, nns);
 	free(ns);

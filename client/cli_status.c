@@ -224,7 +224,7 @@ int cmd_status(struct cli *cli, int argc, char **argv)
 		return cli_fail("status", nns);
 	pc = COUNTS_OF(st);
 	/* the numbers add up, and the daemon's recount of every page agrees */
-	ok = counts_sum(&pc) == pc.total && (st.flags & KVP_STATS_F_CONSERVED);
+	ok = cli_conserved(&st);
 	if (cli->json)
 		status_json(&st, ns, nns, ok);
 	else

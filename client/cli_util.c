@@ -501,3 +501,10 @@ void table_free(struct table *t)
 	free(t->cells);
 	free(t);
 }
+
+bool cli_conserved(const kvp_stats_t *st)
+{
+	return st->pages_free + st->pages_private + st->pages_shared + st->pages_cached +
+	       st->pages_spilled + st->pages_inflight == st->pages_total &&
+	       (st->flags & KVP_STATS_F_CONSERVED);
+}

@@ -479,11 +479,5 @@ static Suite *daemon_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(daemon_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return harness_run(daemon_suite());
 }

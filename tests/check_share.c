@@ -535,11 +535,5 @@ static Suite *share_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(share_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return harness_run(share_suite());
 }

@@ -503,11 +503,5 @@ static Suite *spill_suite(void)
 
 int main(void)
 {
-	SRunner *sr = srunner_create(spill_suite());
-	int failed;
-
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return harness_run(spill_suite());
 }

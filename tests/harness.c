@@ -320,3 +320,14 @@ int harness_serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out)
 	free(mine);
 	return hits;
 }
+
+int harness_run(Suite *s)
+{
+	SRunner *sr = srunner_create(s);
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

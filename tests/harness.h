@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <check.h>
+
 #include "kvpool.h"
 
 struct daemon {
@@ -91,6 +93,10 @@ void harness_tokens(uint32_t *t, size_t n, size_t prompt_len, uint32_t who);
  * out (leased); returns the hits.
  */
 int harness_serve(kvp_client *c, const uint32_t *t, size_t n, kvp_page *out);
+
+/* harness_run() - run suite s with Check's normal output; the exit
+ * status for main(): EXIT_SUCCESS when every test passed. */
+int harness_run(Suite *s);
 
 /* read_file() - the start of a file into buf, NUL-terminated. */
 void read_file(const char *path, char *buf, size_t len);
