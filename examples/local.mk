@@ -5,3 +5,14 @@ examples_kvpool_example_pages_SOURCES = examples/pages.c
 examples_kvpool_example_pages_LDADD = client/libkvpool.la
 examples_kvpool_example_share_SOURCES = examples/share.c
 examples_kvpool_example_share_LDADD = client/libkvpool.la
+
+# The example model server: a tiny deterministic transformer whose KV cache
+# lives in shared kvpool pages (CPU path: the kernels' C references).
+# tests/check_demo runs it.
+noinst_PROGRAMS += examples/kvpool-model-server
+examples_kvpool_model_server_SOURCES = examples/model_server.c \
+	examples/model.c examples/model.h \
+	examples/model_seq.c examples/model_seq.h
+examples_kvpool_model_server_LDADD = client/libkvpool.la -lm
+examples_kvpool_model_server_LDFLAGS = $(AM_LDFLAGS) -no-install
+EXTRA_DIST += examples/demo.sh

@@ -92,3 +92,18 @@ EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c
 # Golden vectors of the vLLM-compatible prefix keys and their generator
 # (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).
 EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt
+
+# The example model server end to end: two servers sharing one pool
+# generate what --no-cache does (tests/check_demo.c).
+if HAVE_CHECK
+check_PROGRAMS += tests/check_demo
+TESTS += tests/check_demo
+tests_check_demo_SOURCES = tests/check_demo.c tests/json.c tests/json.h \
+	tests/harness.c tests/harness.h
+tests_check_demo_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DKVP_MODEL_SERVER='"$(abs_top_builddir)/examples/kvpool-model-server"'
+tests_check_demo_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_demo_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+# the test runs the example: build it first
+EXTRA_tests_check_demo_DEPENDENCIES = examples/kvpool-model-server
+endif
