@@ -6,7 +6,7 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill
+EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag
 bench_rpc_SOURCES = bench/rpc.c
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -33,10 +33,18 @@ bench_spill_SOURCES = bench/spill.c
 bench_spill_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 bench_spill_LDADD = client/libkvpool.la $(XXHASH_LIBS)
 bench_spill_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# bench/frag: memory utilization of KV-cache allocation policies (Orca's
+# contiguous reservations against paging) on the real page pool, linked
+# in-process like tests/check_unit; no daemon needed.
+bench_frag_SOURCES = bench/frag.c
+bench_frag_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
+bench_frag_LDADD = daemon/libkvpoold.la client/libkvpool.la $(XXHASH_LIBS) -lm
+bench_frag_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	BENCHMARKS.md
+	bench/run-frag.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -46,14 +54,19 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 # run-spill.sh last: kvpoold with a spill directory on disk (under
 # /var/tmp, not tmpfs), bench/spill, fio as the reference, its section
 # (`make bench-spill` runs it alone; SPILL_DIR=... picks the directory).
+# run-frag.sh after it (seconds, no daemon): bench/frag, its section
+# (`make bench-frag` runs it alone).
+BENCH_FRAG_RUN = $(SHELL) $(top_srcdir)/bench/run-frag.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill
+.PHONY: bench bench-prefix bench-spill bench-frag
 bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
-		bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+		bench/spill$(EXEEXT) bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT) \
+		client/kvpool$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -61,9 +74,13 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(BENCH_PREFIX_RUN)
 	$(BENCH_SPILL_RUN)
+	$(BENCH_FRAG_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREFIX_RUN)
 
 bench-spill: bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_SPILL_RUN)
+
+bench-frag: bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_FRAG_RUN)
