@@ -6,7 +6,7 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag
+EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve
 bench_rpc_SOURCES = bench/rpc.c
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -41,10 +41,18 @@ bench_frag_SOURCES = bench/frag.c
 bench_frag_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 bench_frag_LDADD = daemon/libkvpoold.la client/libkvpool.la $(XXHASH_LIBS) -lm
 bench_frag_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+# bench/serve: requests/s and normalized latency of simulated model
+# servers (a step cost model in simulated time) whose KV pages come from a
+# running kvpoold, paged with prefix sharing against contiguous
+# reservation; bench/run-serve.sh sweeps the arrival rate.
+bench_serve_SOURCES = bench/serve.c
+bench_serve_LDADD = client/libkvpool.la -lm -lpthread
+bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh BENCHMARKS.md
+	bench/run-frag.sh bench/run-serve.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -55,7 +63,9 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 # /var/tmp, not tmpfs), bench/spill, fio as the reference, its section
 # (`make bench-spill` runs it alone; SPILL_DIR=... picks the directory).
 # run-frag.sh after it (seconds, no daemon): bench/frag, its section
-# (`make bench-frag` runs it alone).
+# (`make bench-frag` runs it alone). run-serve.sh last (under a minute):
+# a kvpoold per run, bench/serve over a sweep of arrival rates for both
+# policies, its section (`make bench-serve` runs it alone).
 BENCH_FRAG_RUN = $(SHELL) $(top_srcdir)/bench/run-frag.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
@@ -63,10 +73,12 @@ BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
 BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag
+BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve
 bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
-		bench/spill$(EXEEXT) bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT) \
-		client/kvpool$(EXEEXT)
+		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
+		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -75,6 +87,7 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 	$(BENCH_PREFIX_RUN)
 	$(BENCH_SPILL_RUN)
 	$(BENCH_FRAG_RUN)
+	$(BENCH_SERVE_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREFIX_RUN)
@@ -84,3 +97,6 @@ bench-spill: bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-frag: bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_FRAG_RUN)
+
+bench-serve: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_SERVE_RUN)
