@@ -202,3 +202,25 @@ bench_replace_section() {
 	cat "$tmp/out.md" >"$3"
 	echo "$bench_prog: wrote the $1 section of $3" >&2
 }
+
+# bench_plot NAME DATA SCRIPT - draw docs/bench/NAME.png beside the output
+# file (BENCHMARKS.md) with gnuplot (Debian's gnuplot-nox, installed when missing) from the
+# whitespace-separated columns of DATA; SCRIPT holds the plot commands
+# (it may use the variable "data"). Prints the Markdown that links the
+# picture, or says why there is none.
+bench_plot() {
+	if ! command -v gnuplot >/dev/null; then
+		bench_apt_install "gnuplot is not installed" gnuplot-nox >/dev/null ||
+			{ echo "(No plot: $bench_why.)"; return 0; }
+	fi
+	_pngdir=$(dirname "$output")/docs/bench
+	mkdir -p "$_pngdir"
+	if gnuplot -e "data='$2'" -e "set terminal pngcairo size 800,500 noenhanced font ',10'" \
+		-e "set output '$_pngdir/$1.png'" "$3" >"$tmp/gnuplot.log" 2>&1 ||
+	   gnuplot -e "data='$2'" -e "set terminal png size 800,500" \
+		-e "set output '$_pngdir/$1.png'" "$3" >"$tmp/gnuplot.log" 2>&1; then
+		echo "![$1](docs/bench/$1.png)"
+	else
+		echo "(No plot: gnuplot failed: $(tail -n 1 "$tmp/gnuplot.log").)"
+	fi
+}

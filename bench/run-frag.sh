@@ -204,5 +204,24 @@ section() {
 	echo '```'
 }
 
-section >"$tmp/section.md"
+# the plot: share of capacity holding token states against tokens a page
+for b in 8 16 32 64 128; do
+	echo "$b $(run sharegpt "kvpool-$b" token_pct) $(run alpaca "kvpool-$b" token_pct)"
+done >"$tmp/frag.dat"
+cat >"$tmp/frag.gp" <<'GP'
+set title "KV memory holding token states, paging (bench/frag)"
+set xlabel "tokens a page (block_tokens)"
+set ylabel "% of capacity"
+set logscale x 2
+set yrange [0:100]
+set key bottom left
+set grid
+plot data using 1:2 with linespoints title "ShareGPT", \
+     data using 1:3 with linespoints title "Alpaca", \
+     20.4 with lines dashtype 2 title "paper: Orca Max", \
+     38.2 with lines dashtype 3 title "paper: Orca Oracle", \
+     96.3 with lines dashtype 4 title "paper: vLLM"
+GP
+plot_md=$(bench_plot frag "$tmp/frag.dat" "$tmp/frag.gp")
+{ section; echo "$plot_md"; echo; } >"$tmp/section.md"
 bench_replace_section frag "$tmp/section.md" "$output"

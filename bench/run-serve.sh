@@ -142,7 +142,7 @@ section=$tmp/section.md
 	echo "in the context length, real compute, chunked prefill, swapping instead of"
 	echo "recompute, publishing of user-part blocks (only system-prompt blocks are"
 	echo "shared); a published block becomes visible to the other processes when its"
-	echo "step starts, not when it ends. No plot."
+	echo "step starts, not when it ends."
 	echo
 	echo "Commands (\$TMP is a temporary directory, \$SOCK a socket in it; a fresh"
 	echo "daemon for each P in paged, reserve and R in $rates):"
@@ -153,4 +153,26 @@ section=$tmp/section.md
 	echo '```'
 } >"$section"
 
+# the plot: completed requests/s and p90 normalized latency against the rate
+for rate in $rates; do
+	echo "$rate $(r paged "$rate" req_per_s) $(r reserve "$rate" req_per_s)" \
+		"$(r paged "$rate" norm_p90) $(r reserve "$rate" norm_p90)"
+done >"$tmp/serve.dat"
+cat >"$tmp/serve.gp" <<GP
+set title "Throughput against the request rate (bench/serve)"
+set xlabel "requests arriving per second"
+set ylabel "requests completed per second"
+set y2label "p90 normalized latency, s/token"
+set logscale y2
+set ytics nomirror
+set y2tics
+set key top left
+set grid
+plot data using 1:2 with linespoints title "kvpool: paging + sharing", \
+     data using 1:3 with linespoints title "contiguous reservation", \
+     data using 1:4 axes x1y2 with lines dashtype 2 title "p90 latency, paging", \
+     data using 1:5 axes x1y2 with lines dashtype 3 title "p90 latency, reservation", \
+     $bound axes x1y2 with lines dashtype 4 title "latency bound"
+GP
+{ echo; bench_plot serve "$tmp/serve.dat" "$tmp/serve.gp"; echo; } >>"$section"
 bench_replace_section serve "$section" "$output"
