@@ -7,7 +7,8 @@ daemon_libkvpoold_la_SOURCES = \
 	daemon/options.c daemon/options.h \
 	daemon/loop.c daemon/loop.h \
 	daemon/server.c daemon/server.h daemon/conn.h \
-	daemon/requests.c daemon/lease.c daemon/lease.h \
+	daemon/requests.c daemon/requests.h daemon/share.c daemon/admin.c \
+	daemon/lease.c daemon/lease.h \
 	daemon/ns.c daemon/ns.h \
 	daemon/prefix.c daemon/prefix.h \
 	daemon/pool.c daemon/pool.h \

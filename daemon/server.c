@@ -2,7 +2,7 @@
 /*
  * server.c - the listening socket and client connections of kvpoold:
  * accepting, receiving, replying, closing. Requests themselves are
- * served in requests.c.
+ * dispatched in requests.c and served there, in share.c and admin.c.
  *
  * Each connection is a small state machine driven by loop completions:
  * one receive is always posted while the connection is open, replies are

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * admin.c - inspection and administration requests: LIST_CLIENTS,
+ * LIST_PAGES, LIST_PREFIXES, and for admins (root, the daemon's user,
+ * --admin-group) EVICT, DISCONNECT and DROP_NS.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/wire.h"
+#include "daemon/conn.h"
+#include "daemon/lease.h"
+#include "daemon/log.h"
+#include "daemon/requests.h"
+
+/* need_admin() - true for an admin connection; else replies PERM. */
+static bool need_admin(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	if (c->admin)
+		return true;
+	conn_error(c, req, KVP_S_PERM, "%s needs admin rights: run it as root, as the "
+		   "daemon's user (uid %u), or as a member of kvpoold's --admin-group",
+		   wire_op_str(req->op), (unsigned)geteuid());
+	return false;
+}
+
+/* records_fit() - how many records of size bytes fit a reply. */
+static size_t records_fit(const struct server *s, size_t size)
+{
+	return (s->opt->max_msg_size - KVP_WIRE_HDR_SIZE - sizeof(struct kvp_wire_count)) / size;
+}
+
+/* name_field() - a NUL-terminated name from a fixed field, or NULL when it
+ * is not terminated (INVAL replied). */
+static const char *name_field(struct conn *c, const struct kvp_wire_hdr *req,
+			      const char *field, size_t size)
+{
+	if (memchr(field, '\0', size))
+		return field;
+	conn_error(c, req, KVP_S_INVAL, "%s: the namespace name is not NUL-terminated",
+		   wire_op_str(req->op));
+	return NULL;
+}
+
+/* ns_arg() - the namespace a request names, NULL for all ("" given);
+ * *bad when it names one that does not exist (NOENT replied). */
+static struct ns *ns_arg(struct conn *c, const struct kvp_wire_hdr *req,
+			 const char *name, bool *bad)
+{
+	struct ns *n;
+
+	*bad = false;
+	if (!name[0])
+		return NULL;
+	n = ns_by_name(&c->srv->nst, name);
+	if (!n) {
+		conn_error(c, req, KVP_S_NOENT, "no namespace '%s' (kvpool namespaces lists "
+			   "them)", name);
+		*bad = true;
+	}
+	return n;
+}
+
+void admin_list_clients(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	struct server *s = c->srv;
+	struct kvp_wire_count cnt = { 0 };
+	struct kvp_wire_client *r;
+	size_t max = records_fit(s, sizeof(*r));
+	uint8_t *buf;
+	struct conn *o;
+
+	if (req->len) {
+		conn_error(c, req, KVP_S_INVAL, "LIST_CLIENTS takes no payload");
+		return;
+	}
+	buf = calloc(1, sizeof(cnt) + max * sizeof(*r));
+	if (!buf) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory");
+		return;
+	}
+	r = (struct kvp_wire_client *)(buf + sizeof(cnt));
+	for (o = s->conns; o; o = o->next) {
+		if (o->refused)
+			continue;
+		cnt.total++;
+		if (cnt.count >= max)
+			continue;
+		r[cnt.count].id = o->id;
+		r[cnt.count].pid = (uint32_t)o->cred.pid;
+		r[cnt.count].uid = (uint32_t)o->cred.uid;
+		r[cnt.count].gid = (uint32_t)o->cred.gid;
+		r[cnt.count].admin = o->admin;
+		r[cnt.count].leases = o->leases.total;
+		r[cnt.count].connected_ms = o->connected_ms;
+		memcpy(r[cnt.count].name, o->name, sizeof(r->name));
+		if (o->ns)
+			memcpy(r[cnt.count].ns, o->ns->name, sizeof(r->ns));
+		cnt.count++;
+	}
+	memcpy(buf, &cnt, sizeof(cnt));
+	conn_reply(c, req, KVP_S_OK, buf, sizeof(cnt) + cnt.count * sizeof(*r), -1);
+	free(buf);
+}
+
+/* wire_state() - the KVP_PAGE_* of a pool page. */
+static uint32_t wire_state(int state)
+{
+	switch (state) {
+	case PAGE_PRIVATE:
+		return KVP_PAGE_PRIVATE;
+	case PAGE_SHARED:
+		return KVP_PAGE_SHARED;
+	case PAGE_CACHED:
+		return KVP_PAGE_CACHED;
+	case PAGE_INFLIGHT:
+		return KVP_PAGE_INFLIGHT;
+	}
+	return 0;
+}
+
+/* page_record() - describe page h (0: spilled entry e) of n. */
+static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
+			struct kvp_wire_page *r)
+{
+	struct conn *o;
+	int st = h ? pool_state(s->pool, h) : -1;
+
+	memset(r, 0, sizeof(*r));
+	r->handle = h;
+	r->ns_id = n->id;
+	r->state = h ? wire_state(st) : KVP_PAGE_SPILLED;
+	r->refs = h ? pool_refs(s->pool, h) : 0;
+	for (o = s->conns; h && o; o = o->next) {
+		if (o->ns != n || !hset_count(&o->leases, h))
+			continue;
+		if (!r->holders++)
+			r->holder = o->id;
+	}
+	if (h && (st == PAGE_SHARED || st == PAGE_CACHED || st == PAGE_INFLIGHT))
+		e = pool_tag(s->pool, h);
+	if (e != PREFIX_NIL) {
+		r->prio = prefix_prio(n->idx, e);
+		r->tokens = prefix_tokens(n->idx, e) ? prefix_tokens(n->idx, e) : n->block_tokens;
+		r->age_ms = prefix_age_ms(n->idx, e);
+		memcpy(r->key, prefix_key(n->idx, e), sizeof(r->key));
+	}
+}
+
+void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
+			      const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	struct kvp_wire_count cnt = { 0 };
+	struct kvp_wire_list_pages f;
+	struct kvp_wire_page *r, rec;
+	struct conn *holder = NULL, *o;
+	size_t max = records_fit(s, sizeof(*r));
+	uint64_t cursor, h;
+	struct ns *only;
+	uint32_t i, e;
+	uint8_t *buf;
+	bool bad;
+
+	if (wire_fixed_decode(payload, req->len, &f, sizeof(f)) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "LIST_PAGES payload is not 80 bytes");
+		return;
+	}
+	if (!name_field(c, req, f.ns, sizeof(f.ns)))
+		return;
+	only = ns_arg(c, req, f.ns, &bad);
+	if (bad)
+		return;
+	if (f.state > KVP_PAGE_SPILLED) {
+		conn_error(c, req, KVP_S_INVAL, "LIST_PAGES: state %u is not 0..%u", f.state,
+			   KVP_PAGE_SPILLED);
+		return;
+	}
+	for (o = s->conns; f.client && o; o = o->next)
+		if (o->id == f.client && !o->refused)
+			holder = o;
+	if (f.client && !holder) {
+		conn_error(c, req, KVP_S_NOENT, "no client %llu (kvpool clients lists them)",
+			   (unsigned long long)f.client);
+		return;
+	}
+	if (f.limit && f.limit < max)
+		max = f.limit;
+	buf = calloc(1, sizeof(cnt) + max * sizeof(*r));
+	if (!buf) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory");
+		return;
+	}
+	r = (struct kvp_wire_page *)(buf + sizeof(cnt));
+	for (i = 0; i < s->nst.count; i++) {
+		struct ns *n = s->nst.ns[i];
+
+		if (only && n != only)
+			continue;
+		for (cursor = 0; pool_next(s->pool, n->pool_ns, &cursor, &h);) {
+			if (holder && !hset_count(&holder->leases, h))
+				continue;
+			page_record(s, n, h, PREFIX_NIL, &rec);
+			if (f.state && rec.state != f.state)
+				continue;
+			cnt.total++;
+			if (cnt.count < max)
+				r[cnt.count++] = rec;
+		}
+		if (holder || (f.state && f.state != KVP_PAGE_SPILLED))
+			continue;
+		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
+			if (prefix_where(n->idx, e) != PREFIX_SPILLED)
+				continue;
+			page_record(s, n, 0, e, &rec);
+			cnt.total++;
+			if (cnt.count < max)
+				r[cnt.count++] = rec;
+		}
+	}
+	memcpy(buf, &cnt, sizeof(cnt));
+	conn_reply(c, req, KVP_S_OK, buf, sizeof(cnt) + cnt.count * sizeof(*r), -1);
+	free(buf);
+}
+
+void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
+				 const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	struct kvp_wire_count cnt = { 0 };
+	struct kvp_wire_list_prefixes lp;
+	struct kvp_wire_prefix *r;
+	size_t max = records_fit(s, sizeof(*r));
+	struct ns *only;
+	uint32_t i, e, k;
+	uint8_t *buf;
+	bool bad;
+
+	if (wire_fixed_decode(payload, req->len, &lp, sizeof(lp)) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "LIST_PREFIXES payload is not 72 bytes");
+		return;
+	}
+	if (!name_field(c, req, lp.ns, sizeof(lp.ns)))
+		return;
+	only = ns_arg(c, req, lp.ns, &bad);
+	if (bad)
+		return;
+	if (lp.top && lp.top < max)
+		max = lp.top;
+	buf = calloc(1, sizeof(cnt) + (max + 1) * sizeof(*r));
+	if (!buf) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory");
+		return;
+	}
+	r = (struct kvp_wire_prefix *)(buf + sizeof(cnt));
+	/* the top max by hits: insertion into a sorted array, O(entries x max) */
+	for (i = 0; i < s->nst.count; i++) {
+		struct ns *n = s->nst.ns[i];
+
+		if (only && n != only)
+			continue;
+		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
+			struct kvp_wire_prefix rec = { 0 };
+			unsigned where = prefix_where(n->idx, e);
+
+			cnt.total++;
+			memcpy(rec.key, prefix_key(n->idx, e), sizeof(rec.key));
+			rec.ns_id = n->id;
+			rec.depth = prefix_depth(n->idx, e);
+			rec.hits = prefix_hits(n->idx, e);
+			rec.bytes = (uint64_t)rec.depth * n->page_bytes;
+			rec.state = where == PREFIX_SPILLED ? KVP_PAGE_SPILLED :
+				    wire_state(pool_state(s->pool, prefix_page(n->idx, e)));
+			rec.refs = where == PREFIX_IN_POOL ?
+				   pool_refs(s->pool, prefix_page(n->idx, e)) : 0;
+			for (k = cnt.count; k > 0 && r[k - 1].hits < rec.hits; k--)
+				if (k < max)
+					r[k] = r[k - 1];
+			if (k < max) {
+				r[k] = rec;
+				if (cnt.count < max)
+					cnt.count++;
+			}
+		}
+	}
+	memcpy(buf, &cnt, sizeof(cnt));
+	conn_reply(c, req, KVP_S_OK, buf, sizeof(cnt) + cnt.count * sizeof(*r), -1);
+	free(buf);
+}
+
+void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
+			 const uint8_t *payload)
+{
+	struct server *s = c->srv;
+	struct kvp_wire_count cnt = { 0 };
+	struct kvp_wire_evict ev;
+	struct ns *only;
+	uint64_t done = 0;
+	uint32_t i;
+	bool bad;
+
+	if (wire_fixed_decode(payload, req->len, &ev, sizeof(ev)) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "EVICT payload is not 72 bytes");
+		return;
+	}
+	if (!need_admin(c, req) || !name_field(c, req, ev.ns, sizeof(ev.ns)))
+		return;
+	only = ns_arg(c, req, ev.ns, &bad);
+	if (bad)
+		return;
+	for (i = 0; i < s->nst.count; i++) {
+		struct ns *n = s->nst.ns[i];
+
+		if (only && n != only)
+			continue;
+		while ((!ev.max || done < ev.max) && lease_evict_one(s->pool, n))
+			done++;
+	}
+	cnt.count = 0;	/* no records follow: total is the count evicted */
+	cnt.total = (uint32_t)(done > INT32_MAX ? INT32_MAX : done);
+	log_info("client %llu evicted %llu cached pages%s%s", (unsigned long long)c->id,
+		 (unsigned long long)done, only ? " of namespace " : "",
+		 only ? only->name : "");
+	conn_reply(c, req, KVP_S_OK, &cnt, sizeof(cnt), -1);
+}
+
+void admin_disconnect(struct conn *c, const struct kvp_wire_hdr *req,
+			      const uint8_t *payload)
+{
+	struct kvp_wire_disconnect d;
+	struct conn *o;
+
+	if (wire_fixed_decode(payload, req->len, &d, sizeof(d)) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "DISCONNECT payload is not 8 bytes");
+		return;
+	}
+	if (!need_admin(c, req))
+		return;
+	for (o = c->srv->conns; o; o = o->next)
+		if (o->id == d.client && !o->refused)
+			break;
+	if (!o) {
+		conn_error(c, req, KVP_S_NOENT, "no client %llu (kvpool clients lists them)",
+			   (unsigned long long)d.client);
+		return;
+	}
+	if (o == c) {	/* answer first, then go */
+		c->close_after_send = true;
+		conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+		return;
+	}
+	conn_kick(o);
+	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+}
+
+void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
+			   const uint8_t *payload)
+{
+	struct kvp_wire_drop_ns d;
+	char err[KVP_WIRE_ERRMSG_MAX];
+	struct ns *n;
+	bool bad;
+
+	if (wire_fixed_decode(payload, req->len, &d, sizeof(d)) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "DROP_NS payload is not 64 bytes");
+		return;
+	}
+	if (!need_admin(c, req) || !name_field(c, req, d.ns, sizeof(d.ns)))
+		return;
+	if (!d.ns[0]) {
+		conn_error(c, req, KVP_S_INVAL, "DROP_NS needs a namespace name");
+		return;
+	}
+	n = ns_arg(c, req, d.ns, &bad);
+	if (bad)
+		return;
+	if (ns_drop(&c->srv->nst, c->srv->pool, n, err, sizeof(err)) < 0) {
+		conn_error(c, req, KVP_S_STATE, "%s", err);
+		return;
+	}
+	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+}
