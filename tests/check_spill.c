@@ -90,7 +90,7 @@ static void publish_seqs(kvp_client *c, uint32_t first, uint32_t n)
 	}
 }
 
-/* spill_all() - publish_seqs() and wait for the tier's writes. */
+/* publish_settled() - publish_seqs() and wait for the tier's writes. */
 #define publish_settled(c, d, first, n) \
 	do { publish_seqs(c, first, n); settle((d)->sock); } while (0)
 
@@ -284,7 +284,9 @@ START_TEST(test_spill_truncated_file_loses_only_cache)
 	daemon_dir(&d);
 	daemon_restart(&d, args(&d, "64M", NULL));
 	c = join(d.sock);
-	publish_seqs(c, 0, 20);
+	/* settled: a write still in flight would land after the truncate
+	 * and give back the slot it writes */
+	publish_settled(c, &d, 0, 20);
 	spill_file(&d, path, sizeof(path));
 	ck_assert_int_eq(truncate(path, 8192), 0);	/* behind the daemon's back */
 	for (s = 0; s < 20; s++)
