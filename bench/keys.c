@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "bench/opt.h"
 
 #define KEYS_VOCAB	152064
 #define KEYS_NBLOCKS	2
@@ -464,23 +465,6 @@ static void usage(FILE *f)
 		"  -h, --help         show this help and exit\n");
 }
 
-static int parse_count(const char *opt, const char *s, size_t min, size_t max,
-		       size_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "keys: --%s '%s': give a whole number from %zu to %zu\n",
-			opt, s, min, max);
-		return -EINVAL;
-	}
-	*out = (size_t)v;
-	return 0;
-}
-
 /* parse_opts() - fill *o from argv. Returns 0, 1 (help shown) or -EINVAL. */
 static int parse_opts(int argc, char **argv, struct keys_opts *o)
 {
@@ -500,13 +484,13 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 	while (rc == 0 && (ch = getopt_long(argc, argv, "n:r:p:P:o:h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'n':
-			rc = parse_count("tokens", optarg, 128, 1u << 28, &o->tokens);
+			rc = bench_count("keys", "tokens", optarg, 128, 1u << 28, &o->tokens);
 			break;
 		case 'r':
-			rc = parse_count("runs", optarg, 1, KEYS_MAX_RUNS, &o->runs);
+			rc = bench_count("keys", "runs", optarg, 1, KEYS_MAX_RUNS, &o->runs);
 			break;
 		case 'p':
-			rc = parse_count("py-runs", optarg, 1, KEYS_MAX_RUNS, &o->py_runs);
+			rc = bench_count("keys", "py-runs", optarg, 1, KEYS_MAX_RUNS, &o->py_runs);
 			break;
 		case 'P':
 			o->python = strcmp(optarg, "none") ? optarg : NULL;

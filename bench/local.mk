@@ -7,21 +7,21 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve
-bench_rpc_SOURCES = bench/rpc.c
+bench_rpc_SOURCES = bench/rpc.c bench/opt.c bench/opt.h
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
 
 # bench/keys: tokens/s of kvp_key_chain() for both key schemes against
 # vLLM's Python sha256_cbor (cbor2 + hashlib, /usr/bin/python3) on the same
 # tokens; it rewrites its own section of BENCHMARKS.md. No daemon needed.
-bench_keys_SOURCES = bench/keys.c
+bench_keys_SOURCES = bench/keys.c bench/opt.c bench/opt.h
 bench_keys_LDADD = client/libkvpool.la
 bench_keys_LDFLAGS = $(AM_LDFLAGS) -no-install
 
 # bench/prefix: hit rate, peak pages with and without sharing, and ACQUIRE
 # latency of K model-server processes over S shared system prompts. Needs
 # a running kvpoold; bench/run-prefix.sh starts one.
-bench_prefix_SOURCES = bench/prefix.c bench/prefix_run.c bench/prefix.h
+bench_prefix_SOURCES = bench/prefix.c bench/prefix_run.c bench/prefix.h bench/opt.c bench/opt.h
 bench_prefix_LDADD = client/libkvpool.la -lm
 bench_prefix_LDFLAGS = $(AM_LDFLAGS) -no-install
 
@@ -29,7 +29,7 @@ bench_prefix_LDFLAGS = $(AM_LDFLAGS) -no-install
 # latency of spilled chains (--mode kvpool, against a kvpoold with
 # --spill-dir), and an O_DIRECT pwrite/pread loop as a reference (--mode
 # pio). It times the daemon's copy and XXH3 of a page too, hence libxxhash.
-bench_spill_SOURCES = bench/spill.c
+bench_spill_SOURCES = bench/spill.c bench/opt.c bench/opt.h
 bench_spill_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 bench_spill_LDADD = client/libkvpool.la $(XXHASH_LIBS)
 bench_spill_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -46,7 +46,7 @@ bench_frag_LDFLAGS = $(AM_LDFLAGS) -no-install
 # servers (a step cost model in simulated time) whose KV pages come from a
 # running kvpoold, paged with prefix sharing against contiguous
 # reservation; bench/run-serve.sh sweeps the arrival rate.
-bench_serve_SOURCES = bench/serve.c
+bench_serve_SOURCES = bench/serve.c bench/opt.c bench/opt.h
 bench_serve_LDADD = client/libkvpool.la -lm -lpthread
 bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "bench/prefix.h"
+#include "bench/opt.h"
 
 static void print_run(const struct pfx_opts *o, bool share, const struct pfx_result *r)
 {
@@ -248,35 +249,6 @@ static void usage(FILE *f)
 		KVP_SOCKET_DEFAULT, PFX_MAX_CLIENTS, PFX_MAX_PROMPTS, PFX_MAX_WINDOW);
 }
 
-/* parse_num() - a decimal number in [min, max] into *out; 0 or -EINVAL. */
-static int parse_num(const char *opt, const char *s, double min, double max, double *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtod(s, &end);
-	if (errno || end == s || *end || !(*out >= min && *out <= max)) {
-		fprintf(stderr, "prefix: --%s '%s': give a number from %g to %g\n",
-			opt, s, min, max);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-/* parse_size() - as parse_num(), a whole number into *out. */
-static int parse_size(const char *opt, const char *s, size_t min, size_t max, size_t *out)
-{
-	double v;
-	int rc = parse_num(opt, s, (double)min, (double)max, &v);
-
-	if (rc == 0 && v != floor(v)) {
-		fprintf(stderr, "prefix: --%s '%s': give a whole number\n", opt, s);
-		rc = -EINVAL;
-	}
-	*out = (size_t)v;
-	return rc;
-}
-
 static int parse_mode(const char *s, struct pfx_opts *o)
 {
 	bool all = strcmp(s, "all") == 0;
@@ -296,18 +268,18 @@ static int parse_long(int ch, struct pfx_opts *o)
 	size_t seed;
 
 	switch (ch) {
-	case 256: return parse_num("zipf", optarg, 0, 10, &o->zipf);
-	case 257: return parse_size("prompt-min", optarg, 16, 1 << 20, &o->prompt_min);
-	case 258: return parse_size("prompt-max", optarg, 16, 1 << 20, &o->prompt_max);
-	case 259: return parse_num("suffix-mean", optarg, 1, PFX_SUFFIX_MAX, &o->suffix_mean);
-	case 260: return parse_num("suffix-sigma", optarg, 0, 4, &o->suffix_sigma);
+	case 256: return bench_num("prefix", "zipf", optarg, 0, 10, &o->zipf);
+	case 257: return bench_count("prefix", "prompt-min", optarg, 16, 1 << 20, &o->prompt_min);
+	case 258: return bench_count("prefix", "prompt-max", optarg, 16, 1 << 20, &o->prompt_max);
+	case 259: return bench_num("prefix", "suffix-mean", optarg, 1, PFX_SUFFIX_MAX, &o->suffix_mean);
+	case 260: return bench_num("prefix", "suffix-sigma", optarg, 0, 4, &o->suffix_sigma);
 	case 261:
-		if (parse_size("seed", optarg, 0, 1e15, &seed) < 0)
+		if (bench_count("prefix", "seed", optarg, 0, 1e15, &seed) < 0)
 			return -EINVAL;
 		o->seed = seed;
 		return 0;
-	case 262: return parse_size("poll-us", optarg, 1, 1000000, &o->poll_us);
-	case 263: return parse_size("lat-iters", optarg, 10, 10000000, &o->lat_iters);
+	case 262: return bench_count("prefix", "poll-us", optarg, 1, 1000000, &o->poll_us);
+	case 263: return bench_count("prefix", "lat-iters", optarg, 10, 10000000, &o->lat_iters);
 	case 264: return parse_mode(optarg, o);
 	}
 	usage(stderr);
@@ -348,16 +320,16 @@ static int parse_opts(int argc, char **argv, struct pfx_opts *o)
 			o->socket = optarg;
 			break;
 		case 'c':
-			rc = parse_size("clients", optarg, 1, PFX_MAX_CLIENTS, &o->clients);
+			rc = bench_count("prefix", "clients", optarg, 1, PFX_MAX_CLIENTS, &o->clients);
 			break;
 		case 'n':
-			rc = parse_size("requests", optarg, 1, 10000000, &o->requests);
+			rc = bench_count("prefix", "requests", optarg, 1, 10000000, &o->requests);
 			break;
 		case 'p':
-			rc = parse_size("prompts", optarg, 1, PFX_MAX_PROMPTS, &o->prompts);
+			rc = bench_count("prefix", "prompts", optarg, 1, PFX_MAX_PROMPTS, &o->prompts);
 			break;
 		case 'w':
-			rc = parse_size("window", optarg, 1, PFX_MAX_WINDOW, &o->window);
+			rc = bench_count("prefix", "window", optarg, 1, PFX_MAX_WINDOW, &o->window);
 			break;
 		case 'h':
 			usage(stdout);

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "bench/opt.h"
 
 #define RPC_MAX_CLIENTS 256
 
@@ -112,24 +113,6 @@ static void usage(FILE *f)
 		KVP_SOCKET_DEFAULT, RPC_MAX_CLIENTS);
 }
 
-/* parse_count() - a decimal count in [min, max] into *out; 0 or -EINVAL. */
-static int parse_count(const char *opt, const char *s, size_t min, size_t max,
-		       size_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || s[0] == '-' || v < min || v > max) {
-		fprintf(stderr, "rpc: --%s '%s': give a whole number from %zu to %zu\n",
-			opt, s, min, max);
-		return -EINVAL;
-	}
-	*out = (size_t)v;
-	return 0;
-}
-
 static int parse_geom(const char *s, const struct rpc_geom **out)
 {
 	size_t i;
@@ -169,17 +152,17 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 			o->socket = optarg;
 			break;
 		case 'c':
-			rc = parse_count("clients", optarg, 1, RPC_MAX_CLIENTS, &v);
+			rc = bench_count("rpc", "clients", optarg, 1, RPC_MAX_CLIENTS, &v);
 			o->clients = (unsigned int)v;
 			break;
 		case 'b':
-			rc = parse_count("batch", optarg, 1, 1u << 20, &o->batch);
+			rc = bench_count("rpc", "batch", optarg, 1, 1u << 20, &o->batch);
 			break;
 		case 'n':
-			rc = parse_count("iters", optarg, 1, 100000000, &o->iters);
+			rc = bench_count("rpc", "iters", optarg, 1, 100000000, &o->iters);
 			break;
 		case 'w':
-			rc = parse_count("warmup", optarg, 0, 100000000, &warmup);
+			rc = bench_count("rpc", "warmup", optarg, 0, 100000000, &warmup);
 			break;
 		case 'g':
 			rc = parse_geom(optarg, &o->geom);

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "bench/opt.h"
 
 #define SRV_BT		16u		/* tokens per page */
 #define SRV_MAX_CLIENTS	16
@@ -583,29 +584,6 @@ static void usage(FILE *f)
 		SRV_MAX_CLIENTS, SRV_MAX_PROMPTS);
 }
 
-static int srv_num(const char *opt, const char *s, double min, double max, double *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtod(s, &end);
-	if (errno || end == s || *end || !(*out >= min && *out <= max)) {
-		fprintf(stderr, "serve: --%s '%s': give a number from %g to %g\n", opt, s,
-			min, max);
-		return -EINVAL;
-	}
-	return 0;
-}
-
-static int srv_size(const char *opt, const char *s, double min, double max, size_t *out)
-{
-	double v;
-	int rc = srv_num(opt, s, min, max, &v);
-
-	*out = (size_t)v;
-	return rc;
-}
-
 static int srv_opt(int ch, struct srv_opts *o)
 {
 	double v;
@@ -613,9 +591,9 @@ static int srv_opt(int ch, struct srv_opts *o)
 
 	switch (ch) {
 	case 's': o->socket = optarg; return 0;
-	case 'c': return srv_size("clients", optarg, 1, SRV_MAX_CLIENTS, &o->clients);
-	case 'n': return srv_size("requests", optarg, 1, 1e6, &o->requests);
-	case 'r': return srv_num("rate", optarg, 1e-3, 1e6, &o->rate);
+	case 'c': return bench_count("serve", "clients", optarg, 1, SRV_MAX_CLIENTS, &o->clients);
+	case 'n': return bench_count("serve", "requests", optarg, 1, 1e6, &o->requests);
+	case 'r': return bench_num("serve", "rate", optarg, 1e-3, 1e6, &o->rate);
 	case 256: o->ns = optarg; return 0;
 	case 257:
 		o->paged = strcmp(optarg, "paged") == 0;
@@ -623,18 +601,18 @@ static int srv_opt(int ch, struct srv_opts *o)
 			return 0;
 		fprintf(stderr, "serve: --policy '%s': give paged or reserve\n", optarg);
 		return -EINVAL;
-	case 258: return srv_size("prompts", optarg, 1, SRV_MAX_PROMPTS, &o->prompts);
-	case 259: return srv_num("zipf", optarg, 0, 10, &o->zipf);
-	case 260: return srv_num("user-mean", optarg, 1, 4096, &o->user_mean);
-	case 261: return srv_num("out-mean", optarg, 1, 4096, &o->out_mean);
-	case 262: return srv_num("sigma", optarg, 0, 3, &o->sigma);
-	case 263: return srv_size("max-len", optarg, 1280, SRV_MAX_LEN, &o->max_len);
-	case 264: return srv_size("max-prefill", optarg, 1, 1e6, &o->max_prefill);
-	case 265: return srv_size("max-batch", optarg, 1, 4096, &o->max_batch);
-	case 266: return srv_num("t0-ms", optarg, 0, 1e4, &o->t0_ms);
-	case 267: return srv_num("t1-ms", optarg, 0, 1e4, &o->t1_ms);
+	case 258: return bench_count("serve", "prompts", optarg, 1, SRV_MAX_PROMPTS, &o->prompts);
+	case 259: return bench_num("serve", "zipf", optarg, 0, 10, &o->zipf);
+	case 260: return bench_num("serve", "user-mean", optarg, 1, 4096, &o->user_mean);
+	case 261: return bench_num("serve", "out-mean", optarg, 1, 4096, &o->out_mean);
+	case 262: return bench_num("serve", "sigma", optarg, 0, 3, &o->sigma);
+	case 263: return bench_count("serve", "max-len", optarg, 1280, SRV_MAX_LEN, &o->max_len);
+	case 264: return bench_count("serve", "max-prefill", optarg, 1, 1e6, &o->max_prefill);
+	case 265: return bench_count("serve", "max-batch", optarg, 1, 4096, &o->max_batch);
+	case 266: return bench_num("serve", "t0-ms", optarg, 0, 1e4, &o->t0_ms);
+	case 267: return bench_num("serve", "t1-ms", optarg, 0, 1e4, &o->t1_ms);
 	case 268:
-		rc = srv_num("seed", optarg, 0, 1e15, &v);
+		rc = bench_num("serve", "seed", optarg, 0, 1e15, &v);
 		o->seed = (uint64_t)v;
 		return rc;
 	}

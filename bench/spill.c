@@ -52,6 +52,7 @@
 #include <xxhash.h>
 
 #include "kvpool.h"
+#include "bench/opt.h"
 
 #define SPL_NS "bench-spill"
 #define SPL_BT 16u		/* tokens a page */
@@ -655,23 +656,6 @@ static void usage(FILE *f)
 		"  -h, --help             show this help and exit\n", KVP_SOCKET_DEFAULT);
 }
 
-/* parse_size() - a whole number in [min, max]; 0 or -EINVAL. */
-static int parse_size(const char *opt, const char *s, size_t min, size_t max, size_t *out)
-{
-	unsigned long long v;
-	char *end;
-
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s || *end || v < min || v > max) {
-		fprintf(stderr, "spill: --%s '%s': give a whole number from %zu to %zu\n",
-			opt, s, min, max);
-		return -EINVAL;
-	}
-	*out = (size_t)v;
-	return 0;
-}
-
 static int parse_opt(int ch, struct spl_opts *o)
 {
 	size_t v;
@@ -681,13 +665,13 @@ static int parse_opt(int ch, struct spl_opts *o)
 	case 's': o->socket = optarg; break;
 	case 256: o->spill_dir = optarg; break;
 	case 257:
-		rc = parse_size("layers", optarg, 1, 64, &v);
+		rc = bench_count("spill", "layers", optarg, 1, 64, &v);
 		o->layers = (uint32_t)v;
 		break;
-	case 258: return parse_size("chain", optarg, 1, SPL_MAX_CHAIN, &o->chain);
-	case 259: return parse_size("extra-pages", optarg, 1, 1u << 24, &o->extra_pages);
-	case 260: return parse_size("max-writing", optarg, 0, 1u << 20, &o->max_writing);
-	case 261: return parse_size("restore-chains", optarg, 0, 1u << 20, &o->restore_chains);
+	case 258: return bench_count("spill", "chain", optarg, 1, SPL_MAX_CHAIN, &o->chain);
+	case 259: return bench_count("spill", "extra-pages", optarg, 1, 1u << 24, &o->extra_pages);
+	case 260: return bench_count("spill", "max-writing", optarg, 0, 1u << 20, &o->max_writing);
+	case 261: return bench_count("spill", "restore-chains", optarg, 0, 1u << 20, &o->restore_chains);
 	case 262:
 		o->full_fill = !strcmp(optarg, "full");
 		if (!o->full_fill && strcmp(optarg, "stamp")) {
@@ -703,9 +687,9 @@ static int parse_opt(int ch, struct spl_opts *o)
 		}
 		break;
 	case 264: o->pio_file = optarg; break;
-	case 265: return parse_size("pio-bytes", optarg, 4096, (size_t)1 << 40, &o->pio_bytes);
+	case 265: return bench_count("spill", "pio-bytes", optarg, 4096, (size_t)1 << 40, &o->pio_bytes);
 	case 266:
-		rc = parse_size("block", optarg, 4096, 64u << 20, &o->block);
+		rc = bench_count("spill", "block", optarg, 4096, 64u << 20, &o->block);
 		if (rc == 0 && o->block % 4096) {
 			fprintf(stderr, "spill: --block %zu is not a multiple of 4096\n", o->block);
 			rc = -EINVAL;
