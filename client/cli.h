@@ -61,9 +61,12 @@ int cli_common_opt(struct cli *cli, int c, const char *arg);
 int cli_usage_error(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* cli_no_args() - parse the options of a command that takes only the
- * common ones; help is its --help text. Returns -1 to go on, else the
- * exit code to return. */
+/* cli_common_args() - parse the options of a command that takes only the
+ * common ones; help is its --help text. Operands are left from optind.
+ * Returns -1 to go on, else the exit code to return. */
+int cli_common_args(struct cli *cli, int argc, char **argv, const char *help);
+
+/* cli_no_args() - cli_common_args() for a command without operands. */
 int cli_no_args(struct cli *cli, int argc, char **argv, const char *help);
 
 /* cli_parse_u64() - a whole decimal number; false when s is not one. */
@@ -98,6 +101,14 @@ int cli_fail(const char *what, int rc);
  * namespaces or -errno.
  */
 int cli_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t **ns);
+
+/*
+ * cli_snapshot() - connect, cli_stats(), close: for the commands that
+ * show one snapshot. Returns the number of namespaces, or -1 after
+ * explaining on stderr why command what got none (exit with CLI_ERR).
+ */
+int cli_snapshot(const struct cli *cli, const char *what, kvp_stats_t *st,
+		 kvp_ns_stats_t **ns);
 
 /* cli_conserved() - the conservation check of a STATS reply: the states
  * add up to the total and the daemon's own recount agreed. */

@@ -15,19 +15,10 @@
 static int one_arg(struct cli *cli, int argc, char **argv, const char *what,
 		   const char *help, const char **arg)
 {
-	static const struct option longopts[] = { CLI_COMMON_LONGOPTS, { NULL, 0, NULL, 0 } };
-	int c;
+	int rc = cli_common_args(cli, argc, argv, help);
 
-	optind = 0;
-	while ((c = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS, longopts, NULL)) != -1) {
-		switch (cli_common_opt(cli, c, optarg)) {
-		case 1:
-			fputs(help, stdout);
-			return CLI_OK;
-		case -1:
-			return cli_usage_error(argv[0], "bad option");
-		}
-	}
+	if (rc >= 0)
+		return rc;
 	if (optind >= argc)
 		return cli_usage_error(argv[0], "which %s?", what);
 	if (optind + 1 < argc)

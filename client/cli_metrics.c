@@ -252,7 +252,6 @@ int cmd_metrics(struct cli *cli, int argc, char **argv)
 {
 	kvp_ns_stats_t *ns;
 	kvp_stats_t st;
-	kvp_client *c;
 	int nns, rc;
 	bool ok;
 
@@ -262,12 +261,9 @@ int cmd_metrics(struct cli *cli, int argc, char **argv)
 			 "per namespace; pages by state=... and tier=\"pool\"|\"nvme\".\n");
 	if (rc >= 0)
 		return rc;
-	if (cli_connect(cli, &c) < 0)
-		return CLI_ERR;
-	nns = cli_stats(c, &st, &ns);
-	kvp_close(c);
+	nns = cli_snapshot(cli, "metrics", &st, &ns);
 	if (nns < 0)
-		return cli_fail("metrics", nns);
+		return CLI_ERR;
 	ok = cli_conserved(&st);
 	daemon_metrics(&st, ok);
 	ns_metrics(ns, nns);

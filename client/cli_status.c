@@ -207,7 +207,6 @@ int cmd_status(struct cli *cli, int argc, char **argv)
 	kvp_ns_stats_t *ns;
 	struct page_counts pc;
 	kvp_stats_t st;
-	kvp_client *c;
 	int nns, rc;
 	bool ok;
 
@@ -216,12 +215,9 @@ int cmd_status(struct cli *cli, int argc, char **argv)
 		     "each namespace. See kvpool(1).\n");
 	if (rc >= 0)
 		return rc;
-	if (cli_connect(cli, &c) < 0)
-		return CLI_ERR;
-	nns = cli_stats(c, &st, &ns);
-	kvp_close(c);
+	nns = cli_snapshot(cli, "status", &st, &ns);
 	if (nns < 0)
-		return cli_fail("status", nns);
+		return CLI_ERR;
 	pc = COUNTS_OF(st);
 	/* the numbers add up, and the daemon's recount of every page agrees */
 	ok = cli_conserved(&st);
@@ -296,7 +292,6 @@ int cmd_namespaces(struct cli *cli, int argc, char **argv)
 {
 	kvp_ns_stats_t *ns;
 	kvp_stats_t st;
-	kvp_client *c;
 	int nns, rc, i;
 
 	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] namespaces\n"
@@ -306,12 +301,9 @@ int cmd_namespaces(struct cli *cli, int argc, char **argv)
 		     "of its slots, clients. See kvpool(1).\n");
 	if (rc >= 0)
 		return rc;
-	if (cli_connect(cli, &c) < 0)
-		return CLI_ERR;
-	nns = cli_stats(c, &st, &ns);
-	kvp_close(c);
+	nns = cli_snapshot(cli, "namespaces", &st, &ns);
 	if (nns < 0)
-		return cli_fail("namespaces", nns);
+		return CLI_ERR;
 	if (cli->json) {
 		printf("{\"namespaces\":[");
 		for (i = 0; i < nns; i++) {

@@ -49,7 +49,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
 	return CLI_USAGE;
 }
 
-int cli_no_args(struct cli *cli, int argc, char **argv, const char *help)
+int cli_common_args(struct cli *cli, int argc, char **argv, const char *help)
 {
 	static const struct option longopts[] = { CLI_COMMON_LONGOPTS, { NULL, 0, NULL, 0 } };
 	int c;
@@ -64,6 +64,15 @@ int cli_no_args(struct cli *cli, int argc, char **argv, const char *help)
 			return cli_usage_error(argv[0], "bad option");
 		}
 	}
+	return -1;
+}
+
+int cli_no_args(struct cli *cli, int argc, char **argv, const char *help)
+{
+	int rc = cli_common_args(cli, argc, argv, help);
+
+	if (rc >= 0)
+		return rc;
 	if (optind < argc)
 		return cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind]);
 	return -1;
@@ -244,6 +253,23 @@ int cli_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t **ns)
 		a = NULL;
 	}
 	*ns = a;
+	return n;
+}
+
+int cli_snapshot(const struct cli *cli, const char *what, kvp_stats_t *st,
+		 kvp_ns_stats_t **ns)
+{
+	kvp_client *c;
+	int n;
+
+	if (cli_connect(cli, &c) < 0)
+		return -1;
+	n = cli_stats(c, st, ns);
+	kvp_close(c);
+	if (n < 0) {
+		cli_fail(what, n);
+		return -1;
+	}
 	return n;
 }
 
