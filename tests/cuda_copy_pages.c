@@ -17,16 +17,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kvpool_kernels.h"
+#include "tests/cuda_run.h"
 
-#define EXIT_SKIP	77
-
-/* Fails the test with the CUDA error if the call did not succeed. */
-#define CUDA_OK(call)							\
-	do {								\
-		cudaError_t err_ = (call);				\
-		ck_assert_msg(err_ == cudaSuccess, "%s: %s", #call,	\
-			      cudaGetErrorString(err_));		\
-	} while (0)
 
 /* One batch shape. Offsets misalign the base pointers on purpose. */
 struct geometry {
@@ -285,24 +277,5 @@ static Suite *cuda_copy_pages_suite(void)
 
 int main(void)
 {
-	cudaError_t err;
-	SRunner *sr;
-	int count = 0, failed;
-
-	err = cudaGetDeviceCount(&count);
-	if (err != cudaSuccess || count == 0) {
-		printf("SKIP: no CUDA device answers (cudaGetDeviceCount: %s)\n",
-		       err != cudaSuccess ? cudaGetErrorString(err) :
-					    "0 devices");
-		return EXIT_SKIP;
-	}
-
-	sr = srunner_create(cuda_copy_pages_suite());
-	/* CUDA is initialized now and does not survive fork(): run the
-	 * tests in this process whatever CK_FORK says. */
-	srunner_set_fork_status(sr, CK_NOFORK);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+	return cuda_run_suite(cuda_copy_pages_suite);
 }

@@ -58,7 +58,7 @@ tests_check_cli_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 if HAVE_CUDA
 check_PROGRAMS += tests/cuda_copy_pages
 TESTS += tests/cuda_copy_pages
-tests_cuda_copy_pages_SOURCES = tests/cuda_copy_pages.c
+tests_cuda_copy_pages_SOURCES = tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h
 tests_cuda_copy_pages_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_cuda_copy_pages_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_cuda_copy_pages_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS)
@@ -68,7 +68,7 @@ tests_cuda_copy_pages_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS)
 # tests/gpu/device-check.sh can run a build carried to another machine.
 check_PROGRAMS += tests/cuda_attention
 TESTS += tests/cuda_attention
-tests_cuda_attention_SOURCES = tests/cuda_attention.c
+tests_cuda_attention_SOURCES = tests/cuda_attention.c tests/cuda_run.c tests/cuda_run.h
 tests_cuda_attention_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 # cuBLAS's headers test __cplusplus unguarded, which -Wundef reports.
 tests_cuda_attention_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -Wno-undef
@@ -88,7 +88,7 @@ else
 # Without Check, `make check` runs one script that says what is missing.
 TESTS += tests/need-check.sh
 endif
-EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c
+EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h
 # Golden vectors of the vLLM-compatible prefix keys and their generator
 # (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).
 EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt
