@@ -20,6 +20,7 @@
 
 #include "kvpool_kernels.h"
 #include "kernels/kv_dtype.h"
+#include "tests/kv_elem.h"
 #include "suites.h"
 
 #define SENTINEL	0xa5
@@ -274,26 +275,6 @@ static float kv_uniform(void)
 static size_t dtype_bytes(uint32_t dtype)
 {
 	return dtype == KVP_DTYPE_F32 ? 4 : 2;
-}
-
-/* Element i of an array of dtype, stored rounded, read exactly. */
-static void elem_set(void *base, size_t i, uint32_t dtype, float v)
-{
-	if (dtype == KVP_DTYPE_F32)
-		((float *)base)[i] = v;
-	else if (dtype == KVP_DTYPE_F16)
-		((uint16_t *)base)[i] = kv_f32_to_f16(v);
-	else
-		((uint16_t *)base)[i] = kv_f32_to_bf16(v);
-}
-
-static double elem_get(const void *base, size_t i, uint32_t dtype)
-{
-	if (dtype == KVP_DTYPE_F32)
-		return ((const float *)base)[i];
-	if (dtype == KVP_DTYPE_F16)
-		return kv_f16_to_f32(((const uint16_t *)base)[i]);
-	return kv_bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
 /* Element index of (layer, kv, head, token, d) in a page, from strides. */

@@ -36,6 +36,7 @@
 #include "kvpool_kernels.h"
 #include "tests/cuda_run.h"
 #include "kernels/kv_dtype.h"
+#include "tests/kv_elem.h"
 
 #define LAYERS		2
 #define LAYER		1	/* the layer written and read */
@@ -89,25 +90,6 @@ static uint64_t rng_next(void)
 static float rng_uniform(void)
 {
 	return (float)((double)(rng_next() >> 11) * 0x1.0p-52 - 1.0);
-}
-
-static void elem_set(void *base, size_t i, uint32_t dtype, float v)
-{
-	if (dtype == KVP_DTYPE_F32)
-		((float *)base)[i] = v;
-	else if (dtype == KVP_DTYPE_F16)
-		((uint16_t *)base)[i] = kv_f32_to_f16(v);
-	else
-		((uint16_t *)base)[i] = kv_f32_to_bf16(v);
-}
-
-static float elem_get(const void *base, size_t i, uint32_t dtype)
-{
-	if (dtype == KVP_DTYPE_F32)
-		return ((const float *)base)[i];
-	if (dtype == KVP_DTYPE_F16)
-		return kv_f16_to_f32(((const uint16_t *)base)[i]);
-	return kv_bf16_to_f32(((const uint16_t *)base)[i]);
 }
 
 /*
@@ -415,7 +397,7 @@ static void cublas_reference(const struct fixture *f, uint32_t b, float *want)
 		ck_assert_ptr_nonnull(h_f[kv]);
 		CUDA_OK(cudaMemcpy(h_c, d_c, n * f->esize, cudaMemcpyDeviceToHost));
 		for (i = 0; i < n; i++)
-			h_f[kv][i] = elem_get(h_c, i, f->c->dtype);
+			h_f[kv][i] = (float)elem_get(h_c, i, f->c->dtype);
 		CUDA_OK(cudaMalloc((void **)&d_f[kv], n * sizeof(float)));
 		CUDA_OK(cudaMemcpy(d_f[kv], h_f[kv], n * sizeof(float),
 				   cudaMemcpyHostToDevice));
@@ -423,7 +405,7 @@ static void cublas_reference(const struct fixture *f, uint32_t b, float *want)
 	}
 	/* q rows of sequence b, [kv_heads][group][d] */
 	for (i = 0; i < f->s.q_heads * d; i++)
-		h_qf[i] = elem_get(f->h_q, (size_t)b * f->s.q_heads * d + i,
+		h_qf[i] = (float)elem_get(f->h_q, (size_t)b * f->s.q_heads * d + i,
 				   f->c->dtype);
 	CUDA_OK(cudaMalloc((void **)&d_qf, (size_t)f->s.q_heads * d * sizeof(float)));
 	CUDA_OK(cudaMalloc((void **)&d_s, sn * sizeof(float)));

@@ -23,7 +23,7 @@ TESTS += tests/check_unit tests/check_daemon tests/check_core \
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
 	tests/check_hset.c tests/check_pool.c tests/check_prefix.c \
-	tests/check_keys.c
+	tests/check_keys.c tests/kv_elem.h
 tests_check_unit_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DKVP_GOLDEN_DIR='"$(abs_top_srcdir)/tests/golden"'
 tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(XXHASH_CFLAGS)
@@ -68,7 +68,8 @@ tests_cuda_copy_pages_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS)
 # tests/gpu/device-check.sh can run a build carried to another machine.
 check_PROGRAMS += tests/cuda_attention
 TESTS += tests/cuda_attention
-tests_cuda_attention_SOURCES = tests/cuda_attention.c tests/cuda_run.c tests/cuda_run.h
+tests_cuda_attention_SOURCES = tests/cuda_attention.c tests/cuda_run.c tests/cuda_run.h \
+	tests/kv_elem.h
 tests_cuda_attention_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 # cuBLAS's headers test __cplusplus unguarded, which -Wundef reports.
 tests_cuda_attention_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -Wno-undef
