@@ -128,6 +128,14 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	}
 	if (!ns->rate_armed && !ss.writing && !spill_get_writing(ns->tier))
 		return false;	/* nothing would wake it: evict as usual */
+	requests_defer(c, req);
+	return true;
+}
+
+void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	struct ns *ns = c->ns;
+
 	c->wait_req = *req;
 	c->wait_next = NULL;
 	if (ns->wait_tail)
@@ -137,7 +145,6 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	ns->wait_tail = c;
 	c->deferred = true;
 	conn_hold(c);
-	return true;
 }
 
 void requests_retry(struct ns *n)

@@ -24,6 +24,11 @@ bool requests_room_for_leases(struct conn *c, const struct kvp_wire_hdr *req, ui
 bool requests_held_list(struct conn *c, const struct kvp_wire_hdr *req,
 			const void *handles, uint32_t n);
 
+/* requests_defer() - queue c's request req on its namespace: it runs again
+ * from the start when a tier write ends or the --spill-rate timer fires.
+ * Only for a wait that one of those is sure to end. */
+void requests_defer(struct conn *c, const struct kvp_wire_hdr *req);
+
 /* requests_tier_wait() - back-pressure of the NVMe tier: true when c's
  * request was queued to be served again once the tier can take the
  * evictions that n pages need. */

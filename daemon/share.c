@@ -164,22 +164,29 @@ static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 /*
  * plan_hits() - how many leading keys can be served: in the pool, or in
  * the tier and readable now (not being written, a staging buffer free).
- * *restores counts the second kind.
+ * *restores counts the second kind; *writing is set when the plan stops
+ * at a block whose spill write is still in flight.
  */
 static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
-			  uint32_t *restores)
+			  uint32_t *restores, bool *writing)
 {
 	uint32_t i, e, bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
 
 	*restores = 0;
+	*writing = false;
 	for (i = 0; i < nkeys; i++) {
 		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
 		if (e == PREFIX_NIL)
 			break;
 		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
 			continue;
-		if (prefix_where(n->idx, e) != PREFIX_SPILLED ||
-		    spill_busy(n->tier, prefix_slot(n->idx, e)) || *restores >= bufs)
+		if (prefix_where(n->idx, e) != PREFIX_SPILLED)
+			break;
+		if (spill_busy(n->tier, prefix_slot(n->idx, e))) {
+			*writing = true;
+			break;
+		}
+		if (*restores >= bufs)
 			break;
 		(*restores)++;
 	}
@@ -297,6 +304,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	uint32_t *tail, hits, planned, restores, pe;
 	uint64_t *pages, partial_page = 0;
 	struct ns *n;
+	bool writing;
 	int err;
 
 	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw) < 0) {
@@ -315,7 +323,13 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	/* Find first, lease after: a refusal must change nothing. */
-	hits = plan_hits(n, keys, a.nkeys, &restores);
+	hits = plan_hits(n, keys, a.nkeys, &restores, &writing);
+	if (writing) {
+		/* a block of the chain is on its way to the tier: wait for the
+		 * write (which wakes the queue) rather than answer a miss */
+		requests_defer(c, req);
+		return;
+	}
 	tail = malloc(n->block_tokens * sizeof(*tail));
 	pages = calloc(hits + 1, sizeof(*pages));
 	if (!tail || !pages) {
