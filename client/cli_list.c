@@ -209,7 +209,7 @@ static const char pages_help[] =
 	"(published pages), leases, clients holding it, the first of them, the\n"
 	"key's first 8 bytes and the time since it was last used.\n"
 	"  -n, --ns=NAME       only this namespace\n"
-	"  -S, --state=STATE   private, shared, cached, inflight or spilled\n"
+	"  -S, --state=STATE   private, shared, cached, inflight, host or spilled\n"
 	"  -c, --client=ID     only pages this client holds (kvpool clients)\n"
 	"  -l, --limit=K       at most K rows (default 4096)\n";
 
@@ -245,7 +245,7 @@ int cmd_pages(struct cli *cli, int argc, char **argv)
 			f.state = cli_state_parse(optarg);
 			if (!f.state)
 				return cli_usage_error(argv[0], "--state: '%s' is not private, "
-						       "shared, cached, inflight or spilled", optarg);
+						       "shared, cached, inflight, host or spilled", optarg);
 			break;
 		case 'c':
 			if (!cli_parse_u64(optarg, &f.client) || !f.client)

@@ -7,7 +7,8 @@
  * Daemon-wide figures are kvpool_<name>; a namespace's are
  * kvpool_namespace_<name>{namespace="..."}, so that summing the latter
  * never counts the former twice. Pages carry state="..." and
- * tier="pool" or "nvme" (spilled); the NVMe tier's figures tier="nvme".
+ * tier="pool", "host" or "nvme" (spilled); the tiers' figures come once
+ * with tier="host" and once with tier="nvme".
  * The families are described by tables of field offsets below: adding a
  * STATS field is one line.
  */
@@ -26,7 +27,7 @@ struct family {
 	size_t off;		/* of a uint64_t or uint32_t field */
 	unsigned width;		/* 8 or 4 bytes */
 	double scale;		/* 0: the integer as is; else value x scale */
-	bool tier;		/* labelled tier="nvme" */
+	bool tier;		/* of the nvme record; the host one follows it */
 };
 
 #define U64(s, f) offsetof(s, f), 8
@@ -129,6 +130,8 @@ static const struct state_field states[] = {
 	{ "inflight", "pool", offsetof(ST, pages_inflight), offsetof(NS, pages_inflight) },
 	{ "spilled", "nvme", offsetof(ST, pages_spilled), offsetof(NS, pages_spilled) },
 };
+/* (pages_spilled counts both tiers: the "nvme" line is that less host.used,
+ * and a "host" line follows with host.used.) */
 
 /* label() - a label value, escaped as the exposition format wants. */
 static void label(const char *s)
@@ -148,17 +151,26 @@ static void head(const char *prefix, const char *name, const char *type, const c
 	printf("# HELP %s%s %s\n# TYPE %s%s %s\n", prefix, name, help, prefix, name, type);
 }
 
-/* value() - a family's field of the struct at base. */
-static void value(const void *base, const struct family *f)
+/* The host tier's record right after the NVMe tier's, in both structs. */
+#define HOST_DELTA sizeof(struct kvp_wire_tier_stats)
+_Static_assert(offsetof(ST, host) == offsetof(ST, nvme) + HOST_DELTA, "host follows nvme");
+_Static_assert(offsetof(NS, host) == offsetof(NS, nvme) + HOST_DELTA, "host follows nvme");
+
+static const char *const tiers[] = { "nvme", "host" };
+
+/* value() - a family's field of the struct at base (for a tier family,
+ * of tier t: 0 nvme, 1 host). */
+static void value(const void *base, const struct family *f, int t)
 {
+	size_t off = f->off + (t ? HOST_DELTA : 0);
 	uint64_t v;
 	uint32_t w;
 
 	if (f->width == 4) {
-		memcpy(&w, (const char *)base + f->off, sizeof(w));
+		memcpy(&w, (const char *)base + off, sizeof(w));
 		v = w;
 	} else {
-		memcpy(&v, (const char *)base + f->off, sizeof(v));
+		memcpy(&v, (const char *)base + off, sizeof(v));
 	}
 	if (f->scale)
 		printf(" %.6f\n", (double)v * f->scale);
@@ -174,12 +186,23 @@ static uint64_t field64(const void *base, size_t off)
 	return v;
 }
 
+/* page_count() - a page count by state; the spilled one without the
+ * host tier's pages (they have a line of their own). */
+static uint64_t page_count(const void *base, size_t off, size_t spilled_off,
+			   uint64_t host_used)
+{
+	uint64_t v = field64(base, off);
+
+	return off == spilled_off && v >= host_used ? v - host_used : v;
+}
+
 static void daemon_metrics(const kvp_stats_t *st, bool ok)
 {
 	static const char *const kinds[] = { "nospc", "stale", "limit", "inval", "mismatch" };
 	const uint64_t errs[] = { st->errors_nospc, st->errors_stale, st->errors_limit,
 				  st->errors_inval, st->errors_mismatch };
 	size_t i;
+	int t;
 
 	head("kvpool_", "info", "gauge", "The daemon's version and backend (always 1).");
 	printf("kvpool_info{version=\"");
@@ -190,8 +213,13 @@ static void daemon_metrics(const kvp_stats_t *st, bool ok)
 		const struct family *f = &daemon_families[i];
 
 		head("kvpool_", f->name, f->type, f->help);
-		printf("kvpool_%s%s", f->name, f->tier ? "{tier=\"nvme\"}" : "");
-		value(st, f);
+		for (t = 0; t < (f->tier ? 2 : 1); t++) {
+			if (f->tier)
+				printf("kvpool_%s{tier=\"%s\"}", f->name, tiers[t]);
+			else
+				printf("kvpool_%s", f->name);
+			value(st, f, t);
+		}
 	}
 	head("kvpool_", "request_errors_total", "counter",
 	     "Requests refused, by kind (inval counts INVAL, STATE, NOENT and PERM).");
@@ -201,7 +229,9 @@ static void daemon_metrics(const kvp_stats_t *st, bool ok)
 	head("kvpool_", "pages", "gauge", "Pages by state and tier.");
 	for (i = 0; i < sizeof(states) / sizeof(states[0]); i++)
 		printf("kvpool_pages{state=\"%s\",tier=\"%s\"} %" PRIu64 "\n", states[i].state,
-		       states[i].tier, field64(st, states[i].st_off));
+		       states[i].tier, page_count(st, states[i].st_off,
+						  offsetof(ST, pages_spilled), st->host.used));
+	printf("kvpool_pages{state=\"spilled\",tier=\"host\"} %" PRIu64 "\n", st->host.used);
 	head("kvpool_", "conservation_ok", "gauge",
 	     "1 when the page counts add up and the daemon's recount agrees.");
 	printf("kvpool_conservation_ok %d\n", ok ? 1 : 0);
@@ -210,7 +240,7 @@ static void daemon_metrics(const kvp_stats_t *st, bool ok)
 static void ns_metrics(const kvp_ns_stats_t *ns, int nns)
 {
 	size_t i;
-	int k;
+	int k, t;
 
 	if (nns == 0)
 		return;
@@ -231,10 +261,14 @@ static void ns_metrics(const kvp_ns_stats_t *ns, int nns)
 
 		head("kvpool_namespace_", f->name, f->type, f->help);
 		for (k = 0; k < nns; k++) {
-			printf("kvpool_namespace_%s{namespace=\"", f->name);
-			label(ns[k].name);
-			printf("\"%s}", f->tier ? ",tier=\"nvme\"" : "");
-			value(&ns[k], f);
+			for (t = 0; t < (f->tier ? 2 : 1); t++) {
+				printf("kvpool_namespace_%s{namespace=\"", f->name);
+				label(ns[k].name);
+				if (f->tier)
+					printf("\",tier=\"%s", tiers[t]);
+				printf("\"}");
+				value(&ns[k], f, t);
+			}
 		}
 	}
 	head("kvpool_namespace_", "pages", "gauge", "A namespace's pages by state and tier.");
@@ -243,8 +277,15 @@ static void ns_metrics(const kvp_ns_stats_t *ns, int nns)
 			printf("kvpool_namespace_pages{namespace=\"");
 			label(ns[k].name);
 			printf("\",state=\"%s\",tier=\"%s\"} %" PRIu64 "\n", states[i].state,
-			       states[i].tier, field64(&ns[k], states[i].ns_off));
+			       states[i].tier, page_count(&ns[k], states[i].ns_off,
+							  offsetof(NS, pages_spilled),
+							  ns[k].host.used));
 		}
+	}
+	for (k = 0; k < nns; k++) {
+		printf("kvpool_namespace_pages{namespace=\"");
+		label(ns[k].name);
+		printf("\",state=\"spilled\",tier=\"host\"} %" PRIu64 "\n", ns[k].host.used);
 	}
 }
 
@@ -258,7 +299,7 @@ int cmd_metrics(struct cli *cli, int argc, char **argv)
 	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] metrics\n"
 			 "Everything STATS reports, in the Prometheus text exposition\n"
 			 "format: kvpool_* for the daemon, kvpool_namespace_*{namespace=...}\n"
-			 "per namespace; pages by state=... and tier=\"pool\"|\"nvme\".\n");
+			 "per namespace; pages by state=... and tier=\"pool\"|\"host\"|\"nvme\".\n");
 	if (rc >= 0)
 		return rc;
 	nns = cli_snapshot(cli, "metrics", &st, &ns);

@@ -77,17 +77,23 @@ static void print_tier_json(const struct kvp_wire_tier_stats *t)
 	       t->restore_us_max, t->writing);
 }
 
-/* print_tier() - the NVMe tier in one line, if there is one. */
-static void print_tier(const char *label, const struct kvp_wire_tier_stats *t)
+/* print_tier() - a tier in one line, if there is one (the host tier has
+ * no checksums and nothing in flight). */
+static void print_tier(const char *label, const struct kvp_wire_tier_stats *t, bool host)
 {
 	if (!t->slots)
 		return;
 	printf("%-13s %" PRIu64 " of %" PRIu64 " slots used, %" PRIu64 " spilled, %"
-	       PRIu64 " restored (mean %" PRIu64 " us, max %" PRIu64 " us), %" PRIu64
-	       " checksum failures, %" PRIu64 " I/O errors, %" PRIu64 " dropped, %"
-	       PRIu64 " writes in flight\n", label, t->used, t->slots, t->spills,
-	       t->restores, t->restore_us_mean, t->restore_us_max, t->checksum_failures,
-	       t->io_errors, t->dropped, t->writing);
+	       PRIu64 " restored (mean %" PRIu64 " us, max %" PRIu64 " us), ", label,
+	       t->used, t->slots, t->spills, t->restores, t->restore_us_mean,
+	       t->restore_us_max);
+	if (host)
+		printf("%" PRIu64 " copy errors, %" PRIu64 " dropped\n", t->io_errors,
+		       t->dropped);
+	else
+		printf("%" PRIu64 " checksum failures, %" PRIu64 " I/O errors, %" PRIu64
+		       " dropped, %" PRIu64 " writes in flight\n", t->checksum_failures,
+		       t->io_errors, t->dropped, t->writing);
 }
 
 /* print_ns_json() - one namespace record as a JSON object. */
@@ -118,6 +124,8 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	print_prefix_json(&n->prefix);
 	printf(",\"nvme\":");
 	print_tier_json(&n->nvme);
+	printf(",\"host\":");
+	print_tier_json(&n->host);
 	printf("}");
 }
 
@@ -150,6 +158,8 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	print_prefix_json(&st->prefix);
 	printf(",\"nvme\":");
 	print_tier_json(&st->nvme);
+	printf(",\"host\":");
+	print_tier_json(&st->host);
 	printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
 	for (i = 0; i < nns; i++) {
 		if (i)
@@ -184,7 +194,8 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	       st->errors_mismatch, st->protocol_errors);
 	print_counts("pages", &pc);
 	print_prefix("sharing", &st->prefix);
-	print_tier("nvme tier", &st->nvme);
+	print_tier("host tier", &st->host, true);
+	print_tier("nvme tier", &st->nvme, false);
 	printf("conservation  %s (free + private + shared + cached + spilled + "
 	       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
 	for (i = 0; i < nns; i++) {
@@ -198,7 +209,8 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		       cli_scheme_name(ns[i].key_scheme), ns[i].clients);
 		print_counts("  pages", &nc);
 		print_prefix("  sharing", &ns[i].prefix);
-		print_tier("  nvme tier", &ns[i].nvme);
+		print_tier("  host tier", &ns[i].host, true);
+		print_tier("  nvme tier", &ns[i].nvme, false);
 	}
 }
 
@@ -278,7 +290,12 @@ static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, in
 						 n->prefix.hits + n->prefix.misses));
 		table_add(t, "%" PRIu64 "/%" PRIu32, n->prefix.pinned, n->pinned_quota);
 		table_add(t, "%s", cli_scheme_name(n->key_scheme));
-		if (n->nvme.slots)
+		if (n->host.slots && n->nvme.slots)
+			table_add(t, "host %" PRIu64 "/%" PRIu64 " nvme %" PRIu64 "/%" PRIu64,
+				  n->host.used, n->host.slots, n->nvme.used, n->nvme.slots);
+		else if (n->host.slots)
+			table_add(t, "host %" PRIu64 "/%" PRIu64, n->host.used, n->host.slots);
+		else if (n->nvme.slots)
 			table_add(t, "nvme %" PRIu64 "/%" PRIu64, n->nvme.used, n->nvme.slots);
 		else
 			table_add(t, "-");

@@ -139,6 +139,11 @@ static void frame_text(const struct cli *cli, const struct snap *s, const struct
 	       rate(st->prefix.hits, p->prefix.hits, dt),
 	       rate(st->prefix.misses, p->prefix.misses, dt),
 	       rate(st->prefix.evictions, p->prefix.evictions, dt));
+	if (st->host.slots)
+		printf("host      %" PRIu64 " of %" PRIu64 " slots, %.1f spills/s, %.1f "
+		       "restores/s\n", st->host.used, st->host.slots,
+		       rate(st->host.spills, p->host.spills, dt),
+		       rate(st->host.restores, p->host.restores, dt));
 	if (st->nvme.slots)
 		printf("nvme      %" PRIu64 " of %" PRIu64 " slots, %.1f spills/s, %.1f "
 		       "restores/s, %" PRIu64 " writes in flight\n", st->nvme.used,

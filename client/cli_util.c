@@ -306,24 +306,24 @@ const char *cli_scheme_name(uint32_t k)
 static const char *const state_names[] = {
 	[KVP_PAGE_PRIVATE] = "private", [KVP_PAGE_SHARED] = "shared",
 	[KVP_PAGE_CACHED] = "cached", [KVP_PAGE_INFLIGHT] = "inflight",
-	[KVP_PAGE_SPILLED] = "spilled",
+	[KVP_PAGE_SPILLED] = "spilled", [KVP_PAGE_HOST] = "host",
 };
 
 const char *cli_state_name(uint32_t s)
 {
-	return s >= 1 && s <= KVP_PAGE_SPILLED ? state_names[s] : "?";
+	return s >= 1 && s <= KVP_PAGE_HOST ? state_names[s] : "?";
 }
 
 const char *cli_tier_name(uint32_t s)
 {
-	return s == KVP_PAGE_SPILLED ? "nvme" : "pool";
+	return s == KVP_PAGE_SPILLED ? "nvme" : s == KVP_PAGE_HOST ? "host" : "pool";
 }
 
 uint32_t cli_state_parse(const char *name)
 {
 	uint32_t s;
 
-	for (s = 1; s <= KVP_PAGE_SPILLED; s++)
+	for (s = 1; s <= KVP_PAGE_HOST; s++)
 		if (strcmp(name, state_names[s]) == 0)
 			return s;
 	return 0;

@@ -122,7 +122,7 @@ static uint32_t wire_state(int state)
 	return 0;
 }
 
-/* page_record() - describe page h (0: spilled entry e) of n. */
+/* page_record() - describe page h (0: entry e in a tier) of n. */
 static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
 			struct kvp_wire_page *r)
 {
@@ -132,7 +132,8 @@ static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
 	memset(r, 0, sizeof(*r));
 	r->handle = h;
 	r->ns_id = n->id;
-	r->state = h ? wire_state(st) : KVP_PAGE_SPILLED;
+	r->state = h ? wire_state(st) : prefix_where(n->idx, e) == PREFIX_HOST ?
+					KVP_PAGE_HOST : KVP_PAGE_SPILLED;
 	r->refs = h ? pool_refs(s->pool, h) : 0;
 	for (o = s->conns; h && o; o = o->next) {
 		if (o->ns != n || !hset_count(&o->leases, h))
@@ -174,9 +175,9 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 	only = ns_arg(c, req, f.ns, &bad);
 	if (bad)
 		return;
-	if (f.state > KVP_PAGE_SPILLED) {
+	if (f.state > KVP_PAGE_HOST) {
 		conn_error(c, req, KVP_S_INVAL, "LIST_PAGES: state %u is not 0..%u", f.state,
-			   KVP_PAGE_SPILLED);
+			   KVP_PAGE_HOST);
 		return;
 	}
 	for (o = s->conns; f.client && o; o = o->next)
@@ -210,12 +211,15 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 			if (cnt.count < max)
 				r[cnt.count++] = rec;
 		}
-		if (holder || (f.state && f.state != KVP_PAGE_SPILLED))
+		if (holder || (f.state && f.state < KVP_PAGE_SPILLED))
 			continue;
 		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
-			if (prefix_where(n->idx, e) != PREFIX_SPILLED)
+			if (prefix_where(n->idx, e) != PREFIX_SPILLED &&
+			    prefix_where(n->idx, e) != PREFIX_HOST)
 				continue;
 			page_record(s, n, 0, e, &rec);
+			if (f.state && rec.state != f.state)
+				continue;
 			cnt.total++;
 			if (cnt.count < max)
 				r[cnt.count++] = rec;
@@ -273,6 +277,7 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 			rec.hits = prefix_hits(n->idx, e);
 			rec.bytes = (uint64_t)rec.depth * n->page_bytes;
 			rec.state = where == PREFIX_SPILLED ? KVP_PAGE_SPILLED :
+				    where == PREFIX_HOST ? KVP_PAGE_HOST :
 				    wire_state(pool_state(s->pool, prefix_page(n->idx, e)));
 			rec.refs = where == PREFIX_IN_POOL ?
 				   pool_refs(s->pool, prefix_page(n->idx, e)) : 0;

@@ -46,6 +46,12 @@ struct backend_ops {
 	 * they return. Return 0 or -errno. */
 	int (*to_host)(struct backend *be, void *host, const void *page, size_t bytes);
 	int (*from_host)(struct backend *be, void *page, const void *host, size_t bytes);
+	/* host_alloc() / host_free() - bytes of host memory for the host
+	 * tier, made for fast to_host()/from_host() copies (cuda: pinned).
+	 * host_alloc() returns 0 and *out, or -errno with err filled. */
+	int (*host_alloc)(struct backend *be, size_t bytes, void **out,
+			  char *err, size_t errlen);
+	void (*host_free)(struct backend *be, void *mem, size_t bytes);
 	/* fini() - release the backend itself. */
 	void (*fini)(struct backend *be);
 };

@@ -3,8 +3,9 @@
  * backend_cuda.c - slabs in GPU memory: one cudaMalloc each on the
  * configured device, exported to clients with one cudaIpcGetMemHandle
  * (a slab belongs to one namespace, so a handle never exposes another
- * namespace's pages). The daemon's own copies (copy-on-write, staging for
- * the NVMe tier) are cudaMemcpy calls on its device.
+ * namespace's pages). The daemon's own copies (copy-on-write, the host
+ * tier, staging for the NVMe tier) are cudaMemcpy calls on its device;
+ * the host tier is pinned memory from cudaHostAlloc.
  *
  * Built only when configure found CUDA; backend_cuda_stub.c stands in
  * otherwise.
@@ -105,6 +106,30 @@ static int cuda_from_host(struct backend *be, void *page, const void *host, size
 	return cuda_copy(be, page, host, bytes, cudaMemcpyHostToDevice);
 }
 
+/* cuda_host_alloc() - the host tier is pinned memory: page copies to and
+ * from the device run at PCIe speed without a bounce buffer. */
+static int cuda_host_alloc(struct backend *be, size_t bytes, void **out, char *err,
+			   size_t errlen)
+{
+	struct cuda_priv *cp = be->priv;
+	cudaError_t e = cudaSetDevice(cp->device);
+
+	if (e == cudaSuccess)
+		e = cudaHostAlloc(out, bytes, cudaHostAllocDefault);
+	if (e != cudaSuccess)
+		return cuda_err(err, errlen, e, "cudaHostAlloc of %zu bytes of pinned host "
+				"memory for the host tier (lower --host-tier-size)", bytes);
+	return 0;
+}
+
+static void cuda_host_free(struct backend *be, void *mem, size_t bytes)
+{
+	(void)be;
+	(void)bytes;
+	if (mem)
+		cudaFreeHost(mem);
+}
+
 static void cuda_fini(struct backend *be)
 {
 	be->ops = NULL;
@@ -119,6 +144,8 @@ static const struct backend_ops cuda_ops = {
 	.page_copy = cuda_page_copy,
 	.to_host = cuda_to_host,
 	.from_host = cuda_from_host,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
 	.fini = cuda_fini,
 };
 

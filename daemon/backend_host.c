@@ -189,6 +189,34 @@ static int host_to_host(struct backend *be, void *dst, const void *src, size_t b
 	return 0;
 }
 
+/* host_mem_alloc() - the host tier of the host backend is private
+ * anonymous memory: clients never map it, and it is committed as pages
+ * arrive (the pool itself stays the only shared memory). */
+static int host_mem_alloc(struct backend *be, size_t bytes, void **out, char *err,
+			  size_t errlen)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	(void)be;
+	if (p == MAP_FAILED) {
+		int e = errno;
+
+		host_err(err, errlen, "mapping %zu bytes for the host tier: %s; lower "
+			 "--host-tier-size", bytes, strerror(e));
+		return -e;
+	}
+	*out = p;
+	return 0;
+}
+
+static void host_mem_free(struct backend *be, void *mem, size_t bytes)
+{
+	(void)be;
+	if (mem)
+		munmap(mem, bytes);
+}
+
 static const struct backend_ops host_ops = {
 	.name = "host",
 	.kind = KVP_BACKEND_HOST,
@@ -197,6 +225,8 @@ static const struct backend_ops host_ops = {
 	.page_copy = host_page_copy,
 	.to_host = host_to_host,
 	.from_host = host_to_host,
+	.host_alloc = host_mem_alloc,
+	.host_free = host_mem_free,
 	.fini = host_fini,
 };
 

@@ -86,11 +86,12 @@ static bool tier_drop(struct ns *n)
 }
 
 /*
- * spill_entry() - write the victim e's page to the tier; the page is free
- * as soon as its bytes are in a staging buffer. Returns 0, or -errno when
- * the page could not be spilled (the caller drops it).
+ * spill_entry() - write e's bytes at src (its pool page, or its host tier
+ * slot when host_src) to the NVMe tier; src is free to reuse as soon as
+ * the bytes are in a staging buffer. Returns 0, or -errno when they could
+ * not be spilled (-EAGAIN: --spill-rate says not now).
  */
-static int spill_entry(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
+static int spill_entry(struct ns *n, uint32_t e, const void *src, bool host_src)
 {
 	struct spill_meta m;
 	uint32_t parent = prefix_parent(n->idx, e);
@@ -105,7 +106,7 @@ static int spill_entry(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
 	m.tokens = prefix_token_ids(n->idx, e);
 	if (!spill_free_slots(n->tier))
 		tier_drop(n);
-	slot = spill_write(n->tier, pool_page_addr(p, page), &m, spilled_done, n);
+	slot = spill_write(n->tier, src, host_src, &m, spilled_done, n);
 	if (slot < 0)
 		return slot;
 	prefix_spilling(n->idx, e, (uint32_t)slot);
@@ -114,26 +115,78 @@ static int spill_entry(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
 	return 0;
 }
 
-/* lease_evict_one() - move one candidate out of the pool: into the tier
- * when there is one, else out of the index. False when there is none. */
+/*
+ * host_make_slot() - free a host tier slot: its oldest leaf moves down to
+ * the NVMe tier, or is dropped when there is none or the write cannot be
+ * made. Returns 0, -EAGAIN (--spill-rate: try later, nothing moved) or
+ * -ENOSPC (every page in the host tier is someone's parent or about to be
+ * read back).
+ */
+static int host_make_slot(struct ns *n)
+{
+	uint32_t e = prefix_host_victim(n->idx), slot;
+	int rc = -ENOSPC;
+
+	if (e == PREFIX_NIL)
+		return -ENOSPC;
+	slot = prefix_slot(n->idx, e);
+	if (n->tier)
+		rc = spill_entry(n, e, hosttier_addr(n->host, slot), true);
+	if (rc == -EAGAIN)
+		return rc;
+	if (rc < 0) {
+		prefix_remove(n->idx, e);
+		hosttier_dropped(n->host);
+	}
+	hosttier_free(n->host, slot);
+	return 0;
+}
+
+/*
+ * host_take() - copy the victim e's page into the host tier, making a
+ * slot when it is full. Returns 0, -EAGAIN (a slot needs a spill write
+ * that --spill-rate holds back) or -ENOSPC / -EIO (the page did not go
+ * to the host tier).
+ */
+static int host_take(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
+{
+	int slot, rc;
+
+	if (!hosttier_free_slots(n->host)) {
+		rc = host_make_slot(n);
+		if (rc < 0)
+			return rc;
+	}
+	slot = hosttier_put(n->host, pool_page_addr(p, page));
+	if (slot < 0)
+		return slot;
+	prefix_hosted(n->idx, e, (uint32_t)slot);
+	return 0;
+}
+
+/* lease_evict_one() - move one candidate out of the pool: into the host
+ * tier, else the NVMe tier, else out of the index. False when there is
+ * none, or when --spill-rate holds it back. */
 bool lease_evict_one(struct pool *p, struct ns *n)
 {
 	uint32_t e = prefix_victim(n->idx);
 	uint64_t page;
+	int rc = -ENOSPC;
 
 	if (e == PREFIX_NIL)
 		return false;
 	page = prefix_page(n->idx, e);
-	if (n->tier) {
-		int rc = spill_entry(p, n, e, page);
-
-		if (rc == -EAGAIN) {	/* --spill-rate: not now, keep it */
-			prefix_cached(n->idx, e);
-			return false;
-		}
-		if (rc < 0)
-			prefix_remove(n->idx, e);
-	} else {
+	if (n->host)
+		rc = host_take(p, n, e, page);
+	if (rc == -ENOSPC && n->tier)	/* no host tier, or it cannot take it */
+		rc = spill_entry(n, e, pool_page_addr(p, page), false);
+	if (rc == -EAGAIN) {	/* --spill-rate: not now, keep it */
+		prefix_cached(n->idx, e);
+		return false;
+	}
+	if (rc < 0) {
+		if (n->host && !n->tier)
+			hosttier_dropped(n->host);
 		prefix_remove(n->idx, e);
 	}
 	pool_evict(p, page);

@@ -45,9 +45,11 @@ uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n);
 
 /*
  * lease_make_room() - evict cached pages of n, leaves and low priorities
- * first, until the pool can hand out want pages of n: to n's NVMe tier
- * when it has one (the tier's oldest leaf makes way when it is full),
- * else out of the index. Returns true when it can.
+ * first, until the pool can hand out want pages of n: to n's host tier
+ * when it has one (its oldest leaf moves down to the NVMe tier, or is
+ * dropped, when it is full), else to n's NVMe tier when it has one (the
+ * tier's oldest leaf makes way when it is full), else out of the index.
+ * Returns true when it can.
  */
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
 
@@ -55,7 +57,7 @@ bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
  * staging buffer is free again (requests that wait for one retry). */
 extern void (*lease_room_hook)(struct ns *n);
 
-/* lease_evict_one() - move one cached page of n out of the pool (to the
+/* lease_evict_one() - move one cached page of n out of the pool (to a
  * tier, or out of the index); false when n has none. */
 bool lease_evict_one(struct pool *p, struct ns *n);
 

@@ -13,7 +13,8 @@ daemon_libkvpoold_la_SOURCES = \
 	daemon/prefix.c daemon/prefix.h \
 	daemon/pool.c daemon/pool.h \
 	daemon/backend.h daemon/backend_host.c \
-	daemon/spill.c daemon/spill.h
+	daemon/spill.c daemon/spill.h \
+	daemon/hosttier.c daemon/hosttier.h
 daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) $(XXHASH_CFLAGS)
 daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS) $(XXHASH_LIBS)
 daemon_libkvpoold_la_CPPFLAGS = $(AM_CPPFLAGS)

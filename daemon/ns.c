@@ -195,6 +195,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 static void ns_free(struct ns *n)
 {
 	prefix_free(n->idx);
+	hosttier_close(n->host);
 	spill_close(n->tier);
 	free(n->slot_entry);
 	free(n);
@@ -272,6 +273,12 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->key_scheme = scheme;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
 	ns_root(n, k);
+	if (k->host_bytes) {
+		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0) {
+			ns_free(n);
+			return -KVP_S_INTERNAL;
+		}
+	}
 	if (k->spill_dir && k->spill_dir[0]) {
 		kept = ns_tier_open(n, k, err, errlen);
 		if (kept < 0) {

@@ -15,6 +15,7 @@
 
 #include "kvpool_wire.h"
 #include "daemon/pool.h"
+#include "daemon/hosttier.h"
 #include "daemon/prefix.h"
 #include "daemon/spill.h"
 
@@ -31,6 +32,7 @@ struct ns {
 	uint32_t key_scheme;	/* KVP_WIRE_KEYS_* */
 	uint8_t root[KVP_KEY_BYTES];	/* parent key of first blocks */
 	struct prefix *idx;	/* published pages by key */
+	struct hosttier *host;	/* host-memory tier, or NULL */
 	struct spill *tier;	/* NVMe tier, or NULL */
 	uint32_t *slot_entry;	/* tier slot -> index entry (PREFIX_NIL: none) */
 	bool from_disk;		/* made at start-up from a tier file; no
@@ -65,6 +67,7 @@ struct ns_config {
 	const char *seed;	/* root = H(seed) */
 	const char *salt;	/* "" or mixed into each namespace's root */
 	unsigned pinned_pct;	/* pinned quota, percent of the pool's pages */
+	uint64_t host_bytes;	/* host tier per namespace; 0: none */
 	const char *spill_dir;	/* "" : no tier */
 	uint64_t spill_bytes;
 	uint64_t spill_rate;	/* bytes/s, 0: no cap */

@@ -92,6 +92,9 @@ static const struct opt_def opt_table[] = {
 	  "PCT", "... until PCT % are free (default 2; at least --free-watermark)", NULL },
 	{ "spill-rate", 0, OPT_SIZE, OFF(spill_rate), 0, 0, 1ull << 40,
 	  "SIZE", "cap the tier's writes at SIZE bytes a second (default 0: no cap)", NULL },
+	{ "host-tier-size", 0, OPT_SIZE, OFF(host_tier_size), 0, 0, 1ull << 50,
+	  "SIZE", "host memory per namespace for cold pages, between the pool and "
+	  "the spill files (pinned with cuda; default 0: none)", NULL },
 	{ "spill-dir", 0, OPT_STRING, OFF(spill_dir), SZ(spill_dir), 0, 0,
 	  "DIR", "spill cold pages to a file per namespace in DIR (NVMe)", NULL },
 	{ "spill-size", 0, OPT_SIZE, OFF(spill_size), 0, 1u << 20, 1ull << 50,

@@ -44,6 +44,7 @@ struct options {
 	uint64_t spill_rate;		/* bytes/s of spill writes; 0: no cap */
 	char spill_dir[OPTIONS_PATH_MAX];	/* "" : no NVMe tier */
 	uint64_t spill_size;		/* bytes of tier file per namespace */
+	uint64_t host_tier_size;	/* bytes of host tier per namespace; 0: none */
 	bool spill_discard;		/* cold start: ignore what the files hold */
 	enum log_level log_level;
 	bool foreground;

@@ -24,6 +24,7 @@ struct entry {
 	uint32_t parent;		/* entry of the parent block, or NIL */
 	uint32_t children;		/* entries whose parent is this one */
 	uint32_t pool_children;		/* of them in the pool or on the way in */
+	uint32_t host_children;		/* of them in the host tier */
 	uint32_t hnext;			/* hash chain; free list when unused */
 	uint32_t prev, next;		/* candidate list of its class */
 	uint32_t *tokens;		/* partial: its token ids, owned */
@@ -51,7 +52,8 @@ struct prefix {
 	uint32_t nbuckets;		/* a power of two */
 	struct lru lru[PREFIX_CLASSES];
 	struct lru tier;		/* spilled entries, oldest first */
-	uint32_t spilled;		/* entries spilling or spilled */
+	struct lru host;		/* entries in the host tier, oldest first */
+	uint32_t spilled;		/* entries hosted, spilling or spilled */
 };
 
 static uint64_t now_ms(void)
@@ -293,6 +295,8 @@ static struct lru *list_of(struct prefix *x, uint32_t e)
 {
 	struct entry *en = &x->e[e];
 
+	if (en->where == PREFIX_HOST)
+		return &x->host;
 	return en->where == PREFIX_SPILLED ? &x->tier : &x->lru[en->prio];
 }
 
@@ -356,12 +360,15 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	}
 	list_del(x, e);
 	unhash(x, e);
-	if (en->where == PREFIX_SPILLING || en->where == PREFIX_SPILLED)
+	if (en->where == PREFIX_SPILLING || en->where == PREFIX_SPILLED ||
+	    en->where == PREFIX_HOST)
 		x->spilled--;
 	if (en->parent) {
 		x->e[en->parent].children--;
 		if (en->where == PREFIX_IN_POOL || en->where == PREFIX_RESTORING)
 			x->e[en->parent].pool_children--;
+		if (en->where == PREFIX_HOST)
+			x->e[en->parent].host_children--;
 	}
 	if (en->prio == PREFIX_PINNED)
 		x->pinned--;
@@ -399,17 +406,70 @@ uint32_t prefix_evict(struct prefix *x, uint64_t *page)
 	return e;
 }
 
+/* leave_upper() - e leaves the pool or the host tier: its parent counts
+ * one child less there. */
+static void leave_upper(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+
+	if (!en->parent)
+		return;
+	if (en->where == PREFIX_HOST)
+		x->e[en->parent].host_children--;
+	else if (en->where == PREFIX_IN_POOL || en->where == PREFIX_RESTORING)
+		x->e[en->parent].pool_children--;
+}
+
 void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot)
 {
 	struct entry *en = &x->e[e];
 
 	list_del(x, e);
-	if (en->parent)
-		x->e[en->parent].pool_children--;
+	leave_upper(x, e);
+	if (en->where != PREFIX_HOST)
+		x->spilled++;
 	en->where = PREFIX_SPILLING;
 	en->page = 0;
 	en->slot = slot;
+}
+
+void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot)
+{
+	struct entry *en = &x->e[e];
+
+	list_del(x, e);
+	leave_upper(x, e);
+	if (en->parent)
+		x->e[en->parent].host_children++;
+	en->where = PREFIX_HOST;
+	en->page = 0;
+	en->slot = slot;
 	x->spilled++;
+	list_add(x, &x->host, e);
+}
+
+uint32_t prefix_host_victim(struct prefix *x)
+{
+	uint32_t e;
+
+	for (e = x->host.head; e; e = x->e[e].next)
+		if (!x->e[e].pool_children && !x->e[e].host_children)
+			return e;
+	return PREFIX_NIL;
+}
+
+void prefix_hold(struct prefix *x, uint32_t e)
+{
+	if (x->e[e].where == PREFIX_HOST || x->e[e].where == PREFIX_SPILLED)
+		list_del(x, e);
+}
+
+void prefix_unhold(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+
+	if (!en->cached && (en->where == PREFIX_HOST || en->where == PREFIX_SPILLED))
+		list_add(x, list_of(x, e), e);
 }
 
 void prefix_spilled(struct prefix *x, uint32_t e)
@@ -423,8 +483,11 @@ void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page)
 	struct entry *en = &x->e[e];
 
 	list_del(x, e);
-	if (en->parent)
+	if (en->parent) {
+		if (en->where == PREFIX_HOST)
+			x->e[en->parent].host_children--;
 		x->e[en->parent].pool_children++;
+	}
 	en->where = PREFIX_RESTORING;
 	en->page = page;
 	x->spilled--;
@@ -480,6 +543,8 @@ void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent)
 	x->e[parent].children++;
 	if (en->where == PREFIX_IN_POOL || en->where == PREFIX_RESTORING)
 		x->e[parent].pool_children++;
+	if (en->where == PREFIX_HOST)
+		x->e[parent].host_children++;
 }
 
 uint32_t prefix_spilled_count(const struct prefix *x)

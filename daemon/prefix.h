@@ -33,6 +33,7 @@ enum prefix_where {
 	PREFIX_SPILLING = 1,	/* being written to its slot; no page */
 	PREFIX_SPILLED = 2,	/* in its slot only */
 	PREFIX_RESTORING = 3,	/* being read back into its page */
+	PREFIX_HOST = 4,	/* in its host tier slot only */
 };
 #define PREFIX_CLASSES 4u	/* priority classes 0 (evicted first) .. 3 (pinned) */
 #define PREFIX_PINNED 3u
@@ -110,6 +111,22 @@ void prefix_restored(struct prefix *x, uint32_t e);
  * stays indexed; the caller frees its slot and removes it). */
 uint32_t prefix_tier_victim(struct prefix *x);
 
+/* prefix_hosted() - e left its page for slot of the host tier (the
+ * newest of that tier's list). prefix_spilling() moves it on down to the
+ * NVMe tier, prefix_restoring() back into the pool. */
+void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot);
+
+/* prefix_host_victim() - the oldest entry of the host tier with no child
+ * in the pool or the host tier (it stays indexed and listed). */
+uint32_t prefix_host_victim(struct prefix *x);
+
+/* prefix_hold() / prefix_unhold() - keep a spilled or hosted e off its
+ * tier's list while a request is about to read it back, so that making
+ * room for the read does not move or drop it; then put it back (as the
+ * newest). */
+void prefix_hold(struct prefix *x, uint32_t e);
+void prefix_unhold(struct prefix *x, uint32_t e);
+
 /* An entry's location, slot, key (full block: its own; partial: its
  * parent's), token ids (partial), parent entry. */
 unsigned prefix_where(const struct prefix *x, uint32_t e);
@@ -136,7 +153,8 @@ uint32_t prefix_depth(const struct prefix *x, uint32_t e);
  * start), PREFIX_NIL at the end. O(entries) in all. */
 uint32_t prefix_next(const struct prefix *x, uint32_t e);
 
-/* prefix_spilled_count() - entries spilling or spilled. */
+/* prefix_spilled_count() - entries out of the pool: in the host tier,
+ * spilling or spilled. */
 uint32_t prefix_spilled_count(const struct prefix *x);
 
 /* prefix_remove() - drop e from the index at once (its page went away

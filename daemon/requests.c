@@ -91,12 +91,14 @@ static void rate_done(struct loop_op *op, int res)
 }
 
 /*
- * requests_tier_wait() - back-pressure: true when making room for n pages would
- * spill more pages than the tier can take now: staging buffers free while
- * writes are in flight, and what --spill-rate allows. Then it spills what
- * it can and queues c's request, served again from the start when a
- * write completes or the rate allows more, instead of dropping cached
- * pages it could keep.
+ * requests_tier_wait() - back-pressure: true when making room for n pages
+ * would spill more pages to the NVMe tier than it can take now: staging
+ * buffers free while writes are in flight, and what --spill-rate allows.
+ * (With a host tier, its free slots take pages at once, and each page
+ * beyond them makes its oldest page spill.) Then it spills what it can
+ * and queues c's request, served again from the start when a write
+ * completes or the rate allows more, instead of dropping cached pages it
+ * could keep.
  */
 bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
 {
@@ -104,11 +106,17 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	struct ns *ns = c->ns;
 	struct spill_stats ss;
 	struct pool_counts pc;
-	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms;
+	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms, hfree = 0;
 
 	if (!ns->tier || avail >= n)
 		return false;
 	need = n - avail;
+	if (ns->host) {
+		hfree = hosttier_free_slots(ns->host);
+		if (hfree >= need)
+			return false;	/* the host tier takes them all now */
+		need -= hfree;
+	}
 	spill_get_stats(ns->tier, &ss);
 	pool_counts(s->pool, ns->pool_ns, &pc);
 	if (!pc.by_state[PAGE_CACHED] || !spill_free_slots(ns->tier))
@@ -118,7 +126,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	if ((now >= need || !ss.writing) && !ms)
 		return false;
 	/* what can go now goes; the rest waits */
-	lease_make_room(s->pool, ns, avail + (now < need ? now : need));
+	lease_make_room(s->pool, ns, avail + hfree + (now < need ? now : need));
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
 	if (ms && !ns->rate_armed) {
@@ -288,14 +296,12 @@ static void fill_counts(const struct pool_counts *pc, uint64_t spilled, uint64_t
 	*inflight = pc->by_state[PAGE_INFLIGHT];
 }
 
-static void tier_record(const struct ns *n, struct kvp_wire_tier_stats *t)
+/* tier_record() - a tier's counters (st NULL: no such tier). */
+static void tier_record(const struct spill_stats *st, struct kvp_wire_tier_stats *t)
 {
-	struct spill_stats ss;
+	const struct spill_stats ss = st ? *st : (struct spill_stats){ 0 };
 
 	memset(t, 0, sizeof(*t));
-	if (!n->tier)
-		return;
-	spill_get_stats(n->tier, &ss);
 	t->slots = ss.slots;
 	t->used = ss.used;
 	t->spills = ss.spills;
@@ -344,6 +350,7 @@ static void add_prefix_stats(struct kvp_wire_prefix_stats *sum,
 
 static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *r)
 {
+	struct spill_stats ts;
 	struct pool_counts pc;
 
 	memset(r, 0, sizeof(*r));
@@ -365,7 +372,12 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	fill_counts(&pc, prefix_spilled_count(n->idx), &r->pages_total, &r->pages_free,
 		    &r->pages_private, &r->pages_shared, &r->pages_cached,
 		    &r->pages_spilled, &r->pages_inflight);
-	tier_record(n, &r->nvme);
+	if (n->host)
+		hosttier_get_stats(n->host, &ts);
+	tier_record(n->host ? &ts : NULL, &r->host);
+	if (n->tier)
+		spill_get_stats(n->tier, &ts);
+	tier_record(n->tier ? &ts : NULL, &r->nvme);
 	r->prefix = n->st;
 	r->prefix.pinned = prefix_pinned(n->idx);
 }
@@ -435,6 +447,7 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 
 		ns_record(s, s->nst.ns[i], &r);
 		add_prefix_stats(&st.prefix, &r.prefix);
+		add_tier_stats(&st.host, &r.host);
 		add_tier_stats(&st.nvme, &r.nvme);
 		memcpy(buf + wire_stats_size(i), &r, sizeof(r));
 	}

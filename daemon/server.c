@@ -653,11 +653,15 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.pinned_pct = (unsigned)o->pinned_pct;
 	s->keys.spill_dir = o->spill_dir;
 	s->keys.spill_bytes = o->spill_size;
+	s->keys.host_bytes = o->host_tier_size;
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
 	s->keys.be = be;
 	lease_room_hook = requests_retry;
+	if (o->host_tier_size)
+		log_info("host tier: %llu bytes per namespace of %s memory", (unsigned long long)
+			 o->host_tier_size, be->ops->kind == KVP_BACKEND_CUDA ? "pinned" : "private");
 	if (o->spill_dir[0]) {
 		uint64_t pages = ns_restore_all(&s->nst, pool, &s->keys);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * share.c - the requests of prefix sharing: ACQUIRE (with restores from
- * the NVMe tier, answered when the reads are done), PUBLISH and
+ * the host tier, copied at once, and from the NVMe tier, answered when
+ * the reads are done), PUBLISH and
  * PUBLISH_PARTIAL. Like every handler, each checks its whole payload and
  * every page before it changes anything.
  */
@@ -162,17 +163,18 @@ static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 }
 
 /*
- * plan_hits() - how many leading keys can be served: in the pool, or in
- * the tier and readable now (not being written, a staging buffer free).
- * *restores counts the second kind; *writing is set when the plan stops
- * at a block whose spill write is still in flight.
+ * plan_hits() - how many leading keys can be served: in the pool, in the
+ * host tier, or in the NVMe tier and readable now (not being written, a
+ * staging buffer free). *hosted and *restores count the second and third
+ * kinds; *writing is set when the plan stops at a block whose spill write
+ * is still in flight.
  */
 static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
-			  uint32_t *restores, bool *writing)
+			  uint32_t *hosted, uint32_t *restores, bool *writing)
 {
 	uint32_t i, e, bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
 
-	*restores = 0;
+	*hosted = *restores = 0;
 	*writing = false;
 	for (i = 0; i < nkeys; i++) {
 		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
@@ -180,6 +182,10 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
 			break;
 		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
 			continue;
+		if (prefix_where(n->idx, e) == PREFIX_HOST) {
+			(*hosted)++;
+			continue;
+		}
 		if (prefix_where(n->idx, e) != PREFIX_SPILLED)
 			break;
 		if (spill_busy(n->tier, prefix_slot(n->idx, e))) {
@@ -194,21 +200,102 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
 }
 
 /*
- * start_restores() - lease the blocks in the pool, and start reading the
- * others back into fresh INFLIGHT pages. Returns the pending request, or
- * NULL when nothing needs reading (all leased; *hits may have shrunk if
- * the pool had no room for the reads).
+ * restore_host() - copy the hosted entry e back into the fresh page and
+ * lease it to c. Returns true, or false when the copy failed (the entry
+ * is gone from the index, a miss) or the lease could not be recorded
+ * (the page stays in the pool, cached).
+ */
+static bool restore_host(struct conn *c, struct ns *n, uint32_t e, uint64_t page)
+{
+	struct pool *p = c->srv->pool;
+	uint32_t slot = prefix_slot(n->idx, e);
+
+	pool_inflight(p, page);
+	pool_set_tag(p, page, e);
+	prefix_restoring(n->idx, e, page);
+	if (hosttier_get(n->host, slot, pool_page_addr(p, page)) < 0) {
+		if (ns_fault_first(n, NS_FAULT_READ))
+			log_warn("namespace '%s': copying host tier slot %u back failed; a "
+				 "miss (further ones are counted in STATS, not logged)",
+				 n->name, slot);
+		prefix_remove(n->idx, e);
+		pool_unref(p, page);	/* INFLIGHT: free again */
+		return false;
+	}
+	pool_restored(p, page);
+	prefix_restored(n->idx, e);
+	if (hset_add(&c->leases, page, 1) < 0) {
+		lease_put(p, n, page);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * restore_nvme() - start reading the spilled entry e (block i) back into
+ * the fresh page for pd. Returns false when the read could not be
+ * started: the block is lost, a miss.
+ */
+static bool restore_nvme(struct pending *pd, uint32_t i, uint32_t e, uint64_t page)
+{
+	struct pool *p = pd->c->srv->pool;
+	struct ns *n = pd->n;
+	uint32_t slot = prefix_slot(n->idx, e);
+
+	pool_inflight(p, page);
+	pool_set_tag(p, page, e);
+	prefix_restoring(n->idx, e, page);
+	pd->restored[i] = 1;
+	pd->slot_index[slot] = i;
+	pd->outstanding++;
+	if (spill_read(n->tier, slot, prefix_key(n->idx, e), pool_page_addr(p, page),
+		       restore_done, pd) == 0)
+		return true;
+	/* the ring is full */
+	pd->outstanding--;
+	pd->restored[i] = 0;
+	n->slot_entry[slot] = PREFIX_NIL;
+	spill_free(n->tier, slot);
+	prefix_remove(n->idx, e);
+	pool_unref(p, page);
+	return false;
+}
+
+/* hold_tiers() - hold (or, !on, release) the tier entries of the first
+ * hits keys, which the pool does not have. */
+static void hold_tiers(struct ns *n, const uint8_t *keys, const uint64_t *pages,
+		       uint32_t hits, bool on)
+{
+	uint32_t i, e;
+
+	for (i = 0; i < hits; i++) {
+		if (pages[i])
+			continue;
+		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
+		if (on)
+			prefix_hold(n->idx, e);
+		else
+			prefix_unhold(n->idx, e);
+	}
+}
+
+/*
+ * start_restores() - lease the blocks in the pool, copy those of the host
+ * tier back, and start reading the NVMe tier's back into fresh INFLIGHT
+ * pages. Returns the pending request, or NULL when nothing needs reading
+ * (all leased; *hits may have shrunk if the pool had no room for the
+ * restores or a copy failed).
  */
 static struct pending *start_restores(struct conn *c, const uint8_t *keys,
-				      uint64_t *pages, uint32_t *hits, uint32_t restores,
-				      int *err)
+				      uint64_t *pages, uint32_t *hits, uint32_t hosted,
+				      uint32_t restores, int *err)
 {
 	struct pool *p = c->srv->pool;
 	struct ns *n = c->ns;
 	struct spill_stats ts;
 	struct pending *pd = NULL;
 	uint64_t *fresh = NULL;
-	uint32_t i, e, r = 0, slot;
+	uint32_t i, e, r = 0, cut;
 	char msg[256];
 
 	*err = 0;
@@ -222,69 +309,73 @@ static struct pending *start_restores(struct conn *c, const uint8_t *keys,
 		if (lease_take(&c->leases, p, n, pages[i]) < 0)
 			goto out_nomem;
 	}
-	if (!restores)
+	if (!restores && !hosted)
 		return NULL;
-	spill_get_stats(n->tier, &ts);
-	pd = calloc(1, sizeof(*pd));
-	fresh = calloc(restores, sizeof(*fresh));
-	if (!pd || !fresh)
+	fresh = calloc(restores + hosted, sizeof(*fresh));
+	if (!fresh)
 		goto out_nomem;
-	pd->c = c;
-	pd->n = n;
-	pd->pages = pages;
-	pd->restored = calloc(*hits, 1);
-	pd->slot_index = calloc(ts.slots, sizeof(*pd->slot_index));
-	if (!pd->restored || !pd->slot_index)
-		goto out_nomem;
-	if (!lease_make_room(p, n, restores) ||
-	    pool_alloc(p, n->pool_ns, restores, fresh, msg, sizeof(msg)) < 0) {
-		/* no room to read into: serve the prefix that is in the pool */
+	if (restores) {
+		spill_get_stats(n->tier, &ts);
+		pd = calloc(1, sizeof(*pd));
+		if (!pd)
+			goto out_nomem;
+		pd->c = c;
+		pd->n = n;
+		pd->pages = pages;
+		pd->restored = calloc(*hits, 1);
+		pd->slot_index = calloc(ts.slots, sizeof(*pd->slot_index));
+		if (!pd->restored || !pd->slot_index)
+			goto out_nomem;
+	}
+	/* making room must not move or drop the blocks about to come back */
+	hold_tiers(n, keys, pages, *hits, true);
+	if (!lease_make_room(p, n, restores + hosted) ||
+	    pool_alloc(p, n->pool_ns, restores + hosted, fresh, msg, sizeof(msg)) < 0) {
+		/* no room to restore into: serve the prefix that is in the pool */
+		hold_tiers(n, keys, pages, *hits, false);
 		for (i = 0; i < *hits && pages[i]; i++)
 			;
 		while (*hits > i)
 			if (pages[--*hits])
 				lease_drop(&c->leases, p, n, pages[*hits]);
-		free(pd->restored);
-		free(pd->slot_index);
-		free(pd);
-		free(fresh);
-		return NULL;
+		goto out_free;
 	}
-	pd->planned = pd->hits = *hits;
+	cut = *hits;
 	for (i = 0; i < *hits; i++) {
+		bool ok;
+
 		if (pages[i])
 			continue;
 		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
-		slot = prefix_slot(n->idx, e);
-		pages[i] = fresh[r++];
-		pool_inflight(p, pages[i]);
-		pool_set_tag(p, pages[i], e);
-		prefix_restoring(n->idx, e, pages[i]);
-		pd->restored[i] = 1;
-		pd->slot_index[slot] = i;
-		pd->outstanding++;
-		if (spill_read(n->tier, slot, prefix_key(n->idx, e),
-			       pool_page_addr(p, pages[i]), restore_done, pd) < 0) {
-			/* the ring is full: this block is lost, a miss */
-			pd->outstanding--;
-			n->slot_entry[slot] = PREFIX_NIL;
-			spill_free(n->tier, slot);
-			prefix_remove(n->idx, e);
-			pool_unref(p, pages[i]);
-			pages[i] = 0;
-			pd->restored[i] = 0;
-			if (i < pd->hits)
-				pd->hits = i;
-		}
+		if (prefix_where(n->idx, e) == PREFIX_HOST)
+			ok = restore_host(c, n, e, fresh[r]);
+		else
+			ok = restore_nvme(pd, i, e, fresh[r]);
+		if (ok)
+			pages[i] = fresh[r];
+		else if (i < cut)
+			cut = i;
+		r++;
 	}
 	free(fresh);
-	return pd;
+	if (pd) {
+		pd->planned = *hits;
+		pd->hits = cut;
+		return pd;
+	}
+	/* all copied already: let go of what comes after a failure */
+	for (i = cut; i < *hits; i++)
+		if (pages[i])
+			lease_drop(&c->leases, p, n, pages[i]);
+	*hits = cut;
+	return NULL;
 
 out_nomem:
 	*err = -ENOMEM;
 	while (i--)
 		if (pages[i])
 			lease_drop(&c->leases, p, n, pages[i]);
+out_free:
 	if (pd) {
 		free(pd->restored);
 		free(pd->slot_index);
@@ -301,7 +392,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	struct pending *pd;
 	const uint8_t *keys;
 	const void *raw;
-	uint32_t *tail, hits, planned, restores, pe;
+	uint32_t *tail, hits, planned, hosted, restores, pe;
 	uint64_t *pages, partial_page = 0;
 	struct ns *n;
 	bool writing;
@@ -323,7 +414,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	/* Find first, lease after: a refusal must change nothing. */
-	hits = plan_hits(n, keys, a.nkeys, &restores, &writing);
+	hits = plan_hits(n, keys, a.nkeys, &hosted, &restores, &writing);
 	if (writing) {
 		/* a block of the chain is on its way to the tier: wait for the
 		 * write (which wakes the queue) rather than answer a miss */
@@ -343,7 +434,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!requests_room_for_leases(c, req, hits + (pe != PREFIX_NIL)))
 		goto out;
 	/* reads need free pages: wait for the tier rather than serve less */
-	if (restores && requests_tier_wait(c, req, restores))
+	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores))
 		goto out;
 	if (pe != PREFIX_NIL) {
 		prefix_touch(n->idx, pe, true);
@@ -354,7 +445,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		}
 	}
 	planned = hits;
-	pd = start_restores(c, keys, pages, &hits, restores, &err);
+	pd = start_restores(c, keys, pages, &hits, hosted, restores, &err);
 	if (err) {
 		if (partial_page)
 			lease_drop(&c->leases, c->srv->pool, n, partial_page);
@@ -420,13 +511,18 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 
 	*e = ntokens ? prefix_find_partial_exact(n->idx, parent_key, tokens, ntokens)
 		     : prefix_find(n->idx, key);
-	if (*e != PREFIX_NIL && prefix_where(n->idx, *e) == PREFIX_SPILLED &&
-	    !spill_busy(n->tier, prefix_slot(n->idx, *e))) {
-		/* the key's bytes are in the tier: this page takes its place */
+	if (*e != PREFIX_NIL && (prefix_where(n->idx, *e) == PREFIX_HOST ||
+	    (prefix_where(n->idx, *e) == PREFIX_SPILLED &&
+	     !spill_busy(n->tier, prefix_slot(n->idx, *e))))) {
+		/* the key's bytes are in a tier: this page takes their place */
 		uint32_t slot = prefix_slot(n->idx, *e);
 
-		n->slot_entry[slot] = PREFIX_NIL;
-		spill_free(n->tier, slot);
+		if (prefix_where(n->idx, *e) == PREFIX_HOST) {
+			hosttier_free(n->host, slot);
+		} else {
+			n->slot_entry[slot] = PREFIX_NIL;
+			spill_free(n->tier, slot);
+		}
 		prefix_restoring(n->idx, *e, page);
 		prefix_restored(n->idx, *e);
 		pool_publish(p, page);

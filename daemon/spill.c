@@ -568,8 +568,8 @@ uint64_t spill_rate_wait_ms(struct spill *sp, uint32_t pages)
 	return (uint64_t)((want - sp->tokens) * 1000.0 / (double)sp->rate) + 1;
 }
 
-int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
-		spill_done_fn done, void *arg)
+int spill_write(struct spill *sp, const void *page, bool host_src,
+		const struct spill_meta *m, spill_done_fn done, void *arg)
 {
 	struct slot_hdr *h;
 	struct sio *io;
@@ -600,7 +600,9 @@ int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
 	h->ntokens = m->ntokens;
 	if (m->ntokens)
 		memcpy(io->buf + sizeof(*h), m->tokens, m->ntokens * sizeof(uint32_t));
-	if (sp->be->ops->to_host(sp->be, io->buf + SPILL_HDR, page, sp->page_bytes) < 0) {
+	if (host_src)
+		memcpy(io->buf + SPILL_HDR, page, sp->page_bytes);
+	else if (sp->be->ops->to_host(sp->be, io->buf + SPILL_HDR, page, sp->page_bytes) < 0) {
 		sio_put(io);
 		sp->st.dropped++;
 		return -EIO;

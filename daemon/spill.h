@@ -93,14 +93,15 @@ void spill_scan(struct spill *sp,
 		void *arg);
 
 /*
- * spill_write() - spill a page: copy page_bytes from page with m into a
- * staging buffer and write them to a free slot. done(arg, slot, res)
+ * spill_write() - spill a page: copy page_bytes from page (a pool page, or
+ * host memory when host_src: a host tier slot) with m into a staging
+ * buffer and write them to a free slot. done(arg, slot, res)
  * follows when the write completed (res 0 or -errno; on error the slot is
  * free again). Returns the slot, or -ENOSPC (no free slot), -EBUSY (no
  * staging buffer), -E2BIG (too many tokens for a slot header).
  */
-int spill_write(struct spill *sp, const void *page, const struct spill_meta *m,
-		spill_done_fn done, void *arg);
+int spill_write(struct spill *sp, const void *page, bool host_src,
+		const struct spill_meta *m, spill_done_fn done, void *arg);
 /* (spill_write() also returns -EAGAIN when the rate cap says wait.) */
 
 /*

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	1u
+#define KVP_WIRE_VERSION	2u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -302,7 +302,8 @@ enum kvp_page_state {
 	KVP_PAGE_SHARED = 2,
 	KVP_PAGE_CACHED = 3,
 	KVP_PAGE_INFLIGHT = 4,
-	KVP_PAGE_SPILLED = 5,
+	KVP_PAGE_SPILLED = 5,	/* in the NVMe tier */
+	KVP_PAGE_HOST = 6,	/* in the host tier */
 };
 
 /* LIST_PAGES reply: struct kvp_wire_count, then records. */
@@ -377,7 +378,8 @@ struct kvp_wire_prefix_stats {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_prefix_stats) == 72, "kvp_wire_prefix_stats is 72 bytes");
 
-/* The NVMe tier's counters, per namespace and summed over all. */
+/* A tier's counters (host memory or NVMe), per namespace and summed over
+ * all. The host tier has no checksums and nothing in flight: those are 0. */
 struct kvp_wire_tier_stats {
 	uint64_t slots;		/* capacity in pages (0: no tier) */
 	uint64_t used;		/* slots holding a page or being written */
@@ -428,8 +430,9 @@ struct kvp_wire_stats {
 	uint64_t pages_inflight;
 	struct kvp_wire_prefix_stats prefix;	/* all namespaces */
 	struct kvp_wire_tier_stats nvme;	/* all namespaces */
+	struct kvp_wire_tier_stats host;	/* all namespaces */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 368, "kvp_wire_stats is 368 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 448, "kvp_wire_stats is 448 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
@@ -455,8 +458,9 @@ struct kvp_wire_ns_stats {
 	uint32_t pinned_quota;	/* pages */
 	struct kvp_wire_prefix_stats prefix;
 	struct kvp_wire_tier_stats nvme;
+	struct kvp_wire_tier_stats host;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 456, "kvp_wire_ns_stats is 456 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 536, "kvp_wire_ns_stats is 536 bytes");
 
 #ifdef __cplusplus
 }

@@ -192,6 +192,50 @@ START_TEST(test_prefix_leased_child_keeps_its_parent)
 }
 END_TEST
 
+START_TEST(test_prefix_host_tier_moves_leaves_first_and_skips_held_entries)
+{
+	struct prefix *x = prefix_new();
+	uint32_t i, e[3], v;
+
+	/* chain 0 -> 1 -> 2, evicted from the pool leaf first into host
+	 * slots 10, 11, 12 */
+	chain(x, 0, 3, 1);
+	for (i = 0; i < 3; i++) {
+		e[i] = prefix_find(x, key(i));
+		prefix_cached(x, e[i]);
+	}
+	for (i = 0; i < 3; i++) {
+		v = prefix_victim(x);
+		ck_assert_uint_eq(v, e[2 - i]);
+		prefix_hosted(x, v, 10 + i);
+		ck_assert_uint_eq(prefix_where(x, v), PREFIX_HOST);
+	}
+	ck_assert_uint_eq(prefix_spilled_count(x), 3);
+	/* the host tier's victim is its leaf, not its oldest parent */
+	ck_assert_uint_eq(prefix_host_victim(x), e[2]);
+	/* held for a restore, the leaf is no victim, and its parents still
+	 * have a child in the host tier */
+	prefix_hold(x, e[2]);
+	ck_assert_uint_eq(prefix_host_victim(x), PREFIX_NIL);
+	prefix_unhold(x, e[2]);
+	/* the leaf moves down to NVMe slot 7: now its parent may follow */
+	prefix_spilling(x, e[2], 7);
+	prefix_spilled(x, e[2]);
+	ck_assert_uint_eq(prefix_host_victim(x), e[1]);
+	ck_assert_uint_eq(prefix_spilled_count(x), 3);
+	ck_assert_uint_eq(prefix_tier_victim(x), e[2]);
+	/* the root comes back to the pool: e[1] still has a child below */
+	prefix_restoring(x, e[0], 500);
+	prefix_restored(x, e[0]);
+	ck_assert_uint_eq(prefix_spilled_count(x), 2);
+	ck_assert_uint_eq(prefix_host_victim(x), e[1]);
+	prefix_remove(x, e[1]);
+	ck_assert_uint_eq(prefix_host_victim(x), PREFIX_NIL);
+	ck_assert_uint_eq(prefix_spilled_count(x), 1);
+	prefix_free(x);
+}
+END_TEST
+
 START_TEST(test_prefix_entries_are_reused_after_removal)
 {
 	struct prefix *x = prefix_new();
@@ -268,6 +312,7 @@ Suite *prefix_suite(void)
 	tcase_add_test(tc, test_prefix_evicts_low_priority_before_recency);
 	tcase_add_test(tc, test_prefix_evicts_leaves_before_their_parents);
 	tcase_add_test(tc, test_prefix_leased_child_keeps_its_parent);
+	tcase_add_test(tc, test_prefix_host_tier_moves_leaves_first_and_skips_held_entries);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pool states");

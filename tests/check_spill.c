@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_spill.c - integration tests of the NVMe tier with the host
- * backend and real files: spill and restore, warm and cold restarts,
- * damaged and short files, dying clients and a dying daemon. Every test
+ * check_spill.c - integration tests of the tiers with the host backend
+ * and real files: spill and restore, the host tier between the pool and
+ * the NVMe tier, warm and cold restarts, damaged and short files, dying
+ * clients and a dying daemon. Every test
  * that stops its daemon cleanly checks the conservation invariant.
  */
 #include <errno.h>
@@ -479,6 +480,123 @@ START_TEST(test_spill_rate_cap_slows_evictions_without_losing_pages)
 }
 END_TEST
 
+/* host_args() - a daemon with a 256-page pool, a host tier of host bytes
+ * (64 pages a MiB) and, unless spill is NULL, an NVMe tier of spill
+ * bytes. */
+static const char *const *host_args(const struct daemon *d, const char *host,
+				    const char *spill)
+{
+	static char opt[64];
+	static const char *none[] = { "--pool-size", "4M", "--slab-size", "1M",
+				      "--free-watermark", "0", NULL, NULL };
+
+	snprintf(opt, sizeof(opt), "--host-tier-size=%s", host);
+	if (spill)
+		return args(d, spill, opt);
+	none[6] = opt;
+	return none;
+}
+
+/* pages_in() - how many pages LIST_PAGES reports in state (KVP_PAGE_*). */
+static int pages_in(kvp_client *c, uint32_t state)
+{
+	struct kvp_wire_list_pages f = { .state = state };
+	struct kvp_wire_page one;
+
+	return kvp_list_pages(c, &f, &one, 1);
+}
+
+START_TEST(test_host_tier_sits_between_pool_and_nvme)
+{
+	enum { SEQS = 30 };	/* 960 pages: 256 in the pool, 64 in the host tier */
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	uint32_t s;
+
+	daemon_dir(&d);
+	daemon_restart(&d, host_args(&d, "1M", "64M"));
+	c = join(d.sock);
+	publish_settled(c, &d, 0, SEQS);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.host.slots, 64);
+	ck_assert_uint_eq(st.host.used, 64);
+	ck_assert_uint_eq(st.host.spills, SEQS * CHAIN - 256);	/* every eviction */
+	ck_assert_uint_eq(st.nvme.spills, SEQS * CHAIN - 256 - 64);	/* moved on down */
+	ck_assert_uint_eq(st.pages_spilled, SEQS * CHAIN - 256);
+	ck_assert_uint_eq(st.host.dropped + st.nvme.dropped, 0);
+	ck_assert_int_eq(pages_in(c, KVP_PAGE_HOST), 64);
+	ck_assert_int_eq(pages_in(c, KVP_PAGE_SPILLED), SEQS * CHAIN - 256 - 64);
+	/* the host tier holds the most recently evicted chains: 20 and 21 */
+	ck_assert_int_eq(check_seq(c, 21), CHAIN);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.host.restores, CHAIN);
+	ck_assert_uint_eq(st.nvme.restores, 0);
+	/* and every other chain comes back byte-exact from wherever it is */
+	for (s = 0; s < SEQS; s++)
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	settle(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.nvme.restores, 0);
+	ck_assert_uint_eq(st.host.io_errors + st.nvme.checksum_failures + st.nvme.io_errors, 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_host_tier_alone_keeps_the_newest_and_drops_the_oldest)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	daemon_restart(&d, host_args(&d, "1M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 20);	/* 640 pages: 8 chains in the pool, 2 hosted */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.nvme.slots, 0);
+	ck_assert_uint_eq(st.host.used, 64);
+	ck_assert_uint_eq(st.host.dropped, 640 - 256 - 64);
+	ck_assert_uint_eq(st.pages_spilled, 64);
+	ck_assert_int_eq(check_seq(c, 0), 0);	/* dropped long ago */
+	/* a hosted chain comes back whole, though bringing it in pushes the
+	 * pool's oldest chain (12) into the full host tier: chain 11's own
+	 * pages are held, so chain 10 makes way */
+	ck_assert_int_eq(check_seq(c, 11), CHAIN);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.host.restores, CHAIN);
+	ck_assert_uint_eq(st.host.used, CHAIN);
+	ck_assert_uint_eq(st.host.dropped, 640 - 256 - 64 + CHAIN);
+	ck_assert_int_eq(check_seq(c, 10), 0);
+	ck_assert_int_eq(check_seq(c, 12), CHAIN);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.host.restores, 2 * CHAIN);
+	ck_assert_int_eq(check_seq(c, 19), CHAIN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_host_tier_size_errors_are_clear)
+{
+	struct daemon d;
+
+	daemon_dir(&d);
+	/* one slot less than a page: the first namespace cannot be made */
+	daemon_restart(&d, host_args(&d, "8K", NULL));
+	{
+		kvp_client *c;
+		int rc = kvp_connect(d.sock, "spill", &geo, &c);
+
+		ck_assert_int_lt(rc, 0);
+		ck_assert_msg(strstr(kvp_last_error(), "--host-tier-size 8192 holds 0 pages"),
+			      "%s", kvp_last_error());
+	}
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *spill_suite(void)
 {
 	Suite *s = suite_create("spill");
@@ -489,6 +607,13 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_round_trip_is_byte_exact);
 	tcase_add_test(tc, test_spill_warm_restart_keeps_prefixes);
 	tcase_add_test(tc, test_spill_changed_geometry_starts_cold_and_says_why);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("host tier");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_host_tier_sits_between_pool_and_nvme);
+	tcase_add_test(tc, test_host_tier_alone_keeps_the_newest_and_drops_the_oldest);
+	tcase_add_test(tc, test_host_tier_size_errors_are_clear);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");

@@ -20,7 +20,7 @@ START_TEST(test_wire_header_is_little_endian_at_fixed_offsets)
 {
 	static const unsigned char want[KVP_WIRE_HDR_SIZE] = {
 		'K', 'V', 'P', '1',		/* magic */
-		1, 0,				/* version */
+		KVP_WIRE_VERSION, 0,		/* version */
 		KVP_OP_STATS, 0,		/* op */
 		1, 0, 0, 0,			/* flags */
 		KVP_S_NOSPC, 0, 0, 0,		/* status */
@@ -78,9 +78,9 @@ START_TEST(test_wire_other_version_is_reported_with_its_request_id)
 	struct kvp_wire_hdr h;
 
 	wire_hdr_encode(buf, &sample);
-	buf[4] = 2;
+	buf[4] = KVP_WIRE_VERSION + 1;
 	ck_assert_int_eq(wire_hdr_decode(buf, sizeof(buf), &h), -KVP_S_VERSION);
-	ck_assert_uint_eq(h.version, 2);
+	ck_assert_uint_eq(h.version, KVP_WIRE_VERSION + 1);
 	ck_assert_uint_eq(h.req_id, sample.req_id);
 }
 END_TEST
