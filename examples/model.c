@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * model.c - the tiny transformer of the example model server, host path:
- * owns the weights (random from a fixed seed), the scratch activations
- * and the forward pass over a batch of token rows (see model.h).
+ * model.c - the tiny transformer of the example model server: owns the
+ * weights (random from a fixed seed), the scratch activations and the
+ * forward pass over a batch of token rows (see model.h), on the host, or
+ * handed to model_cuda.cu with the same tables and RoPE values.
  *
  * Batch invariance is the point of the arithmetic here: every output
  * element of a matmul is one mm_dot() over its row in a fixed order of 8
@@ -14,14 +15,15 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "model_cuda.h"
 
 #define KV_DIM		(MODEL_KV_HEADS * MODEL_HEAD_DIM)
 #define ROPE_BASE	10000.0
-#define NORM_EPS	1e-5f
 #define EMBED_STD	1.0f		/* input embedding: unit RMS */
 #define WEIGHT_SEED	0x6b76706f6f6cull	/* "kvpool" */
 
@@ -55,6 +57,12 @@ struct model {
 	/* RoPE: cos and sin of positions [0, rope_len), [pos][HEAD_DIM / 2] */
 	float *rope_cos, *rope_sin;
 	uint32_t rope_len;
+
+	/* the GPU path, or NULL; then the per-row inputs it takes apart */
+	struct model_cuda *gpu;
+	uint32_t *tokens, *pos;			/* [rows] */
+	bool *want;				/* [rows] */
+	float *logits;				/* [rows][VOCAB] */
 };
 
 kvp_geometry model_geometry(void)
@@ -169,13 +177,51 @@ static int model_weights(struct model *m)
 	return 0;
 }
 
-int model_open(enum model_backend backend, struct model **out)
+/* open_cuda() - hand the weights to the GPU path, with room for the
+ * per-row inputs it takes apart. */
+static int open_cuda(struct model *m, char *err, size_t errlen)
+{
+	struct model_cuda_weights w;
+	uint32_t l;
+
+	memset(&w, 0, sizeof(w));
+	w.base = m->weights;
+	w.count = (size_t)(m->layer[MODEL_LAYERS - 1].wd + (size_t)MODEL_DIM * MODEL_FFN -
+			   m->weights);
+	w.embed = (size_t)(m->embed - m->weights);
+	w.head = (size_t)(m->head - m->weights);
+	w.norm_f = (size_t)(m->norm_f - m->weights);
+	for (l = 0; l < MODEL_LAYERS; l++) {
+		const struct model_layer *L = &m->layer[l];
+
+		w.layer[l].norm1 = (size_t)(L->norm1 - m->weights);
+		w.layer[l].wq = (size_t)(L->wq - m->weights);
+		w.layer[l].wk = (size_t)(L->wk - m->weights);
+		w.layer[l].wv = (size_t)(L->wv - m->weights);
+		w.layer[l].wo = (size_t)(L->wo - m->weights);
+		w.layer[l].norm2 = (size_t)(L->norm2 - m->weights);
+		w.layer[l].wg = (size_t)(L->wg - m->weights);
+		w.layer[l].wu = (size_t)(L->wu - m->weights);
+		w.layer[l].wd = (size_t)(L->wd - m->weights);
+	}
+	m->tokens = malloc(MODEL_MAX_ROWS * sizeof(*m->tokens));
+	m->pos = malloc(MODEL_MAX_ROWS * sizeof(*m->pos));
+	m->want = malloc(MODEL_MAX_ROWS * sizeof(*m->want));
+	m->logits = malloc((size_t)MODEL_MAX_ROWS * MODEL_VOCAB * sizeof(*m->logits));
+	if (!m->tokens || !m->pos || !m->want || !m->logits) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	return model_cuda_open(&w, &m->gpu, err, errlen);
+}
+
+int model_open(enum model_backend backend, struct model **out, char *err, size_t errlen)
 {
 	const size_t R = MODEL_MAX_ROWS;
 	struct model *m;
+	int rc;
 
-	if (backend != MODEL_HOST)
-		return -ENOTSUP;
+	snprintf(err, errlen, "out of memory");
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -196,6 +242,13 @@ int model_open(enum model_backend backend, struct model **out)
 		model_close(m);
 		return -ENOMEM;
 	}
+	if (backend == MODEL_CUDA) {
+		rc = open_cuda(m, err, errlen);
+		if (rc < 0) {
+			model_close(m);
+			return rc;
+		}
+	}
 	*out = m;
 	return 0;
 }
@@ -204,6 +257,11 @@ void model_close(struct model *m)
 {
 	if (!m)
 		return;
+	model_cuda_close(m->gpu);
+	free(m->tokens);
+	free(m->pos);
+	free(m->want);
+	free(m->logits);
 	free(m->weights);
 	free(m->x);
 	free(m->h);
@@ -268,7 +326,7 @@ static void rmsnorm(float *y, const float *x, const float *w, uint32_t rows)
 	for (r = 0; r < rows; r++) {
 		const float *xr = x + (size_t)r * MODEL_DIM;
 		float *yr = y + (size_t)r * MODEL_DIM;
-		float s = 1.0f / sqrtf(mm_dot(xr, xr, MODEL_DIM) / MODEL_DIM + NORM_EPS);
+		float s = 1.0f / sqrtf(mm_dot(xr, xr, MODEL_DIM) / MODEL_DIM + MODEL_NORM_EPS);
 
 		for (i = 0; i < MODEL_DIM; i++)
 			yr[i] = xr[i] * s * w[i];
@@ -438,6 +496,33 @@ static void forward_mlp(struct model *m, uint32_t n, uint32_t l)
 		m->x[i] += m->h[i];
 }
 
+/* forward_cuda() - the same pass on the GPU, greedy on its logits here. */
+static int forward_cuda(struct model *m, const struct model_row *rows, uint32_t n,
+			uint32_t max_blocks, uint32_t max_context, uint32_t *next)
+{
+	struct model_cuda_batch b = {
+		.n = n, .tokens = m->tokens, .pos = m->pos, .ctx = m->ctx,
+		.slots = m->slots, .tables = m->tables, .max_blocks = max_blocks,
+		.max_context = max_context, .want_next = m->want,
+		.rope_cos = m->rope_cos, .rope_sin = m->rope_sin, .rope_len = m->rope_len,
+	};
+	uint32_t r;
+	int rc;
+
+	for (r = 0; r < n; r++) {
+		m->tokens[r] = rows[r].token;
+		m->pos[r] = rows[r].pos;
+		m->want[r] = rows[r].want_next;
+	}
+	rc = model_cuda_forward(m->gpu, &b, m->logits);
+	if (rc < 0)
+		return rc;
+	for (r = 0; r < n; r++)
+		if (rows[r].want_next)
+			next[r] = greedy(m->logits + (size_t)r * MODEL_VOCAB);
+	return 0;
+}
+
 int model_forward(struct model *m, const struct model_row *rows, uint32_t n,
 		  uint32_t *next)
 {
@@ -458,6 +543,8 @@ int model_forward(struct model *m, const struct model_row *rows, uint32_t n,
 	rc = rope_grow(m, max_context);
 	if (rc < 0)
 		return rc;
+	if (m->gpu)
+		return forward_cuda(m, rows, n, (uint32_t)max_blocks, max_context, next);
 	for (r = 0; r < n; r++)
 		memcpy(m->x + (size_t)r * MODEL_DIM,
 		       m->embed + (size_t)rows[r].token * MODEL_DIM,

@@ -27,6 +27,7 @@
 #define KVPOOL_EXAMPLES_MODEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <kvpool.h>
@@ -45,15 +46,16 @@
 #define MODEL_ID		"kvpool-demo/tiny-4L"
 #define MODEL_NAMESPACE		"demo"
 
-/* Where the forward pass runs. Only the host is written: activations in
- * host memory, the kvpool C references (kvp_write_kv_ref,
- * kvp_paged_attention_decode_ref) on host-mapped pages. A CUDA path would
- * implement model_forward()'s contract with the _cuda launchers, which
- * take the same arguments, on device pointers from kvp_page_ptr(). */
+/* Where the forward pass runs: the host (activations in host memory, the
+ * kvpool C references on host-mapped pages), or the GPU (model_cuda.h:
+ * cuBLAS and the kvpool CUDA kernels on device pages), chosen by the
+ * daemon's backend, since that decides what kvp_page_ptr() returns. */
 enum model_backend {
 	MODEL_HOST = 0,
-	MODEL_CUDA = 1,		/* not written yet: model_open() says -ENOTSUP */
+	MODEL_CUDA = 1,
 };
+
+#define MODEL_NORM_EPS		1e-5f	/* RMSNorm */
 
 struct model;			/* weights and scratch; opaque */
 
@@ -73,10 +75,11 @@ kvp_geometry model_geometry(void);
 
 /*
  * model_open() - build the weights (deterministic) and scratch space for
- * backend. *out is freed with model_close(). Returns 0, -ENOMEM, or
- * -ENOTSUP for a backend that is not built.
+ * backend. *out is freed with model_close(). Returns 0, -ENOMEM, or for
+ * MODEL_CUDA -ENOTSUP (built without CUDA), -ENODEV or -EIO, with err
+ * saying why.
  */
-int model_open(enum model_backend backend, struct model **out);
+int model_open(enum model_backend backend, struct model **out, char *err, size_t errlen);
 
 /* model_close() - free m (may be NULL). */
 void model_close(struct model *m);
@@ -88,7 +91,8 @@ void model_close(struct model *m);
  * stores the greedy next token in next[i] (next has n entries; others are
  * left alone). The pages of every row's context must hold the K and V of
  * tokens before the row, or be written by an earlier row of the same
- * call. Not thread-safe on one m. Returns 0 or the kernels' -EINVAL.
+ * call. Not thread-safe on one m. Returns 0 or the kernels' -EINVAL (the
+ * GPU path also -ENOMEM or -EIO).
  */
 int model_forward(struct model *m, const struct model_row *rows, uint32_t n,
 		  uint32_t *next);
