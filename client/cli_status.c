@@ -140,7 +140,8 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	printf(",\"pid\":%" PRIu32 ",\"backend\":\"%s\","
 	       "\"uptime_ms\":%" PRIu64 ",\"clients\":%" PRIu32
 	       ",\"max_clients\":%" PRIu32 ",\"connections_total\":%" PRIu64
-	       ",\"connections_refused\":%" PRIu64
+	       ",\"connections_refused\":%" PRIu64 ",\"closed_output\":%" PRIu64
+	       ",\"closed_idle\":%" PRIu64 ",\"requests_denied\":%" PRIu64
 	       ",\"requests_total\":%" PRIu64 ",\"protocol_errors\":%" PRIu64
 	       ",\"allocs\":%" PRIu64 ",\"releases\":%" PRIu64
 	       ",\"errors\":{\"nospc\":%" PRIu64 ",\"stale\":%" PRIu64
@@ -149,8 +150,8 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	       ",\"slabs\":%" PRIu64 ",\"pages\":",
 	       st->pid, cli_backend_name(st->backend), st->uptime_ms,
 	       st->clients, st->max_clients, st->connections_total,
-	       st->connections_refused, st->requests_total, st->protocol_errors,
-	       st->allocs, st->releases, st->errors_nospc, st->errors_stale,
+	       st->connections_refused, st->closed_output, st->closed_idle,
+	       st->requests_denied, st->requests_total, st->protocol_errors, st->allocs, st->releases, st->errors_nospc, st->errors_stale,
 	       st->errors_limit, st->errors_inval, st->errors_mismatch,
 	       st->pool_bytes, st->slab_bytes, st->slabs);
 	print_counts_json(&pc);
@@ -183,15 +184,17 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	       cli_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
 	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs);
 	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
-	       " connections since start, %" PRIu64 " refused)\n",
+	       " connections since start, %" PRIu64 " refused, %" PRIu64
+	       " disconnected with replies unread, %" PRIu64 " idle)\n",
 	       st->clients, st->max_clients, st->connections_total,
-	       st->connections_refused);
+	       st->connections_refused, st->closed_output, st->closed_idle);
 	printf("requests      %" PRIu64 " (%" PRIu64 " pages allocated, %" PRIu64
 	       " released; errors: %" PRIu64 " no space, %" PRIu64 " stale, %" PRIu64
 	       " limit, %" PRIu64 " invalid, %" PRIu64 " mismatch, %" PRIu64
-	       " protocol)\n", st->requests_total, st->allocs, st->releases,
-	       st->errors_nospc, st->errors_stale, st->errors_limit, st->errors_inval,
-	       st->errors_mismatch, st->protocol_errors);
+	       " protocol, %" PRIu64 " denied)\n", st->requests_total, st->allocs,
+	       st->releases, st->errors_nospc, st->errors_stale, st->errors_limit,
+	       st->errors_inval, st->errors_mismatch, st->protocol_errors,
+	       st->requests_denied);
 	print_counts("pages", &pc);
 	print_prefix("sharing", &st->prefix);
 	print_tier("host tier", &st->host, true);

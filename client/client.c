@@ -107,6 +107,25 @@ static ssize_t recv_msg(struct kvp_client *c, int *fd)
 }
 
 /*
+ * lost() - the connection broke (err from send or recv): the daemon has
+ * dropped every lease of this client, so the library forgets them too
+ * (kvp_page_ptr() answers NULL: the pages may belong to others now).
+ * Returns -EPIPE for a reset or a close, else err.
+ */
+static int lost(struct kvp_client *c, int err)
+{
+	if (err == -ECONNRESET)
+		err = -EPIPE;
+	hset_fini(&c->held);
+	hset_init(&c->held);
+	set_error("the connection to kvpoold is gone (%s): the daemon exited or "
+		  "disconnected this client (see its log: idle, unread replies, an "
+		  "admin); its leases are released. Connect again with kvp_connect()",
+		  strerror(-err));
+	return err;
+}
+
+/*
  * call() - send one request and wait for its reply. On success the
  * reply's payload is at c->buf + KVP_WIRE_HDR_SIZE, its length in
  * *reply_len, valid until the next call; a passed fd goes to *fd (the
@@ -135,12 +154,14 @@ static int call(struct kvp_client *c, uint16_t op, const void *payload,
 		n = send(c->fd, c->buf, KVP_WIRE_HDR_SIZE + hdr.len, MSG_NOSIGNAL);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return errno == ECONNRESET ? -EPIPE : -errno;
+		return errno == EPIPE || errno == ECONNRESET ? lost(c, -errno) : -errno;
 
 	for (;;) {
 		n = recv_msg(c, &rfd);
+		if (n == -EPIPE || n == -ECONNRESET)
+			return lost(c, (int)n);
 		if (n < 0)
-			return n == -ECONNRESET ? -EPIPE : (int)n;
+			return (int)n;
 		rc = wire_hdr_decode(c->buf, (size_t)n, &rh);
 		if (rc < 0 || !(rh.flags & KVP_WIRE_F_REPLY)) {
 			if (rfd >= 0)

@@ -64,6 +64,8 @@ struct conn {
 		char buf[CMSG_SPACE(sizeof(int))];
 	} sctl;
 	struct outbuf *out_head, *out_tail;
+	size_t out_bytes;		/* queued, not yet sent (--max-output) */
+	uint64_t last_ms;		/* last request received (--idle-timeout) */
 	bool sending;
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
@@ -83,6 +85,8 @@ struct server_counters {
 	uint64_t allocs;
 	uint64_t releases;
 	uint64_t retains;
+	uint64_t closed_output;		/* disconnected at --max-output */
+	uint64_t closed_idle;		/* disconnected at --idle-timeout */
 	uint64_t errors_by_status[KVP_S__COUNT];
 };
 
@@ -100,6 +104,10 @@ struct server {
 	bool shutting_down;
 	struct loop_op accept_op;
 	struct loop_op cancel_op;
+	struct loop_op idle_op;		/* the --idle-timeout sweep */
+	struct loop_op idle_cancel_op;
+	struct __kernel_timespec idle_ts;
+	bool idle_armed;
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
 	uint32_t nrefused;		/* CONN_REFUSED or closing after it */

@@ -76,6 +76,12 @@ static const struct opt_def opt_table[] = {
 	  "N", "most pages one client may hold (default 1048576)", NULL },
 	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 256u << 10,
 	  "SIZE", "largest message, 4K to 256K (default 256K)", NULL },
+	{ "max-output", 0, OPT_SIZE, OFF(max_output), 0, 256u << 10, 1ull << 40,
+	  "SIZE", "replies a client may leave unread before it is disconnected "
+	  "(default 16M)", NULL },
+	{ "idle-timeout", 0, OPT_UINT, OFF(idle_timeout), 0, 0, 1u << 30,
+	  "SECONDS", "disconnect a client that sent no request for SECONDS (default 0: "
+	  "never)", NULL },
 	{ "key-scheme", 0, OPT_CHOICE, OFF(key_scheme), 0, 0, 0,
 	  "SCHEME", "prefix keys of new namespaces: vllm-sha256-cbor (default) or fast",
 	  scheme_names },
@@ -124,6 +130,7 @@ void options_defaults(struct options *o)
 	o->free_watermark_high_pct = 2;
 	o->spill_size = 1ull << 30;
 	o->max_msg_size = 256u * 1024u;
+	o->max_output = 16u << 20;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;
 }

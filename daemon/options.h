@@ -35,6 +35,8 @@ struct options {
 	uint64_t max_clients;
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
+	uint64_t max_output;		/* bytes of replies a client leaves unread */
+	uint64_t idle_timeout;		/* seconds without a request; 0: none */
 	unsigned key_scheme;		/* index in key_scheme names: 0 vllm, 1 fast */
 	char key_seed[256];		/* root key = H(seed) */
 	char key_salt[256];		/* "" or mixed into each namespace's root */

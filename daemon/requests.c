@@ -427,6 +427,9 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 			  s->n.errors_by_status[KVP_S_NOENT] +
 			  s->n.errors_by_status[KVP_S_PERM];
 	st.errors_mismatch = s->n.errors_by_status[KVP_S_MISMATCH];
+	st.closed_output = s->n.closed_output;
+	st.closed_idle = s->n.closed_idle;
+	st.requests_denied = s->n.errors_by_status[KVP_S_PERM];
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
 	for (i = 0, spilled = 0; i < s->nst.count; i++)

@@ -49,7 +49,7 @@ uint64_t server_now_ms(void)
 
 static void server_maybe_done(struct server *s)
 {
-	if (s->shutting_down && !s->accepting && !s->conns)
+	if (s->shutting_down && !s->accepting && !s->conns && !s->idle_armed)
 		loop_drain(s->loop);	/* spill writes finish first */
 }
 
@@ -112,6 +112,7 @@ static bool conn_op_done(struct conn *c)
 
 static void conn_recv_done(struct loop_op *op, int res);
 static void conn_send_done(struct loop_op *op, int res);
+static void server_idle_arm(struct server *s);
 
 static void conn_post_recv(struct conn *c)
 {
@@ -194,6 +195,16 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	else
 		c->out_head = o;
 	c->out_tail = o;
+	c->out_bytes += o->len;
+	if (c->out_bytes > c->srv->opt->max_output) {
+		c->srv->n.closed_output++;
+		log_warn("client %llu (%s, pid %d) leaves %zu bytes of replies unread, more "
+			 "than --max-output %llu; disconnecting it (its leases are released)",
+			 (unsigned long long)c->id, c->name, (int)c->cred.pid, c->out_bytes,
+			 (unsigned long long)c->srv->opt->max_output);
+		conn_close(c);
+		return;
+	}
 	conn_post_send(c);
 }
 
@@ -323,6 +334,7 @@ static void handle_message(struct conn *c, size_t n)
 		return;
 	}
 	c->srv->n.requests_total++;
+	c->last_ms = server_now_ms();
 	requests_handle(c, &req, c->rbuf + KVP_WIRE_HDR_SIZE);
 }
 
@@ -366,6 +378,7 @@ static void conn_send_done(struct loop_op *op, int res)
 	c->out_head = o->next;
 	if (!c->out_head)
 		c->out_tail = NULL;
+	c->out_bytes -= o->len;
 	free(o);
 	if (c->close_after_send && !c->out_head) {
 		conn_close(c);
@@ -435,7 +448,8 @@ static void server_accept_done(struct loop_op *op, int res)
 		c->refused = true;
 	}
 	hset_init(&c->leases);
-	c->connected_ms = server_now_ms() - s->start_ms;
+	c->last_ms = server_now_ms();
+	c->connected_ms = c->last_ms - s->start_ms;
 	c->recv_op.done = conn_recv_done;
 	c->send_op.done = conn_send_done;
 	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
@@ -466,7 +480,54 @@ static void server_accept_done(struct loop_op *op, int res)
 		  (unsigned long long)c->id, (int)c->cred.pid,
 		  (unsigned)c->cred.uid, (unsigned)c->cred.gid);
 	conn_post_recv(c);
+	server_idle_arm(s);
 	server_post_accept(s);
+}
+
+/* --- idle clients ------------------------------------------------------ */
+
+static void server_idle_done(struct loop_op *op, int res);
+
+/* server_idle_arm() - the next sweep, a quarter of the timeout away (at
+ * least 100 ms), so a client goes at most 25 % after its time. */
+static void server_idle_arm(struct server *s)
+{
+	uint64_t ms = s->opt->idle_timeout * 1000 / 4;
+
+	if (!s->opt->idle_timeout || s->shutting_down || s->idle_armed)
+		return;
+	s->idle_op.done = server_idle_done;
+	if (loop_timeout(s->loop, &s->idle_op, &s->idle_ts, ms < 100 ? 100 : ms) == 0)
+		s->idle_armed = true;
+	else
+		log_error("cannot queue the --idle-timeout sweep: ring full; retrying at "
+			  "the next client's connection");
+}
+
+/* server_idle_done() - disconnect the clients that sent no request for
+ * --idle-timeout seconds; one whose request waits for the tier is busy,
+ * not idle. */
+static void server_idle_done(struct loop_op *op, int res)
+{
+	struct server *s = container_of(op, struct server, idle_op);
+	uint64_t now = server_now_ms(), limit = s->opt->idle_timeout * 1000;
+	struct conn *c, *next;
+
+	(void)res;
+	s->idle_armed = false;
+	for (c = s->conns; c && !s->shutting_down; c = next) {
+		next = c->next;
+		if (c->state != CONN_OPEN || c->deferred || now - c->last_ms < limit)
+			continue;
+		s->n.closed_idle++;
+		log_info("client %llu (%s, pid %d) sent no request for %llu s "
+			 "(--idle-timeout); disconnecting it", (unsigned long long)c->id,
+			 c->name, (int)c->cred.pid,
+			 (unsigned long long)((now - c->last_ms) / 1000));
+		conn_close(c);
+	}
+	server_idle_arm(s);
+	server_maybe_done(s);
 }
 
 static void server_cancel_done(struct loop_op *op, int res)
@@ -693,6 +754,10 @@ void server_shutdown(struct server *s)
 	s->shutting_down = true;
 	if (s->accepting)
 		loop_cancel(s->loop, &s->cancel_op, &s->accept_op);
+	if (s->idle_armed) {
+		s->idle_cancel_op.done = server_cancel_done;
+		loop_cancel(s->loop, &s->idle_cancel_op, &s->idle_op);
+	}
 	for (c = s->conns; c; c = next) {
 		next = c->next;
 		conn_close(c);

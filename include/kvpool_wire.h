@@ -431,8 +431,11 @@ struct kvp_wire_stats {
 	struct kvp_wire_prefix_stats prefix;	/* all namespaces */
 	struct kvp_wire_tier_stats nvme;	/* all namespaces */
 	struct kvp_wire_tier_stats host;	/* all namespaces */
+	uint64_t closed_output;	/* clients disconnected at --max-output */
+	uint64_t closed_idle;	/* clients disconnected at --idle-timeout */
+	uint64_t requests_denied;	/* refused by the access rules (PERM) */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 448, "kvp_wire_stats is 448 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 472, "kvp_wire_stats is 472 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];

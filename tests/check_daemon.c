@@ -438,6 +438,109 @@ START_TEST(test_daemon_background_mode_is_ready_when_the_parent_exits)
 }
 END_TEST
 
+static const kvp_geometry small_geo = {
+	.layers = 1, .kv_heads = 1, .head_dim = 64, .block_tokens = 16,
+	.dtype = KVP_DTYPE_F16, .model = "test/limits",
+};
+
+START_TEST(test_daemon_unread_replies_disconnect_at_max_output)
+{
+	const char *const args[] = { "--max-output", "256K", NULL };
+	struct kvp_wire_hdr req = { .op = KVP_OP_STATS }, h;
+	unsigned char buf[KVP_WIRE_HDR_SIZE];
+	kvp_client *good;
+	kvp_page pages[4];
+	kvp_stats_t st;
+	struct daemon d;
+	int fd, i, sent = 0;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &good), 0);
+	ck_assert_int_eq(kvp_alloc(good, 4, pages), 0);
+	/* ask for STATS (about 500 bytes a reply) and never read a reply */
+	fd = raw_connect(d.sock);
+	for (i = 0; i < 100000; i++) {
+		req.req_id = (uint64_t)i + 1;
+		wire_hdr_encode(buf, &req);
+		if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL) != (ssize_t)sizeof(buf))
+			break;	/* EPIPE / ECONNRESET: it hung up */
+		sent++;
+	}
+	ck_assert_msg(i < 100000, "the daemon kept taking requests of a client that "
+		      "reads nothing (%d sent)", sent);
+	/* what the kernel buffered, then nothing more: closed */
+	while (recv_reply(fd, &h) == 0)
+		;
+	close(fd);
+	ck_assert_int_eq(kvp_stats(good, &st, NULL, 0), 1);
+	ck_assert_uint_eq(st.closed_output, 1);
+	/* the other client lost nothing */
+	ck_assert_int_eq(kvp_release(good, pages, 4), 0);
+	kvp_close(good);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_idle_client_is_disconnected_and_loses_its_leases)
+{
+	const char *const args[] = { "--idle-timeout", "1", NULL };
+	kvp_client *idle, *busy;
+	kvp_page a[8], b[1];
+	kvp_stats_t st;
+	struct daemon d;
+	int i, rc;
+
+	daemon_start(&d, args);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &idle), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &busy), 0);
+	ck_assert_int_eq(kvp_alloc(idle, 8, a), 0);
+	ck_assert_int_eq(kvp_alloc(busy, 1, b), 0);
+	/* busy asks something every 250 ms; idle says nothing for 2.5 s
+	 * (the sweep runs every 250 ms: gone by 1.25 s) */
+	for (i = 0; i < 10; i++) {
+		usleep(250 * 1000);
+		ck_assert_int_eq(kvp_stats(busy, &st, NULL, 0), 1);
+	}
+	ck_assert_uint_eq(st.closed_idle, 1);
+	ck_assert_uint_eq(st.clients, 1);
+	ck_assert_uint_eq(st.pages_private, 1);	/* idle's 8 are free again */
+	rc = kvp_alloc(idle, 1, a);
+	ck_assert_msg(rc == -EPIPE || rc == -ECONNRESET, "%d %s", rc, kvp_last_error());
+	kvp_close(idle);
+	ck_assert_int_eq(kvp_release(busy, b, 1), 0);
+	kvp_close(busy);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_killed_daemon_clients_get_an_error_and_reconnect)
+{
+	kvp_client *c;
+	kvp_page p[4];
+	struct daemon d;
+	int status, rc;
+
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &c), 0);
+	ck_assert_int_eq(kvp_alloc(c, 4, p), 0);
+	ck_assert_int_eq(kill(d.pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(d.pid, &status, 0), d.pid);
+	/* the next call fails at once, saying why; it never hangs */
+	rc = kvp_alloc(c, 1, p);
+	ck_assert_msg(rc == -EPIPE || rc == -ECONNRESET, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(strstr(kvp_last_error(), "kvpoold"), "%s", kvp_last_error());
+	ck_assert_ptr_null(kvp_page_ptr(c, p[0]));
+	kvp_close(c);
+	/* a restarted daemon takes over the stale socket; clients come back */
+	daemon_restart(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &c), 0);
+	ck_assert_int_eq(kvp_alloc(c, 4, p), 0);
+	ck_assert_int_eq(kvp_release(c, p, 4), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -467,6 +570,9 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_daemon_max_clients_refuses_at_the_edge);
 	tcase_add_test(tc, test_daemon_killed_client_is_dropped);
+	tcase_add_test(tc, test_daemon_unread_replies_disconnect_at_max_output);
+	tcase_add_test(tc, test_daemon_idle_client_is_disconnected_and_loses_its_leases);
+	tcase_add_test(tc, test_daemon_killed_daemon_clients_get_an_error_and_reconnect);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cli");
