@@ -370,6 +370,8 @@ static int map_slab(struct kvp_client *c, uint32_t slab)
 	if (fd < 0)
 		goto out_close;
 	base = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED && errno == EACCES)	/* read rights only */
+		base = mmap(NULL, rep.bytes, PROT_READ, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		set_error("cannot map slab %u (%llu bytes): %s", slab,

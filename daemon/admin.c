@@ -2,7 +2,8 @@
 /*
  * admin.c - inspection and administration requests: LIST_CLIENTS,
  * LIST_PAGES, LIST_PREFIXES, and for admins (root, the daemon's user,
- * --admin-group) EVICT, DISCONNECT and DROP_NS.
+ * --admin-group, or an --access rule's admin of the namespace) EVICT,
+ * DISCONNECT and DROP_NS.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,14 +17,29 @@
 #include "daemon/log.h"
 #include "daemon/requests.h"
 
-/* need_admin() - true for an admin connection; else replies PERM. */
-static bool need_admin(struct conn *c, const struct kvp_wire_hdr *req)
+/*
+ * need_admin() - true when c may administer namespace ns (NULL: every
+ * namespace, which takes an admin of the daemon: root, its user or the
+ * --admin-group); else replies PERM.
+ */
+static bool need_admin(struct conn *c, const struct kvp_wire_hdr *req, const char *ns)
 {
-	if (c->admin)
+	const struct server *s = c->srv;
+
+	if (c->admin || (ns && (access_rights(s->rules, s->nrules, ns, &c->peer) &
+				ACCESS_ADMIN)))
 		return true;
-	conn_error(c, req, KVP_S_PERM, "%s needs admin rights: run it as root, as the "
-		   "daemon's user (uid %u), or as a member of kvpoold's --admin-group",
-		   wire_op_str(req->op), (unsigned)geteuid());
+	if (ns)
+		conn_error(c, req, KVP_S_PERM, "%s of namespace '%s' needs admin rights "
+			   "there: run it as root, as the daemon's user (uid %u), as a "
+			   "member of kvpoold's --admin-group, or as someone an --access "
+			   "rule gives admin on '%s'", wire_op_str(req->op), ns,
+			   (unsigned)geteuid(), ns);
+	else
+		conn_error(c, req, KVP_S_PERM, "%s of every namespace needs admin rights: "
+			   "run it as root, as the daemon's user (uid %u), or as a member "
+			   "of kvpoold's --admin-group (or name one namespace you "
+			   "administer)", wire_op_str(req->op), (unsigned)geteuid());
 	return false;
 }
 
@@ -311,7 +327,8 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 		conn_fatal(c, req, KVP_S_PROTO, "EVICT payload is not 72 bytes");
 		return;
 	}
-	if (!need_admin(c, req) || !name_field(c, req, ev.ns, sizeof(ev.ns)))
+	if (!name_field(c, req, ev.ns, sizeof(ev.ns)) ||
+	    !need_admin(c, req, ev.ns[0] ? ev.ns : NULL))
 		return;
 	only = ns_arg(c, req, ev.ns, &bad);
 	if (bad)
@@ -342,11 +359,13 @@ void admin_disconnect(struct conn *c, const struct kvp_wire_hdr *req,
 		conn_fatal(c, req, KVP_S_PROTO, "DISCONNECT payload is not 8 bytes");
 		return;
 	}
-	if (!need_admin(c, req))
-		return;
 	for (o = c->srv->conns; o; o = o->next)
 		if (o->id == d.client && !o->refused)
 			break;
+	/* an admin of the client's namespace may; asking about a client
+	 * that does not exist takes as much as asking about any */
+	if (!need_admin(c, req, o && o->ns ? o->ns->name : NULL))
+		return;
 	if (!o) {
 		conn_error(c, req, KVP_S_NOENT, "no client %llu (kvpool clients lists them)",
 			   (unsigned long long)d.client);
@@ -373,7 +392,8 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 		conn_fatal(c, req, KVP_S_PROTO, "DROP_NS payload is not 64 bytes");
 		return;
 	}
-	if (!need_admin(c, req) || !name_field(c, req, d.ns, sizeof(d.ns)))
+	if (!name_field(c, req, d.ns, sizeof(d.ns)) ||
+	    !need_admin(c, req, d.ns[0] ? d.ns : NULL))
 		return;
 	if (!d.ns[0]) {
 		conn_error(c, req, KVP_S_INVAL, "DROP_NS needs a namespace name");

@@ -22,6 +22,8 @@ struct backend_slab {
 	void *base;		/* the daemon's own mapping (host) or device pointer (cuda) */
 	size_t bytes;
 	int fd;			/* host: the sealed memfd; -1 for cuda */
+	int ro_fd;		/* host: the same memfd opened read-only, for
+				 * clients that may only read; -1 otherwise */
 	uint8_t handle[BACKEND_HANDLE_BYTES];	/* cuda: IPC handle; zero for host */
 };
 

@@ -55,6 +55,7 @@ static int cuda_slab_create(struct backend *be, size_t bytes, struct backend_sla
 	_Static_assert(sizeof(h) <= BACKEND_HANDLE_BYTES, "an IPC handle fits the slab record");
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	s->ro_fd = -1;
 	e = cudaSetDevice(cp->device);
 	if (e == cudaSuccess)
 		e = cudaMalloc(&p, bytes);
@@ -80,6 +81,7 @@ static void cuda_slab_destroy(struct backend *be, struct backend_slab *s)
 		cudaFree(s->base);
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	s->ro_fd = -1;
 }
 
 static int cuda_copy(struct backend *be, void *dst, const void *src, size_t bytes,

@@ -92,6 +92,20 @@ static int host_seal(int fd, size_t bytes, char *err, size_t errlen)
 }
 
 /*
+ * reopen_ro() - a read-only file description of the memfd fd (through
+ * /proc/self/fd: a memfd has no other name), so that a client which may
+ * only read cannot map the slab writable. -1 when /proc is missing: such
+ * clients are then refused the slab.
+ */
+static int reopen_ro(int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+/*
  * host_slab_create() - one sealed memfd of bytes, mapped read-write and
  * shared into s->base. Costs one memfd, one mapping; O(1), no page is
  * touched. Returns 0 or -errno with err saying what failed and what to do.
@@ -104,6 +118,7 @@ static int host_slab_create(struct backend *be, size_t bytes,
 
 	memset(s, 0, sizeof(*s));
 	s->fd = -1;
+	s->ro_fd = -1;
 	if (bytes == 0) {
 		host_err(err, errlen, "a slab of 0 bytes was asked for; "
 			 "set a slab size above 0");
@@ -142,6 +157,7 @@ static int host_slab_create(struct backend *be, size_t bytes,
 	s->base = base;
 	s->bytes = bytes;
 	s->fd = fd;
+	s->ro_fd = reopen_ro(fd);
 	return 0;
 
 out_unmap:
@@ -162,9 +178,12 @@ static void host_slab_destroy(struct backend *be, struct backend_slab *s)
 	munmap(s->base, s->bytes);
 	if (s->fd >= 0)
 		close(s->fd);
+	if (s->ro_fd >= 0)
+		close(s->ro_fd);
 	s->base = NULL;
 	s->bytes = 0;
 	s->fd = -1;
+	s->ro_fd = -1;
 }
 
 static void host_fini(struct backend *be)

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include "client/hset.h"
+#include "daemon/access.h"
 #include "daemon/backend.h"
 #include "daemon/loop.h"
 #include "daemon/ns.h"
@@ -70,7 +71,9 @@ struct conn {
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
 	bool deferred;			/* a request waits for I/O: no receive */
-	bool admin;			/* may use admin operations */
+	bool admin;			/* admin of every namespace */
+	struct access_peer peer;	/* uid, gid and groups, for the rules */
+	unsigned rights;		/* ACCESS_* in its namespace */
 	struct conn *wait_next;		/* ns->wait_head list */
 	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
 	uint64_t connected_ms;		/* server uptime when it connected */
@@ -98,6 +101,8 @@ struct server {
 	struct ns_table nst;
 	struct ns_config keys;		/* key settings for new namespaces */
 	gid_t admin_gid;		/* --admin-group, or -1 */
+	struct access_rule rules[OPTIONS_ACCESS_MAX];	/* --access */
+	unsigned nrules;
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
 	bool accepting;			/* accept_op is in flight */

@@ -60,7 +60,7 @@ static void sigwatch_done(struct loop_op *op, int res)
 		server_shutdown(w->srv);
 		return;	/* no more reads: the loop is draining */
 	case SIGHUP:
-		log_info("SIGHUP: nothing to reload in this version");
+		server_reload(w->srv);
 		break;
 	}
 	sigwatch_post(w);

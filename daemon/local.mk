@@ -4,7 +4,7 @@
 noinst_LTLIBRARIES += daemon/libkvpoold.la
 daemon_libkvpoold_la_SOURCES = \
 	daemon/log.c daemon/log.h \
-	daemon/options.c daemon/options.h \
+	daemon/options.c daemon/options.h daemon/access.c daemon/access.h \
 	daemon/loop.c daemon/loop.h \
 	daemon/server.c daemon/server.h daemon/conn.h \
 	daemon/requests.c daemon/requests.h daemon/share.c daemon/admin.c \

@@ -26,6 +26,7 @@ enum opt_type {
 	OPT_BOOL,	/* flag: no argument; file: true/false/yes/no/1/0 */
 	OPT_LOG_LEVEL,	/* error, warn, info, debug */
 	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
+	OPT_RULE,	/* an --access rule, appended (repeatable) */
 };
 
 struct opt_def {
@@ -107,6 +108,9 @@ static const struct opt_def opt_table[] = {
 	  "SIZE", "bytes of spill file per namespace (default 1G)", NULL },
 	{ "spill-discard", 0, OPT_BOOL, OFF(spill_discard), 0, 0, 0,
 	  NULL, "start cold: ignore the pages the spill files hold", NULL },
+	{ "access", 'a', OPT_RULE, 0, 0, 0, 0,
+	  "RULE", "'NAMESPACE RIGHTS WHO,...': who may read, write or admin a "
+	  "namespace (repeatable; none: everyone may read and write)", NULL },
 	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
 	  "LEVEL", "error, warn, info or debug (default info)", NULL },
 	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
@@ -269,6 +273,18 @@ static int opt_set(struct options *o, const struct opt_def *d,
 			 d->choices[1] && d->choices[2] ? ", " : "",
 			 d->choices[1] && d->choices[2] ? d->choices[2] : "");
 		return -EINVAL;
+	case OPT_RULE: {
+		struct access_rule r;
+
+		if (o->naccess == OPTIONS_ACCESS_MAX) {
+			snprintf(why, whylen, "more than %d access rules", OPTIONS_ACCESS_MAX);
+			return -EINVAL;
+		}
+		if (access_parse(value, &r, why, whylen) < 0)
+			return -EINVAL;
+		memcpy(o->access[o->naccess++], value, strlen(value) + 1);
+		return 0;
+	}
 	case OPT_LOG_LEVEL:
 		if (log_level_parse(value, (enum log_level *)dst) < 0) {
 			snprintf(why, whylen,
@@ -464,6 +480,7 @@ int options_parse(struct options *o, int argc, char **argv,
 		if (rc < 0)
 			return rc;
 	}
+	o->access_file = o->naccess;
 
 	/* Pass 2: the flags, which override the file. */
 	optind = 0;	/* 0: glibc starts over, GNU extensions included */
@@ -484,4 +501,45 @@ int options_parse(struct options *o, int argc, char **argv,
 		}
 	}
 	return options_check(o, err, errlen);
+}
+
+void options_access(const struct options *o, struct access_rule *rules, unsigned *n)
+{
+	char why[256];
+	unsigned i;
+
+	*n = 0;
+	for (i = 0; i < o->naccess; i++)	/* checked when they were read */
+		if (access_parse(o->access[i], &rules[*n], why, sizeof(why)) == 0)
+			(*n)++;
+}
+
+int options_reload_access(const struct options *o, struct access_rule *rules,
+			  unsigned *n, char *err, size_t errlen)
+{
+	struct options *f = malloc(sizeof(*f));
+	unsigned i;
+	int rc;
+
+	if (!f) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	options_defaults(f);
+	rc = options_load_file(f, o->config_file, err, errlen);
+	if (rc == 0) {
+		for (i = o->access_file; i < o->naccess; i++) {
+			if (f->naccess == OPTIONS_ACCESS_MAX) {
+				snprintf(err, errlen, "%s and the flags hold more than %d access "
+					 "rules", o->config_file, OPTIONS_ACCESS_MAX);
+				rc = -EINVAL;
+				break;
+			}
+			memcpy(f->access[f->naccess++], o->access[i], ACCESS_RULE_MAX);
+		}
+	}
+	if (rc == 0)
+		options_access(f, rules, n);
+	free(f);
+	return rc;
 }

@@ -12,9 +12,11 @@
 #include <stdint.h>
 #include <sys/un.h>
 
+#include "daemon/access.h"
 #include "daemon/log.h"
 
 #define OPTIONS_PATH_MAX 4096
+#define OPTIONS_ACCESS_MAX 64	/* --access rules */
 
 enum backend_choice {
 	BACKEND_AUTO = 0,	/* cuda when a device answers, else host */
@@ -50,6 +52,10 @@ struct options {
 	bool spill_discard;		/* cold start: ignore what the files hold */
 	enum log_level log_level;
 	bool foreground;
+	/* --access rules, as written: those of the config file first
+	 * (access_file of them), then those of the flags */
+	char access[OPTIONS_ACCESS_MAX][ACCESS_RULE_MAX];
+	unsigned naccess, access_file;
 };
 
 /* options_defaults() - fill o with the built-in defaults. */
@@ -75,6 +81,19 @@ const char *options_backend_name(unsigned backend);
  */
 int options_load_file(struct options *o, const char *path,
 		      char *err, size_t errlen);
+
+/*
+ * options_reload_access() - the access rules SIGHUP brings: those of the
+ * config file as it reads now, then those of o's flags, compiled into
+ * rules[0..*n) (at most OPTIONS_ACCESS_MAX). Returns 0, or -errno with
+ * err naming path:line when the file does not read (then nothing
+ * changes).
+ */
+int options_reload_access(const struct options *o, struct access_rule *rules,
+			  unsigned *n, char *err, size_t errlen);
+
+/* options_access() - compile o's rules into rules[0..*n). */
+void options_access(const struct options *o, struct access_rule *rules, unsigned *n);
 
 /* options_usage() - print --help text to stdout. */
 void options_usage(void);

@@ -248,6 +248,15 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	if (h.ns[0]) {
+		c->rights = access_rights(s->rules, s->nrules, h.ns, &c->peer);
+		if (!(c->rights & (ACCESS_READ | ACCESS_WRITE))) {
+			conn_error(c, req, KVP_S_PERM, "uid %u (gid %u) may not use namespace "
+				   "'%.63s': no --access rule gives it read or write there; "
+				   "ask the daemon's admin (kvpoold(8), ACCESS)",
+				   (unsigned)c->peer.uid, (unsigned)c->peer.gid, h.ns);
+			c->rights = 0;
+			return;
+		}
 		rc = ns_join(&s->nst, s->pool, &s->keys, &h, &n, err, sizeof(err));
 		if (rc < 0) {
 			conn_error(c, req, (uint32_t)-rc, "%s", err);
@@ -465,7 +474,7 @@ static void handle_map_slab(struct conn *c, const struct kvp_wire_hdr *req,
 	struct kvp_wire_map_slab m;
 	struct kvp_wire_map_slab_reply rep;
 	const struct backend_slab *bs;
-	int owner = -1;
+	int owner = -1, fd;
 
 	if (wire_fixed_decode(payload, req->len, &m, sizeof(m)) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "MAP_SLAB payload is not 8 bytes");
@@ -479,12 +488,21 @@ static void handle_map_slab(struct conn *c, const struct kvp_wire_hdr *req,
 			   m.slab, c->ns->name);
 		return;
 	}
+	/* a client that may not write gets a read-only fd: it cannot map
+	 * the slab writable (a CUDA IPC handle cannot be limited so) */
+	fd = (c->rights & ACCESS_WRITE) ? bs->fd : bs->ro_fd;
+	if (bs->fd >= 0 && fd < 0) {
+		conn_error(c, req, KVP_S_INTERNAL, "slab %u: no read-only descriptor to "
+			   "give a client with read rights only (is /proc mounted for "
+			   "kvpoold?)", m.slab);
+		return;
+	}
 	memset(&rep, 0, sizeof(rep));
 	rep.slab = m.slab;
 	rep.pages = pool_ns_pages_per_slab(c->srv->pool, c->ns->pool_ns);
 	rep.bytes = bs->bytes;
 	memcpy(rep.ipc_handle, bs->handle, sizeof(rep.ipc_handle));
-	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), bs->fd);
+	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), fd);
 }
 
 /* --- ALLOC, RELEASE, RETAIN, COW ---------------------------------------------- */
@@ -631,9 +649,43 @@ out:
 	free(reply);
 }
 
+/* op_right() - the right a request needs in the client's namespace. */
+static unsigned op_right(uint16_t op)
+{
+	switch (op) {
+	case KVP_OP_ACQUIRE:
+	case KVP_OP_RETAIN:
+		return ACCESS_READ;
+	case KVP_OP_ALLOC:
+	case KVP_OP_COW:
+	case KVP_OP_PUBLISH:
+	case KVP_OP_PUBLISH_PARTIAL:
+		return ACCESS_WRITE;
+	}
+	return 0;
+}
+
+/* allowed() - c may send req (checked once it has a namespace: without
+ * one the handler says so); else PERM, counted as denied. */
+static bool allowed(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	unsigned need = op_right(req->op);
+
+	if (!need || !c->ns || (c->rights & need))
+		return true;
+	conn_error(c, req, KVP_S_PERM, "%s needs %s rights in namespace '%s'; uid %u "
+		   "(gid %u) has %s there: ask the daemon's admin for an --access rule "
+		   "(kvpoold(8), ACCESS)", wire_op_str(req->op), access_rights_str(need),
+		   c->ns->name, (unsigned)c->peer.uid, (unsigned)c->peer.gid,
+		   access_rights_str(c->rights));
+	return false;
+}
+
 void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 		     const uint8_t *payload)
 {
+	if (!allowed(c, req))
+		return;
 	switch (req->op) {
 	case KVP_OP_HELLO:
 		handle_hello(c, req, payload);

@@ -398,6 +398,21 @@ static void server_post_accept(struct server *s)
 	s->accepting = true;
 }
 
+/* in_group() - p's primary or a supplementary group is gid (not -1). */
+static bool in_group(const struct access_peer *p, gid_t gid)
+{
+	unsigned i;
+
+	if (gid == (gid_t)-1)
+		return false;
+	if (p->gid == gid)
+		return true;
+	for (i = 0; i < p->ngroups; i++)
+		if (p->groups[i] == gid)
+			return true;
+	return false;
+}
+
 static void server_accept_done(struct loop_op *op, int res)
 {
 	struct server *s = container_of(op, struct server, accept_op);
@@ -457,9 +472,12 @@ static void server_accept_done(struct loop_op *op, int res)
 		c->cred.uid = (uid_t)-1;
 		c->cred.gid = (gid_t)-1;
 	}
-	/* admin: root, the daemon's own user, or the --admin-group */
+	/* admin: root, the daemon's own user, or the --admin-group (primary
+	 * or supplementary) */
+	access_peer_of(c->fd, &c->peer);
 	c->admin = c->cred.uid == 0 || c->cred.uid == geteuid() ||
-		   (s->admin_gid != (gid_t)-1 && c->cred.gid == s->admin_gid);
+		   in_group(&c->peer, s->admin_gid);
+	c->peer.admin = c->admin;
 	/* A SEQPACKET message must fit in the sender's buffer. */
 	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) < 0)
 		log_debug("client %llu: SO_SNDBUF %d: %s", (unsigned long long)c->id,
@@ -719,6 +737,10 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
 	s->keys.be = be;
+	options_access(o, s->rules, &s->nrules);
+	if (s->nrules)
+		log_info("access: %u rules; clients have only the rights they grant",
+			 s->nrules);
 	lease_room_hook = requests_retry;
 	if (o->host_tier_size)
 		log_info("host tier: %llu bytes per namespace of %s memory", (unsigned long long)
@@ -763,6 +785,40 @@ void server_shutdown(struct server *s)
 		conn_close(c);
 	}
 	server_maybe_done(s);
+}
+
+void server_reload(struct server *s)
+{
+	struct access_rule *rules;
+	char err[512];
+	unsigned n;
+	struct conn *c;
+
+	if (!s->opt->config_file[0]) {
+		log_info("SIGHUP: no --config file to read again; the access rules stay "
+			 "as they are (%u)", s->nrules);
+		return;
+	}
+	rules = malloc(sizeof(s->rules));
+	if (!rules) {
+		log_error("SIGHUP: out of memory; the access rules stay as they are");
+		return;
+	}
+	if (options_reload_access(s->opt, rules, &n, err, sizeof(err)) < 0) {
+		log_error("SIGHUP: %s; the access rules stay as they are (%u)", err,
+			  s->nrules);
+		free(rules);
+		return;
+	}
+	memcpy(s->rules, rules, sizeof(s->rules));
+	s->nrules = n;
+	free(rules);
+	for (c = s->conns; c; c = c->next)
+		if (c->ns)
+			c->rights = access_rights(s->rules, s->nrules, c->ns->name, &c->peer);
+	log_info("SIGHUP: %u access rules from %s and the flags; the rights of %u "
+		 "clients recomputed (other settings need a restart)", n,
+		 s->opt->config_file, s->nconns);
 }
 
 void server_free(struct server *s)

@@ -32,6 +32,14 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
  */
 void server_shutdown(struct server *s);
 
+/*
+ * server_reload() - SIGHUP: read the access rules again (the config
+ * file's as it is now, and the flags') and recompute every connected
+ * client's rights; nobody is disconnected. A file that does not read
+ * keeps the old rules, logged. Other settings need a restart.
+ */
+void server_reload(struct server *s);
+
 /* server_free() - unlink the socket and free the server and its
  * namespaces (not the pool). Call after the loop stopped; s may be NULL. */
 void server_free(struct server *s);

@@ -12,6 +12,7 @@
 
 #include <check.h>
 
+#include "daemon/access.h"
 #include "daemon/options.h"
 #include "suites.h"
 
@@ -211,6 +212,45 @@ START_TEST(test_options_bad_log_level_lists_the_levels)
 }
 END_TEST
 
+START_TEST(test_access_rules_parse_and_grant_what_they_say)
+{
+	struct access_rule r[3];
+	struct access_peer p = { .uid = 1234, .gid = 500, .ngroups = 1,
+				 .groups = { 600 } };
+	char why[256];
+
+	ck_assert_int_eq(access_parse("llama read,write @600,77", &r[0], why,
+				      sizeof(why)), 0);
+	ck_assert_uint_eq(r[0].rights, ACCESS_READ | ACCESS_WRITE);
+	ck_assert_uint_eq(r[0].nwho, 2);
+	ck_assert_int_eq(access_parse("* read *", &r[1], why, sizeof(why)), 0);
+	ck_assert_int_eq(access_parse("qwen all 1234", &r[2], why, sizeof(why)), 0);
+	ck_assert_uint_eq(r[2].rights, ACCESS_ALL);
+	/* no rules: read and write everywhere, admin only for admins */
+	ck_assert_uint_eq(access_rights(r, 0, "llama", &p), ACCESS_READ | ACCESS_WRITE);
+	/* a supplementary group, a catch-all, a uid */
+	ck_assert_uint_eq(access_rights(r, 1, "llama", &p), ACCESS_READ | ACCESS_WRITE);
+	ck_assert_uint_eq(access_rights(r, 1, "qwen", &p), 0);
+	ck_assert_uint_eq(access_rights(r, 2, "qwen", &p), ACCESS_READ);
+	ck_assert_uint_eq(access_rights(r, 3, "qwen", &p), ACCESS_ALL);
+	p.ngroups = 0;
+	ck_assert_uint_eq(access_rights(r, 1, "llama", &p), 0);
+	p.admin = true;
+	ck_assert_uint_eq(access_rights(r, 1, "llama", &p), ACCESS_ADMIN);
+	p.uid = 0;	/* root: everything, whatever the rules */
+	ck_assert_uint_eq(access_rights(r, 1, "other", &p), ACCESS_ALL);
+	/* errors name the part that is wrong */
+	ck_assert_int_eq(access_parse("llama read", &r[0], why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "NAMESPACE RIGHTS WHO"));
+	ck_assert_int_eq(access_parse("llama readish 1", &r[0], why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "rights 'readish'"));
+	ck_assert_int_eq(access_parse("llama read @", &r[0], why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "no group ''"));
+	ck_assert_int_eq(access_parse("llama read ,", &r[0], why, sizeof(why)), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "names nobody"));
+}
+END_TEST
+
 Suite *options_suite(void)
 {
 	Suite *s = suite_create("options");
@@ -235,6 +275,10 @@ Suite *options_suite(void)
 	tcase_add_test(tc, test_options_bad_value_in_file_names_key_value_and_reason);
 	tcase_add_test(tc, test_options_line_without_equals_is_refused);
 	tcase_add_test(tc, test_options_missing_file_is_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("access rules");
+	tcase_add_test(tc, test_access_rules_parse_and_grant_what_they_say);
 	suite_add_tcase(s, tc);
 	return s;
 }
