@@ -11,13 +11,17 @@
 #                        against a daemon in a known state; the planner
 #   tests/check_access   integration: --access rules against client
 #                        processes of another uid, SIGHUP reloads
+#   tests/check_soak     16 random clients, one killed every 100 ms:
+#                        nothing leaks, no byte out of place
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
-	tests/check_share tests/check_spill tests/check_cli tests/check_access
+	tests/check_share tests/check_spill tests/check_cli tests/check_access \
+	tests/check_soak
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
-	tests/check_share tests/check_spill tests/check_cli tests/check_access
+	tests/check_share tests/check_spill tests/check_cli tests/check_access \
+	tests/check_soak
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -56,6 +60,11 @@ tests_check_access_SOURCES = tests/check_access.c \
 	tests/harness.c tests/harness.h
 tests_check_access_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_access_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_soak_SOURCES = tests/check_soak.c \
+	tests/harness.c tests/harness.h
+tests_check_soak_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_soak_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
 	tests/harness.c tests/harness.h
