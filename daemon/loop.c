@@ -198,6 +198,28 @@ int loop_run(struct loop *l)
 	return 0;
 }
 
+int loop_turn(struct loop *l, unsigned ms)
+{
+	struct __kernel_timespec ts = { .tv_sec = ms / 1000,
+					.tv_nsec = (long long)(ms % 1000) * 1000000 };
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	int rc;
+
+	rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+		return rc;
+	io_uring_for_each_cqe(&l->ring, head, cqe) {
+		struct loop_op *op = io_uring_cqe_get_data(cqe);
+
+		seen++;
+		l->inflight--;
+		op->done(op, cqe->res);
+	}
+	io_uring_cq_advance(&l->ring, seen);
+	return (int)seen;
+}
+
 void loop_stop(struct loop *l)
 {
 	l->stopping = true;

@@ -90,6 +90,14 @@ int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target);
  */
 int loop_run(struct loop *l);
 
+/*
+ * loop_turn() - submit what is queued and handle the completions that
+ * arrive within ms milliseconds (at least one, unless the time runs
+ * out). Returns how many were handled, or -errno. For harnesses that
+ * drive the loop step by step (tests/fuzz); the daemon uses loop_run().
+ */
+int loop_turn(struct loop *l, unsigned ms);
+
 /* loop_stop() - make loop_run() return after the current completions. */
 void loop_stop(struct loop *l);
 

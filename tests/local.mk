@@ -124,3 +124,40 @@ tests_check_demo_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS
 # the test runs the example: build it first
 EXTRA_tests_check_demo_DEPENDENCIES = examples/kvpool-model-server
 endif
+
+# libFuzzer harnesses (tests/fuzz/), built with clang when configure found
+# one that links -fsanitize=fuzzer, from the same sources as the daemon
+# (the CUDA backend's stub in place of CUDA). tests/fuzz/run.sh runs each
+# for FUZZ_SECONDS (default 30) over the seed corpus in the tree; without
+# the fuzzers it skips and says why. `make fuzz FUZZ_SECONDS=3600` runs
+# them longer.
+FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
+	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+	-Wno-gnu-variable-sized-type-not-at-end
+FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
+	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS)
+FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c
+FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c
+EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
+	tests/fuzz/corpus
+dist_check_SCRIPTS += tests/fuzz/run.sh
+TESTS += tests/fuzz/run.sh
+CLEANFILES += tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
+if HAVE_FUZZER
+check_SCRIPTS += tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
+tests/fuzz/fuzz_wire: $(srcdir)/tests/fuzz/fuzz_wire.c client/wire.c config.h
+	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
+		-o $@ $(srcdir)/tests/fuzz/fuzz_wire.c $(srcdir)/client/wire.c
+tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS) \
+		$(FUZZ_DAEMON_SRCS) config.h
+	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
+		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
+		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
+		$(URING_LIBS) $(XXHASH_LIBS) -lm
+fuzz: tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} $(srcdir)/tests/fuzz/run.sh
+else
+fuzz:
+	@echo "make fuzz: configure found no clang that links libFuzzer" >&2; exit 1
+endif
+.PHONY: fuzz

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""make_corpus.py - write the seed corpus of the fuzz harnesses.
+
+usage: /usr/bin/python3 tests/fuzz/make_corpus.py   (from the tree root)
+
+Seeds are valid sessions and payloads built from the layouts in
+include/kvpool_wire.h, so the fuzzers start from messages the daemon
+accepts and mutate from there. The files are committed; run this again
+after a wire change.
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OP = dict(STATS=1, HELLO=2, MAP_SLAB=3, ALLOC=4, RELEASE=5, ACQUIRE=6,
+          PUBLISH=7, PUBLISH_PARTIAL=8, COW=9, RETAIN=10, LIST_CLIENTS=11,
+          LIST_PAGES=12, LIST_PREFIXES=13, EVICT=14, DISCONNECT=15, DROP_NS=16)
+
+
+def name(s, n):
+    return s.encode().ljust(n, b"\0")
+
+
+def hello(ns="fuzz", layers=1, heads=1, dim=64, bt=16, dtype=1, scheme=0):
+    return (name(ns, 64) + name("fuzz/model", 128) + name("fuzzer", 32) +
+            struct.pack("<8I", layers, heads, dim, bt, dtype, scheme, 0, 0))
+
+
+def handle(index, slab=0, gen=1):
+    return (gen << 32) | (slab << 20) | index
+
+
+def pages(*hs):
+    return struct.pack("<II", len(hs), 0) + b"".join(struct.pack("<Q", h) for h in hs)
+
+
+def key(i):
+    return bytes((i * 37 + j) & 0xff for j in range(32))
+
+
+def acquire(keys, tokens=(), parent=b"\0" * 32):
+    return (struct.pack("<II", len(keys), len(tokens)) + parent + b"".join(keys) +
+            b"".join(struct.pack("<I", t) for t in tokens))
+
+
+def publish(ents, prio=1, parent=b"\0" * 32):
+    return (struct.pack("<II", len(ents), prio) + parent +
+            b"".join(struct.pack("<Q", p) + k for p, k in ents))
+
+
+def partial(page, tokens, prio=1, parent=b"\0" * 32):
+    return (struct.pack("<QII", page, len(tokens), prio) + parent +
+            b"".join(struct.pack("<I", t) for t in tokens))
+
+
+def chunk(op, payload):
+    """A request with a well-formed header (fuzz_session's kind 0)."""
+    return struct.pack("<BHH", 0, OP[op], len(payload)) + payload
+
+
+def raw(b):
+    return struct.pack("<BH", 1, len(b)) + b
+
+
+SESSIONS = {
+    "stats-only": chunk("STATS", b""),
+    "alloc-release": chunk("HELLO", hello()) + chunk("ALLOC", struct.pack("<II", 4, 0)) +
+                     chunk("MAP_SLAB", struct.pack("<II", 0, 0)) +
+                     chunk("RELEASE", pages(handle(0), handle(1))),
+    "publish-acquire": chunk("HELLO", hello()) +
+                       chunk("ALLOC", struct.pack("<II", 3, 0)) +
+                       chunk("PUBLISH", publish([(handle(0), key(0)), (handle(1), key(1))])) +
+                       chunk("PUBLISH_PARTIAL", partial(handle(2), [1, 2, 3], parent=key(1))) +
+                       chunk("RELEASE", pages(handle(0), handle(1), handle(2))) +
+                       chunk("ACQUIRE", acquire([key(0), key(1)], [5] * 16 + [1, 2, 3])) +
+                       chunk("COW", pages(handle(0))) +
+                       chunk("RETAIN", pages(handle(1))) +
+                       chunk("LIST_PAGES", name("", 64) + struct.pack("<IIQ", 0, 0, 0)) +
+                       chunk("LIST_PREFIXES", name("", 64) + struct.pack("<II", 10, 0)) +
+                       chunk("LIST_CLIENTS", b"") +
+                       chunk("EVICT", name("fuzz", 64) + struct.pack("<Q", 0)) +
+                       chunk("STATS", b""),
+    "evict-drop": chunk("HELLO", hello("other", 2, 2, 128, 16, 2)) +
+                  chunk("ALLOC", struct.pack("<II", 64, 0)) +
+                  chunk("EVICT", name("", 64) + struct.pack("<Q", 5)) +
+                  chunk("DROP_NS", name("fuzz", 64)) +
+                  chunk("DISCONNECT", struct.pack("<Q", 1)),
+    "bad-header": raw(b"hello, daemon") + chunk("STATS", b""),
+    "many-pages": chunk("HELLO", hello()) +
+                  chunk("ALLOC", struct.pack("<II", 200, 0)) +
+                  chunk("PUBLISH", publish([(handle(i), key(i)) for i in range(40)], 3)) +
+                  chunk("RELEASE", pages(*[handle(i) for i in range(200)])),
+}
+
+WIRE = {
+    # the first byte picks the decoder (fuzz_wire.c): 0 hello, 1 pages,
+    # 2 acquire, 3 publish, 4 partial, 5 stats
+    "hello": b"\0" + hello(),
+    "pages": b"\1" + pages(handle(0), handle(7)),
+    "acquire": b"\2" + acquire([key(0), key(1)], [1, 2, 3]),
+    "publish": b"\3" + publish([(handle(0), key(0))]),
+    "partial": b"\4" + partial(handle(0), [4, 5, 6]),
+    "stats": b"\5" + b"\0" * 472,
+    "header": struct.pack("<IHHIIQII", 0x3150564b, 2, 1, 0, 0, 7, 0, 0),
+}
+
+for sub, seeds in (("fuzz_session", SESSIONS), ("fuzz_wire", WIRE)):
+    d = os.path.join(HERE, "corpus", sub)
+    os.makedirs(d, exist_ok=True)
+    for n, b in seeds.items():
+        with open(os.path.join(d, n), "wb") as f:
+            f.write(b)
+print("wrote", sum(len(s) for s in (SESSIONS, WIRE)), "seeds under", os.path.join(HERE, "corpus"))
