@@ -194,6 +194,7 @@ int main(int argc, char **argv)
 	struct pool *pool = NULL;
 	struct backend be = { 0 };
 	struct loop loop;
+	const char *note;
 	char err[8192];
 	sigset_t mask;
 	int ready_fd = -1, rc;
@@ -224,11 +225,13 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	rc = loop_init(&loop, 256, err, sizeof(err));
+	rc = loop_init(&loop, 256, (enum loop_io)opt.io, &note, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);
 		goto out_close_sig;
 	}
+	if (note)
+		log_warn("%s", note);
 	rc = backend_open(&opt, &be, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);
@@ -256,11 +259,11 @@ int main(int argc, char **argv)
 	sigwatch_post(&sw);
 
 	log_info("kvpoold %s listening on %s (pool %llu bytes in slabs of %llu, "
-		 "max %llu clients, messages up to %llu bytes)",
+		 "max %llu clients, messages up to %llu bytes, I/O by %s)",
 		 PACKAGE_VERSION, opt.socket_path,
 		 (unsigned long long)opt.pool_size, (unsigned long long)opt.slab_size,
 		 (unsigned long long)opt.max_clients,
-		 (unsigned long long)opt.max_msg_size);
+		 (unsigned long long)opt.max_msg_size, loop_io_name(&loop));
 	ready(ready_fd);
 
 	rc = loop_run(&loop);

@@ -4,10 +4,12 @@
 # The modules' sources (the fuzz harness of tests/local.mk builds them
 # too, with clang); the backend of the build comes on top.
 KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/access.c daemon/loop.c \
+	daemon/loop_sync.c \
 	daemon/server.c daemon/requests.c daemon/share.c daemon/admin.c \
 	daemon/lease.c daemon/ns.c daemon/prefix.c daemon/pool.c \
 	daemon/backend_host.c daemon/spill.c daemon/hosttier.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/access.h daemon/loop.h \
+	daemon/loop_sync.h \
 	daemon/server.h daemon/conn.h daemon/requests.h daemon/lease.h daemon/ns.h \
 	daemon/prefix.h daemon/pool.h daemon/backend.h daemon/spill.h \
 	daemon/hosttier.h
@@ -15,7 +17,7 @@ noinst_HEADERS += daemon/log.h daemon/options.h daemon/access.h daemon/loop.h \
 noinst_LTLIBRARIES += daemon/libkvpoold.la
 daemon_libkvpoold_la_SOURCES = $(KVPOOLD_SRCS)
 daemon_libkvpoold_la_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) $(XXHASH_CFLAGS)
-daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS) $(XXHASH_LIBS)
+daemon_libkvpoold_la_LIBADD = client/libkvpshared.la $(URING_LIBS) $(XXHASH_LIBS) -lpthread
 daemon_libkvpoold_la_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda.c

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * loop.c - the io_uring event loop: queueing operations, submitting them
- * in batches, and dispatching completions to their owners.
+ * in batches, and dispatching completions to their owners. Where the
+ * ring cannot be had, loop_sync.c does the same operations instead.
  *
  * Operations queued while handling a batch of completions go to the
  * kernel together in the next io_uring_submit_and_wait() call, so a busy
@@ -9,16 +10,18 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "daemon/loop.h"
+#include "daemon/loop_sync.h"
 
-int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen)
+/* uring_init() - the ring, or -errno with err saying why. */
+static int uring_init(struct loop *l, unsigned entries, char *err, size_t errlen)
 {
 	struct io_uring_params p;
 	int rc;
 
-	memset(l, 0, sizeof(*l));
 	/* One thread submits and reaps: let the kernel run completion work
 	 * only when we wait for it (6.1+), not by interrupting us. Older
 	 * kernels refuse these flags; they get a plain ring. */
@@ -46,9 +49,52 @@ int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen)
 	return 0;
 }
 
+int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **note,
+	      char *err, size_t errlen)
+{
+	static char why[512];
+	const char *env = getenv("KVPOOL_IO");
+	int rc;
+
+	memset(l, 0, sizeof(*l));
+	*note = NULL;
+	if (io == LOOP_IO_AUTO && env && !strcmp(env, "sync"))
+		io = LOOP_IO_SYNC;
+	else if (io == LOOP_IO_AUTO && env && !strcmp(env, "uring"))
+		io = LOOP_IO_URING;
+	if (io == LOOP_IO_SYNC) {
+		*note = "I/O: poll(2) and I/O threads, as asked (--io sync or KVPOOL_IO=sync)";
+		return sync_init(l, err, errlen);
+	}
+	rc = uring_init(l, entries, why, sizeof(why));
+	if (rc == 0 || io == LOOP_IO_URING) {
+		if (rc < 0)
+			snprintf(err, errlen, "%s", why);
+		return rc;
+	}
+	memset(l, 0, sizeof(*l));
+	snprintf(err, errlen, "io_uring is unavailable (%.400s); serving with poll(2) "
+		 "and I/O threads instead, which costs throughput", why);
+	rc = sync_init(l, why, sizeof(why));
+	if (rc < 0) {
+		snprintf(err, errlen, "%s", why);
+		return rc;
+	}
+	*note = err;
+	return 0;
+}
+
+const char *loop_io_name(const struct loop *l)
+{
+	return l->sync ? "poll(2) and I/O threads" : "io_uring";
+}
+
 void loop_fini(struct loop *l)
 {
-	io_uring_queue_exit(&l->ring);
+	if (l->sync)
+		sync_fini(l);
+	else
+		io_uring_queue_exit(&l->ring);
 	l->inflight = 0;
 }
 
@@ -71,8 +117,11 @@ static struct io_uring_sqe *get_sqe(struct loop *l, struct loop_op *op)
 
 int loop_accept(struct loop *l, struct loop_op *op, int fd)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_accept(l, op, fd);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC);
@@ -82,8 +131,11 @@ int loop_accept(struct loop *l, struct loop_op *op, int fd)
 int loop_recvmsg(struct loop *l, struct loop_op *op, int fd,
 		 struct msghdr *msg, unsigned flags)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_recvmsg(l, op, fd, msg, flags);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_recvmsg(sqe, fd, msg, flags);
@@ -93,8 +145,11 @@ int loop_recvmsg(struct loop *l, struct loop_op *op, int fd,
 int loop_sendmsg(struct loop *l, struct loop_op *op, int fd,
 		 const struct msghdr *msg, unsigned flags)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_sendmsg(l, op, fd, msg, flags);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_sendmsg(sqe, fd, msg, flags);
@@ -104,8 +159,11 @@ int loop_sendmsg(struct loop *l, struct loop_op *op, int fd,
 int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 	      unsigned len)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_read(l, op, fd, buf, len);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_read(sqe, fd, buf, len, 0);
@@ -115,8 +173,11 @@ int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 int loop_pread(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
 	       uint64_t off, int buf_index)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_file(l, op, fd, buf, len, off, false);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	if (buf_index >= 0)
@@ -129,8 +190,11 @@ int loop_pread(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned l
 int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
 		unsigned len, uint64_t off, int buf_index)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_file(l, op, fd, (void *)buf, len, off, true);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	if (buf_index >= 0)
@@ -143,8 +207,11 @@ int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
 int loop_timeout(struct loop *l, struct loop_op *op, struct __kernel_timespec *ts,
 		 uint64_t ms)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_timeout(l, op, ms);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	ts->tv_sec = (long long)(ms / 1000);
@@ -167,8 +234,11 @@ int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len)
 
 int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
 {
-	struct io_uring_sqe *sqe = get_sqe(l, op);
+	struct io_uring_sqe *sqe;
 
+	if (l->sync)
+		return sync_cancel(l, op, target);
+	sqe = get_sqe(l, op);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_cancel(sqe, target, 0);
@@ -182,6 +252,12 @@ int loop_run(struct loop *l)
 	int rc;
 
 	while (!l->stopping && !(l->draining && l->inflight == 0)) {
+		if (l->sync) {
+			rc = sync_turn(l, -1);
+			if (rc < 0 && rc != -EINTR)
+				return rc;
+			continue;
+		}
 		rc = io_uring_submit_and_wait(&l->ring, 1);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 			return rc;
@@ -206,6 +282,8 @@ int loop_turn(struct loop *l, unsigned ms)
 	unsigned head, seen = 0;
 	int rc;
 
+	if (l->sync)
+		return sync_turn(l, (int)ms);
 	rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 		return rc;

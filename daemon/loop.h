@@ -24,20 +24,40 @@ struct loop_op {
 	loop_done_fn done;
 };
 
+struct loop_sync;
+
 struct loop {
 	struct io_uring ring;
 	unsigned inflight;	/* submitted, not yet completed */
 	bool stopping;
 	bool draining;		/* stop once nothing is in flight */
 	bool buffers;		/* a sparse table of LOOP_BUFFERS is registered */
+	bool sync;		/* no ring: poll(2) and I/O threads (loop_sync.c) */
+	struct loop_sync *s;
+};
+
+/* How the loop does its I/O. */
+enum loop_io {
+	LOOP_IO_AUTO = 0,	/* io_uring, else the fallback (logged);
+				 * KVPOOL_IO=sync or =uring in the environment
+				 * decides instead */
+	LOOP_IO_URING = 1,	/* io_uring or fail */
+	LOOP_IO_SYNC = 2,	/* the fallback: poll(2), non-blocking calls,
+				 * file I/O on a few threads */
 };
 
 /*
- * loop_init() - set up a ring of entries submission slots.
- * Returns 0 or -errno; on failure err (errlen bytes) says why and names
- * the usual causes (seccomp, kernel.io_uring_disabled, RLIMIT_MEMLOCK).
+ * loop_init() - set up a ring of entries submission slots, or the
+ * fallback when io is LOOP_IO_SYNC, or LOOP_IO_AUTO and the ring cannot
+ * be had (seccomp, kernel.io_uring_disabled): then *note says so (else
+ * NULL) for the caller to log once. Returns 0 or -errno; on failure err
+ * (errlen bytes) says why and names the usual causes.
  */
-int loop_init(struct loop *l, unsigned entries, char *err, size_t errlen);
+int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **note,
+	      char *err, size_t errlen);
+
+/* loop_io_name() - "io_uring" or "poll(2) and I/O threads". */
+const char *loop_io_name(const struct loop *l);
 
 /* loop_fini() - cancel whatever is in flight and free the ring. */
 void loop_fini(struct loop *l);

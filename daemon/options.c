@@ -42,6 +42,7 @@ struct opt_def {
 };
 
 static const char *const backend_names[] = { "auto", "host", "cuda", NULL };
+static const char *const io_names[] = { "auto", "uring", "sync", NULL };
 static const char *const scheme_names[] = { "vllm-sha256-cbor", "fast", NULL };
 
 const char *options_backend_name(unsigned backend)
@@ -69,6 +70,9 @@ static const struct opt_def opt_table[] = {
 	{ "backend", 'b', OPT_CHOICE, OFF(backend), 0, 0, 0,
 	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
 	  backend_names },
+	{ "io", 0, OPT_CHOICE, OFF(io), 0, 0, 0,
+	  "HOW", "auto, uring or sync (default auto: io_uring, else poll(2) and I/O "
+	  "threads; KVPOOL_IO=sync forces the latter)", io_names },
 	{ "cuda-device", 0, OPT_UINT, OFF(cuda_device), 0, 0, 1023,
 	  "N", "the GPU of the cuda backend (default 0)", NULL },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,

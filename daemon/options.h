@@ -33,6 +33,7 @@ struct options {
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */
+	unsigned io;			/* enum loop_io: auto, uring, sync */
 	uint64_t cuda_device;		/* the GPU of the cuda backend */
 	uint64_t max_clients;
 	uint64_t max_leases;		/* pages one client may hold */

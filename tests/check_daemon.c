@@ -17,6 +17,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
 #include <check.h>
 
 #include "client/wire.h"
@@ -541,6 +547,84 @@ START_TEST(test_daemon_killed_daemon_clients_get_an_error_and_reconnect)
 }
 END_TEST
 
+/* block_io_uring() - from now on, io_uring_setup fails with EPERM in this
+ * process and its children, as under Docker's default seccomp profile. */
+static void block_io_uring(void)
+{
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = { .len = sizeof(f) / sizeof(f[0]), .filter = f };
+
+	ck_assert_int_eq(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+	ck_assert_int_eq(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog), 0);
+}
+
+/* serve_a_little() - a client allocates, publishes, acquires, releases. */
+static void serve_a_little(const char *sock)
+{
+	kvp_key key = { { 9 } };
+	kvp_client *c;
+	kvp_page p[4], q[1];
+
+	ck_assert_int_eq(kvp_connect(sock, "io", &small_geo, &c), 0);
+	ck_assert_int_eq(kvp_alloc(c, 4, p), 0);
+	ck_assert_int_eq(kvp_publish(c, NULL, p, &key, 1, 1, p), 0);
+	ck_assert_int_eq(kvp_acquire(c, NULL, &key, 1, NULL, 0, q, NULL), 1);
+	ck_assert_int_eq(kvp_release(c, q, 1), 0);
+	ck_assert_int_eq(kvp_release(c, p, 4), 0);
+	kvp_close(c);
+}
+
+START_TEST(test_daemon_without_io_uring_falls_back_and_says_so)
+{
+	struct daemon d;
+	char log[8192];
+
+	unsetenv("KVPOOL_IO");	/* the suite may run with KVPOOL_IO=sync */
+	block_io_uring();
+	daemon_start(&d, NULL);
+	serve_a_little(d.sock);
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "io_uring is unavailable") &&
+		      strstr(log, "serving with poll(2) and I/O threads") &&
+		      strstr(log, "I/O by poll(2) and I/O threads"), "%s", log);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_io_uring_required_fails_clearly)
+{
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvpool-no-uring.sock", "--io", "uring", NULL };
+	char out[4096];
+	int st;
+
+	block_io_uring();
+	st = run_cmd(argv, out, sizeof(out));
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d: %s", st, out);
+	ck_assert_msg(strstr(out, "cannot set up io_uring") && strstr(out, "seccomp"),
+		      "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_io_sync_forced_serves_and_says_so)
+{
+	const char *args[] = { "--io", "sync", NULL };
+	struct daemon d;
+	char log[8192];
+
+	daemon_start(&d, args);
+	serve_a_little(d.sock);
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "poll(2) and I/O threads, as asked"), "%s", log);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *daemon_suite(void)
 {
 	Suite *s = suite_create("daemon");
@@ -573,6 +657,13 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_daemon_unread_replies_disconnect_at_max_output);
 	tcase_add_test(tc, test_daemon_idle_client_is_disconnected_and_loses_its_leases);
 	tcase_add_test(tc, test_daemon_killed_daemon_clients_get_an_error_and_reconnect);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("io");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_daemon_without_io_uring_falls_back_and_says_so);
+	tcase_add_test(tc, test_daemon_io_uring_required_fails_clearly);
+	tcase_add_test(tc, test_daemon_io_sync_forced_serves_and_says_so);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("cli");

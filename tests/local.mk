@@ -153,7 +153,7 @@ tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS)
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
 		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
-		$(URING_LIBS) $(XXHASH_LIBS) -lm
+		$(URING_LIBS) $(XXHASH_LIBS) -lpthread -lm
 fuzz: tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} $(srcdir)/tests/fuzz/run.sh
 else

@@ -54,6 +54,7 @@ static void die(const char *what)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	static char dir[64];
+	const char *note;
 	char err[1024];
 
 	(void)argc;
@@ -69,7 +70,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	opt.max_msg_size = 64u << 10;
 	opt.max_clients = 4;
 	opt.host_tier_size = 256u << 10;
-	if (loop_init(&loop, 256, err, sizeof(err)) < 0 ||
+	if (loop_init(&loop, 256, LOOP_IO_AUTO, &note, err, sizeof(err)) < 0 ||
 	    backend_host_init(&be, err, sizeof(err)) < 0 ||
 	    pool_init(&pool, &be, opt.pool_size, opt.slab_size) < 0 ||
 	    server_init(&srv, &loop, &opt, &be, pool, err, sizeof(err)) < 0)

@@ -1,0 +1,457 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * loop_sync.c - the loop without io_uring (see loop_sync.h).
+ *
+ * Pending operations sit on one list. Each turn polls the descriptors of
+ * the socket operations (and an eventfd of the I/O threads), with the
+ * nearest timeout as its limit, then tries each ready operation with a
+ * non-blocking call: one that would block stays pending, the others
+ * complete. Completions are gathered first and their callbacks run
+ * afterwards, so a callback may queue, cancel or close freely. File reads
+ * and writes (the NVMe tier, O_DIRECT) go to LOOP_SYNC_THREADS threads,
+ * which hand their results back through the eventfd. O(pending) a turn:
+ * this is the fallback for machines that refuse io_uring, not the fast
+ * path.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/loop_sync.h"
+
+enum sop_kind { S_ACCEPT, S_RECVMSG, S_SENDMSG, S_READ, S_FILE, S_TIMEOUT, S_CANCEL };
+
+struct sop {
+	struct sop *next;
+	struct loop_op *op;
+	enum sop_kind kind;
+	int fd;
+	struct msghdr *msg;		/* recvmsg, sendmsg */
+	unsigned flags;
+	void *buf;			/* read, file */
+	unsigned len;
+	uint64_t off;			/* file */
+	bool write;			/* file */
+	uint64_t deadline_ns;		/* timeout */
+	struct loop_op *target;		/* cancel */
+	int res;
+};
+
+struct loop_sync {
+	struct sop *pending;		/* loop thread only */
+	pthread_mutex_t mu;		/* the rest */
+	pthread_cond_t cv;
+	struct sop *jobs, **jobs_tail;	/* file I/O to do */
+	struct sop *done;		/* file I/O done, newest first */
+	struct sop *running[LOOP_SYNC_THREADS];	/* what each thread does */
+	bool quit;
+	int efd;
+	pthread_t threads[LOOP_SYNC_THREADS];
+	unsigned nthreads;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* io_thread() - do file reads and writes; report each through efd. */
+static void *io_thread(void *arg)
+{
+	struct loop *l = arg;
+	struct loop_sync *s = l->s;
+	unsigned me;
+	uint64_t one = 1;
+	ssize_t n;
+
+	pthread_mutex_lock(&s->mu);
+	for (me = 0; me < LOOP_SYNC_THREADS && s->threads[me] != pthread_self(); me++)
+		;
+	for (;;) {
+		struct sop *j;
+
+		while (!s->jobs && !s->quit)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->quit)
+			break;
+		j = s->jobs;
+		s->jobs = j->next;
+		if (!s->jobs)
+			s->jobs_tail = &s->jobs;
+		if (me < LOOP_SYNC_THREADS)
+			s->running[me] = j;
+		pthread_mutex_unlock(&s->mu);
+		n = j->write ? pwrite(j->fd, j->buf, j->len, (off_t)j->off)
+			     : pread(j->fd, j->buf, j->len, (off_t)j->off);
+		j->res = n < 0 ? -errno : (int)n;
+		pthread_mutex_lock(&s->mu);
+		if (me < LOOP_SYNC_THREADS)
+			s->running[me] = NULL;
+		j->next = s->done;
+		s->done = j;
+		/* cannot fail short of overflowing a 64-bit counter */
+		(void)!write(s->efd, &one, sizeof(one));
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+int sync_init(struct loop *l, char *err, size_t errlen)
+{
+	struct loop_sync *s = calloc(1, sizeof(*s));
+	unsigned i;
+
+	if (!s) {
+		snprintf(err, errlen, "out of memory for the poll(2) loop");
+		return -ENOMEM;
+	}
+	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->efd < 0) {
+		snprintf(err, errlen, "eventfd for the I/O threads: %s", strerror(errno));
+		free(s);
+		return -errno;
+	}
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->jobs_tail = &s->jobs;
+	l->s = s;
+	l->sync = true;
+	pthread_mutex_lock(&s->mu);	/* threads find their slot once all exist */
+	for (i = 0; i < LOOP_SYNC_THREADS; i++) {
+		if (pthread_create(&s->threads[i], NULL, io_thread, l) != 0)
+			break;
+		s->nthreads++;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!s->nthreads) {
+		snprintf(err, errlen, "cannot start an I/O thread");
+		sync_fini(l);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static void free_list(struct sop *o)
+{
+	while (o) {
+		struct sop *next = o->next;
+
+		free(o);
+		o = next;
+	}
+}
+
+void sync_fini(struct loop *l)
+{
+	struct loop_sync *s = l->s;
+	unsigned i;
+
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->quit = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	for (i = 0; i < s->nthreads; i++)	/* a write in progress finishes */
+		pthread_join(s->threads[i], NULL);
+	free_list(s->pending);
+	free_list(s->jobs);
+	free_list(s->done);
+	close(s->efd);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+	l->s = NULL;
+}
+
+/* queue() - a new pending operation of kind for op. */
+static struct sop *queue(struct loop *l, struct loop_op *op, enum sop_kind kind, int fd)
+{
+	struct sop *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return NULL;
+	o->op = op;
+	o->kind = kind;
+	o->fd = fd;
+	o->next = l->s->pending;
+	l->s->pending = o;
+	l->inflight++;
+	return o;
+}
+
+int sync_accept(struct loop *l, struct loop_op *op, int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	/* a connection may vanish between poll and accept: never block */
+	if (fl >= 0 && !(fl & O_NONBLOCK))
+		fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	return queue(l, op, S_ACCEPT, fd) ? 0 : -EBUSY;
+}
+
+int sync_recvmsg(struct loop *l, struct loop_op *op, int fd, struct msghdr *msg,
+		 unsigned flags)
+{
+	struct sop *o = queue(l, op, S_RECVMSG, fd);
+
+	if (!o)
+		return -EBUSY;
+	o->msg = msg;
+	o->flags = flags;
+	return 0;
+}
+
+int sync_sendmsg(struct loop *l, struct loop_op *op, int fd, const struct msghdr *msg,
+		 unsigned flags)
+{
+	struct sop *o = queue(l, op, S_SENDMSG, fd);
+
+	if (!o)
+		return -EBUSY;
+	o->msg = (struct msghdr *)msg;
+	o->flags = flags;
+	return 0;
+}
+
+int sync_read(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len)
+{
+	struct sop *o = queue(l, op, S_READ, fd);
+
+	if (!o)
+		return -EBUSY;
+	o->buf = buf;
+	o->len = len;
+	return 0;
+}
+
+int sync_file(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
+	      uint64_t off, bool write)
+{
+	struct loop_sync *s = l->s;
+	struct sop *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return -EBUSY;
+	o->op = op;
+	o->kind = S_FILE;
+	o->fd = fd;
+	o->buf = buf;
+	o->len = len;
+	o->off = off;
+	o->write = write;
+	l->inflight++;
+	pthread_mutex_lock(&s->mu);
+	*s->jobs_tail = o;
+	s->jobs_tail = &o->next;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return 0;
+}
+
+int sync_timeout(struct loop *l, struct loop_op *op, uint64_t ms)
+{
+	struct sop *o = queue(l, op, S_TIMEOUT, -1);
+
+	if (!o)
+		return -EBUSY;
+	o->deadline_ns = now_ns() + ms * 1000000u;
+	return 0;
+}
+
+int sync_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
+{
+	struct sop *o = queue(l, op, S_CANCEL, -1);
+
+	if (!o)
+		return -EBUSY;
+	o->target = target;
+	return 0;
+}
+
+/* try_op() - attempt a ready socket operation: true when it completed
+ * (o->res set), false when it would block. */
+static bool try_op(struct sop *o)
+{
+	ssize_t n;
+
+	switch (o->kind) {
+	case S_ACCEPT:
+		n = accept4(o->fd, NULL, NULL, SOCK_CLOEXEC);
+		break;
+	case S_RECVMSG:
+		n = recvmsg(o->fd, o->msg, (int)o->flags | MSG_DONTWAIT);
+		break;
+	case S_SENDMSG:
+		n = sendmsg(o->fd, o->msg, (int)o->flags | MSG_DONTWAIT);
+		break;
+	case S_READ:
+		n = read(o->fd, o->buf, o->len);
+		break;
+	default:
+		return false;
+	}
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return false;
+	o->res = n < 0 ? -errno : (int)n;
+	return true;
+}
+
+/* cancel_target() - take target off the pending list into *out (it will
+ * complete with -ECANCELED). -EALREADY when it is a file I/O already
+ * running or done, -ENOENT when it is nowhere. */
+static int cancel_target(struct loop_sync *s, struct loop_op *target, struct sop ***out)
+{
+	struct sop **pp, *o;
+	unsigned i;
+	int rc = -ENOENT;
+
+	for (pp = &s->pending; (o = *pp); pp = &o->next) {
+		if (o->op == target && o->kind != S_CANCEL) {
+			*pp = o->next;
+			o->res = -ECANCELED;
+			o->next = NULL;
+			**out = o;
+			*out = &o->next;
+			return 0;
+		}
+	}
+	pthread_mutex_lock(&s->mu);
+	for (pp = &s->jobs; (o = *pp); pp = &o->next) {
+		if (o->op == target) {
+			*pp = o->next;
+			if (!s->jobs)
+				s->jobs_tail = &s->jobs;
+			else if (s->jobs_tail == &o->next)
+				s->jobs_tail = pp;
+			o->res = -ECANCELED;
+			o->next = NULL;
+			**out = o;
+			*out = &o->next;
+			rc = 0;
+			break;
+		}
+	}
+	for (i = 0; rc && i < LOOP_SYNC_THREADS; i++)
+		if (s->running[i] && s->running[i]->op == target)
+			rc = -EALREADY;
+	for (o = s->done; rc == -ENOENT && o; o = o->next)
+		if (o->op == target)
+			rc = -EALREADY;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+int sync_turn(struct loop *l, int ms)
+{
+	struct loop_sync *s = l->s;
+	struct sop *o, **pp, *ready = NULL, **tail = &ready;
+	struct pollfd *fds;
+	uint64_t now = now_ns(), soonest = UINT64_MAX;
+	unsigned n = 0, i, handled = 0;
+	bool instant = false;
+	int rc;
+
+	for (o = s->pending; o; o = o->next) {
+		n++;
+		if (o->kind == S_TIMEOUT && o->deadline_ns < soonest)
+			soonest = o->deadline_ns;
+		if (o->kind == S_CANCEL)
+			instant = true;
+	}
+	fds = calloc(n + 1, sizeof(*fds));
+	if (!fds)
+		return -ENOMEM;
+	fds[0].fd = s->efd;
+	fds[0].events = POLLIN;
+	for (o = s->pending, i = 1; o; o = o->next, i++) {
+		fds[i].fd = o->fd;	/* -1 for timers and cancels: ignored */
+		fds[i].events = o->kind == S_SENDMSG ? POLLOUT : POLLIN;
+	}
+	if (instant)
+		ms = 0;
+	if (soonest != UINT64_MAX) {
+		uint64_t wait = soonest > now ? (soonest - now + 999999) / 1000000 : 0;
+
+		if (ms < 0 || wait < (uint64_t)ms)
+			ms = (int)(wait > 60000 ? 60000 : wait);
+	}
+	rc = poll(fds, n + 1, ms);
+	if (rc < 0 && errno != EINTR) {
+		rc = -errno;
+		free(fds);
+		return rc;
+	}
+	now = now_ns();
+	/* the socket operations that are ready, and the timers due */
+	for (pp = &s->pending, i = 1; (o = *pp); i++) {
+		bool done = false;
+
+		if (o->kind == S_TIMEOUT && o->deadline_ns <= now) {
+			o->res = -ETIME;
+			done = true;
+		} else if (o->kind != S_TIMEOUT && o->kind != S_CANCEL && fds[i].revents) {
+			done = try_op(o);
+		}
+		if (done) {
+			*pp = o->next;
+			o->next = NULL;
+			*tail = o;
+			tail = &o->next;
+		} else {
+			pp = &o->next;
+		}
+	}
+	free(fds);
+	/* cancels: their targets complete too */
+	for (pp = &s->pending; (o = *pp);) {
+		if (o->kind != S_CANCEL) {
+			pp = &o->next;
+			continue;
+		}
+		*pp = o->next;
+		o->next = NULL;
+		o->res = cancel_target(s, o->target, &tail);
+		*tail = o;
+		tail = &o->next;
+		pp = &s->pending;	/* the list may have changed */
+	}
+	/* what the I/O threads finished, oldest first */
+	pthread_mutex_lock(&s->mu);
+	{
+		struct sop *rev = NULL;
+		uint64_t cnt;
+
+		while ((o = s->done)) {
+			s->done = o->next;
+			o->next = rev;
+			rev = o;
+		}
+		*tail = rev;
+		while (*tail)
+			tail = &(*tail)->next;
+		(void)!read(s->efd, &cnt, sizeof(cnt));	/* EAGAIN: nothing counted */
+	}
+	pthread_mutex_unlock(&s->mu);
+	/* now the callbacks, which may queue, cancel and close as they like */
+	while ((o = ready)) {
+		ready = o->next;
+		l->inflight--;
+		handled++;
+		o->op->done(o->op, o->res);
+		free(o);
+	}
+	return (int)handled;
+}
