@@ -637,6 +637,15 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_daemon_backend_cuda_says_why_it_cannot_start);
 	tcase_add_test(tc, test_daemon_backend_auto_says_which_and_why);
 	tcase_add_test(tc, test_daemon_refuses_a_live_socket_and_replaces_a_stale_one);
+	suite_add_tcase(s, tc);
+
+	/* Under valgrind (make check-valgrind) valgrind keeps the daemon's
+	 * first stderr open, so a detached daemon's output pipe never ends,
+	 * and the daemon always runs the poll(2) loop: these tests are for
+	 * the daemon as it is, and are left out there. */
+	tc = tcase_create("background");
+	tcase_set_timeout(tc, 30);
+	tcase_set_tags(tc, "no-valgrind");
 	tcase_add_test(tc, test_daemon_background_mode_is_ready_when_the_parent_exits);
 	suite_add_tcase(s, tc);
 
@@ -661,6 +670,7 @@ static Suite *daemon_suite(void)
 
 	tc = tcase_create("io");
 	tcase_set_timeout(tc, 30);
+	tcase_set_tags(tc, "no-valgrind");
 	tcase_add_test(tc, test_daemon_without_io_uring_falls_back_and_says_so);
 	tcase_add_test(tc, test_daemon_io_uring_required_fails_clearly);
 	tcase_add_test(tc, test_daemon_io_sync_forced_serves_and_says_so);

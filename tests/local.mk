@@ -161,3 +161,18 @@ fuzz:
 	@echo "make fuzz: configure found no clang that links libFuzzer" >&2; exit 1
 endif
 .PHONY: fuzz
+
+# make check-valgrind: the integration tests with kvpoold under valgrind's
+# memcheck (tests/valgrind-kvpoold.sh: any error or definite leak makes
+# the daemon exit 99, an unclean shutdown the tests catch). The tests
+# tagged no-valgrind are left out (see tests/check_daemon.c).
+VALGRIND_TESTS = tests/check_daemon tests/check_core tests/check_share \
+	tests/check_spill tests/check_cli tests/check_access tests/check_demo \
+	tests/check_soak
+dist_check_SCRIPTS += tests/valgrind-kvpoold.sh
+check-valgrind:
+	@command -v valgrind >/dev/null || { echo "check-valgrind: install valgrind" >&2; exit 1; }
+	$(MAKE) $(AM_MAKEFLAGS) check TESTS="$(VALGRIND_TESTS)" \
+		KVPOOLD_WRAPPER=$(abs_top_srcdir)/tests/valgrind-kvpoold.sh \
+		CK_EXCLUDE_TAGS=no-valgrind
+.PHONY: check-valgrind
