@@ -77,7 +77,8 @@ static void *io_thread(void *arg)
 	ssize_t n;
 
 	pthread_mutex_lock(&s->mu);
-	for (me = 0; me < LOOP_SYNC_THREADS && s->threads[me] != pthread_self(); me++)
+	for (me = 0; me < LOOP_SYNC_THREADS && !pthread_equal(s->threads[me], pthread_self());
+	     me++)
 		;
 	for (;;) {
 		struct sop *j;
