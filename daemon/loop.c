@@ -63,7 +63,7 @@ int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **no
 	else if (io == LOOP_IO_AUTO && env && !strcmp(env, "uring"))
 		io = LOOP_IO_URING;
 	if (io == LOOP_IO_SYNC) {
-		*note = "I/O: poll(2) and I/O threads, as asked (--io sync or KVPOOL_IO=sync)";
+		*note = "I/O: epoll and I/O threads, as asked (--io sync or KVPOOL_IO=sync)";
 		return sync_init(l, err, errlen);
 	}
 	rc = uring_init(l, entries, why, sizeof(why));
@@ -73,7 +73,7 @@ int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **no
 		return rc;
 	}
 	memset(l, 0, sizeof(*l));
-	snprintf(err, errlen, "io_uring is unavailable (%.400s); serving with poll(2) "
+	snprintf(err, errlen, "io_uring is unavailable (%.400s); serving with epoll "
 		 "and I/O threads instead, which costs throughput", why);
 	rc = sync_init(l, why, sizeof(why));
 	if (rc < 0) {
@@ -86,7 +86,7 @@ int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **no
 
 const char *loop_io_name(const struct loop *l)
 {
-	return l->sync ? "poll(2) and I/O threads" : "io_uring";
+	return l->sync ? "epoll and I/O threads" : "io_uring";
 }
 
 void loop_fini(struct loop *l)

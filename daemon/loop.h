@@ -32,7 +32,7 @@ struct loop {
 	bool stopping;
 	bool draining;		/* stop once nothing is in flight */
 	bool buffers;		/* a sparse table of LOOP_BUFFERS is registered */
-	bool sync;		/* no ring: poll(2) and I/O threads (loop_sync.c) */
+	bool sync;		/* no ring: epoll and I/O threads (loop_sync.c) */
 	struct loop_sync *s;
 };
 
@@ -42,7 +42,7 @@ enum loop_io {
 				 * KVPOOL_IO=sync or =uring in the environment
 				 * decides instead */
 	LOOP_IO_URING = 1,	/* io_uring or fail */
-	LOOP_IO_SYNC = 2,	/* the fallback: poll(2), non-blocking calls,
+	LOOP_IO_SYNC = 2,	/* the fallback: epoll, non-blocking calls,
 				 * file I/O on a few threads */
 };
 
@@ -56,7 +56,7 @@ enum loop_io {
 int loop_init(struct loop *l, unsigned entries, enum loop_io io, const char **note,
 	      char *err, size_t errlen);
 
-/* loop_io_name() - "io_uring" or "poll(2) and I/O threads". */
+/* loop_io_name() - "io_uring" or "epoll and I/O threads". */
 const char *loop_io_name(const struct loop *l);
 
 /* loop_fini() - cancel whatever is in flight and free the ring. */

@@ -2,11 +2,14 @@
 /*
  * loop_sync.c - the loop without io_uring (see loop_sync.h).
  *
- * Pending operations sit on one list. Each turn polls the descriptors of
- * the socket operations (and an eventfd of the I/O threads), with the
- * nearest timeout as its limit, then tries each ready operation with a
- * non-blocking call: one that would block stays pending, the others
- * complete. Completions are gathered first and their callbacks run
+ * Pending operations sit on one list. Each turn waits in epoll_wait(2)
+ * for the descriptors of the socket operations (and an eventfd of the
+ * I/O threads), with the nearest timeout as its limit, then tries each
+ * ready operation with a non-blocking call: one that would block stays
+ * pending, the others complete. Interest is level-triggered and kept per
+ * descriptor; a descriptor is (re)armed whenever a new operation is
+ * queued on it, since a closed and reused fd number silently left the
+ * epoll set. Completions are gathered first and their callbacks run
  * afterwards, so a callback may queue, cancel or close freely. File reads
  * and writes (the NVMe tier, O_DIRECT) go to LOOP_SYNC_THREADS threads,
  * which hand their results back through the eventfd. O(pending) a turn:
@@ -15,12 +18,12 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -41,6 +44,7 @@ struct sop {
 	unsigned len;
 	uint64_t off;			/* file */
 	bool write;			/* file */
+	bool armed;			/* its fd's epoll interest covers it */
 	uint64_t deadline_ns;		/* timeout */
 	struct loop_op *target;		/* cancel */
 	int res;
@@ -57,6 +61,10 @@ struct loop_sync {
 	int efd;
 	pthread_t threads[LOOP_SYNC_THREADS];
 	unsigned nthreads;
+	int epfd;
+	uint32_t *have;		/* [nfd]: events registered per fd (loop thread) */
+	uint32_t *want;		/* [nfd]: this turn's interest, then readiness */
+	int nfd;
 };
 
 static uint64_t now_ns(void)
@@ -115,9 +123,10 @@ int sync_init(struct loop *l, char *err, size_t errlen)
 	unsigned i;
 
 	if (!s) {
-		snprintf(err, errlen, "out of memory for the poll(2) loop");
+		snprintf(err, errlen, "out of memory for the epoll loop");
 		return -ENOMEM;
 	}
+	s->epfd = -1;
 	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->efd < 0) {
 		snprintf(err, errlen, "eventfd for the I/O threads: %s", strerror(errno));
@@ -129,6 +138,20 @@ int sync_init(struct loop *l, char *err, size_t errlen)
 	s->jobs_tail = &s->jobs;
 	l->s = s;
 	l->sync = true;
+	s->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->epfd >= 0) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = s->efd };
+
+		if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->efd, &ev) < 0) {
+			close(s->epfd);
+			s->epfd = -1;
+		}
+	}
+	if (s->epfd < 0) {
+		snprintf(err, errlen, "epoll for the fallback loop: %s", strerror(errno));
+		sync_fini(l);
+		return -EIO;
+	}
 	pthread_mutex_lock(&s->mu);	/* threads find their slot once all exist */
 	for (i = 0; i < LOOP_SYNC_THREADS; i++) {
 		if (pthread_create(&s->threads[i], NULL, io_thread, l) != 0)
@@ -170,6 +193,10 @@ void sync_fini(struct loop *l)
 	free_list(s->pending);
 	free_list(s->jobs);
 	free_list(s->done);
+	if (s->epfd >= 0)
+		close(s->epfd);
+	free(s->have);
+	free(s->want);
 	close(s->efd);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
@@ -355,32 +382,80 @@ static int cancel_target(struct loop_sync *s, struct loop_op *target, struct sop
 	return rc;
 }
 
+/* fd_room() - the per-fd tables cover fd. */
+static bool fd_room(struct loop_sync *s, int fd)
+{
+	uint32_t *h, *w;
+	int n;
+
+	if (fd < s->nfd)
+		return true;
+	n = fd < 64 ? 64 : fd * 2;
+	h = realloc(s->have, (size_t)n * sizeof(*h));
+	if (h)
+		s->have = h;
+	w = realloc(s->want, (size_t)n * sizeof(*w));
+	if (w)
+		s->want = w;
+	if (!h || !w)
+		return false;
+	memset(s->have + s->nfd, 0, (size_t)(n - s->nfd) * sizeof(*h));
+	memset(s->want + s->nfd, 0, (size_t)(n - s->nfd) * sizeof(*w));
+	s->nfd = n;
+	return true;
+}
+
+#define WANT_REARM (1u << 20)	/* not an epoll event: a new op is on this fd */
+
+/* interest() - register what the pending operations wait for, and drop
+ * what nothing waits for any more. O(pending + highest fd). */
+static void interest(struct loop_sync *s)
+{
+	struct epoll_event ev;
+	struct sop *o;
+	uint32_t want;
+	int fd;
+
+	for (o = s->pending; o; o = o->next) {
+		if (o->fd < 0 || !fd_room(s, o->fd))
+			continue;
+		s->want[o->fd] |= (o->kind == S_SENDMSG ? EPOLLOUT : EPOLLIN) |
+				  (o->armed ? 0 : WANT_REARM);
+		o->armed = true;
+	}
+	for (fd = 0; fd < s->nfd; fd++) {
+		want = s->want[fd] & ~WANT_REARM;
+		if (want == s->have[fd] && !(s->want[fd] & WANT_REARM))
+			continue;
+		ev.events = want;
+		ev.data.fd = fd;
+		if (!want) {
+			epoll_ctl(s->epfd, EPOLL_CTL_DEL, fd, &ev);	/* gone if closed */
+		} else if (epoll_ctl(s->epfd, EPOLL_CTL_MOD, fd, &ev) < 0 &&
+			   epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			want = 0;	/* cannot watch it (not a socket?) */
+		}
+		s->have[fd] = want;
+	}
+}
+
 int sync_turn(struct loop *l, int ms)
 {
 	struct loop_sync *s = l->s;
 	struct sop *o, **pp, *ready = NULL, **tail = &ready;
-	struct pollfd *fds;
+	struct epoll_event evs[64];
 	uint64_t now = now_ns(), soonest = UINT64_MAX;
-	unsigned n = 0, i, handled = 0;
+	unsigned handled = 0;
 	bool instant = false;
-	int rc;
+	int rc, i, fd;
 
 	for (o = s->pending; o; o = o->next) {
-		n++;
 		if (o->kind == S_TIMEOUT && o->deadline_ns < soonest)
 			soonest = o->deadline_ns;
-		if (o->kind == S_CANCEL)
+		if (o->kind == S_CANCEL || (o->fd >= 0 && o->fd >= s->nfd))
 			instant = true;
 	}
-	fds = calloc(n + 1, sizeof(*fds));
-	if (!fds)
-		return -ENOMEM;
-	fds[0].fd = s->efd;
-	fds[0].events = POLLIN;
-	for (o = s->pending, i = 1; o; o = o->next, i++) {
-		fds[i].fd = o->fd;	/* -1 for timers and cancels: ignored */
-		fds[i].events = o->kind == S_SENDMSG ? POLLOUT : POLLIN;
-	}
+	interest(s);
 	if (instant)
 		ms = 0;
 	if (soonest != UINT64_MAX) {
@@ -389,21 +464,25 @@ int sync_turn(struct loop *l, int ms)
 		if (ms < 0 || wait < (uint64_t)ms)
 			ms = (int)(wait > 60000 ? 60000 : wait);
 	}
-	rc = poll(fds, n + 1, ms);
-	if (rc < 0 && errno != EINTR) {
-		rc = -errno;
-		free(fds);
-		return rc;
-	}
+	rc = epoll_wait(s->epfd, evs, (int)(sizeof(evs) / sizeof(evs[0])), ms);
+	if (rc < 0 && errno != EINTR)
+		return -errno;
+	/* want[] now holds what each fd is ready for */
+	for (fd = 0; fd < s->nfd; fd++)
+		s->want[fd] = 0;
+	for (i = 0; i < rc; i++)
+		if (evs[i].data.fd != s->efd && evs[i].data.fd < s->nfd)
+			s->want[evs[i].data.fd] = evs[i].events;
 	now = now_ns();
 	/* the socket operations that are ready, and the timers due */
-	for (pp = &s->pending, i = 1; (o = *pp); i++) {
+	for (pp = &s->pending; (o = *pp);) {
 		bool done = false;
 
 		if (o->kind == S_TIMEOUT && o->deadline_ns <= now) {
 			o->res = -ETIME;
 			done = true;
-		} else if (o->kind != S_TIMEOUT && o->kind != S_CANCEL && fds[i].revents) {
+		} else if (o->kind != S_TIMEOUT && o->kind != S_CANCEL &&
+			   (o->fd >= s->nfd || s->want[o->fd] || !s->have[o->fd])) {
 			done = try_op(o);
 		}
 		if (done) {
@@ -415,7 +494,8 @@ int sync_turn(struct loop *l, int ms)
 			pp = &o->next;
 		}
 	}
-	free(fds);
+	for (fd = 0; fd < s->nfd; fd++)
+		s->want[fd] = 0;
 	/* cancels: their targets complete too */
 	for (pp = &s->pending; (o = *pp);) {
 		if (o->kind != S_CANCEL) {

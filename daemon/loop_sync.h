@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * loop_sync.h - the loop without io_uring (loop.c's fallback): the same
- * operations, made with poll(2) and non-blocking system calls on the
+ * operations, made with epoll and non-blocking system calls on the
  * loop's thread, and file reads and writes on a small thread pool. Only
  * loop.c includes this.
  */

@@ -71,7 +71,7 @@ static const struct opt_def opt_table[] = {
 	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
 	  backend_names },
 	{ "io", 0, OPT_CHOICE, OFF(io), 0, 0, 0,
-	  "HOW", "auto, uring or sync (default auto: io_uring, else poll(2) and I/O "
+	  "HOW", "auto, uring or sync (default auto: io_uring, else epoll and I/O "
 	  "threads; KVPOOL_IO=sync forces the latter)", io_names },
 	{ "cuda-device", 0, OPT_UINT, OFF(cuda_device), 0, 0, 1023,
 	  "N", "the GPU of the cuda backend (default 0)", NULL },

@@ -590,8 +590,8 @@ START_TEST(test_daemon_without_io_uring_falls_back_and_says_so)
 	serve_a_little(d.sock);
 	read_file(d.log, log, sizeof(log));
 	ck_assert_msg(strstr(log, "io_uring is unavailable") &&
-		      strstr(log, "serving with poll(2) and I/O threads") &&
-		      strstr(log, "I/O by poll(2) and I/O threads"), "%s", log);
+		      strstr(log, "serving with epoll and I/O threads") &&
+		      strstr(log, "I/O by epoll and I/O threads"), "%s", log);
 	daemon_stop(&d);
 }
 END_TEST
@@ -620,7 +620,7 @@ START_TEST(test_daemon_io_sync_forced_serves_and_says_so)
 	daemon_start(&d, args);
 	serve_a_little(d.sock);
 	read_file(d.log, log, sizeof(log));
-	ck_assert_msg(strstr(log, "poll(2) and I/O threads, as asked"), "%s", log);
+	ck_assert_msg(strstr(log, "epoll and I/O threads, as asked"), "%s", log);
 	daemon_stop(&d);
 }
 END_TEST
@@ -641,7 +641,7 @@ static Suite *daemon_suite(void)
 
 	/* Under valgrind (make check-valgrind) valgrind keeps the daemon's
 	 * first stderr open, so a detached daemon's output pipe never ends,
-	 * and the daemon always runs the poll(2) loop: these tests are for
+	 * and the daemon always runs the epoll loop: these tests are for
 	 * the daemon as it is, and are left out there. */
 	tc = tcase_create("background");
 	tcase_set_timeout(tc, 30);
