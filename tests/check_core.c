@@ -279,10 +279,14 @@ START_TEST(test_core_killed_client_pages_are_free_within_100ms)
 	struct daemon d;
 	kvp_client *c;
 	int p[2], status, i;
-	uint64_t t0, spent;
+	uint64_t t0, spent, limit = 100000000u;
 	pid_t pid;
 	char ok;
 
+	/* under valgrind (make check-valgrind) the daemon runs 20-50 times
+	 * slower: the bound is a claim about the daemon as built */
+	if (getenv("KVPOOLD_WRAPPER"))
+		limit *= 20;
 	daemon_start(&d, args);
 	connect_ok(d.sock, &c);
 	ck_assert_int_eq(kvp_alloc(c, 4, mine), 0);
@@ -314,7 +318,7 @@ START_TEST(test_core_killed_client_pages_are_free_within_100ms)
 	do {
 		ck_assert_int_ge(kvp_stats(c, &st, NULL, 0), 0);
 		spent = now_ns() - t0;
-	} while (st.pages_private != 4 && spent < 100000000u);
+	} while (st.pages_private != 4 && spent < limit);
 	ck_assert_msg(st.pages_private == 4, "after %llu ms, %llu pages still private",
 		      (unsigned long long)(spent / 1000000),
 		      (unsigned long long)st.pages_private);
