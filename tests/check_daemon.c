@@ -449,6 +449,34 @@ static const kvp_geometry small_geo = {
 	.dtype = KVP_DTYPE_F16, .model = "test/limits",
 };
 
+START_TEST(test_daemon_pipelined_requests_are_answered_in_order)
+{
+	struct kvp_wire_hdr req = { .op = KVP_OP_STATS }, h;
+	unsigned char buf[KVP_WIRE_HDR_SIZE + 8];
+	struct daemon d;
+	int fd, i;
+
+	daemon_start(&d, NULL);
+	fd = raw_connect(d.sock);
+	/* ten requests at once, one of them bad: the daemon takes them one
+	 * at a time from the socket and answers each, in order */
+	for (i = 1; i <= 10; i++) {
+		req.req_id = (uint64_t)i;
+		req.len = i == 5 ? 8 : 0;	/* STATS with a payload: INVAL */
+		wire_hdr_encode(buf, &req);
+		ck_assert_int_eq(send(fd, buf, KVP_WIRE_HDR_SIZE + req.len, 0),
+				 (ssize_t)(KVP_WIRE_HDR_SIZE + req.len));
+	}
+	for (i = 1; i <= 10; i++) {
+		ck_assert_int_eq(recv_reply(fd, &h), 0);
+		ck_assert_uint_eq(h.req_id, (uint64_t)i);
+		ck_assert_uint_eq(h.status, i == 5 ? KVP_S_INVAL : KVP_S_OK);
+	}
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_unread_replies_disconnect_at_max_output)
 {
 	const char *const args[] = { "--max-output", "256K", NULL };
@@ -663,6 +691,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_daemon_max_clients_refuses_at_the_edge);
 	tcase_add_test(tc, test_daemon_killed_client_is_dropped);
+	tcase_add_test(tc, test_daemon_pipelined_requests_are_answered_in_order);
 	tcase_add_test(tc, test_daemon_unread_replies_disconnect_at_max_output);
 	tcase_add_test(tc, test_daemon_idle_client_is_disconnected_and_loses_its_leases);
 	tcase_add_test(tc, test_daemon_killed_daemon_clients_get_an_error_and_reconnect);
