@@ -92,6 +92,16 @@ tests_cuda_attention_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -Wno-undef
 tests_cuda_attention_LDADD = client/libkvpool.la $(CHECK_LIBS) $(CUDA_LIBS) -lm
 tests_cuda_attention_LDFLAGS = $(AM_LDFLAGS) -no-install
 
+# The pool on a GPU, end to end: cuda backend, CUDA IPC across processes,
+# the pinned host tier and the NVMe tier (a plain program: CUDA does not
+# survive fork(), so it starts its own daemon and processes).
+check_PROGRAMS += tests/cuda_pool
+TESTS += tests/cuda_pool
+tests_cuda_pool_SOURCES = tests/cuda_pool.c
+tests_cuda_pool_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_cuda_pool_LDADD = client/libkvpool.la $(CUDA_LIBS)
+tests_cuda_pool_LDFLAGS = $(AM_LDFLAGS) -no-install
+
 # The kernels' bandwidth benchmark: a check program so that every CUDA
 # `make check` compiles it, but not in TESTS (it measures, asserts
 # nothing, and wants the GPU to itself); tests/gpu/device-check.sh runs it.
@@ -105,7 +115,8 @@ else
 # Without Check, `make check` runs one script that says what is missing.
 TESTS += tests/need-check.sh
 endif
-EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h
+EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h \
+	tests/cuda_pool.c
 # Golden vectors of the vLLM-compatible prefix keys and their generator
 # (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).
 EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt

@@ -10,6 +10,10 @@
 #   tests/cuda_copy_pages    kvp_copy_pages_cuda() against the C reference
 #   tests/cuda_attention     attention and write_kv against the C
 #                            references and cuBLAS, contexts up to 32k
+#   tests/cuda_pool          kvpoold --backend cuda: pages written on the
+#                            device by one process, read back through
+#                            CUDA IPC by another after passing through
+#                            the pinned host tier and the NVMe tier
 #   tests/gpu/kernel_bench   bandwidth of decode and copy_pages as a
 #                            fraction of cudaMemcpy, a Markdown table
 #   examples/demo.sh         the README demo on the GPU: kvpoold's cuda
@@ -23,8 +27,9 @@
 # and cuBLAS libraries of the toolkit the build used (CUDA 13 here). If
 # the tree was configured on that machine, `make check` runs the tests
 # too. Meant to take a minute or two on an H100/H200 (not yet timed on
-# one); the programs are capped at 60 s, 100 s, 60 s and 120 s, so the
-# whole stops before 6 minutes whatever happens (a cap hit is a failure).
+# one); the programs are capped at 45 s, 90 s, 45 s, 60 s and 90 s, so
+# the whole stops within 6 minutes whatever happens (a cap hit is a
+# failure).
 #
 # Exit status: 0 when every test passed, 1 when one failed, 77 when no GPU
 # answered (every program skipped).
@@ -67,7 +72,9 @@ command -v nvidia-smi >/dev/null 2>&1 &&
 fail=0
 skip=0
 total=0
-for t in tests/cuda_copy_pages:60 tests/cuda_attention:100; do
+KVPOOLD=$build/$(real daemon/kvpoold 2>/dev/null || echo daemon/kvpoold)
+export KVPOOLD
+for t in tests/cuda_copy_pages:45 tests/cuda_attention:90 tests/cuda_pool:45; do
 	limit=${t#*:}
 	t=${t%:*}
 	total=$((total + 1))
@@ -97,7 +104,7 @@ demo_gpu() {
 		ln -s "$build/$r" "$d/$p"
 	done
 	echo "== examples/demo.sh (GPU)"
-	timeout 120 sh "$root/examples/demo.sh" "$d" >"$d/out" 2>&1
+	timeout 90 sh "$root/examples/demo.sh" "$d" >"$d/out" 2>&1
 	rc=$?
 	cat "$d/out"
 	if [ $rc -eq 0 ] && ! grep -q ", GPU)" "$d/out"; then
