@@ -38,6 +38,20 @@ static int session(const struct cli *cli, const char *what, kvp_client **c,
 
 /* --- clients ---------------------------------------------------------------- */
 
+/* rights_str() - "read,write,admin" and the like; admin* for an admin of
+ * the whole daemon; "-" for none (an inspection session). */
+static const char *rights_str(uint32_t rights)
+{
+	static char buf[32];
+
+	snprintf(buf, sizeof(buf), "%s%s%s%s",
+		 rights & KVP_RIGHT_READ ? ",read" : "",
+		 rights & KVP_RIGHT_WRITE ? ",write" : "",
+		 rights & KVP_RIGHT_ADMIN_ALL ? ",admin*" :
+		 rights & KVP_RIGHT_ADMIN ? ",admin" : "", "");
+	return buf[0] ? buf + 1 : "-";
+}
+
 static void clients_json(const kvp_stats_t *st, const struct kvp_wire_client *r,
 			 int n, int total)
 {
@@ -46,8 +60,10 @@ static void clients_json(const kvp_stats_t *st, const struct kvp_wire_client *r,
 	printf("{\"total\":%d,\"clients\":[", total);
 	for (i = 0; i < n; i++) {
 		printf("%s{\"id\":%" PRIu64 ",\"pid\":%" PRIu32 ",\"uid\":%" PRIu32
-		       ",\"gid\":%" PRIu32 ",\"admin\":%s,\"name\":", i ? "," : "",
-		       r[i].id, r[i].pid, r[i].uid, r[i].gid, r[i].admin ? "true" : "false");
+		       ",\"gid\":%" PRIu32 ",\"admin\":%s,\"rights\":\"%s\",\"name\":",
+		       i ? "," : "", r[i].id, r[i].pid, r[i].uid, r[i].gid,
+		       r[i].rights & KVP_RIGHT_ADMIN_ALL ? "true" : "false",
+		       rights_str(r[i].rights));
 		cli_json_str(stdout, r[i].name);
 		printf(",\"namespace\":");
 		cli_json_str(stdout, r[i].ns);
@@ -72,7 +88,7 @@ static void clients_table(const kvp_stats_t *st, const struct kvp_wire_client *r
 	table_add(t, "NAME");
 	table_add(t, "NAMESPACE");
 	table_add(t, "LEASES");
-	table_add(t, "ADMIN");
+	table_add(t, "RIGHTS");
 	table_add(t, "CONNECTED");
 	for (i = 0; i < n; i++) {
 		uint64_t age = st->uptime_ms > r[i].connected_ms ?
@@ -84,7 +100,7 @@ static void clients_table(const kvp_stats_t *st, const struct kvp_wire_client *r
 		table_add(t, "%s", r[i].name[0] ? r[i].name : "-");
 		table_add(t, "%s", r[i].ns[0] ? r[i].ns : "(inspection)");
 		table_add(t, "%" PRIu64, r[i].leases);
-		table_add(t, "%s", r[i].admin ? "yes" : "no");
+		table_add(t, "%s", rights_str(r[i].rights));
 		table_add(t, "%s ago", cli_fmt_ms(a, age));
 	}
 	table_print(t, stdout);
@@ -101,7 +117,8 @@ int cmd_clients(struct cli *cli, int argc, char **argv)
 
 	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] clients\n"
 			 "One row per connection: id, pid, uid, name, namespace, pages\n"
-			 "leased, admin rights, time since it connected. See kvpool(1).\n");
+			 "leased, its rights (read, write, admin of its namespace; admin*:\n"
+			 "of the whole daemon), time since it connected. See kvpool(1).\n");
 	if (rc >= 0)
 		return rc;
 	if (session(cli, "clients", &c, &st, &ns) < 0)

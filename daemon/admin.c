@@ -17,6 +17,9 @@
 #include "daemon/log.h"
 #include "daemon/requests.h"
 
+_Static_assert(ACCESS_READ == KVP_RIGHT_READ && ACCESS_WRITE == KVP_RIGHT_WRITE &&
+	       ACCESS_ADMIN == KVP_RIGHT_ADMIN, "the wire's rights are the rules'");
+
 /*
  * need_admin() - true when c may administer namespace ns (NULL: every
  * namespace, which takes an admin of the daemon: root, its user or the
@@ -109,7 +112,8 @@ void admin_list_clients(struct conn *c, const struct kvp_wire_hdr *req)
 		r[cnt.count].pid = (uint32_t)o->cred.pid;
 		r[cnt.count].uid = (uint32_t)o->cred.uid;
 		r[cnt.count].gid = (uint32_t)o->cred.gid;
-		r[cnt.count].admin = o->admin;
+		r[cnt.count].rights = (o->ns ? o->rights & ACCESS_ALL : 0) |
+				      (o->admin ? KVP_RIGHT_ADMIN_ALL : 0);
 		r[cnt.count].leases = o->leases.total;
 		r[cnt.count].connected_ms = o->connected_ms;
 		memcpy(r[cnt.count].name, o->name, sizeof(r->name));

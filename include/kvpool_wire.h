@@ -276,10 +276,17 @@ struct kvp_wire_count {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_count) == 8, "kvp_wire_count is 8 bytes");
 
+/* A client's rights (LIST_CLIENTS): read, write, admin in its namespace
+ * (the --access rules'), and ADMIN_ALL for an admin of the daemon. */
+#define KVP_RIGHT_READ		0x1u
+#define KVP_RIGHT_WRITE		0x2u
+#define KVP_RIGHT_ADMIN		0x4u
+#define KVP_RIGHT_ADMIN_ALL	0x8u
+
 struct kvp_wire_client {
 	uint64_t id;
 	uint32_t pid, uid, gid;
-	uint32_t admin;		/* 1 when it may use admin operations */
+	uint32_t rights;	/* KVP_RIGHT_*: in its namespace, and daemon-wide admin */
 	uint64_t leases;	/* pages held (with repeats) */
 	uint64_t connected_ms;	/* when, in daemon uptime */
 	char name[KVP_CLIENT_NAME_MAX];

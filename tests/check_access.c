@@ -79,6 +79,25 @@ static void wait_log(const struct daemon *d, const char *text)
 	ck_abort_msg("kvpoold's log never said '%s':\n%s", text, log);
 }
 
+/* rights_of() - what LIST_CLIENTS says nobody's client in ns may do. */
+static uint32_t rights_of(const char *sock, const char *ns)
+{
+	struct kvp_wire_client r[16];
+	kvp_client *c;
+	int n, i;
+	uint32_t rights = 0xffffffffu;
+
+	ck_assert_int_eq(kvp_connect(sock, NULL, NULL, &c), 0);
+	n = kvp_list_clients(c, r, 16);
+	ck_assert_int_ge(n, 0);
+	for (i = 0; i < n && i < 16; i++)
+		if (r[i].uid == (uint32_t)nobody_uid && !strcmp(r[i].ns, ns))
+			rights = r[i].rights;
+	kvp_close(c);
+	ck_assert_msg(rights != 0xffffffffu, "no client of nobody in '%s'", ns);
+	return rights;
+}
+
 START_TEST(test_access_rules_allow_and_refuse_a_real_peer)
 {
 	const char *rules =
@@ -162,10 +181,14 @@ START_TEST(test_access_rules_allow_and_refuse_a_real_peer)
 		ck_abort_msg("the child failed at step %d (see its message above)",
 			     WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 	}
+	ck_assert_uint_eq(rights_of(d.sock, "shared"), KVP_RIGHT_READ);
+	ck_assert_uint_eq(rights_of(d.sock, "scratch"),
+			  KVP_RIGHT_READ | KVP_RIGHT_WRITE | KVP_RIGHT_ADMIN);
 	write_config(&d, conf, "access = shared read,write @nogroup\n"
 			       "access = scratch read,write,admin 65534\n");
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
 	wait_log(&d, "SIGHUP: 2 access rules");
+	ck_assert_uint_eq(rights_of(d.sock, "shared"), KVP_RIGHT_READ | KVP_RIGHT_WRITE);
 	ck_assert_int_eq(write(go[1], "g", 1), 1);
 	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
