@@ -245,10 +245,25 @@ int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
 	return 0;
 }
 
-int loop_run(struct loop *l)
+/* reap() - hand every completion in the ring to its owner; how many. */
+static unsigned reap(struct loop *l)
 {
 	struct io_uring_cqe *cqe;
-	unsigned head, seen;
+	unsigned head, seen = 0;
+
+	io_uring_for_each_cqe(&l->ring, head, cqe) {
+		struct loop_op *op = io_uring_cqe_get_data(cqe);
+
+		seen++;
+		l->inflight--;
+		op->done(op, cqe->res);
+	}
+	io_uring_cq_advance(&l->ring, seen);
+	return seen;
+}
+
+int loop_run(struct loop *l)
+{
 	int rc;
 
 	while (!l->stopping && !(l->draining && l->inflight == 0)) {
@@ -261,15 +276,7 @@ int loop_run(struct loop *l)
 		rc = io_uring_submit_and_wait(&l->ring, 1);
 		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 			return rc;
-		seen = 0;
-		io_uring_for_each_cqe(&l->ring, head, cqe) {
-			struct loop_op *op = io_uring_cqe_get_data(cqe);
-
-			seen++;
-			l->inflight--;
-			op->done(op, cqe->res);
-		}
-		io_uring_cq_advance(&l->ring, seen);
+		reap(l);
 	}
 	return 0;
 }
@@ -279,7 +286,6 @@ int loop_turn(struct loop *l, unsigned ms)
 	struct __kernel_timespec ts = { .tv_sec = ms / 1000,
 					.tv_nsec = (long long)(ms % 1000) * 1000000 };
 	struct io_uring_cqe *cqe;
-	unsigned head, seen = 0;
 	int rc;
 
 	if (l->sync)
@@ -287,15 +293,7 @@ int loop_turn(struct loop *l, unsigned ms)
 	rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
 	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
 		return rc;
-	io_uring_for_each_cqe(&l->ring, head, cqe) {
-		struct loop_op *op = io_uring_cqe_get_data(cqe);
-
-		seen++;
-		l->inflight--;
-		op->done(op, cqe->res);
-	}
-	io_uring_cq_advance(&l->ring, seen);
-	return (int)seen;
+	return (int)reap(l);
 }
 
 void loop_stop(struct loop *l)

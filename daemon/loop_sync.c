@@ -230,28 +230,28 @@ int sync_accept(struct loop *l, struct loop_op *op, int fd)
 	return queue(l, op, S_ACCEPT, fd) ? 0 : -EBUSY;
 }
 
-int sync_recvmsg(struct loop *l, struct loop_op *op, int fd, struct msghdr *msg,
-		 unsigned flags)
+static int queue_msg(struct loop *l, struct loop_op *op, enum sop_kind kind, int fd,
+		     const struct msghdr *msg, unsigned flags)
 {
-	struct sop *o = queue(l, op, S_RECVMSG, fd);
+	struct sop *o = queue(l, op, kind, fd);
 
 	if (!o)
 		return -EBUSY;
-	o->msg = msg;
+	o->msg = (struct msghdr *)msg;	/* sendmsg only reads it */
 	o->flags = flags;
 	return 0;
+}
+
+int sync_recvmsg(struct loop *l, struct loop_op *op, int fd, struct msghdr *msg,
+		 unsigned flags)
+{
+	return queue_msg(l, op, S_RECVMSG, fd, msg, flags);
 }
 
 int sync_sendmsg(struct loop *l, struct loop_op *op, int fd, const struct msghdr *msg,
 		 unsigned flags)
 {
-	struct sop *o = queue(l, op, S_SENDMSG, fd);
-
-	if (!o)
-		return -EBUSY;
-	o->msg = (struct msghdr *)msg;
-	o->flags = flags;
-	return 0;
+	return queue_msg(l, op, S_SENDMSG, fd, msg, flags);
 }
 
 int sync_read(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len)
