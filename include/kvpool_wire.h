@@ -297,7 +297,7 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_client) == 136, "kvp_wire_client is 136
 /* LIST_PAGES request: filters (0 / "" match all) and a limit. */
 struct kvp_wire_list_pages {
 	char ns[KVP_NAME_MAX];
-	uint32_t state;		/* 0 any, else 1 + the state (KVP_PAGE_*) */
+	uint32_t state;		/* 0 any, else a KVP_PAGE_* state */
 	uint32_t limit;		/* most records (0: as many as fit) */
 	uint64_t client;	/* only pages this client holds */
 };
