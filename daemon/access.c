@@ -139,25 +139,32 @@ int access_parse(const char *text, struct access_rule *r, char *why, size_t whyl
 	return 0;
 }
 
+bool access_in_group(const struct access_peer *p, gid_t gid)
+{
+	unsigned i;
+
+	if (gid == (gid_t)-1)
+		return false;
+	if (p->gid == gid)
+		return true;
+	for (i = 0; i < p->ngroups; i++)
+		if (p->groups[i] == gid)
+			return true;
+	return false;
+}
+
 /* names() - rule r names peer p. */
 static bool names(const struct access_rule *r, const struct access_peer *p)
 {
-	unsigned i, g;
+	unsigned i;
 
 	for (i = 0; i < r->nwho; i++) {
 		const struct access_who *w = &r->who[i];
 
-		if (w->kind == WHO_ANY)
+		if (w->kind == WHO_ANY ||
+		    (w->kind == WHO_UID && w->id == (uint32_t)p->uid) ||
+		    (w->kind == WHO_GID && access_in_group(p, (gid_t)w->id)))
 			return true;
-		if (w->kind == WHO_UID && w->id == (uint32_t)p->uid)
-			return true;
-		if (w->kind != WHO_GID)
-			continue;
-		if (w->id == (uint32_t)p->gid)
-			return true;
-		for (g = 0; g < p->ngroups; g++)
-			if (w->id == (uint32_t)p->groups[g])
-				return true;
 	}
 	return false;
 }
@@ -179,18 +186,13 @@ unsigned access_rights(const struct access_rule *r, unsigned n, const char *ns,
 	return rights;
 }
 
-void access_peer_of(int fd, struct access_peer *p)
+void access_peer_of(int fd, const struct ucred *cred, struct access_peer *p)
 {
-	struct ucred cred;
-	socklen_t len = sizeof(cred);
+	socklen_t len;
 
 	memset(p, 0, sizeof(*p));
-	p->uid = (uid_t)-1;
-	p->gid = (gid_t)-1;
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-		p->uid = cred.uid;
-		p->gid = cred.gid;
-	}
+	p->uid = cred->uid;
+	p->gid = cred->gid;
 #ifdef SO_PEERGROUPS
 	len = sizeof(p->groups);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, p->groups, &len) == 0)

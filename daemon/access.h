@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "kvpool_wire.h"
@@ -79,9 +80,14 @@ int access_parse(const char *text, struct access_rule *r, char *why, size_t whyl
 unsigned access_rights(const struct access_rule *r, unsigned n, const char *ns,
 		       const struct access_peer *p);
 
-/* access_peer_of() - fill *p from a connected socket (uid, gid and the
- * supplementary groups the kernel reports); admin is left false. */
-void access_peer_of(int fd, struct access_peer *p);
+/* access_in_group() - p's primary or a supplementary group is gid (never
+ * for (gid_t)-1). */
+bool access_in_group(const struct access_peer *p, gid_t gid);
+
+/* access_peer_of() - fill *p from the peer's credentials (SO_PEERCRED,
+ * read by the caller) and the supplementary groups the kernel reports for
+ * the connected socket fd; admin is left false. */
+void access_peer_of(int fd, const struct ucred *cred, struct access_peer *p);
 
 /* access_rights_str() - "read,write" and the like, for messages. */
 const char *access_rights_str(unsigned rights);

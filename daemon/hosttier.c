@@ -48,10 +48,6 @@ int hosttier_open(struct hosttier **out, struct backend *be, uint64_t bytes,
 			 UINT32_MAX - 1);
 		return -EINVAL;
 	}
-	if (!be->ops->host_alloc) {
-		snprintf(err, errlen, "the %s backend has no host tier", be->ops->name);
-		return -ENOTSUP;
-	}
 	h = calloc(1, sizeof(*h));
 	if (h)
 		h->free = malloc(slots * sizeof(*h->free));

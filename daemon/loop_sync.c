@@ -56,7 +56,6 @@ struct loop_sync {
 	pthread_cond_t cv;
 	struct sop *jobs, **jobs_tail;	/* file I/O to do */
 	struct sop *done;		/* file I/O done, newest first */
-	struct sop *running[LOOP_SYNC_THREADS];	/* what each thread does */
 	bool quit;
 	int efd;
 	pthread_t threads[LOOP_SYNC_THREADS];
@@ -78,16 +77,11 @@ static uint64_t now_ns(void)
 /* io_thread() - do file reads and writes; report each through efd. */
 static void *io_thread(void *arg)
 {
-	struct loop *l = arg;
-	struct loop_sync *s = l->s;
-	unsigned me;
+	struct loop_sync *s = arg;
 	uint64_t one = 1;
 	ssize_t n;
 
 	pthread_mutex_lock(&s->mu);
-	for (me = 0; me < LOOP_SYNC_THREADS && !pthread_equal(s->threads[me], pthread_self());
-	     me++)
-		;
 	for (;;) {
 		struct sop *j;
 
@@ -99,15 +93,11 @@ static void *io_thread(void *arg)
 		s->jobs = j->next;
 		if (!s->jobs)
 			s->jobs_tail = &s->jobs;
-		if (me < LOOP_SYNC_THREADS)
-			s->running[me] = j;
 		pthread_mutex_unlock(&s->mu);
 		n = j->write ? pwrite(j->fd, j->buf, j->len, (off_t)j->off)
 			     : pread(j->fd, j->buf, j->len, (off_t)j->off);
 		j->res = n < 0 ? -errno : (int)n;
 		pthread_mutex_lock(&s->mu);
-		if (me < LOOP_SYNC_THREADS)
-			s->running[me] = NULL;
 		j->next = s->done;
 		s->done = j;
 		/* cannot fail short of overflowing a 64-bit counter */
@@ -152,13 +142,11 @@ int sync_init(struct loop *l, char *err, size_t errlen)
 		sync_fini(l);
 		return -EIO;
 	}
-	pthread_mutex_lock(&s->mu);	/* threads find their slot once all exist */
 	for (i = 0; i < LOOP_SYNC_THREADS; i++) {
-		if (pthread_create(&s->threads[i], NULL, io_thread, l) != 0)
+		if (pthread_create(&s->threads[i], NULL, io_thread, s) != 0)
 			break;
 		s->nthreads++;
 	}
-	pthread_mutex_unlock(&s->mu);
 	if (!s->nthreads) {
 		snprintf(err, errlen, "cannot start an I/O thread");
 		sync_fini(l);
@@ -337,49 +325,44 @@ static bool try_op(struct sop *o)
 	return true;
 }
 
-/* cancel_target() - take target off the pending list into *out (it will
- * complete with -ECANCELED). -EALREADY when it is a file I/O already
- * running or done, -ENOENT when it is nowhere. */
-static int cancel_target(struct loop_sync *s, struct loop_op *target, struct sop ***out)
+/* push() - append o to the list whose tail link is *tail. */
+static void push(struct sop ***tail, struct sop *o)
 {
-	struct sop **pp, *o;
-	unsigned i;
-	int rc = -ENOENT;
+	o->next = NULL;
+	**tail = o;
+	*tail = &o->next;
+}
 
-	for (pp = &s->pending; (o = *pp); pp = &o->next) {
-		if (o->op == target && o->kind != S_CANCEL) {
-			*pp = o->next;
-			o->res = -ECANCELED;
-			o->next = NULL;
-			**out = o;
-			*out = &o->next;
-			return 0;
-		}
-	}
-	pthread_mutex_lock(&s->mu);
-	for (pp = &s->jobs; (o = *pp); pp = &o->next) {
-		if (o->op == target) {
-			*pp = o->next;
-			if (!s->jobs)
-				s->jobs_tail = &s->jobs;
-			else if (s->jobs_tail == &o->next)
-				s->jobs_tail = pp;
-			o->res = -ECANCELED;
-			o->next = NULL;
-			**out = o;
-			*out = &o->next;
-			rc = 0;
+/* cancel_target() - take target off the pending list, or off the I/O
+ * threads' queue, onto the completions at *tail (it ends -ECANCELED).
+ * -ENOENT when it is in neither: a thread has it or it is done. */
+static int cancel_target(struct loop_sync *s, struct loop_op *target, struct sop ***tail)
+{
+	struct sop **pp, *o = NULL;
+
+	for (pp = &s->pending; *pp; pp = &(*pp)->next)
+		if ((*pp)->op == target && (*pp)->kind != S_CANCEL)
 			break;
+	if (*pp) {
+		o = *pp;
+		*pp = o->next;
+	} else {
+		pthread_mutex_lock(&s->mu);
+		for (pp = &s->jobs; *pp && (*pp)->op != target; pp = &(*pp)->next)
+			;
+		if (*pp) {
+			o = *pp;
+			*pp = o->next;
+			if (s->jobs_tail == &o->next)
+				s->jobs_tail = pp;
 		}
+		pthread_mutex_unlock(&s->mu);
 	}
-	for (i = 0; rc && i < LOOP_SYNC_THREADS; i++)
-		if (s->running[i] && s->running[i]->op == target)
-			rc = -EALREADY;
-	for (o = s->done; rc == -ENOENT && o; o = o->next)
-		if (o->op == target)
-			rc = -EALREADY;
-	pthread_mutex_unlock(&s->mu);
-	return rc;
+	if (!o)
+		return -ENOENT;
+	o->res = -ECANCELED;
+	push(tail, o);
+	return 0;
 }
 
 /* fd_room() - the per-fd tables cover fd. */
@@ -442,9 +425,9 @@ static void interest(struct loop_sync *s)
 int sync_turn(struct loop *l, int ms)
 {
 	struct loop_sync *s = l->s;
-	struct sop *o, **pp, *ready = NULL, **tail = &ready;
+	struct sop *o, **pp, *ready = NULL, **tail = &ready, *fin, *rev;
 	struct epoll_event evs[64];
-	uint64_t now = now_ns(), soonest = UINT64_MAX;
+	uint64_t now = now_ns(), soonest = UINT64_MAX, cnt;
 	unsigned handled = 0;
 	bool instant = false;
 	int rc, i, fd;
@@ -487,9 +470,7 @@ int sync_turn(struct loop *l, int ms)
 		}
 		if (done) {
 			*pp = o->next;
-			o->next = NULL;
-			*tail = o;
-			tail = &o->next;
+			push(&tail, o);
 		} else {
 			pp = &o->next;
 		}
@@ -503,29 +484,21 @@ int sync_turn(struct loop *l, int ms)
 			continue;
 		}
 		*pp = o->next;
-		o->next = NULL;
 		o->res = cancel_target(s, o->target, &tail);
-		*tail = o;
-		tail = &o->next;
+		push(&tail, o);
 		pp = &s->pending;	/* the list may have changed */
 	}
 	/* what the I/O threads finished, oldest first */
 	pthread_mutex_lock(&s->mu);
-	{
-		struct sop *rev = NULL;
-		uint64_t cnt;
-
-		while ((o = s->done)) {
-			s->done = o->next;
-			o->next = rev;
-			rev = o;
-		}
-		*tail = rev;
-		while (*tail)
-			tail = &(*tail)->next;
-		(void)!read(s->efd, &cnt, sizeof(cnt));	/* EAGAIN: nothing counted */
-	}
+	fin = s->done;
+	s->done = NULL;
+	(void)!read(s->efd, &cnt, sizeof(cnt));	/* EAGAIN: nothing counted */
 	pthread_mutex_unlock(&s->mu);
+	for (rev = NULL; (o = fin); rev = o) {	/* newest first: turn it */
+		fin = o->next;
+		o->next = rev;
+	}
+	*tail = rev;
 	/* now the callbacks, which may queue, cancel and close as they like */
 	while ((o = ready)) {
 		ready = o->next;

@@ -398,21 +398,6 @@ static void server_post_accept(struct server *s)
 	s->accepting = true;
 }
 
-/* in_group() - p's primary or a supplementary group is gid (not -1). */
-static bool in_group(const struct access_peer *p, gid_t gid)
-{
-	unsigned i;
-
-	if (gid == (gid_t)-1)
-		return false;
-	if (p->gid == gid)
-		return true;
-	for (i = 0; i < p->ngroups; i++)
-		if (p->groups[i] == gid)
-			return true;
-	return false;
-}
-
 static void server_accept_done(struct loop_op *op, int res)
 {
 	struct server *s = container_of(op, struct server, accept_op);
@@ -474,9 +459,9 @@ static void server_accept_done(struct loop_op *op, int res)
 	}
 	/* admin: root, the daemon's own user, or the --admin-group (primary
 	 * or supplementary) */
-	access_peer_of(c->fd, &c->peer);
+	access_peer_of(c->fd, &c->cred, &c->peer);
 	c->admin = c->cred.uid == 0 || c->cred.uid == geteuid() ||
-		   in_group(&c->peer, s->admin_gid);
+		   access_in_group(&c->peer, s->admin_gid);
 	c->peer.admin = c->admin;
 	/* A SEQPACKET message must fit in the sender's buffer. */
 	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) < 0)

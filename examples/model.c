@@ -41,6 +41,7 @@ struct model_layer {
 
 struct model {
 	float *weights;				/* one allocation for all */
+	size_t nweights;			/* floats in it */
 	float *embed;				/* [VOCAB][DIM] */
 	float *norm_f;				/* [DIM] */
 	float *head;				/* [VOCAB][DIM] output, untied */
@@ -128,8 +129,9 @@ static int model_weights(struct model *m)
 	float *p;
 	uint32_t l;
 
-	m->weights = malloc((2 * (size_t)MODEL_VOCAB * MODEL_DIM + MODEL_DIM +
-			     MODEL_LAYERS * per_layer) * sizeof(float));
+	m->nweights = 2 * (size_t)MODEL_VOCAB * MODEL_DIM + MODEL_DIM +
+		      MODEL_LAYERS * per_layer;
+	m->weights = malloc(m->nweights * sizeof(float));
 	if (!m->weights)
 		return -ENOMEM;
 	p = m->weights;
@@ -186,8 +188,7 @@ static int open_cuda(struct model *m, char *err, size_t errlen)
 
 	memset(&w, 0, sizeof(w));
 	w.base = m->weights;
-	w.count = (size_t)(m->layer[MODEL_LAYERS - 1].wd + (size_t)MODEL_DIM * MODEL_FFN -
-			   m->weights);
+	w.count = m->nweights;
 	w.embed = (size_t)(m->embed - m->weights);
 	w.head = (size_t)(m->head - m->weights);
 	w.norm_f = (size_t)(m->norm_f - m->weights);

@@ -243,6 +243,40 @@ START_TEST(test_access_broken_file_on_sighup_keeps_the_rules)
 }
 END_TEST
 
+START_TEST(test_access_admin_group_counts_a_supplementary_group)
+{
+	const char *args[] = { "--socket-group", "nogroup", "--admin-group", "nogroup",
+			       "--access", "* read,write 65534", NULL };
+	struct group *other = getgrnam("daemon");
+	struct daemon d;
+	int status;
+	pid_t pid;
+
+	ck_assert_ptr_nonnull(other);	/* gid 1 on Debian */
+	daemon_dir(&d);
+	ck_assert_int_eq(chmod(d.dir, 0711), 0);
+	daemon_restart(&d, args);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *k;
+
+		/* nogroup only as a supplementary group: the primary is another */
+		if (setgroups(1, &nogroup_gid) < 0 || setgid(other->gr_gid) < 0 ||
+		    setuid(nobody_uid) < 0)
+			_exit(90);
+		expect(kvp_connect(d.sock, "any", &geo, &k) == 0, 10);
+		expect(kvp_evict(k, NULL, 0) >= 0, 11);	/* every namespace: a daemon admin */
+		kvp_close(k);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child step %d",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_access_bad_rules_stop_start_up_with_the_reason)
 {
 	static const struct {
@@ -294,6 +328,7 @@ static Suite *access_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_access_rules_allow_and_refuse_a_real_peer);
 	tcase_add_test(tc, test_access_broken_file_on_sighup_keeps_the_rules);
+	tcase_add_test(tc, test_access_admin_group_counts_a_supplementary_group);
 	suite_add_tcase(s, tc);
 	return s;
 }

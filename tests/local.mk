@@ -156,11 +156,14 @@ TESTS += tests/fuzz/run.sh
 CLEANFILES += tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
 if HAVE_FUZZER
 check_SCRIPTS += tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
-tests/fuzz/fuzz_wire: $(srcdir)/tests/fuzz/fuzz_wire.c client/wire.c config.h
+# (the headers too: a changed struct must rebuild them)
+tests/fuzz/fuzz_wire: $(srcdir)/tests/fuzz/fuzz_wire.c client/wire.c config.h \
+		$(include_HEADERS) client/wire.h
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-o $@ $(srcdir)/tests/fuzz/fuzz_wire.c $(srcdir)/client/wire.c
 tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS) \
-		$(FUZZ_DAEMON_SRCS) config.h
+		$(FUZZ_DAEMON_SRCS) config.h $(include_HEADERS) $(noinst_HEADERS) \
+		client/wire.h client/hset.h client/keys.h
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
 		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
