@@ -29,10 +29,6 @@ static const kvp_geometry geo = {
 	.dtype = KVP_DTYPE_F16, .model = "test/access",
 };
 
-/* The unprivileged identity the children take. */
-static uid_t nobody_uid;
-static gid_t nogroup_gid;
-
 /* write_config() - the config file of d with the given rules. */
 static void write_config(const struct daemon *d, const char *path, const char *rules)
 {
@@ -42,41 +38,6 @@ static void write_config(const struct daemon *d, const char *path, const char *r
 	fprintf(f, "# written by check_access\nsocket-group = nogroup\n%s", rules);
 	ck_assert_int_eq(fclose(f), 0);
 	(void)d;
-}
-
-/* become_nobody() - in a child: drop every privilege, keep nogroup. */
-static void become_nobody(void)
-{
-	if (setgroups(1, &nogroup_gid) < 0 || setgid(nogroup_gid) < 0 ||
-	    setuid(nobody_uid) < 0) {
-		perror("dropping to nobody");
-		_exit(90);
-	}
-}
-
-/* expect() - in a child: exit with code when cond is false, saying why. */
-#define expect(cond, code)                                                   \
-	do {                                                                 \
-		if (!(cond)) {                                               \
-			fprintf(stderr, "check_access child: %s failed (%s)\n", \
-				#cond, kvp_last_error());                    \
-			_exit(code);                                         \
-		}                                                            \
-	} while (0)
-
-/* wait_log() - until d's log holds text (the daemon acted on a signal). */
-static void wait_log(const struct daemon *d, const char *text)
-{
-	char log[16384];
-	int i;
-
-	for (i = 0; i < 500; i++) {
-		read_file(d->log, log, sizeof(log));
-		if (strstr(log, text))
-			return;
-		usleep(10 * 1000);
-	}
-	ck_abort_msg("kvpoold's log never said '%s':\n%s", text, log);
 }
 
 /* rights_of() - what LIST_CLIENTS says nobody's client in ns may do. */
@@ -91,7 +52,7 @@ static uint32_t rights_of(const char *sock, const char *ns)
 	n = kvp_list_clients(c, r, 16);
 	ck_assert_int_ge(n, 0);
 	for (i = 0; i < n && i < 16; i++)
-		if (r[i].uid == (uint32_t)nobody_uid && !strcmp(r[i].ns, ns))
+		if (r[i].uid == (uint32_t)harness_nobody_uid && !strcmp(r[i].ns, ns))
 			rights = r[i].rights;
 	kvp_close(c);
 	ck_assert_msg(rights != 0xffffffffu, "no client of nobody in '%s'", ns);
@@ -262,8 +223,8 @@ START_TEST(test_access_admin_group_counts_a_supplementary_group)
 		kvp_client *k;
 
 		/* nogroup only as a supplementary group: the primary is another */
-		if (setgroups(1, &nogroup_gid) < 0 || setgid(other->gr_gid) < 0 ||
-		    setuid(nobody_uid) < 0)
+		if (setgroups(1, &harness_nogroup_gid) < 0 || setgid(other->gr_gid) < 0 ||
+		    setuid(harness_nobody_uid) < 0)
 			_exit(90);
 		expect(kvp_connect(d.sock, "any", &geo, &k) == 0, 10);
 		expect(kvp_evict(k, NULL, 0) >= 0, 11);	/* every namespace: a daemon admin */
@@ -308,8 +269,6 @@ END_TEST
 static Suite *access_suite(void)
 {
 	Suite *s = suite_create("access");
-	struct passwd *pw = getpwnam("nobody");
-	struct group *gr = getgrnam("nogroup");
 	TCase *tc;
 
 	tc = tcase_create("rules");
@@ -317,13 +276,11 @@ static Suite *access_suite(void)
 	tcase_add_test(tc, test_access_bad_rules_stop_start_up_with_the_reason);
 	suite_add_tcase(s, tc);
 
-	if (geteuid() != 0 || !pw || !gr) {
+	if (!harness_have_nobody()) {
 		printf("check_access: the peer tests need root and the users nobody "
 		       "and nogroup; not run\n");
 		return s;
 	}
-	nobody_uid = pw->pw_uid;
-	nogroup_gid = gr->gr_gid;
 	tc = tcase_create("peers");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_access_rules_allow_and_refuse_a_real_peer);

@@ -75,61 +75,19 @@ static uint64_t now_ns(void)
 
 /* --- raw protocol, for what the library would never send ---------------- */
 
-static int raw_connect(const char *sock)
+/* connect_raw() - a raw connection to sock; fails the test without one. */
+static int connect_raw(const char *sock)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = raw_connect(sock);
 
-	ck_assert_int_ge(fd, 0);
-	strcpy(sa.sun_path, sock);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_msg(fd >= 0, "connect %s: %s", sock, strerror(-fd));
 	return fd;
 }
 
-static void raw_send(int fd, uint16_t op, uint64_t id, const void *p, size_t len)
+/* join_tiny() - HELLO into "tiny" over a raw connection. */
+static void join_tiny(int fd)
 {
-	static unsigned char buf[KVP_WIRE_MAX_MSG_DEFAULT * 2];
-	struct kvp_wire_hdr h = { .op = op, .req_id = id, .len = (uint32_t)len };
-
-	wire_hdr_encode(buf, &h);
-	if (len)
-		memcpy(buf + KVP_WIRE_HDR_SIZE, p, len);
-	ck_assert_int_eq(send(fd, buf, KVP_WIRE_HDR_SIZE + len, 0),
-			 (ssize_t)(KVP_WIRE_HDR_SIZE + len));
-}
-
-/* raw_recv() - the next reply's status (payload into out, if given), or
- * -1 when the daemon closed the connection. */
-static int raw_recv(int fd, uint64_t id, void *out, size_t outlen)
-{
-	static unsigned char buf[KVP_WIRE_MAX_MSG_DEFAULT];
-	struct kvp_wire_hdr h;
-	ssize_t n = recv(fd, buf, sizeof(buf), 0);
-
-	if (n <= 0)
-		return -1;
-	ck_assert_int_eq(wire_hdr_decode(buf, (size_t)n, &h), 0);
-	ck_assert(h.flags & KVP_WIRE_F_REPLY);
-	ck_assert_uint_eq(h.req_id, id);
-	if (out)
-		memcpy(out, buf + KVP_WIRE_HDR_SIZE, h.len < outlen ? h.len : outlen);
-	return (int)h.status;
-}
-
-static void raw_hello(int fd)
-{
-	struct kvp_wire_hello h;
-
-	memset(&h, 0, sizeof(h));
-	strcpy(h.ns, "tiny");
-	strcpy(h.model, geo.model);
-	h.layers = geo.layers;
-	h.kv_heads = geo.kv_heads;
-	h.head_dim = geo.head_dim;
-	h.block_tokens = geo.block_tokens;
-	h.dtype = geo.dtype;
-	raw_send(fd, KVP_OP_HELLO, 1, &h, sizeof(h));
-	ck_assert_int_eq(raw_recv(fd, 1, NULL, 0), KVP_S_OK);
+	ck_assert_int_eq(raw_hello(fd, "tiny", &geo, NULL, 0), KVP_S_OK);
 }
 
 /* raw_alloc() - ALLOC one page over a raw connection; its handle. */
@@ -139,8 +97,8 @@ static uint64_t raw_alloc(int fd, uint64_t id)
 	unsigned char rep[16];
 	uint64_t h;
 
-	raw_send(fd, KVP_OP_ALLOC, id, &req, sizeof(req));
-	ck_assert_int_eq(raw_recv(fd, id, rep, sizeof(rep)), KVP_S_OK);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_ALLOC, id, &req, sizeof(req)), 0);
+	ck_assert_int_eq(raw_recv(fd, id, rep, sizeof(rep), NULL), KVP_S_OK);
 	memcpy(&h, rep + 8, 8);
 	return h;
 }
@@ -152,8 +110,8 @@ static int raw_release(int fd, uint64_t id, const uint64_t *h, uint32_t n)
 
 	memcpy(buf, &pl, sizeof(pl));
 	memcpy(buf + 8, h, 8 * n);
-	raw_send(fd, KVP_OP_RELEASE, id, buf, 8 + 8 * (size_t)n);
-	return raw_recv(fd, id, NULL, 0);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_RELEASE, id, buf, 8 + 8 * (size_t)n), 0);
+	return raw_recv(fd, id, NULL, 0, NULL);
 }
 
 /* --- sharing memory between processes ------------------------------------ */
@@ -399,62 +357,62 @@ START_TEST(test_core_malformed_messages_get_error_or_close)
 	witness_start(&w, d.sock);
 
 	/* truncated header */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	ck_assert_int_eq(send(fd, "KVP1", 4, 0), 4);
-	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), KVP_S_PROTO);
-	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), -1);
+	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), KVP_S_PROTO);
+	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), -1);
 	close(fd);
 
 	/* wrong magic */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(junk, &h);
 	junk[0] = 'X';
 	ck_assert_int_eq(send(fd, junk, KVP_WIRE_HDR_SIZE, 0), KVP_WIRE_HDR_SIZE);
-	ck_assert_int_eq(raw_recv(fd, 9, NULL, 0), KVP_S_PROTO);
-	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), -1);
+	ck_assert_int_eq(raw_recv(fd, 9, NULL, 0, NULL), KVP_S_PROTO);
+	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), -1);
 	close(fd);
 
 	/* wrong version */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(junk, &h);
 	junk[4] = 7;
 	ck_assert_int_eq(send(fd, junk, KVP_WIRE_HDR_SIZE, 0), KVP_WIRE_HDR_SIZE);
-	ck_assert_int_eq(raw_recv(fd, 9, NULL, 0), KVP_S_VERSION);
-	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), -1);
+	ck_assert_int_eq(raw_recv(fd, 9, NULL, 0, NULL), KVP_S_VERSION);
+	ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), -1);
 	close(fd);
 
 	/* unknown opcode: an error, and the connection goes on */
-	fd = raw_connect(d.sock);
-	raw_send(fd, 4242, 3, NULL, 0);
-	ck_assert_int_eq(raw_recv(fd, 3, NULL, 0), KVP_S_OP);
-	raw_send(fd, KVP_OP_STATS, 4, NULL, 0);
-	ck_assert_int_eq(raw_recv(fd, 4, NULL, 0), KVP_S_OK);
+	fd = connect_raw(d.sock);
+	ck_assert_int_eq(raw_send(fd, 4242, 3, NULL, 0), 0);
+	ck_assert_int_eq(raw_recv(fd, 3, NULL, 0, NULL), KVP_S_OP);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_STATS, 4, NULL, 0), 0);
+	ck_assert_int_eq(raw_recv(fd, 4, NULL, 0, NULL), KVP_S_OK);
 	close(fd);
 
 	/* a page count larger than the payload */
-	fd = raw_connect(d.sock);
-	raw_hello(fd);
+	fd = connect_raw(d.sock);
+	join_tiny(fd);
 	{
 		unsigned char buf[8 + 16];
 		struct kvp_wire_pages pl = { .n = 5 };
 
 		memcpy(buf, &pl, sizeof(pl));
 		memset(buf + 8, 0xee, 16);
-		raw_send(fd, KVP_OP_RELEASE, 5, buf, sizeof(buf));
-		ck_assert_int_eq(raw_recv(fd, 5, NULL, 0), KVP_S_PROTO);
-		ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), -1);
+		ck_assert_int_eq(raw_send(fd, KVP_OP_RELEASE, 5, buf, sizeof(buf)), 0);
+		ck_assert_int_eq(raw_recv(fd, 5, NULL, 0, NULL), KVP_S_PROTO);
+		ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), -1);
 	}
 	close(fd);
 
 	/* an ALLOC payload of the wrong size */
-	fd = raw_connect(d.sock);
-	raw_hello(fd);
-	raw_send(fd, KVP_OP_ALLOC, 6, junk, 3);
-	ck_assert_int_eq(raw_recv(fd, 6, NULL, 0), KVP_S_PROTO);
+	fd = connect_raw(d.sock);
+	join_tiny(fd);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_ALLOC, 6, junk, 3), 0);
+	ck_assert_int_eq(raw_recv(fd, 6, NULL, 0, NULL), KVP_S_PROTO);
 	close(fd);
 
 	/* oversize message */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	{
 		static unsigned char big[(64 << 10) + 64];
 		struct kvp_wire_hdr bh = { .op = KVP_OP_STATS, .req_id = 8,
@@ -462,8 +420,8 @@ START_TEST(test_core_malformed_messages_get_error_or_close)
 
 		wire_hdr_encode(big, &bh);
 		ck_assert_int_eq(send(fd, big, sizeof(big), 0), (ssize_t)sizeof(big));
-		ck_assert_int_eq(raw_recv(fd, 8, NULL, 0), KVP_S_PROTO);
-		ck_assert_int_eq(raw_recv(fd, 0, NULL, 0), -1);
+		ck_assert_int_eq(raw_recv(fd, 8, NULL, 0, NULL), KVP_S_PROTO);
+		ck_assert_int_eq(raw_recv(fd, 0, NULL, 0, NULL), -1);
 	}
 	close(fd);
 
@@ -481,8 +439,8 @@ START_TEST(test_core_stale_forged_and_double_release_are_refused)
 
 	daemon_start(&d, small_pool);
 	witness_start(&w, d.sock);
-	fd = raw_connect(d.sock);
-	raw_hello(fd);
+	fd = connect_raw(d.sock);
+	join_tiny(fd);
 	a = raw_alloc(fd, 10);
 	b = raw_alloc(fd, 11);
 
@@ -529,7 +487,7 @@ START_TEST(test_core_attached_fd_is_closed_and_refused)
 	char c;
 
 	daemon_start(&d, NULL);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	ck_assert_int_eq(pipe(p), 0);
 	wire_hdr_encode(hdr, &h);
 	memset(&ctl, 0, sizeof(ctl));
@@ -539,7 +497,7 @@ START_TEST(test_core_attached_fd_is_closed_and_refused)
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &p[1], sizeof(int));
 	ck_assert_int_eq(sendmsg(fd, &msg, 0), (ssize_t)sizeof(hdr));
-	ck_assert_int_eq(raw_recv(fd, 21, NULL, 0), KVP_S_INVAL);
+	ck_assert_int_eq(raw_recv(fd, 21, NULL, 0, NULL), KVP_S_INVAL);
 
 	/* Our write end was the only other one: once the daemon closed its
 	 * copy, the pipe reads end of file. */
@@ -550,8 +508,8 @@ START_TEST(test_core_attached_fd_is_closed_and_refused)
 	close(p[0]);
 
 	/* the connection goes on */
-	raw_send(fd, KVP_OP_STATS, 22, NULL, 0);
-	ck_assert_int_eq(raw_recv(fd, 22, NULL, 0), KVP_S_OK);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_STATS, 22, NULL, 0), 0);
+	ck_assert_int_eq(raw_recv(fd, 22, NULL, 0, NULL), KVP_S_OK);
 	close(fd);
 	daemon_stop(&d);
 }
@@ -571,20 +529,20 @@ START_TEST(test_core_requests_need_hello_and_their_own_namespace)
 	int fd;
 
 	daemon_start(&d, small_pool);
-	fd = raw_connect(d.sock);
-	raw_send(fd, KVP_OP_ALLOC, 30, &one, sizeof(one));
-	ck_assert_int_eq(raw_recv(fd, 30, NULL, 0), KVP_S_STATE);
+	fd = connect_raw(d.sock);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_ALLOC, 30, &one, sizeof(one)), 0);
+	ck_assert_int_eq(raw_recv(fd, 30, NULL, 0, NULL), KVP_S_STATE);
 
 	/* slab 0 belongs to namespace "other" */
 	ck_assert_int_eq(kvp_connect(d.sock, "other", &other, &c), 0);
 	ck_assert_int_eq(kvp_alloc(c, 1, &pg), 0);
-	raw_hello(fd);	/* joins "tiny" */
-	raw_send(fd, KVP_OP_MAP_SLAB, 31, &m, sizeof(m));
-	ck_assert_int_eq(raw_recv(fd, 31, NULL, 0), KVP_S_NOENT);
+	join_tiny(fd);	/* joins "tiny" */
+	ck_assert_int_eq(raw_send(fd, KVP_OP_MAP_SLAB, 31, &m, sizeof(m)), 0);
+	ck_assert_int_eq(raw_recv(fd, 31, NULL, 0, NULL), KVP_S_NOENT);
 	/* and its page is not ours to release */
 	ck_assert_int_eq(raw_release(fd, 32, &pg, 1), KVP_S_STALE);
-	raw_send(fd, KVP_OP_HELLO, 33, NULL, 0);
-	ck_assert_int_eq(raw_recv(fd, 33, NULL, 0), KVP_S_STATE);	/* HELLO twice */
+	ck_assert_int_eq(raw_send(fd, KVP_OP_HELLO, 33, NULL, 0), 0);
+	ck_assert_int_eq(raw_recv(fd, 33, NULL, 0, NULL), KVP_S_STATE);	/* HELLO twice */
 	close(fd);
 	kvp_close(c);
 	daemon_stop(&d);

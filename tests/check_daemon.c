@@ -30,15 +30,12 @@
 
 #define OUT_MAX 8192
 
-/* raw_connect() - a plain SEQPACKET connection, for speaking bad protocol. */
-static int raw_connect(const char *sock)
+/* connect_raw() - a plain SEQPACKET connection, for speaking bad protocol. */
+static int connect_raw(const char *sock)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	int fd = raw_connect(sock);
 
-	ck_assert_int_ge(fd, 0);
-	strcpy(sa.sun_path, sock);
-	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_msg(fd >= 0, "connect %s: %s", sock, strerror(-fd));
 	return fd;
 }
 
@@ -219,7 +216,7 @@ START_TEST(test_daemon_garbage_gets_error_then_close_others_unaffected)
 
 	daemon_start(&d, NULL);
 	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &good), 0);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	ck_assert_int_eq(send(fd, "hello, daemon", 13, 0), 13);
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
 	ck_assert_uint_eq(h.status, KVP_S_PROTO);
@@ -241,7 +238,7 @@ START_TEST(test_daemon_other_version_is_refused_with_request_id)
 	int fd;
 
 	daemon_start(&d, NULL);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(buf, &req);
 	buf[4] = 9;	/* version 9 */
 	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
@@ -262,7 +259,7 @@ START_TEST(test_daemon_unknown_op_keeps_the_connection)
 	int fd;
 
 	daemon_start(&d, NULL);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(buf, &req);
 	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
@@ -289,7 +286,7 @@ START_TEST(test_daemon_stats_with_payload_is_inval)
 	int fd;
 
 	daemon_start(&d, NULL);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(buf, &req);
 	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
@@ -308,7 +305,7 @@ START_TEST(test_daemon_message_over_max_size_is_refused)
 	int fd;
 
 	daemon_start(&d, args);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	wire_hdr_encode(buf, &req);
 	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
@@ -317,7 +314,7 @@ START_TEST(test_daemon_message_over_max_size_is_refused)
 	close(fd);
 
 	/* one byte under the limit is served */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	req.len = 4096 - KVP_WIRE_HDR_SIZE;
 	wire_hdr_encode(buf, &req);
 	ck_assert_int_eq(send(fd, buf, 4096, 0), 4096);
@@ -457,7 +454,7 @@ START_TEST(test_daemon_pipelined_requests_are_answered_in_order)
 	int fd, i;
 
 	daemon_start(&d, NULL);
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	/* ten requests at once, one of them bad: the daemon takes them one
 	 * at a time from the socket and answers each, in order */
 	for (i = 1; i <= 10; i++) {
@@ -492,7 +489,7 @@ START_TEST(test_daemon_unread_replies_disconnect_at_max_output)
 	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &good), 0);
 	ck_assert_int_eq(kvp_alloc(good, 4, pages), 0);
 	/* ask for STATS (about 500 bytes a reply) and never read a reply */
-	fd = raw_connect(d.sock);
+	fd = connect_raw(d.sock);
 	for (i = 0; i < 100000; i++) {
 		req.req_id = (uint64_t)i + 1;
 		wire_hdr_encode(buf, &req);

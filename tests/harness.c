@@ -23,7 +23,10 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <grp.h>
+#include <pwd.h>
 
+#include "client/wire.h"
 #include "harness.h"
 
 #define READY_TIMEOUT_MS 20000
@@ -330,4 +333,153 @@ int harness_run(Suite *s)
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+void wait_log(const struct daemon *d, const char *text)
+{
+	static char log[1 << 16];
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		read_file(d->log, log, sizeof(log));
+		if (strstr(log, text))
+			return;
+		usleep(10 * 1000);
+	}
+	ck_abort_msg("kvpoold's log never said '%s':\n%s", text, log);
+}
+
+/* --- the raw protocol ------------------------------------------------------ */
+
+int raw_connect(const char *sock)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0), e;
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+int raw_send(int fd, uint16_t op, uint64_t id, const void *payload, size_t len)
+{
+	static unsigned char buf[KVP_WIRE_MAX_MSG_DEFAULT * 2];
+	struct kvp_wire_hdr h = { .op = op, .req_id = id, .len = (uint32_t)len };
+	ssize_t n;
+
+	if (len > sizeof(buf) - KVP_WIRE_HDR_SIZE)
+		return -EMSGSIZE;
+	wire_hdr_encode(buf, &h);
+	if (len)
+		memcpy(buf + KVP_WIRE_HDR_SIZE, payload, len);
+	n = send(fd, buf, KVP_WIRE_HDR_SIZE + len, MSG_NOSIGNAL);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)(KVP_WIRE_HDR_SIZE + len) ? 0 : -EIO;
+}
+
+int raw_recv(int fd, uint64_t id, void *out, size_t outlen, int *rfd)
+{
+	static unsigned char buf[KVP_WIRE_MAX_MSG_DEFAULT];
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	struct iovec iov = { buf, sizeof(buf) };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1,
+			    .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf) };
+	struct cmsghdr *cm;
+	struct kvp_wire_hdr h;
+	int passed = -1;
+	ssize_t n;
+
+	if (rfd)
+		*rfd = -1;
+	n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	if (n <= 0)
+		return -1;
+	for (cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(&passed, CMSG_DATA(cm), sizeof(int));
+	if (rfd)
+		*rfd = passed;
+	else if (passed >= 0)
+		close(passed);
+	if (wire_hdr_decode(buf, (size_t)n, &h) < 0 || !(h.flags & KVP_WIRE_F_REPLY) ||
+	    h.req_id != id)
+		return -2;
+	if (out && outlen) {
+		size_t k = h.len < outlen ? h.len : outlen;
+
+		memcpy(out, buf + KVP_WIRE_HDR_SIZE, k);
+		if (k < outlen)
+			((char *)out)[k] = '\0';
+	}
+	return (int)h.status;
+}
+
+int raw_hello(int fd, const char *ns, const kvp_geometry *g, char *why, size_t whylen)
+{
+	struct kvp_wire_hello h;
+	int rc;
+
+	memset(&h, 0, sizeof(h));
+	if (ns)
+		snprintf(h.ns, sizeof(h.ns), "%s", ns);
+	snprintf(h.client_name, sizeof(h.client_name), "raw");
+	if (g) {
+		snprintf(h.model, sizeof(h.model), "%s", g->model ? g->model : "");
+		h.layers = g->layers;
+		h.kv_heads = g->kv_heads;
+		h.head_dim = g->head_dim;
+		h.block_tokens = g->block_tokens;
+		h.dtype = g->dtype;
+		h.key_scheme = g->key_scheme;
+	}
+	rc = raw_send(fd, KVP_OP_HELLO, 1, &h, sizeof(h));
+	if (rc < 0)
+		return -1;
+	return raw_recv(fd, 1, why, whylen, NULL);
+}
+
+/* --- another uid ------------------------------------------------------------ */
+
+uid_t harness_nobody_uid;
+gid_t harness_nogroup_gid;
+
+bool harness_have_nobody(void)
+{
+	struct passwd *pw = getpwnam("nobody");
+	struct group *gr = getgrnam("nogroup");
+
+	if (geteuid() != 0 || !pw || !gr)
+		return false;
+	harness_nobody_uid = pw->pw_uid;
+	harness_nogroup_gid = gr->gr_gid;
+	return true;
+}
+
+void become_nobody(void)
+{
+	if (setgroups(1, &harness_nogroup_gid) < 0 || setgid(harness_nogroup_gid) < 0 ||
+	    setuid(harness_nobody_uid) < 0) {
+		perror("dropping to nobody");
+		_exit(90);
+	}
+}
+
+void child_wait(pid_t pid)
+{
+	int status;
+
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		      "the child failed at step %d (see its message above)",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
 }

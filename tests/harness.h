@@ -8,7 +8,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -100,5 +103,62 @@ int harness_run(Suite *s);
 
 /* read_file() - the start of a file into buf, NUL-terminated. */
 void read_file(const char *path, char *buf, size_t len);
+
+/* wait_log() - until d's log holds text (the daemon acted on something a
+ * test cannot otherwise see, such as a signal); fails the test after 5 s. */
+void wait_log(const struct daemon *d, const char *text);
+
+/* --- the raw protocol, for what the library would never send ----------------
+ *
+ * None of these asserts, so that child processes (which report by their
+ * exit status) use them as well as tests.
+ */
+
+/* raw_connect() - a plain SEQPACKET connection to sock: the fd or -errno. */
+int raw_connect(const char *sock);
+
+/* raw_send() - one request with a well-formed header: 0 or -errno. */
+int raw_send(int fd, uint16_t op, uint64_t id, const void *payload, size_t len);
+
+/*
+ * raw_recv() - the next reply, which must answer request id: its status,
+ * the payload into out (at most outlen bytes, NUL-terminated when it is
+ * shorter: error replies are text), a passed fd into *rfd when rfd is
+ * not NULL (else it is closed; -1 when none). -1 when the daemon closed
+ * the connection, -2 when the message is not a reply to id.
+ */
+int raw_recv(int fd, uint64_t id, void *out, size_t outlen, int *rfd);
+
+/* raw_hello() - HELLO into namespace ns (NULL: none) with geometry g as
+ * request id 1: the reply's status (-1: closed); its text into why. */
+int raw_hello(int fd, const char *ns, const kvp_geometry *g, char *why, size_t whylen);
+
+/* --- another uid ---------------------------------------------------------- */
+
+/* The unprivileged identity the children of access tests take. */
+extern uid_t harness_nobody_uid;
+extern gid_t harness_nogroup_gid;
+
+/* harness_have_nobody() - true when the tests run as root and the users
+ * nobody and nogroup exist (harness_nobody_uid and _gid are set then). */
+bool harness_have_nobody(void);
+
+/* become_nobody() - in a child: drop every privilege, keep nogroup; exit
+ * 90 when that fails. */
+void become_nobody(void);
+
+/* expect() - in a child: exit with code when cond is false, saying why. */
+#define expect(cond, code)                                                   \
+	do {                                                                 \
+		if (!(cond)) {                                               \
+			fprintf(stderr, "%s child: %s failed (%s)\n",       \
+				__FILE__, #cond, kvp_last_error());          \
+			_exit(code);                                         \
+		}                                                            \
+	} while (0)
+
+/* child_wait() - wait for child pid; fails the test unless it exited 0,
+ * naming the step (its exit status) it failed at. */
+void child_wait(pid_t pid);
 
 #endif /* KVPOOL_TESTS_HARNESS_H */
