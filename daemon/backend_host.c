@@ -6,6 +6,13 @@
  * the same pages. The kernel backs pages lazily: creating a slab touches
  * none of its memory, so an idle slab costs address space, not RAM.
  *
+ * A memfd's inode is created with mode 0777, and /proc/self/fd/N opens
+ * a new file description of it with whatever the inode's mode allows: a
+ * client holding only the read-only descriptor could open it again for
+ * writing. Each memfd is therefore made 0600 at once, so only the
+ * daemon's own user (and root) can reopen it; clients keep exactly the
+ * access of the descriptor they were passed.
+ *
  * This module owns every memfd and daemon mapping of a host slab; only
  * slab_destroy() closes or unmaps them.
  */
@@ -15,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/backend.h"
@@ -131,6 +139,14 @@ static int host_slab_create(struct backend *be, size_t bytes,
 			 "memfd_create for a %zu-byte slab failed: %s; %s",
 			 bytes, strerror(e), host_hint_size(e));
 		return -e;
+	}
+	if (fchmod(fd, 0600) < 0) {
+		e = errno;
+		host_err(err, errlen, "making a slab's memfd mode 0600 failed: %s; "
+			 "without it a reader could reopen the slab writable, so it "
+			 "is not used", strerror(e));
+		rc = -e;
+		goto out_close_fd;
 	}
 	if (ftruncate(fd, (off_t)bytes) < 0) {
 		e = errno;

@@ -11,6 +11,8 @@
 #                        against a daemon in a known state; the planner
 #   tests/check_access   integration: --access rules against client
 #                        processes of another uid, SIGHUP reloads
+#   tests/check_security integration: what a local user without rights
+#                        can do, tried by processes of another uid
 #   tests/check_soak     16 random clients, one killed every 100 ms:
 #                        nothing leaks, no byte out of place
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
@@ -18,10 +20,10 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_soak
+	tests/check_security tests/check_soak
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_soak
+	tests/check_security tests/check_soak
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -60,6 +62,11 @@ tests_check_access_SOURCES = tests/check_access.c \
 	tests/harness.c tests/harness.h
 tests_check_access_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_access_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_security_SOURCES = tests/check_security.c \
+	tests/harness.c tests/harness.h
+tests_check_security_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_security_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_soak_SOURCES = tests/check_soak.c \
 	tests/harness.c tests/harness.h
@@ -181,8 +188,8 @@ endif
 # the daemon exit 99, an unclean shutdown the tests catch). The tests
 # tagged no-valgrind are left out (see tests/check_daemon.c).
 VALGRIND_TESTS = tests/check_daemon tests/check_core tests/check_share \
-	tests/check_spill tests/check_cli tests/check_access tests/check_demo \
-	tests/check_soak
+	tests/check_spill tests/check_cli tests/check_access tests/check_security \
+	tests/check_demo tests/check_soak
 dist_check_SCRIPTS += tests/valgrind-kvpoold.sh
 check-valgrind:
 	@command -v valgrind >/dev/null || { echo "check-valgrind: install valgrind" >&2; exit 1; }
