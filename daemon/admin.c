@@ -389,6 +389,7 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 {
 	struct kvp_wire_drop_ns d;
 	char err[KVP_WIRE_ERRMSG_MAX];
+	struct conn *o, *next;
 	struct ns *n;
 	bool bad;
 
@@ -406,8 +407,24 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	n = ns_arg(c, req, d.ns, &bad);
 	if (bad)
 		return;
+	if (c->ns == n) {
+		conn_error(c, req, KVP_S_STATE, "this connection is a client of namespace "
+			   "'%s'; drop it from another one (kvpool drop %s)", n->name, n->name);
+		return;
+	}
+	/* Its clients go first (their leases with them); the drop waits for
+	 * the last of them, and for the tier's writes, on n's queue. New
+	 * clients are refused meanwhile (requests_drop_waits()). */
+	for (o = c->srv->conns; o; o = next) {
+		next = o->next;
+		if (o->ns == n && !conn_closing(o))
+			conn_kick(o);
+	}
 	if (ns_drop(&c->srv->nst, c->srv->pool, n, err, sizeof(err)) < 0) {
-		conn_error(c, req, KVP_S_STATE, "%s", err);
+		if (ns_busy(n))
+			requests_defer_on(c, req, n);	/* what it waits for wakes it */
+		else
+			conn_error(c, req, KVP_S_STATE, "%s", err);
 		return;
 	}
 	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);

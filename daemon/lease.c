@@ -56,17 +56,18 @@ static void spilled_done(void *arg, uint32_t slot, int res)
 	struct ns *n = arg;
 	uint32_t e = n->slot_entry[slot];
 
+	if (res < 0) {
+		if (ns_fault_first(n, NS_FAULT_WRITE))
+			log_warn("namespace '%s': writing slot %u of %s failed: %s; the page "
+				 "is dropped (further write errors are counted in STATS, not "
+				 "logged)", n->name, slot, spill_path(n->tier), strerror(-res));
+		n->slot_entry[slot] = PREFIX_NIL;
+		if (e != PREFIX_NIL)
+			prefix_remove(n->idx, e);
+	}
+	/* last: a waiting DROP_NS may free n */
 	if (n->wait_head && lease_room_hook)
 		lease_room_hook(n);
-	if (res >= 0)
-		return;
-	if (ns_fault_first(n, NS_FAULT_WRITE))
-		log_warn("namespace '%s': writing slot %u of %s failed: %s; the page is "
-			 "dropped (further write errors are counted in STATS, not logged)",
-			 n->name, slot, spill_path(n->tier), strerror(-res));
-	n->slot_entry[slot] = PREFIX_NIL;
-	if (e != PREFIX_NIL)
-		prefix_remove(n->idx, e);
 }
 
 /* tier_drop() - free the tier's oldest leaf slot for a new page. */

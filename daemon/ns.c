@@ -202,27 +202,22 @@ static void ns_free(struct ns *n)
 }
 
 /*
- * ns_create() - a new namespace from h in table slot id (t->count for a
- * new one), its tier opened (and re-indexed when warm). Returns 0 and
- * *out, or a negative enum kvp_status with err filled.
+ * hello_check() - what a HELLO that creates a namespace must hold: a
+ * model identity, a geometry whose page size is defined, a key scheme
+ * the daemon has. Changes nothing. Returns 0 with the page size and the
+ * scheme, or -KVP_S_INVAL with err saying what is wrong.
  */
-static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config *k,
-		     const struct kvp_wire_hello *h, uint32_t id, struct ns **out,
-		     char *err, size_t errlen)
+static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h,
+		       uint64_t *pb, uint32_t *scheme, char *err, size_t errlen)
 {
-	uint32_t scheme = h->key_scheme ? h->key_scheme : k->scheme;
-	int64_t kept = 0;
-	uint64_t pb;
-	struct ns *n;
-	int pns;
-
+	*scheme = h->key_scheme ? h->key_scheme : k->scheme;
 	if (!h->model[0]) {
 		snprintf(err, errlen, "namespace '%s': the model identity is empty; "
 			 "name the model (e.g. meta-llama/Llama-3.1-8B)", h->ns);
 		return -KVP_S_INVAL;
 	}
-	pb = ns_page_bytes(h->layers, h->kv_heads, h->head_dim, h->block_tokens, h->dtype);
-	if (!pb) {
+	*pb = ns_page_bytes(h->layers, h->kv_heads, h->head_dim, h->block_tokens, h->dtype);
+	if (!*pb) {
 		snprintf(err, errlen, "namespace '%s': bad geometry layers %u kv_heads %u "
 			 "head_dim %u block_tokens %u dtype %u (each must be 1..%u/%u/%u/%u, "
 			 "dtype 1..4)", h->ns, h->layers, h->kv_heads, h->head_dim,
@@ -230,11 +225,33 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 			 NS_MAX_HEAD_DIM, NS_MAX_BLOCK_TOKENS);
 		return -KVP_S_INVAL;
 	}
-	if (scheme != KVP_WIRE_KEYS_VLLM_SHA256_CBOR && scheme != KVP_WIRE_KEYS_FAST) {
+	if (*scheme != KVP_WIRE_KEYS_VLLM_SHA256_CBOR && *scheme != KVP_WIRE_KEYS_FAST) {
 		snprintf(err, errlen, "namespace '%s': key scheme %u is not 1 "
-			 "(vllm-sha256-cbor) or 2 (fast)", h->ns, scheme);
+			 "(vllm-sha256-cbor) or 2 (fast)", h->ns, *scheme);
 		return -KVP_S_INVAL;
 	}
+	return 0;
+}
+
+/*
+ * ns_create() - a new namespace from h at the end of the table, its tier
+ * opened (and re-indexed when warm). A failure leaves the table and the
+ * pool as they were. Returns 0 and *out, or a negative enum kvp_status
+ * with err filled.
+ */
+static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config *k,
+		     const struct kvp_wire_hello *h, struct ns **out, char *err,
+		     size_t errlen)
+{
+	uint32_t scheme, id = t->count;
+	int64_t kept = 0;
+	uint64_t pb;
+	struct ns *n;
+	int pns, rc;
+
+	rc = hello_check(k, h, &pb, &scheme, err, errlen);
+	if (rc < 0)
+		return rc;
 	if (id >= POOL_MAX_NS) {
 		snprintf(err, errlen, "cannot create namespace '%s': %u namespaces exist",
 			 h->ns, t->count);
@@ -257,6 +274,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 		n->idx = prefix_new();
 	if (!n || !n->idx) {
 		free(n);
+		pool_ns_release(p, pns);
 		snprintf(err, errlen, "out of memory creating namespace '%s'", h->ns);
 		return -KVP_S_INTERNAL;
 	}
@@ -274,34 +292,70 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
 	ns_root(n, k);
 	if (k->host_bytes) {
-		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0) {
-			ns_free(n);
-			return -KVP_S_INTERNAL;
-		}
+		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0)
+			goto out_free;
 	}
 	if (k->spill_dir && k->spill_dir[0]) {
 		kept = ns_tier_open(n, k, err, errlen);
-		if (kept < 0) {
-			ns_free(n);
-			return -KVP_S_INTERNAL;
-		}
+		if (kept < 0)
+			goto out_free;
 		if (kept)
 			log_info("namespace '%s': %lld pages re-indexed from %s", n->name,
 				 (long long)kept, spill_path(n->tier));
 	}
 	t->ns[id] = n;
-	if (id == t->count)
-		t->count++;
+	t->count++;
 	*out = n;
+	return 0;
+
+out_free:
+	ns_free(n);
+	pool_ns_release(p, pns);
+	return -KVP_S_INTERNAL;
+}
+
+/* table_remove() - take entry id out of the table, which stays dense: the
+ * last namespace moves into its slot (and takes its id). */
+static void table_remove(struct ns_table *t, uint32_t id)
+{
+	t->ns[id] = t->ns[--t->count];
+	t->ns[t->count] = NULL;
+	if (id < t->count)
+		t->ns[id]->id = id;
+}
+
+/*
+ * ns_destroy() - free n and everything it holds: the pool pages it has
+ * cached, its slabs (back to the pool's budget), its index and tiers
+ * (the tier file stays), its table entry. n must have no client and no
+ * tier I/O in flight. Returns 0, or -EBUSY (a page is still in use:
+ * nothing changed).
+ */
+static int ns_destroy(struct ns_table *t, struct pool *p, struct ns *n)
+{
+	uint32_t e;
+
+	/* Without a client, its pool pages are cached: free them; the index
+	 * goes with the namespace. */
+	for (e = prefix_next(n->idx, PREFIX_NIL); e != PREFIX_NIL; e = prefix_next(n->idx, e))
+		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
+			pool_evict(p, prefix_page(n->idx, e));
+	if (pool_ns_release(p, n->pool_ns) < 0)
+		return -EBUSY;
+	table_remove(t, n->id);
+	ns_free(n);
 	return 0;
 }
 
 int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
-	    const struct kvp_wire_hello *h, struct ns **out, char *err, size_t errlen)
+	    const struct kvp_wire_hello *h, bool may_create, struct ns **out, char *err,
+	    size_t errlen)
 {
-	uint32_t have = 0, sent = 0;
+	uint32_t have = 0, sent = 0, scheme;
 	const char *field;
+	uint64_t pb;
 	struct ns *n;
+	int rc;
 
 	if (!name_ok(h->ns)) {
 		snprintf(err, errlen, "namespace name '%.63s' is not 1 to 63 letters, "
@@ -309,8 +363,13 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 		return -KVP_S_INVAL;
 	}
 	n = ns_find(t, h->ns);
+	if (!n && !may_create) {
+		snprintf(err, errlen, "namespace '%s' does not exist, and creating it needs "
+			 "write rights there", h->ns);
+		return -KVP_S_PERM;
+	}
 	if (!n)
-		return ns_create(t, p, k, h, t->count, out, err, errlen);
+		return ns_create(t, p, k, h, out, err, errlen);
 
 	field = mismatch(n, h, &have, &sent);
 	if (!field && h->key_scheme && h->key_scheme != n->key_scheme) {
@@ -320,16 +379,19 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	}
 	if (!field && strcmp(n->model, h->model) != 0)
 		field = "model";
-	if (field && n->from_disk) {
-		/* Nobody has used what the tier file brought back: the new
-		 * geometry wins and the file starts cold. */
-		uint32_t id = n->id;
-
-		log_info("namespace '%s': the first client since the restart sent "
-			 "another %s; cold start", n->name, field);
-		ns_free(n);
-		t->ns[id] = NULL;
-		return ns_create(t, p, k, h, id, out, err, errlen);
+	if (field && n->from_disk && may_create) {
+		/* Nobody has used what the tier file brought back: a client that
+		 * may create the namespace makes it anew with its geometry, and
+		 * the file starts cold. A HELLO that could not create one
+		 * changes nothing. */
+		rc = hello_check(k, h, &pb, &scheme, err, errlen);
+		if (rc < 0)
+			return rc;
+		if (ns_destroy(t, p, n) == 0) {
+			log_info("namespace '%s': the first client since the restart sent "
+				 "another %s; cold start", h->ns, field);
+			return ns_create(t, p, k, h, out, err, errlen);
+		}
 	}
 	if (field && strcmp(field, "model") == 0) {
 		snprintf(err, errlen, "namespace '%s' holds model '%s', this client "
@@ -384,7 +446,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		h.key_scheme = id.key_scheme;
 		if (!name_ok(h.ns) || ns_find(t, h.ns))
 			continue;
-		if (ns_create(t, p, k, &h, t->count, &n, err, sizeof(err)) < 0) {
+		if (ns_create(t, p, k, &h, &n, err, sizeof(err)) < 0) {
 			log_warn("%s: %s; left alone", path, err);
 			continue;
 		}
@@ -400,17 +462,22 @@ struct ns *ns_by_name(struct ns_table *t, const char *name)
 	return ns_find(t, name);
 }
 
+bool ns_busy(const struct ns *n)
+{
+	return n->clients || n->rate_armed || (n->tier && spill_get_writing(n->tier));
+}
+
 int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen)
 {
 	struct spill_stats ss;
-	char path[4096];
-	uint32_t e, id = n->id;
+	char path[4096], name[KVP_NAME_MAX];
 
 	if (n->clients) {
 		snprintf(err, errlen, "namespace '%s' has %u clients; disconnect them "
 			 "first (kvpool clients, kvpool disconnect ID)", n->name, n->clients);
 		return -EBUSY;
 	}
+	path[0] = '\0';
 	if (n->tier) {
 		spill_get_stats(n->tier, &ss);
 		if (ss.writing || n->rate_armed) {
@@ -419,27 +486,16 @@ int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t 
 				 (unsigned long long)ss.writing);
 			return -EBUSY;
 		}
+		snprintf(path, sizeof(path), "%s", spill_path(n->tier));
 	}
-	/* With no client, its pages are cached (or spilled): free the pool
-	 * pages; the index goes with the namespace. */
-	for (e = prefix_next(n->idx, PREFIX_NIL); e != PREFIX_NIL; e = prefix_next(n->idx, e))
-		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
-			pool_evict(p, prefix_page(n->idx, e));
-	if (pool_ns_release(p, n->pool_ns) < 0) {
-		snprintf(err, errlen, "namespace '%s' still has pages in use", n->name);
+	memcpy(name, n->name, sizeof(name));
+	if (ns_destroy(t, p, n) < 0) {
+		snprintf(err, errlen, "namespace '%s' still has pages in use", name);
 		return -EBUSY;
 	}
-	if (n->tier) {
-		snprintf(path, sizeof(path), "%s", spill_path(n->tier));
+	if (path[0])
 		unlink(path);
-	}
-	log_info("namespace '%s' dropped: its pages, slabs and tier file are gone", n->name);
-	ns_free(n);
-	/* keep the table dense: the last namespace takes the slot */
-	t->ns[id] = t->ns[--t->count];
-	t->ns[t->count] = NULL;
-	if (id < t->count)
-		t->ns[id]->id = id;
+	log_info("namespace '%s' dropped: its pages, slabs and tier file are gone", name);
 	return 0;
 }
 

@@ -76,6 +76,7 @@ struct ns_config {
 	struct backend *be;	/* moves page bytes to and from the tier */
 };
 
+/* The namespaces: ns[0..count) are never NULL, and ns[i]->id == i. */
 struct ns_table {
 	struct ns *ns[POOL_MAX_NS];
 	uint32_t count;
@@ -83,15 +84,22 @@ struct ns_table {
 
 /*
  * ns_join() - find namespace h->ns, or create it in pool p with h's
- * geometry. Returns 0 and *out, or a negative enum kvp_status with the
- * reason in err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH
- * (the namespace exists with another geometry; err names the field),
- * -KVP_S_LIMIT (too many namespaces), -KVP_S_INTERNAL (no memory). A new
- * namespace takes its key scheme from h (or k's default), its root key
- * from k's seed (and salt with the namespace's name), and an empty index.
+ * geometry when may_create (the client has write or admin rights there).
+ * Returns 0 and *out, or a negative enum kvp_status with the reason in
+ * err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH (the
+ * namespace exists with another geometry; err names the field),
+ * -KVP_S_PERM (it does not exist and may not be created), -KVP_S_LIMIT
+ * (too many namespaces), -KVP_S_INTERNAL (no memory, or its tier could
+ * not be opened). A new namespace takes its key scheme from h (or k's
+ * default), its root key from k's seed (and salt with the namespace's
+ * name), and an empty index. A namespace restored from a tier file that
+ * no client has joined yet is made anew (cold) for a client that may
+ * create it and sends another geometry; anyone else gets MISMATCH. A
+ * refused HELLO changes nothing.
  */
 int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
-	    const struct kvp_wire_hello *h, struct ns **out, char *err, size_t errlen);
+	    const struct kvp_wire_hello *h, bool may_create, struct ns **out, char *err,
+	    size_t errlen);
 
 /*
  * ns_restore_all() - at start-up, make a namespace for every tier file in
@@ -103,10 +111,17 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 
 /*
  * ns_drop() - forget namespace n: every page it indexes, its tier file,
- * its slabs (back to the pool's budget). n must have no client and no
- * tier write in flight. Returns 0, or -EBUSY with err saying why.
+ * its slabs (back to the pool's budget). Returns 0, or -EBUSY with err
+ * saying why while n has a client or a tier write in flight (nothing
+ * changed then). The table stays dense: another namespace may take n's
+ * id.
  */
 int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen);
+
+/* ns_busy() - n has a client, a tier write in flight or a --spill-rate
+ * timer armed: ns_drop() refuses until they are done, and each of them
+ * wakes the requests waiting on n when it is. */
+bool ns_busy(const struct ns *n);
 
 /* ns_by_name() - the namespace called name, or NULL. */
 struct ns *ns_by_name(struct ns_table *t, const char *name);

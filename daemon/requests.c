@@ -142,8 +142,11 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 
 void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
 {
-	struct ns *ns = c->ns;
+	requests_defer_on(c, req, c->ns);
+}
 
+void requests_defer_on(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns)
+{
 	c->wait_req = *req;
 	c->wait_next = NULL;
 	if (ns->wait_tail)
@@ -153,6 +156,16 @@ void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
 	ns->wait_tail = c;
 	c->deferred = true;
 	conn_hold(c);
+}
+
+bool requests_drop_waits(const struct ns *n)
+{
+	const struct conn *c;
+
+	for (c = n->wait_head; c; c = c->wait_next)
+		if (c->wait_req.op == KVP_OP_DROP_NS && !conn_closing(c))
+			return true;
+	return false;
 }
 
 void requests_retry(struct ns *n)
@@ -248,21 +261,37 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	}
 	if (h.ns[0]) {
-		c->rights = access_rights(s->rules, s->nrules, h.ns, &c->peer);
-		if (!(c->rights & (ACCESS_READ | ACCESS_WRITE))) {
+		unsigned rights = access_rights(s->rules, s->nrules, h.ns, &c->peer);
+
+		if (!(rights & (ACCESS_READ | ACCESS_WRITE))) {
 			conn_error(c, req, KVP_S_PERM, "uid %u (gid %u) may not use namespace "
 				   "'%.63s': no --access rule gives it read or write there; "
 				   "ask the daemon's admin (kvpoold(8), ACCESS)",
 				   (unsigned)c->peer.uid, (unsigned)c->peer.gid, h.ns);
-			c->rights = 0;
 			return;
 		}
-		rc = ns_join(&s->nst, s->pool, &s->keys, &h, &n, err, sizeof(err));
+		n = ns_by_name(&s->nst, h.ns);
+		if (n && requests_drop_waits(n)) {
+			conn_error(c, req, KVP_S_STATE, "namespace '%s' is being dropped by an "
+				   "admin; connect again once it is gone", n->name);
+			return;
+		}
+		rc = ns_join(&s->nst, s->pool, &s->keys, &h,
+			     (rights & (ACCESS_WRITE | ACCESS_ADMIN)) != 0, &n, err, sizeof(err));
+		if (rc == -KVP_S_PERM) {
+			conn_error(c, req, KVP_S_PERM, "%s; uid %u (gid %u) has %s there: let "
+				   "a writer create it first, or ask the daemon's admin for an "
+				   "--access rule (kvpoold(8), ACCESS)", err,
+				   (unsigned)c->peer.uid, (unsigned)c->peer.gid,
+				   access_rights_str(rights));
+			return;
+		}
 		if (rc < 0) {
 			conn_error(c, req, (uint32_t)-rc, "%s", err);
 			return;
 		}
 		n->clients++;
+		c->rights = rights;
 	}
 	c->hello_done = true;
 	c->ns = n;
@@ -743,17 +772,22 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 
 void requests_conn_gone(struct conn *c)
 {
+	struct ns *n = c->ns;
 	uint64_t dropped;
 
-	if (!c->ns) {
+	if (!n) {
 		hset_fini(&c->leases);
 		return;
 	}
-	dropped = lease_drop_all(&c->leases, c->srv->pool, c->ns);
-	c->ns->clients--;
+	dropped = lease_drop_all(&c->leases, c->srv->pool, n);
+	n->clients--;
 	if (dropped)
 		log_info("client %llu (%s, pid %d) left namespace '%s'; its %llu "
 			 "leases were dropped", (unsigned long long)c->id, c->name,
-			 (int)c->cred.pid, c->ns->name, (unsigned long long)dropped);
+			 (int)c->cred.pid, n->name, (unsigned long long)dropped);
 	c->ns = NULL;
+	/* the last client gone: a DROP_NS that waited for it goes on (only
+	 * drops can wait on a namespace without clients) */
+	if (!n->clients && n->wait_head)
+		requests_retry(n);
 }

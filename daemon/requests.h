@@ -29,6 +29,14 @@ bool requests_held_list(struct conn *c, const struct kvp_wire_hdr *req,
  * Only for a wait that one of those is sure to end. */
 void requests_defer(struct conn *c, const struct kvp_wire_hdr *req);
 
+/* requests_defer_on() - the same on namespace ns, which need not be c's
+ * (a DROP_NS waits on the namespace it drops). */
+void requests_defer_on(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns);
+
+/* requests_drop_waits() - a DROP_NS of n waits for its clients to go:
+ * n takes no new client meanwhile. */
+bool requests_drop_waits(const struct ns *n);
+
 /* requests_tier_wait() - back-pressure of the NVMe tier: true when c's
  * request was queued to be served again once the tier can take the
  * evictions that n pages need. */

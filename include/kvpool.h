@@ -154,8 +154,9 @@ KVP_API const char *kvp_last_error(void);
  * @socket_path: the daemon's socket; NULL means $KVPOOL_SOCKET, else
  *               KVP_SOCKET_DEFAULT.
  * @ns:          namespace name (at most 63 bytes). The first client of a
- *               namespace creates it with geometry g; later clients must
- *               give the same geometry. NULL opens an inspection session
+ *               namespace creates it with geometry g (with access rules,
+ *               only one that may write there: -EACCES for a reader);
+ *               later clients must give the same geometry. NULL opens an inspection session
  *               (kvp_stats() only); g is then ignored.
  * @out:         on success, the new client; free it with kvp_close().
  *
@@ -367,7 +368,9 @@ KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max);
 KVP_API int kvp_disconnect(kvp_client *c, uint64_t id);
 
 /* kvp_drop_namespace() - forget namespace ns: its pages, slabs and tier
- * file. -ENOTCONN when it still has clients or tier writes in flight. */
+ * file. Its clients are disconnected first; returns once they are gone
+ * and the tier's writes are done. -ENOTCONN when c is a client of ns,
+ * -ENOENT when there is no such namespace. */
 KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns);
 
 #ifdef __cplusplus

@@ -144,7 +144,8 @@ enum kvp_wire_dtype {
 /*
  * HELLO request: the namespace to join and its geometry. An empty ns
  * opens an inspection session (STATS only). The first client of a
- * namespace creates it; later ones must send the same geometry and model.
+ * namespace creates it (if it may write there); later ones must send the
+ * same geometry and model.
  */
 struct kvp_wire_hello {
 	char ns[KVP_NAME_MAX];

@@ -32,13 +32,17 @@ static const kvp_geometry geo = {
 	.dtype = KVP_DTYPE_F16, .model = "test/security",
 };
 
+#define WITH_SPILL 0x1u	/* start(): an NVMe tier in DIR/spill */
+
 /* start() - kvpoold as root with a config file of these lines (after
- * `socket-group = nogroup`) in a directory nobody may reach the socket
- * of; extra flags may follow. conf receives the file's path. */
+ * `socket-group = nogroup`, and a tier with WITH_SPILL) in a directory
+ * nobody may reach the socket of; extra flags may follow. conf receives
+ * the file's path. */
 static void start(struct daemon *d, char *conf, size_t conflen, const char *lines,
-		  const char *const *extra)
+		  unsigned flags, const char *const *extra)
 {
 	const char *args[32] = { "-c", conf };
+	char spill[128];
 	FILE *f;
 	int n = 2;
 
@@ -48,11 +52,23 @@ static void start(struct daemon *d, char *conf, size_t conflen, const char *line
 	f = fopen(conf, "w");
 	ck_assert_ptr_nonnull(f);
 	fprintf(f, "socket-group = nogroup\n%s", lines);
+	if (flags & WITH_SPILL) {
+		snprintf(spill, sizeof(spill), "%s/spill", d->dir);
+		ck_assert_int_eq(mkdir(spill, 0700), 0);
+		fprintf(f, "spill-dir = %s\nspill-size = 4M\n", spill);
+	}
 	ck_assert_int_eq(fclose(f), 0);
 	while (extra && *extra && n < 31)
 		args[n++] = *extra++;
 	args[n] = NULL;
 	daemon_restart(d, args);
+}
+
+/* restart() - stop d's daemon cleanly and start it again on its files. */
+static void restart(struct daemon *d, const char *conf)
+{
+	daemon_halt(d);
+	daemon_restart(d, (const char *const[]){ "-c", conf, NULL });
 }
 
 /* publish_key() - as root, publish one page of ns filled for key. */
@@ -104,7 +120,7 @@ START_TEST(test_security_reader_cannot_reopen_its_slab_writable)
 	struct daemon d;
 	pid_t pid;
 
-	start(&d, conf, sizeof(conf), "access = shared read @nogroup\n", NULL);
+	start(&d, conf, sizeof(conf), "access = shared read @nogroup\n", 0, NULL);
 	publish_key(d.sock, "shared", &key);
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
@@ -139,6 +155,186 @@ START_TEST(test_security_reader_cannot_reopen_its_slab_writable)
 }
 END_TEST
 
+/* --- findings 2 and 8: namespaces ------------------------------------------ */
+
+/* warm_restart() - keys[0..n) published in "warm", evicted to the NVMe
+ * tier, and the daemon restarted on the same files with rules. */
+static void warm_restart(struct daemon *d, char *conf, size_t conflen, const char *rules,
+			 const kvp_key *keys, int n)
+{
+	char says[64];
+	kvp_client *c;
+	int i;
+
+	start(d, conf, conflen, rules, WITH_SPILL, NULL);
+	for (i = 0; i < n; i++)
+		publish_key(d->sock, "warm", &keys[i]);
+	ck_assert_int_eq(kvp_connect(d->sock, NULL, NULL, &c), 0);
+	ck_assert_int_eq(kvp_evict(c, "warm", 0), n);
+	kvp_close(c);
+	restart(d, conf);	/* the tier's writes finish first */
+	snprintf(says, sizeof(says), "namespace 'warm': %d pages re-indexed", n);
+	wait_log(d, says);
+}
+
+/* spilled_in() - STATS: the namespaces there are, and the pages of ns
+ * in a tier (-1 when there is no such namespace). */
+static int spilled_in(const char *sock, const char *ns, uint32_t *namespaces)
+{
+	kvp_ns_stats_t r[8];
+	kvp_stats_t st;
+	kvp_client *c;
+	int n, i, found = -1;
+
+	ck_assert_int_eq(kvp_connect(sock, NULL, NULL, &c), 0);
+	n = kvp_stats(c, &st, r, 8);
+	ck_assert_int_ge(n, 0);
+	for (i = 0; i < n && i < 8; i++)
+		if (!strcmp(r[i].name, ns))
+			found = (int)r[i].pages_spilled;
+	*namespaces = st.namespaces;
+	kvp_close(c);
+	return found;
+}
+
+START_TEST(test_security_bad_hello_after_a_warm_restart_changes_nothing)
+{
+	const kvp_key keys[3] = { { { 1 } }, { { 2 } }, { { 3 } } };
+	kvp_geometry bad = geo;
+	char conf[128], why[256];
+	struct daemon d;
+	uint32_t nns;
+	int fd, i;
+
+	warm_restart(&d, conf, sizeof(conf), "access = warm read @nogroup\n", keys, 3);
+	/* as root (every right) and as a reader, geometries that cannot be */
+	for (i = 0; i < 4; i++) {
+		bad = geo;
+		if (i % 2)
+			bad.layers = 0;
+		else
+			bad.model = "";
+		if (i < 2) {
+			fd = raw_connect(d.sock);
+			ck_assert_int_ge(fd, 0);
+			ck_assert_int_eq(raw_hello(fd, "warm", &bad, why, sizeof(why)),
+					 KVP_S_INVAL);
+			close(fd);
+			continue;
+		}
+		pid_t pid = fork();
+
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			become_nobody();
+			fd = raw_connect(d.sock);
+			expect(fd >= 0, 10);
+			/* not its geometry, and it may not make the namespace anew */
+			expect(raw_hello(fd, "warm", &bad, why, sizeof(why)) == KVP_S_MISMATCH,
+			       11);
+			_exit(0);
+		}
+		child_wait(pid);
+	}
+	/* the daemon still answers everyone, and warm still has its pages */
+	ck_assert_int_eq(spilled_in(d.sock, "warm", &nns), 3);
+	ck_assert_uint_eq(nns, 1);
+	for (i = 0; i < 3; i++)
+		still_holds(d.sock, "warm", &keys[i]);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_reader_cannot_create_or_reshape_a_namespace)
+{
+	const kvp_key keys[3] = { { { 4 } }, { { 5 } }, { { 6 } } };
+	char conf[128];
+	struct daemon d;
+	uint32_t nns;
+	pid_t pid;
+	int i;
+
+	warm_restart(&d, conf, sizeof(conf), "access = * read @nogroup\n", keys, 3);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_geometry other = geo;
+		char why[512];
+		int fd;
+
+		become_nobody();
+		fd = raw_connect(d.sock);
+		expect(fd >= 0, 10);
+		expect(raw_hello(fd, "fresh", &geo, why, sizeof(why)) == KVP_S_PERM, 11);
+		expect(strstr(why, "creating it needs write rights"), 12);
+		close(fd);
+		/* the restored namespace keeps its geometry and its pages */
+		other.head_dim = 128;
+		fd = raw_connect(d.sock);
+		expect(raw_hello(fd, "warm", &other, why, sizeof(why)) == KVP_S_MISMATCH, 13);
+		expect(strstr(why, "head_dim 64"), 14);
+		close(fd);
+		fd = raw_connect(d.sock);
+		expect(raw_hello(fd, "warm", &geo, why, sizeof(why)) == KVP_S_OK, 15);
+		close(fd);
+		_exit(0);
+	}
+	child_wait(pid);
+	ck_assert_int_eq(spilled_in(d.sock, "warm", &nns), 3);
+	ck_assert_int_eq(spilled_in(d.sock, "fresh", &nns), -1);
+	ck_assert_uint_eq(nns, 1);
+	for (i = 0; i < 3; i++)
+		still_holds(d.sock, "warm", &keys[i]);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_drop_disconnects_the_namespace_clients)
+{
+	int ready[2], go[2];
+	struct daemon d;
+	kvp_client *c;
+	char conf[128], b;
+	uint32_t nns;
+	pid_t pid;
+
+	start(&d, conf, sizeof(conf), "", 0, NULL);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *sq;
+		kvp_stats_t st;
+		kvp_page q[2];
+
+		become_nobody();
+		close(ready[0]);
+		close(go[1]);
+		expect(kvp_connect(d.sock, "doomed", &geo, &sq) == 0, 10);
+		expect(kvp_alloc(sq, 2, q) == 0, 11);
+		expect(write(ready[1], "r", 1) == 1, 12);
+		expect(read(go[0], &b, 1) == 1, 13);
+		/* dropped with its namespace: told so on its next call */
+		expect(kvp_stats(sq, &st, NULL, 0) == -EPIPE, 14);
+		kvp_close(sq);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(go[0]);
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), 0);
+	ck_assert_msg(kvp_drop_namespace(c, "doomed") == 0, "drop: %s", kvp_last_error());
+	kvp_close(c);
+	ck_assert_int_eq(spilled_in(d.sock, "doomed", &nns), -1);
+	ck_assert_uint_eq(nns, 0);
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	child_wait(pid);
+	wait_log(&d, "disconnected by an admin");
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
 	Suite *s = suite_create("security");
@@ -152,6 +348,12 @@ static Suite *security_suite(void)
 	tc = tcase_create("memory");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_security_reader_cannot_reopen_its_slab_writable);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("namespaces");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_security_bad_hello_after_a_warm_restart_changes_nothing);
+	tcase_add_test(tc, test_security_reader_cannot_create_or_reshape_a_namespace);
+	tcase_add_test(tc, test_security_drop_disconnects_the_namespace_clients);
 	suite_add_tcase(s, tc);
 	return s;
 }
