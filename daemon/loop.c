@@ -96,6 +96,8 @@ void loop_fini(struct loop *l)
 	else
 		io_uring_queue_exit(&l->ring);
 	l->inflight = 0;
+	l->buffers = false;	/* the ring's registrations went with it */
+	l->buffers_used = 0;
 }
 
 /* get_sqe() - a free submission slot, flushing the queue once if full. */
@@ -220,16 +222,38 @@ int loop_timeout(struct loop *l, struct loop_op *op, struct __kernel_timespec *t
 	return 0;
 }
 
-int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len)
+_Static_assert(LOOP_BUFFERS <= 64, "buffers_used has a bit per fixed buffer");
+
+int loop_buffer_add(struct loop *l, void *base, size_t len)
 {
 	struct iovec iov = { base, len };
 	__u64 tag = 0;
+	unsigned idx;
 	int rc;
 
-	if (!l->buffers || idx >= LOOP_BUFFERS)
+	if (!l->buffers)
 		return -ENOTSUP;
+	for (idx = 0; idx < LOOP_BUFFERS && (l->buffers_used >> idx & 1); idx++)
+		;
+	if (idx == LOOP_BUFFERS)
+		return -ENOSPC;
 	rc = io_uring_register_buffers_update_tag(&l->ring, idx, &iov, &tag, 1);
-	return rc < 0 ? rc : (int)idx;
+	if (rc < 0)
+		return rc;
+	l->buffers_used |= 1ull << idx;
+	return (int)idx;
+}
+
+void loop_buffer_remove(struct loop *l, int idx)
+{
+	struct iovec iov = { NULL, 0 };	/* an empty slot: the old one is unpinned */
+	__u64 tag = 0;
+
+	if (!l->buffers || idx < 0 || (unsigned)idx >= LOOP_BUFFERS ||
+	    !(l->buffers_used >> idx & 1))
+		return;
+	(void)io_uring_register_buffers_update_tag(&l->ring, (unsigned)idx, &iov, &tag, 1);
+	l->buffers_used &= ~(1ull << idx);
 }
 
 int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)

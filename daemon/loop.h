@@ -32,6 +32,7 @@ struct loop {
 	bool stopping;
 	bool draining;		/* stop once nothing is in flight */
 	bool buffers;		/* a sparse table of LOOP_BUFFERS is registered */
+	uint64_t buffers_used;	/* bit i: fixed buffer i is taken */
 	bool sync;		/* no ring: epoll and I/O threads (loop_sync.c) */
 	struct loop_sync *s;
 };
@@ -75,7 +76,7 @@ int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 /*
  * loop_pread() / loop_pwrite() - read or write len bytes at offset off of
  * fd (O_DIRECT files: buf, len and off aligned). buf_index >= 0 names the
- * registered buffer that holds buf (see loop_buffer_set()); -1 for none.
+ * registered buffer that holds buf (see loop_buffer_add()); -1 for none.
  * The result is the byte count, which may be short: the caller resubmits
  * the rest.
  */
@@ -85,12 +86,20 @@ int loop_pwrite(struct loop *l, struct loop_op *op, int fd, const void *buf,
 		unsigned len, uint64_t off, int buf_index);
 
 /*
- * loop_buffer_set() - register [base, base + len) as fixed buffer number
- * idx (< LOOP_BUFFERS), so that I/O on it skips pinning the pages each
- * time. Returns idx, or -errno (old kernels): then use -1 as buf_index.
+ * loop_buffer_add() - register [base, base + len) as a fixed buffer, so
+ * that I/O on it skips pinning the pages each time (the kernel keeps them
+ * pinned instead: they count in the daemon's VmPin). Returns its number
+ * (< LOOP_BUFFERS), or -errno (no free number, the fallback loop, old
+ * kernels): then use -1 as buf_index.
  */
 #define LOOP_BUFFERS 64u
-int loop_buffer_set(struct loop *l, unsigned idx, void *base, size_t len);
+int loop_buffer_add(struct loop *l, void *base, size_t len);
+
+/* loop_buffer_remove() - unregister fixed buffer idx (from
+ * loop_buffer_add(); -1 is ignored), which unpins its pages, and free
+ * its number. No I/O on it may be in flight. After loop_fini() there is
+ * nothing to unregister. */
+void loop_buffer_remove(struct loop *l, int idx);
 
 /*
  * loop_timeout() - complete op after ms milliseconds (res -ETIME), or

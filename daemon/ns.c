@@ -99,10 +99,6 @@ static int ns_root(struct ns *n, const struct ns_config *k)
 	return rc;
 }
 
-/* The loop's fixed-buffer numbers, one per tier, never reused (a number
- * past the loop's table means plain reads and writes). */
-static unsigned next_buffer;
-
 /* Re-indexing a warm tier file: entries and the parent keys to link. */
 struct scan_ctx {
 	struct ns *n;
@@ -162,7 +158,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	id.page_bytes = n->page_bytes;
 	memcpy(id.root, n->root, sizeof(id.root));
 	rc = spill_open(&n->tier, k->loop, k->be, k->spill_dir, k->spill_bytes,
-			k->spill_discard, &id, next_buffer++, &why, err, errlen);
+			k->spill_discard, &id, &why, err, errlen);
 	if (rc < 0)
 		return rc;
 	if (why)
@@ -240,8 +236,8 @@ static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h
  * with err filled.
  */
 static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config *k,
-		     const struct kvp_wire_hello *h, struct ns **out, char *err,
-		     size_t errlen)
+		     const struct kvp_wire_hello *h, uid_t creator, struct ns **out,
+		     char *err, size_t errlen)
 {
 	uint32_t scheme, id = t->count;
 	int64_t kept = 0;
@@ -280,6 +276,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	}
 	memcpy(n->name, h->ns, sizeof(n->name));
 	memcpy(n->model, h->model, sizeof(n->model));
+	n->creator = creator;
 	n->id = id;
 	n->layers = h->layers;
 	n->kv_heads = h->kv_heads;
@@ -347,9 +344,33 @@ static int ns_destroy(struct ns_table *t, struct pool *p, struct ns *n)
 	return 0;
 }
 
+/* may_create() - j may create a namespace now; else err says why and
+ * the status is returned. */
+static int may_create(const struct ns_table *t, const struct ns_config *k,
+		      const struct ns_joiner *j, const char *name, char *err, size_t errlen)
+{
+	uint32_t i, mine = 0;
+
+	if (!j->may_create) {
+		snprintf(err, errlen, "namespace '%s' does not exist, and creating it needs "
+			 "write rights there", name);
+		return -KVP_S_PERM;
+	}
+	for (i = 0; !j->unlimited && i < t->count; i++)
+		mine += t->ns[i]->creator == j->uid;
+	if (!j->unlimited && mine >= k->max_per_uid) {
+		snprintf(err, errlen, "cannot create namespace '%s': uid %u created %u "
+			 "namespaces, --max-namespaces-per-uid is %u; drop one (kvpool "
+			 "drop) or ask the daemon's admin to raise it", name,
+			 (unsigned)j->uid, mine, k->max_per_uid);
+		return -KVP_S_LIMIT;
+	}
+	return 0;
+}
+
 int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
-	    const struct kvp_wire_hello *h, bool may_create, struct ns **out, char *err,
-	    size_t errlen)
+	    const struct kvp_wire_hello *h, const struct ns_joiner *j, struct ns **out,
+	    char *err, size_t errlen)
 {
 	uint32_t have = 0, sent = 0, scheme;
 	const char *field;
@@ -363,13 +384,10 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 		return -KVP_S_INVAL;
 	}
 	n = ns_find(t, h->ns);
-	if (!n && !may_create) {
-		snprintf(err, errlen, "namespace '%s' does not exist, and creating it needs "
-			 "write rights there", h->ns);
-		return -KVP_S_PERM;
+	if (!n) {
+		rc = may_create(t, k, j, h->ns, err, errlen);
+		return rc < 0 ? rc : ns_create(t, p, k, h, j->uid, out, err, errlen);
 	}
-	if (!n)
-		return ns_create(t, p, k, h, out, err, errlen);
 
 	field = mismatch(n, h, &have, &sent);
 	if (!field && h->key_scheme && h->key_scheme != n->key_scheme) {
@@ -379,18 +397,20 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	}
 	if (!field && strcmp(n->model, h->model) != 0)
 		field = "model";
-	if (field && n->from_disk && may_create) {
+	if (field && n->from_disk && j->may_create) {
 		/* Nobody has used what the tier file brought back: a client that
 		 * may create the namespace makes it anew with its geometry, and
 		 * the file starts cold. A HELLO that could not create one
 		 * changes nothing. */
 		rc = hello_check(k, h, &pb, &scheme, err, errlen);
+		if (rc == 0)
+			rc = may_create(t, k, j, h->ns, err, errlen);
 		if (rc < 0)
 			return rc;
 		if (ns_destroy(t, p, n) == 0) {
 			log_info("namespace '%s': the first client since the restart sent "
 				 "another %s; cold start", h->ns, field);
-			return ns_create(t, p, k, h, out, err, errlen);
+			return ns_create(t, p, k, h, j->uid, out, err, errlen);
 		}
 	}
 	if (field && strcmp(field, "model") == 0) {
@@ -446,7 +466,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		h.key_scheme = id.key_scheme;
 		if (!name_ok(h.ns) || ns_find(t, h.ns))
 			continue;
-		if (ns_create(t, p, k, &h, &n, err, sizeof(err)) < 0) {
+		if (ns_create(t, p, k, &h, geteuid(), &n, err, sizeof(err)) < 0) {
 			log_warn("%s: %s; left alone", path, err);
 			continue;
 		}

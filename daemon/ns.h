@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kvpool_wire.h"
 #include "daemon/pool.h"
@@ -24,6 +25,7 @@ struct conn;
 struct ns {
 	char name[KVP_NAME_MAX];
 	char model[KVP_MODEL_MAX];
+	uid_t creator;		/* who made it (the daemon's user when restored) */
 	uint32_t id;		/* index in the table, reported in STATS */
 	uint32_t layers, kv_heads, head_dim, block_tokens, dtype;
 	uint64_t page_bytes;
@@ -67,6 +69,7 @@ struct ns_config {
 	const char *seed;	/* root = H(seed) */
 	const char *salt;	/* "" or mixed into each namespace's root */
 	unsigned pinned_pct;	/* pinned quota, percent of the pool's pages */
+	unsigned max_per_uid;	/* namespaces one (counted) uid may create */
 	uint64_t host_bytes;	/* host tier per namespace; 0: none */
 	const char *spill_dir;	/* "" : no tier */
 	uint64_t spill_bytes;
@@ -82,14 +85,23 @@ struct ns_table {
 	uint32_t count;
 };
 
+/* Who joins: whether it may create the namespace, and as whom that
+ * counts against ns_config.max_per_uid. */
+struct ns_joiner {
+	uid_t uid;
+	bool may_create;	/* write or admin rights in the namespace */
+	bool unlimited;		/* root or the daemon's user: not counted */
+};
+
 /*
  * ns_join() - find namespace h->ns, or create it in pool p with h's
- * geometry when may_create (the client has write or admin rights there).
+ * geometry when j->may_create (the client has write or admin rights there).
  * Returns 0 and *out, or a negative enum kvp_status with the reason in
  * err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH (the
  * namespace exists with another geometry; err names the field),
  * -KVP_S_PERM (it does not exist and may not be created), -KVP_S_LIMIT
- * (too many namespaces), -KVP_S_INTERNAL (no memory, or its tier could
+ * (too many namespaces, or j->uid created its max_per_uid already),
+ * -KVP_S_INTERNAL (no memory, or its tier could
  * not be opened). A new namespace takes its key scheme from h (or k's
  * default), its root key from k's seed (and salt with the namespace's
  * name), and an empty index. A namespace restored from a tier file that
@@ -98,8 +110,8 @@ struct ns_table {
  * refused HELLO changes nothing.
  */
 int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
-	    const struct kvp_wire_hello *h, bool may_create, struct ns **out, char *err,
-	    size_t errlen);
+	    const struct kvp_wire_hello *h, const struct ns_joiner *j, struct ns **out,
+	    char *err, size_t errlen);
 
 /*
  * ns_restore_all() - at start-up, make a namespace for every tier file in

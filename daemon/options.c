@@ -77,6 +77,9 @@ static const struct opt_def opt_table[] = {
 	  "N", "the GPU of the cuda backend (default 0)", NULL },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
 	  "N", "most client connections at once (default 256)", NULL },
+	{ "max-namespaces-per-uid", 0, OPT_UINT, OFF(max_ns_per_uid), 0, 1, 256,
+	  "N", "most namespaces one user may create; root and the daemon's user "
+	  "are not counted (default 16)", NULL },
 	{ "max-leases", 0, OPT_UINT, OFF(max_leases), 0, 1, 1ull << 32,
 	  "N", "most pages one client may hold (default 1048576)", NULL },
 	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 256u << 10,
@@ -131,6 +134,7 @@ void options_defaults(struct options *o)
 	o->slab_size = 64ull << 20;
 	o->backend = BACKEND_AUTO;
 	o->max_clients = 256;
+	o->max_ns_per_uid = 16;
 	o->max_leases = 1u << 20;
 	snprintf(o->key_seed, sizeof(o->key_seed), "%s", "kvpool");
 	o->pinned_pct = 10;

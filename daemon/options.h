@@ -36,6 +36,8 @@ struct options {
 	unsigned io;			/* enum loop_io: auto, uring, sync */
 	uint64_t cuda_device;		/* the GPU of the cuda backend */
 	uint64_t max_clients;
+	uint64_t max_ns_per_uid;	/* namespaces one uid may create (root and
+					 * the daemon's user: any) */
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
 	uint64_t max_output;		/* bytes of replies a client leaves unread */

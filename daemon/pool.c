@@ -49,6 +49,7 @@ struct pool_slab {
 };
 
 struct pool_ns {
+	bool used;			/* added and not released */
 	uint64_t page_bytes;
 	uint64_t stride;		/* page_bytes rounded up to POOL_PAGE_ALIGN */
 	uint32_t pages_per_slab;
@@ -87,7 +88,7 @@ static void pool_err(char *err, size_t errlen, const char *fmt, ...)
 
 static bool pool_ns_valid(const struct pool *p, int ns)
 {
-	return ns >= 0 && (uint32_t)ns < p->nns;
+	return ns >= 0 && (uint32_t)ns < p->nns && p->ns[ns].used;
 }
 
 /*
@@ -270,30 +271,37 @@ void pool_free(struct pool *p)
 /*
  * pool_ns_add() - see pool.h. Pages per slab are slab_bytes / stride,
  * capped at KVP_MAX_SLAB_PAGES (what a handle can index); past the cap a
- * slab's tail is unused address space, never touched. O(1).
+ * slab's tail is unused address space, never touched. A number released
+ * by pool_ns_release() is reused first. O(namespaces).
  */
 int pool_ns_add(struct pool *p, uint64_t page_bytes)
 {
 	uint64_t stride, pages;
 	struct pool_ns *n;
+	uint32_t i;
 
 	if (page_bytes == 0 || page_bytes > UINT64_MAX - (POOL_PAGE_ALIGN - 1))
 		return -EINVAL;
 	stride = (page_bytes + POOL_PAGE_ALIGN - 1) / POOL_PAGE_ALIGN * POOL_PAGE_ALIGN;
 	if (stride > p->slab_bytes)
 		return -EINVAL;
-	if (p->nns >= POOL_MAX_NS)
+	for (i = 0; i < p->nns && p->ns[i].used; i++)
+		;
+	if (i >= POOL_MAX_NS)
 		return -ENOSPC;
 	pages = p->slab_bytes / stride;
 	if (pages > KVP_MAX_SLAB_PAGES)
 		pages = KVP_MAX_SLAB_PAGES;
-	n = &p->ns[p->nns];
+	n = &p->ns[i];
 	memset(n, 0, sizeof(*n));
+	n->used = true;
 	n->page_bytes = page_bytes;
 	n->stride = stride;
 	n->pages_per_slab = (uint32_t)pages;
 	n->free_slab = POOL_NIL_SLAB;
-	return (int)p->nns++;
+	if (i == p->nns)
+		p->nns++;
+	return (int)i;
 }
 
 uint64_t pool_ns_page_stride(const struct pool *p, int ns)
@@ -557,6 +565,8 @@ bool pool_audit(const struct pool *p)
 		const struct pool_ns *n = &p->ns[ns];
 		uint64_t by[PAGE_STATE_COUNT] = { 0 }, ntotal = 0;
 
+		if (!n->used)
+			continue;
 		for (s = 0; s < p->nslabs; s++) {
 			if (p->slabs[s].ns != (int)ns)
 				continue;
@@ -607,10 +617,11 @@ bool pool_audit(const struct pool *p)
 }
 
 /*
- * pool_ns_release() - give every slab of namespace ns back to the budget.
- * All its pages must be FREE. The slab numbers are reused later with
- * generations that go on, so handles of the released pages stay stale.
- * Returns 0 or -EBUSY (a page is not free). O(pages of ns).
+ * pool_ns_release() - give every slab of namespace ns back to the budget,
+ * and the namespace's number to pool_ns_add(). All its pages must be
+ * FREE. The slab numbers are reused later with generations that go on,
+ * so handles of the released pages stay stale. Returns 0 or -EBUSY (a
+ * page is not free). O(pages of ns).
  */
 int pool_ns_release(struct pool *p, int ns)
 {
@@ -641,7 +652,7 @@ int pool_ns_release(struct pool *p, int ns)
 		sl->next_gen = maxgen + 1 ? maxgen + 1 : 1;
 		p->released++;
 	}
-	memset(&n->counts, 0, sizeof(n->counts));
+	memset(n, 0, sizeof(*n));
 	n->free_slab = POOL_NIL_SLAB;
 	return 0;
 }

@@ -59,9 +59,9 @@ void pool_free(struct pool *p);
 /*
  * pool_ns_add() - register a page size; pages of a namespace are
  * page_bytes long, laid out page_stride apart (page_bytes rounded up to
- * POOL_PAGE_ALIGN). Returns the namespace id (>= 0), -EINVAL when
- * page_bytes is 0 or its stride exceeds slab_bytes, or -ENOSPC when
- * POOL_MAX_NS namespaces exist.
+ * POOL_PAGE_ALIGN). Returns the namespace id (>= 0; released ids are
+ * reused), -EINVAL when page_bytes is 0 or its stride exceeds
+ * slab_bytes, or -ENOSPC when POOL_MAX_NS namespaces exist.
  */
 #define POOL_PAGE_ALIGN 256u
 #define POOL_MAX_NS 256u
@@ -145,8 +145,9 @@ const struct backend_slab *pool_slab(const struct pool *p, uint32_t slab, int *n
 /* pool_page_addr() - the daemon's address of the page of a valid handle. */
 void *pool_page_addr(const struct pool *p, uint64_t h);
 
-/* pool_ns_release() - give namespace ns's slabs back to the budget; all
- * its pages must be FREE. Returns 0, -EBUSY or -EINVAL. */
+/* pool_ns_release() - give namespace ns's slabs back to the budget and
+ * its id back to pool_ns_add(); all its pages must be FREE. Returns 0,
+ * -EBUSY or -EINVAL. */
 int pool_ns_release(struct pool *p, int ns);
 
 /* pool_next() - iterate the pages of ns that are not FREE (*cursor from

@@ -241,6 +241,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 {
 	struct server *s = c->srv;
 	struct kvp_wire_hello_reply rep;
+	struct ns_joiner joiner;
 	struct kvp_wire_hello h;
 	char err[KVP_WIRE_ERRMSG_MAX];
 	struct ns *n = NULL;
@@ -276,8 +277,10 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 				   "admin; connect again once it is gone", n->name);
 			return;
 		}
-		rc = ns_join(&s->nst, s->pool, &s->keys, &h,
-			     (rights & (ACCESS_WRITE | ACCESS_ADMIN)) != 0, &n, err, sizeof(err));
+		joiner.uid = c->cred.uid;
+		joiner.may_create = (rights & (ACCESS_WRITE | ACCESS_ADMIN)) != 0;
+		joiner.unlimited = c->cred.uid == 0 || c->cred.uid == geteuid();
+		rc = ns_join(&s->nst, s->pool, &s->keys, &h, &joiner, &n, err, sizeof(err));
 		if (rc == -KVP_S_PERM) {
 			conn_error(c, req, KVP_S_PERM, "%s; uid %u (gid %u) has %s there: let "
 				   "a writer create it first, or ask the daemon's admin for an "

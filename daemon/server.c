@@ -715,6 +715,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.seed = o->key_seed;
 	s->keys.salt = o->key_salt;
 	s->keys.pinned_pct = (unsigned)o->pinned_pct;
+	s->keys.max_per_uid = (unsigned)o->max_ns_per_uid;
 	s->keys.spill_dir = o->spill_dir;
 	s->keys.spill_bytes = o->spill_size;
 	s->keys.host_bytes = o->host_tier_size;

@@ -239,7 +239,7 @@ static int wipe_slots(struct spill *sp)
 
 int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
-	       unsigned buf_index, const char **why, char *err, size_t errlen)
+	       const char **why, char *err, size_t errlen)
 {
 	struct spill *sp;
 	struct stat st;
@@ -327,7 +327,7 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 		sp->ios[i].buf = sp->arena + (uint64_t)i * sp->slot_bytes;
 		sp->idle[sp->nidle++] = sp->nios - 1 - i;
 	}
-	rc = loop_buffer_set(l, buf_index, sp->arena, arena);
+	rc = loop_buffer_add(l, sp->arena, arena);
 	sp->buf_index = rc >= 0 ? rc : -1;
 	for (i = 0; i < sp->nslots; i++)
 		sp->free_slots[i] = sp->nslots - 1 - i;
@@ -353,6 +353,7 @@ void spill_close(struct spill *sp)
 {
 	if (!sp)
 		return;
+	loop_buffer_remove(sp->loop, sp->buf_index);	/* before the arena goes */
 	close(sp->fd);
 	free(sp->ios);
 	free(sp->idle);

@@ -66,20 +66,22 @@ typedef void (*spill_done_fn)(void *arg, uint32_t slot, int res);
  * bytes long. An existing file with the same format, namespace identity
  * and size is kept (warm); anything else is started afresh (cold), and
  * *why says why (NULL when warm or new). discard forces a cold start.
- * buf_index is the loop's fixed-buffer number for the staging buffers;
- * be moves bytes between pages and staging buffers.
+ * The staging buffers are registered with the loop as one fixed buffer
+ * when it has a number free (spill_close() gives it back); be moves
+ * bytes between pages and staging buffers.
  * Returns 0 and *out, or -errno with err filled.
  */
 int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
-	       unsigned buf_index, const char **why, char *err, size_t errlen);
+	       const char **why, char *err, size_t errlen);
 
 /* spill_read_ns() - the namespace identity in the header of the tier file
  * at path; 0, or -errno / -EBADMSG (not a valid tier file). */
 int spill_read_ns(const char *path, struct spill_ns *ns);
 
-/* spill_close() - close the file and free the buffers. No I/O may be in
- * flight (the loop has stopped). */
+/* spill_close() - close the file, unregister the staging buffers from
+ * the loop (their pages are unpinned) and free them. No I/O may be in
+ * flight. */
 void spill_close(struct spill *sp);
 
 /*

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -175,6 +176,23 @@ START_TEST(test_pool_slab_memfd_is_sealed)
 	ck_assert_int_eq(fcntl(slab->fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
 	ck_assert_int_eq(errno, EPERM);
 	ck_assert_int_eq(fcntl(slab->fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+}
+END_TEST
+
+START_TEST(test_pool_slab_memfd_only_its_owner_may_open)
+{
+	const struct backend_slab *slab;
+	struct stat st;
+	uint64_t h;
+
+	pool_make(1);
+	ck_assert_int_eq(pool_alloc(p, 0, 1, &h, err, sizeof(err)), 0);
+	slab = pool_slab(p, 0, NULL);
+	ck_assert_int_eq(fstat(slab->fd, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0600);
+	ck_assert_int_eq(fstat(slab->ro_fd, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 07777, 0600);
+	ck_assert_int_eq(fcntl(slab->ro_fd, F_GETFL) & O_ACCMODE, O_RDONLY);
 }
 END_TEST
 
@@ -502,6 +520,34 @@ START_TEST(test_pool_ns_add_stops_at_the_most_namespaces)
 }
 END_TEST
 
+START_TEST(test_pool_released_namespace_numbers_are_reused)
+{
+	uint64_t h, h2;
+	unsigned int i;
+	int ns;
+
+	ck_assert_int_eq(pool_init(&p, &be, 2 * SLAB, SLAB), 0);
+	for (i = 0; i < POOL_MAX_NS; i++)
+		ck_assert_int_eq(pool_ns_add(p, PAGE), (int)i);
+	ck_assert_int_eq(pool_alloc(p, 17, 1, &h, err, sizeof(err)), 0);
+	ck_assert_int_eq(pool_ns_release(p, 17), -EBUSY);	/* a page in use */
+	ck_assert_int_eq(pool_unref(p, h), PAGE_FREE);
+	ck_assert_int_eq(pool_ns_release(p, 17), 0);
+	ck_assert_int_eq(pool_alloc(p, 17, 1, &h2, err, sizeof(err)), -EINVAL);
+	/* its number, and its slab, serve the next namespace; old handles
+	 * stay stale */
+	ns = pool_ns_add(p, 2 * PAGE);
+	ck_assert_int_eq(ns, 17);
+	ck_assert_int_eq(pool_ns_add(p, PAGE), -ENOSPC);
+	ck_assert_int_eq(pool_alloc(p, ns, 1, &h2, err, sizeof(err)), 0);
+	ck_assert_uint_eq(KVP_HANDLE_SLAB(h2), KVP_HANDLE_SLAB(h));
+	ck_assert_int_eq(pool_lookup(p, ns, h), -ESTALE);
+	ck_assert_uint_eq(pool_ns_page_stride(p, ns),
+			  (2 * PAGE + POOL_PAGE_ALIGN - 1) / POOL_PAGE_ALIGN * POOL_PAGE_ALIGN);
+	ck_assert(pool_audit(p));
+}
+END_TEST
+
 START_TEST(test_pool_namespaces_never_share_a_slab)
 {
 	static uint64_t more[PPS];
@@ -547,6 +593,7 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_alloc_gives_distinct_handles_and_addresses);
 	tcase_add_test(tc, test_pool_pages_are_shared_through_the_slab_fd);
 	tcase_add_test(tc, test_pool_slab_memfd_is_sealed);
+	tcase_add_test(tc, test_pool_slab_memfd_only_its_owner_may_open);
 	tcase_add_test(tc, test_pool_backend_failed_slab_says_size_and_why);
 	suite_add_tcase(s, tc);
 
@@ -579,6 +626,7 @@ Suite *pool_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_pool_ns_add_checks_page_sizes);
 	tcase_add_test(tc, test_pool_ns_add_stops_at_the_most_namespaces);
+	tcase_add_test(tc, test_pool_released_namespace_numbers_are_reused);
 	tcase_add_test(tc, test_pool_namespaces_never_share_a_slab);
 	suite_add_tcase(s, tc);
 

@@ -335,6 +335,133 @@ START_TEST(test_security_drop_disconnects_the_namespace_clients)
 }
 END_TEST
 
+/* --- finding 10: namespaces and pinned memory come back ------------------ */
+
+/* vmpin_kb() - the daemon's VmPin (memory the kernel keeps pinned for it,
+ * such as io_uring's fixed buffers), in KiB. */
+static long vmpin_kb(pid_t pid)
+{
+	char path[64], buf[4096], *v;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	read_file(path, buf, sizeof(buf));
+	v = strstr(buf, "VmPin:");
+	ck_assert_ptr_nonnull(v);
+	return strtol(v + 6, NULL, 10);
+}
+
+/* drop() - as root, drop namespace ns. */
+static void drop(const char *sock, const char *ns)
+{
+	kvp_client *c;
+
+	ck_assert_int_eq(kvp_connect(sock, NULL, NULL, &c), 0);
+	ck_assert_msg(kvp_drop_namespace(c, ns) == 0, "drop %s: %s", ns, kvp_last_error());
+	kvp_close(c);
+}
+
+START_TEST(test_security_namespaces_come_back_after_a_drop)
+{
+	char conf[128], name[32];
+	struct daemon d;
+	kvp_client *c;
+	kvp_page p;
+	int i, rc;
+
+	start(&d, conf, sizeof(conf), "", 0, NULL);
+	/* more than there may be at once (256), one after another */
+	for (i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "ns%d", i);
+		rc = kvp_connect(d.sock, name, &geo, &c);
+		ck_assert_msg(rc == 0, "namespace %d: %s", i, kvp_last_error());
+		ck_assert_int_eq(kvp_alloc(c, 1, &p), 0);
+		kvp_close(c);
+		drop(d.sock, name);
+	}
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_one_uid_creates_a_bounded_number_of_namespaces)
+{
+	char conf[128];
+	struct daemon d;
+	kvp_client *c;
+	pid_t pid;
+
+	start(&d, conf, sizeof(conf), "max-namespaces-per-uid = 2\n", 0, NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *a, *b, *x;
+
+		become_nobody();
+		expect(kvp_connect(d.sock, "mine-a", &geo, &a) == 0, 10);
+		expect(kvp_connect(d.sock, "mine-b", &geo, &b) == 0, 11);
+		kvp_close(b);
+		expect(kvp_connect(d.sock, "mine-c", &geo, &x) == -EDQUOT, 12);
+		expect(strstr(kvp_last_error(), "uid 65534 created 2 namespaces, "
+			      "--max-namespaces-per-uid is 2"), 13);
+		expect(kvp_connect(d.sock, "mine-b", &geo, &b) == 0, 14);	/* joining is */
+		kvp_close(a);
+		kvp_close(b);
+		_exit(0);
+	}
+	child_wait(pid);
+	/* root is not counted; a dropped namespace counts no more */
+	ck_assert_int_eq(kvp_connect(d.sock, "roots", &geo, &c), 0);
+	kvp_close(c);
+	drop(d.sock, "mine-a");
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *x;
+
+		become_nobody();
+		expect(kvp_connect(d.sock, "mine-c", &geo, &x) == 0, 20);
+		kvp_close(x);
+		_exit(0);
+	}
+	child_wait(pid);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_a_dropped_namespace_unpins_its_staging_buffers)
+{
+	const char *io = getenv("KVPOOL_IO");
+	char conf[128], name[32];
+	long base, pinned = 0;
+	struct daemon d;
+	kvp_client *c;
+	int i;
+
+	start(&d, conf, sizeof(conf), "", WITH_SPILL, NULL);
+	base = vmpin_kb(d.pid);
+	for (i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "tier%d", i);
+		ck_assert_int_eq(kvp_connect(d.sock, name, &geo, &c), 0);
+		kvp_close(c);
+	}
+	/* each tier registers its staging buffers (32 MiB here) with io_uring;
+	 * the loop without io_uring registers none */
+	if (!io || strcmp(io, "sync")) {
+		pinned = vmpin_kb(d.pid);
+		ck_assert_msg(pinned >= base + 4 * 16384, "VmPin %ld kB, was %ld", pinned, base);
+	}
+	for (i = 0; i < 4; i++) {
+		snprintf(name, sizeof(name), "tier%d", i);
+		drop(d.sock, name);
+	}
+	/* the kernel unpins once nothing uses the old buffers: it may take a
+	 * moment after the unregistration */
+	for (i = 0; i < 500 && (pinned = vmpin_kb(d.pid)) > base; i++)
+		usleep(10 * 1000);
+	ck_assert_msg(pinned <= base, "VmPin %ld kB after the drops, was %ld", pinned, base);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
 	Suite *s = suite_create("security");
@@ -354,6 +481,9 @@ static Suite *security_suite(void)
 	tcase_add_test(tc, test_security_bad_hello_after_a_warm_restart_changes_nothing);
 	tcase_add_test(tc, test_security_reader_cannot_create_or_reshape_a_namespace);
 	tcase_add_test(tc, test_security_drop_disconnects_the_namespace_clients);
+	tcase_add_test(tc, test_security_namespaces_come_back_after_a_drop);
+	tcase_add_test(tc, test_security_one_uid_creates_a_bounded_number_of_namespaces);
+	tcase_add_test(tc, test_security_a_dropped_namespace_unpins_its_staging_buffers);
 	suite_add_tcase(s, tc);
 	return s;
 }
