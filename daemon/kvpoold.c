@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -175,15 +176,25 @@ static int backend_open(const struct options *o, struct backend *be,
 	return rc;
 }
 
+/* write_pid_file() - our pid into path, mode 0644, never through a link
+ * or into a file that is not ours. */
 static int write_pid_file(const char *path)
 {
-	FILE *f = fopen(path, "we");
+	char err[8192], pid[32];
+	int fd, n, rc = 0;
 
-	if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
-		log_error("cannot write pid file %s: %s", path, strerror(errno));
-		return -errno;
+	fd = server_own_file(path, "pid file", 0644, err, sizeof(err));
+	if (fd < 0) {
+		log_error("%s", err);
+		return fd;
 	}
-	return 0;
+	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || write(fd, pid, (size_t)n) != n) {
+		rc = -errno;
+		log_error("cannot write the pid file %s: %s", path, strerror(errno));
+	}
+	close(fd);
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -199,6 +210,11 @@ int main(int argc, char **argv)
 	sigset_t mask;
 	int ready_fd = -1, rc;
 
+	/* Files are made with the modes the code asks for, whatever umask
+	 * kvpoold was started with: nothing wider than owner-only unless
+	 * set explicitly (the socket 0660, its directory 0750, the pid file
+	 * 0644). */
+	umask(077);
 	options_defaults(&opt);
 	rc = options_parse(&opt, argc, argv, err, sizeof(err));
 	if (rc == 1)

@@ -294,8 +294,15 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	}
 	if (k->spill_dir && k->spill_dir[0]) {
 		kept = ns_tier_open(n, k, err, errlen);
-		if (kept < 0)
+		if (kept < 0) {
+			/* the reason names the daemon's files: for its log, not
+			 * for clients */
+			log_error("namespace '%s': %s", h->ns, err);
+			snprintf(err, errlen, "namespace '%s' cannot be created: its NVMe "
+				 "tier cannot be used (the kvpoold log says why; ask the "
+				 "daemon's admin)", h->ns);
 			goto out_free;
+		}
 		if (kept)
 			log_info("namespace '%s': %lld pages re-indexed from %s", n->name,
 				 (long long)kept, spill_path(n->tier));
@@ -440,6 +447,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 	struct ns *n;
 	size_t len;
 	DIR *d;
+	int rc;
 
 	if (!k->spill_dir || !k->spill_dir[0] || k->spill_discard)
 		return 0;
@@ -451,7 +459,14 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		if (len < 9 || strcmp(de->d_name + len - 8, ".kvspill"))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", k->spill_dir, de->d_name);
-		if (spill_read_ns(path, &id) < 0) {
+		rc = spill_read_ns(path, &id);
+		if (rc == -EPERM) {
+			log_error("%s is a link, or not a file kvpoold made (another owner, "
+				  "or open to others): it is not re-indexed nor used; remove it",
+				  path);
+			continue;
+		}
+		if (rc < 0) {
 			log_warn("%s is not a kvpool tier file; left alone", path);
 			continue;
 		}

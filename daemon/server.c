@@ -540,9 +540,59 @@ static void server_cancel_done(struct loop_op *op, int res)
 }
 
 /*
+ * server_own_file() - open (or create, mode) a file of the daemon's own
+ * at path without following a link, and check that it is one: a plain
+ * file of the daemon's user with one name; its mode is set to mode. For
+ * the lock and pid files, which may sit in a directory others can write.
+ * Returns the fd or -errno with the reason in err.
+ */
+int server_own_file(const char *path, const char *what, mode_t mode, char *err,
+		    size_t errlen)
+{
+	struct stat st = { 0 };
+	int fd, rc;
+
+	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+	if (fd < 0) {
+		rc = -errno;
+		if (rc == -ELOOP)
+			snprintf(err, errlen, "the %s %s is a symbolic link: kvpoold never "
+				 "follows one there; remove it, and keep the file in a "
+				 "directory only kvpoold's user can write", what, path);
+		else
+			snprintf(err, errlen, "cannot open the %s %s: %s%s", what, path,
+				 strerror(-rc), rc == -ENOENT ? " (create its directory, e.g. "
+				 "with systemd's RuntimeDirectory=kvpool, or choose another "
+				 "path)" : "");
+		return rc;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    st.st_nlink != 1) {
+		snprintf(err, errlen, "the %s %s is not a file of kvpoold's (uid %u, mode "
+			 "%04o, %u links; it makes plain files of uid %u): it is left alone; "
+			 "remove it, and keep the file in a directory only kvpoold's user "
+			 "can write", what, path, (unsigned)st.st_uid,
+			 (unsigned)(st.st_mode & 07777), (unsigned)st.st_nlink,
+			 (unsigned)geteuid());
+		close(fd);
+		return -EPERM;
+	}
+	if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot make the %s %s mode %04o: %s", what, path,
+			 (unsigned)mode, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
+/*
  * lock_socket() - take PATH.lock, which a running daemon holds for its
  * whole life. A lock, unlike a probe of the socket, tells a live daemon
- * from a dead one at once: the kernel drops it when its owner exits.
+ * from a dead one at once: the kernel drops it when its owner exits. The
+ * file is mode 0600: a client that could open it could take a shared
+ * lock and make every later start believe a daemon is running.
  * Returns the lock's fd or -errno with the reason in err.
  */
 static int lock_socket(const char *path, char *err, size_t errlen)
@@ -552,14 +602,9 @@ static int lock_socket(const char *path, char *err, size_t errlen)
 	int fd, rc;
 
 	snprintf(lock, sizeof(lock), "%s.lock", path);
-	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open %s: %s%s", lock, strerror(-rc),
-			 rc == -ENOENT ? " (create its directory, e.g. with systemd's "
-			 "RuntimeDirectory=kvpool, or choose another --socket)" : "");
-		return rc;
-	}
+	fd = server_own_file(lock, "lock file", 0600, err, errlen);
+	if (fd < 0)
+		return fd;
 	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 		rc = -errno;
 		n = pread(fd, pid, sizeof(pid) - 1, 0);
@@ -649,7 +694,9 @@ static int socket_access(const struct options *o, gid_t *gid, char *err, size_t 
 	dirname(dir);
 	if (stat(dir, &st) == 0)
 		return 0;
-	if (mkdir(dir, 0750) < 0 || (*gid != (gid_t)-1 && chown(dir, (uid_t)-1, *gid) < 0)) {
+	/* chmod: the umask (077) would take the group's x away */
+	if (mkdir(dir, 0750) < 0 || chmod(dir, 0750) < 0 ||
+	    (*gid != (gid_t)-1 && chown(dir, (uid_t)-1, *gid) < 0)) {
 		rc = -errno;
 		snprintf(err, errlen, "cannot create the socket directory %s: %s "
 			 "(create it, e.g. with systemd's RuntimeDirectory=kvpool, or "
@@ -670,6 +717,11 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	rc = socket_access(o, &gid, err, errlen);
 	if (rc < 0)
 		return rc;
+	if (o->spill_dir[0]) {
+		rc = spill_dir_check(o->spill_dir, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	admin_gid = (gid_t)-1;
 	if (o->admin_group[0]) {
 		struct group *gr = getgrnam(o->admin_group);

@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,144 @@ static uint64_t dio_align(int fd)
 	return a < 512 ? 512 : a;
 }
 
+/* dir_trusted() - one directory of the spill path: owned by root or by
+ * us, and writable by no one else (an ancestor may instead be sticky:
+ * others cannot rename or remove what is ours in it). */
+static int dir_trusted(const char *path, bool last, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0) {
+		int e = errno;
+
+		snprintf(err, errlen, "spill directory %s: %s%s", path, strerror(e),
+			 e == ENOENT ? " (create it, mode 0700, owned by kvpoold's user)" : "");
+		return -e;
+	}
+	if (S_ISLNK(st.st_mode))
+		return 0;	/* its target is checked on the resolved path */
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "spill directory %s: not a directory", path);
+		return -ENOTDIR;
+	}
+	if (st.st_uid != 0 && st.st_uid != geteuid()) {
+		snprintf(err, errlen, "spill directory %s is owned by uid %u, not by root or "
+			 "kvpoold's user (uid %u): its owner could replace what kvpoold "
+			 "writes there; use a directory of kvpoold's user", path,
+			 (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EPERM;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st.st_mode & S_ISVTX))) {
+		snprintf(err, errlen, "spill directory %s is writable by others (mode %04o): "
+			 "another user could plant links or files there that kvpoold would "
+			 "follow or serve; use a directory only kvpoold's user can write "
+			 "(chmod go-w, or a subdirectory made with mkdir -m 0700)", path,
+			 (unsigned)(st.st_mode & 07777));
+		return -EPERM;
+	}
+	return 0;
+}
+
+/* path_trusted() - every directory from / down to path (see dir_trusted()). */
+static int path_trusted(const char *path, char *err, size_t errlen)
+{
+	char buf[4096];
+	size_t i, n = strlen(path);
+	int rc;
+
+	if (n >= sizeof(buf)) {
+		snprintf(err, errlen, "spill directory '%.64s...': the path is longer than "
+			 "%zu bytes", path, sizeof(buf) - 1);
+		return -ENAMETOOLONG;
+	}
+	rc = dir_trusted("/", n == 1, err, errlen);
+	for (i = 2; rc == 0 && i <= n; i++) {
+		if (i < n && path[i] != '/')
+			continue;
+		memcpy(buf, path, i);
+		buf[i] = '\0';
+		rc = dir_trusted(buf, i == n, err, errlen);
+	}
+	return rc;
+}
+
+int spill_dir_check(const char *dir, char *err, size_t errlen)
+{
+	char real[PATH_MAX];
+	int rc;
+
+	if (!realpath(dir, real)) {
+		rc = -errno;
+		snprintf(err, errlen, "spill directory %s: %s%s", dir, strerror(-rc),
+			 rc == -ENOENT ? " (create it, mode 0700, owned by kvpoold's user)" : "");
+		return rc;
+	}
+	/* as written (its links sit in directories that must be safe too)
+	 * and as resolved */
+	rc = dir[0] == '/' ? path_trusted(dir, err, errlen) : 0;
+	return rc == 0 && strcmp(real, dir) ? path_trusted(real, err, errlen) : rc;
+}
+
+/* file_ours() - fd is a tier file the daemon made: a plain file of its
+ * user, open to no one else, with one name. Else err says why. */
+static bool file_ours(int fd, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		return false;
+	}
+	if (S_ISREG(st.st_mode) && st.st_uid == geteuid() && !(st.st_mode & 077) &&
+	    st.st_nlink == 1)
+		return true;
+	snprintf(err, errlen, "%s is not a tier file kvpoold made (%s, uid %u, mode %04o, "
+		 "%u links; kvpoold makes plain files of uid %u, mode 0600): it is not "
+		 "used; remove it", path, S_ISREG(st.st_mode) ? "a file" : "not a file",
+		 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+		 (unsigned)st.st_nlink, (unsigned)geteuid());
+	return false;
+}
+
+/* open_tier() - open the tier file at path, or create it (never through a
+ * link, never a file someone else made); O_DIRECT where the file system
+ * takes it. Returns the fd (*created says whether it is new), or -errno
+ * with err filled. */
+static int open_tier(const char *path, bool *created, char *err, size_t errlen)
+{
+	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC, fd, rc;
+	bool direct = true;
+
+	for (;;) {
+		*created = false;
+		fd = open(path, flags | (direct ? O_DIRECT : 0));
+		if (fd < 0 && errno == ENOENT) {
+			*created = true;
+			fd = open(path, flags | O_CREAT | O_EXCL | (direct ? O_DIRECT : 0), 0600);
+		}
+		if (fd >= 0 || errno != EINVAL || !direct)
+			break;
+		log_warn("%s: the file system refuses O_DIRECT; spilling through the page "
+			 "cache", path);
+		direct = false;
+	}
+	if (fd < 0) {
+		rc = -errno;
+		if (rc == -ELOOP)
+			snprintf(err, errlen, "%s is a symbolic link: kvpoold never follows "
+				 "one to its tier file; remove it", path);
+		else
+			snprintf(err, errlen, "cannot open the spill file %s: %s (check "
+				 "--spill-dir)", path, strerror(-rc));
+		return rc;
+	}
+	if (!file_ours(fd, path, err, errlen)) {
+		close(fd);
+		return -EPERM;
+	}
+	return fd;
+}
+
 static uint64_t file_hdr_sum(const struct file_hdr *h)
 {
 	return XXH3_64bits(h, offsetof(struct file_hdr, checksum));
@@ -154,13 +293,18 @@ static uint64_t slot_hdr_sum(const struct slot_hdr *h)
 
 int spill_read_ns(const char *path, struct spill_ns *ns)
 {
+	char why[512];
 	struct file_hdr h;
 	ssize_t n;
 	int fd, rc = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return errno == ELOOP ? -EPERM : -errno;
+	if (!file_ours(fd, path, why, sizeof(why))) {
+		close(fd);
+		return -EPERM;
+	}
 	n = pread(fd, &h, sizeof(h), 0);
 	if (n != (ssize_t)sizeof(h) || memcmp(h.magic, file_magic, 8) ||
 	    h.checksum != file_hdr_sum(&h))
@@ -242,10 +386,9 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	       const char **why, char *err, size_t errlen)
 {
 	struct spill *sp;
-	struct stat st;
 	uint64_t arena;
 	uint32_t i;
-	bool existed;
+	bool existed, created;
 	int rc;
 
 	*why = NULL;
@@ -261,19 +404,12 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	for (i = (uint32_t)strlen(dir) + 1; sp->path[i]; i++)
 		if (sp->path[i] == '/')
 			sp->path[i] = '%';	/* names may hold '/': one file each */
-	existed = stat(sp->path, &st) == 0;
-	sp->fd = open(sp->path, O_RDWR | O_CREAT | O_DIRECT | O_CLOEXEC, 0600);
-	if (sp->fd < 0 && errno == EINVAL) {
-		log_warn("%s: the file system refuses O_DIRECT; spilling through the page cache",
-			 sp->path);
-		sp->fd = open(sp->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	}
+	sp->fd = open_tier(sp->path, &created, err, errlen);
 	if (sp->fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot open the spill file %s: %s (check --spill-dir)",
-			 sp->path, strerror(-rc));
+		rc = sp->fd;
 		goto out_free;
 	}
+	existed = !created;
 	sp->align = dio_align(sp->fd);
 	sp->hdr_area = round_up(SPILL_HDR, sp->align);
 	sp->slot_bytes = round_up(SPILL_HDR + ns->page_bytes, sp->align);

@@ -75,8 +75,20 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
 	       const char **why, char *err, size_t errlen);
 
+/*
+ * spill_dir_check() - dir is fit to hold tier files: a directory owned by
+ * root or the daemon's user that no one else may write, reached through
+ * directories that only root or the daemon's user may change (or sticky
+ * ones, like /tmp), both as written and with its links resolved. Else
+ * another user could plant a link or a file that the daemon would follow
+ * or serve. Returns 0, or -errno with err naming the directory, what is
+ * wrong with it and what to do.
+ */
+int spill_dir_check(const char *dir, char *err, size_t errlen);
+
 /* spill_read_ns() - the namespace identity in the header of the tier file
- * at path; 0, or -errno / -EBADMSG (not a valid tier file). */
+ * at path; 0, or -errno / -EBADMSG (not a valid tier file) / -EPERM (not
+ * a file the daemon made: a link, another owner, open to others). */
 int spill_read_ns(const char *path, struct spill_ns *ns);
 
 /* spill_close() - close the file, unregister the staging buffers from

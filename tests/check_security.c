@@ -335,6 +335,222 @@ START_TEST(test_security_drop_disconnects_the_namespace_clients)
 }
 END_TEST
 
+/* --- finding 3: the spill directory and the tier files ---------------------- */
+
+/* refused() - kvpoold with --spill-dir dir must refuse to start, saying
+ * that directory what says (it would run until killed if it started: 10 s
+ * at most). */
+static void refused(const struct daemon *d, const char *dir, const char *what,
+		    const char *says)
+{
+	char out[4096];
+	const char *argv[] = { "/usr/bin/timeout", "10", harness_kvpoold(), "--foreground",
+			       "--socket", d->sock, "--spill-dir", dir, NULL };
+	int st = run_cmd(argv, out, sizeof(out));
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		      "kvpoold with --spill-dir %s: status %d (124: it started): %s",
+		      dir, st, out);
+	ck_assert_msg(strstr(out, says) && strstr(out, what), "kvpoold said: %s", out);
+}
+
+START_TEST(test_security_spill_dir_others_can_write_is_refused)
+{
+	char dir[160], open_[160], inner[200];
+	struct daemon d;
+
+	daemon_dir(&d);
+	snprintf(dir, sizeof(dir), "%s/spill", d.dir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	ck_assert_int_eq(chmod(dir, 01777), 0);	/* a shared scratch directory */
+	refused(&d, dir, dir, "is writable by others (mode 1777)");
+	ck_assert_int_eq(chmod(dir, 0770), 0);
+	refused(&d, dir, dir, "is writable by others (mode 0770)");
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	ck_assert_int_eq(chown(dir, harness_nobody_uid, harness_nogroup_gid), 0);
+	refused(&d, dir, dir, "is owned by uid 65534");
+	/* a safe directory inside one that others may rename it in */
+	snprintf(open_, sizeof(open_), "%s/open", d.dir);
+	snprintf(inner, sizeof(inner), "%s/spill", open_);
+	ck_assert_int_eq(mkdir(open_, 0777), 0);
+	ck_assert_int_eq(chmod(open_, 0777), 0);
+	ck_assert_int_eq(mkdir(inner, 0700), 0);
+	refused(&d, inner, open_, "is writable by others (mode 0777)");
+	daemon_cleanup(&d);
+}
+END_TEST
+
+/* file_is() - the whole of path equals want[0..len). */
+static bool file_is(const char *path, const void *want, size_t len)
+{
+	static char buf[8u << 20];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	ck_assert_int_ge(fd, 0);
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	return n == (ssize_t)len && !memcmp(buf, want, len);
+}
+
+START_TEST(test_security_planted_tier_files_are_never_followed_or_trusted)
+{
+	static char foreign[8u << 20];
+	const kvp_key keys[2] = { { { 8 } }, { { 9 } } };
+	char conf[128], victim[160], link[160], path[160], why[512], log[16384];
+	static const char precious[] = "precious data of another file\n";
+	struct daemon d;
+	ssize_t flen;
+	uint32_t nns;
+	kvp_client *c;
+	int fd;
+
+	/* a genuine tier file of namespace "foreign", then made over to nobody
+	 * as if nobody had planted it */
+	warm_restart(&d, conf, sizeof(conf), "", keys, 2);
+	daemon_halt(&d);
+	snprintf(path, sizeof(path), "%s/spill/foreign.kvspill", d.dir);
+	snprintf(link, sizeof(link), "%s/spill/warm.kvspill", d.dir);
+	ck_assert_int_eq(rename(link, path), 0);
+	ck_assert_int_eq(chown(path, harness_nobody_uid, harness_nogroup_gid), 0);
+	ck_assert_int_eq(chmod(path, 0666), 0);
+	fd = open(path, O_RDONLY);
+	flen = read(fd, foreign, sizeof(foreign));
+	close(fd);
+	ck_assert_int_gt(flen, 0);
+	/* and a link to someone else's file where a tier file would go */
+	snprintf(victim, sizeof(victim), "%s/victim", d.dir);
+	fd = open(victim, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_eq(write(fd, precious, sizeof(precious) - 1), (ssize_t)sizeof(precious) - 1);
+	close(fd);
+	snprintf(link, sizeof(link), "%s/spill/linked.kvspill", d.dir);
+	ck_assert_int_eq(symlink(victim, link), 0);
+
+	daemon_restart(&d, (const char *const[]){ "-c", conf, NULL });
+	ck_assert_int_eq(spilled_in(d.sock, "foreign", &nns), -1);	/* not re-indexed */
+	ck_assert_uint_eq(nns, 0);
+	/* neither file is used, and the clients are not told where they are */
+	fd = raw_connect(d.sock);
+	ck_assert_int_eq(raw_hello(fd, "foreign", &geo, why, sizeof(why)), KVP_S_INTERNAL);
+	ck_assert_msg(strstr(why, "its NVMe tier cannot be used") && !strstr(why, d.dir),
+		      "the client was told: %s", why);
+	close(fd);
+	fd = raw_connect(d.sock);
+	ck_assert_int_eq(raw_hello(fd, "linked", &geo, why, sizeof(why)), KVP_S_INTERNAL);
+	close(fd);
+	ck_assert(file_is(victim, precious, sizeof(precious) - 1));
+	ck_assert(file_is(path, foreign, (size_t)flen));
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "is a symbolic link: kvpoold never follows one") &&
+		      strstr(log, "foreign.kvspill is a link, or not a file kvpoold made"),
+		      "%s", log);
+	/* a namespace of its own still gets a tier */
+	ck_assert_int_eq(kvp_connect(d.sock, "other", &geo, &c), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* --- findings 4 and 5: the lock and pid files ------------------------------- */
+
+/* mode_of() - the permission bits of path. */
+static unsigned mode_of(const char *path)
+{
+	struct stat st;
+
+	ck_assert_int_eq(lstat(path, &st), 0);
+	return (unsigned)(st.st_mode & 07777);
+}
+
+START_TEST(test_security_lock_and_pid_files_never_follow_links)
+{
+	static const char keep[] = "another file's contents\n";
+	char lock[160], pidf[160], victim[160], out[4096];
+	struct daemon d;
+	mode_t old;
+	int st, fd;
+
+	daemon_dir(&d);
+	snprintf(lock, sizeof(lock), "%s.lock", d.sock);
+	snprintf(pidf, sizeof(pidf), "%s/kvpoold.pid", d.dir);
+	snprintf(victim, sizeof(victim), "%s/victim", d.dir);
+	fd = open(victim, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	ck_assert_int_eq(write(fd, keep, sizeof(keep) - 1), (ssize_t)sizeof(keep) - 1);
+	close(fd);
+	/* a link where the lock file goes, then where the pid file goes */
+	for (int i = 0; i < 2; i++) {
+		const char *at = i ? pidf : lock;
+		const char *argv[] = { "/usr/bin/timeout", "10", harness_kvpoold(),
+				       "--foreground", "--socket", d.sock, "--pid-file", pidf,
+				       NULL };
+
+		ck_assert_int_eq(symlink(victim, at), 0);
+		st = run_cmd(argv, out, sizeof(out));
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+			      "status %d (124: it started): %s", st, out);
+		ck_assert_msg(strstr(out, i ? "the pid file" : "the lock file") &&
+			      strstr(out, "is a symbolic link"), "%s", out);
+		ck_assert(file_is(victim, keep, sizeof(keep) - 1));
+		ck_assert_int_eq(unlink(at), 0);
+	}
+	/* an old lock file anyone could read is made private; a umask of 0
+	 * widens nothing */
+	unlink(lock);	/* the run above left one */
+	fd = open(lock, O_WRONLY | O_CREAT | O_EXCL, 0644);
+	ck_assert_int_eq(fchmod(fd, 0644), 0);
+	close(fd);
+	old = umask(0);
+	daemon_restart(&d, (const char *const[]){ "--pid-file", pidf, NULL });
+	umask(old);
+	ck_assert_uint_eq(mode_of(lock), 0600);
+	ck_assert_uint_eq(mode_of(pidf), 0644);
+	ck_assert_uint_eq(mode_of(d.sock), 0660);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_others_cannot_lock_out_a_restart)
+{
+	int ready[2], go[2];
+	char lock[160], b;
+	struct daemon d;
+	pid_t pid;
+
+	daemon_dir(&d);
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);	/* anyone may look inside */
+	daemon_restart(&d, NULL);
+	snprintf(lock, sizeof(lock), "%s.lock", d.sock);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd;
+
+		become_nobody();
+		close(ready[0]);
+		close(go[1]);
+		/* a shared lock on the lock file would make the next start
+		 * believe a daemon runs */
+		fd = open(lock, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0)
+			(void)flock(fd, LOCK_SH | LOCK_NB);
+		expect(write(ready[1], fd >= 0 ? "h" : errno == EACCES ? "r" : "?", 1) == 1, 10);
+		expect(read(go[0], &b, 1) >= 0, 11);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(go[0]);
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	ck_assert_msg(b == 'r', "nobody opened the lock file (%c)", b);
+	daemon_halt(&d);
+	daemon_restart(&d, NULL);	/* not locked out */
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	child_wait(pid);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* --- finding 10: namespaces and pinned memory come back ------------------ */
 
 /* vmpin_kb() - the daemon's VmPin (memory the kernel keeps pinned for it,
@@ -475,6 +691,13 @@ static Suite *security_suite(void)
 	tc = tcase_create("memory");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_security_reader_cannot_reopen_its_slab_writable);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("files");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_security_spill_dir_others_can_write_is_refused);
+	tcase_add_test(tc, test_security_planted_tier_files_are_never_followed_or_trusted);
+	tcase_add_test(tc, test_security_lock_and_pid_files_never_follow_links);
+	tcase_add_test(tc, test_security_others_cannot_lock_out_a_restart);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("namespaces");
 	tcase_set_timeout(tc, 30);
