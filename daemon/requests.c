@@ -514,6 +514,11 @@ static void handle_map_slab(struct conn *c, const struct kvp_wire_hdr *req,
 	}
 	if (!requests_need_ns(c, req))
 		return;
+	if (!(c->rights & (ACCESS_READ | ACCESS_WRITE))) {	/* never, by SIGHUP */
+		conn_error(c, req, KVP_S_PERM, "MAP_SLAB: uid %u may no longer use "
+			   "namespace '%s'", (unsigned)c->peer.uid, c->ns->name);
+		return;
+	}
 	bs = pool_slab(c->srv->pool, m.slab, &owner);
 	if (!bs || owner != c->ns->pool_ns) {
 		conn_error(c, req, KVP_S_NOENT, "slab %u is not a slab of namespace '%s'",

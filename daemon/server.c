@@ -825,12 +825,36 @@ void server_shutdown(struct server *s)
 	server_maybe_done(s);
 }
 
+/*
+ * revoked() - c, with rights from now on, may not stay: it may neither
+ * read nor write its namespace any more, or it could write and may not
+ * now. A mapping cannot be taken back from a process, and a writer's is
+ * writable: the connection goes, and the client may connect again with
+ * what it has now (a reader gets read-only slabs). Logs why.
+ */
+static bool revoked(const struct conn *c, unsigned rights)
+{
+	const char *why = NULL;
+
+	if (!(rights & (ACCESS_READ | ACCESS_WRITE)))
+		why = "may no longer read or write there";
+	else if ((c->rights & ACCESS_WRITE) && !(rights & ACCESS_WRITE))
+		why = "may no longer write there, and its slabs are mapped writable";
+	if (!why)
+		return false;
+	log_warn("SIGHUP: client %llu (%s, pid %d, uid %u) of namespace '%s' %s; "
+		 "disconnecting it (its leases are released; it may connect again "
+		 "with the rights it has now)", (unsigned long long)c->id, c->name,
+		 (int)c->cred.pid, (unsigned)c->cred.uid, c->ns->name, why);
+	return true;
+}
+
 void server_reload(struct server *s)
 {
 	struct access_rule *rules;
+	unsigned n, rights, cut = 0;
+	struct conn *c, *next;
 	char err[512];
-	unsigned n;
-	struct conn *c;
 
 	if (!s->opt->config_file[0]) {
 		log_info("SIGHUP: no --config file to read again; the access rules stay "
@@ -851,12 +875,21 @@ void server_reload(struct server *s)
 	memcpy(s->rules, rules, sizeof(s->rules));
 	s->nrules = n;
 	free(rules);
-	for (c = s->conns; c; c = c->next)
-		if (c->ns)
-			c->rights = access_rights(s->rules, s->nrules, c->ns->name, &c->peer);
+	for (c = s->conns; c; c = next) {
+		next = c->next;
+		if (!c->ns || c->state != CONN_OPEN)
+			continue;
+		rights = access_rights(s->rules, s->nrules, c->ns->name, &c->peer);
+		if (!revoked(c, rights)) {
+			c->rights = rights;
+			continue;
+		}
+		cut++;
+		conn_close(c);
+	}
 	log_info("SIGHUP: %u access rules from %s and the flags; the rights of %u "
-		 "clients recomputed (other settings need a restart)", n,
-		 s->opt->config_file, s->nconns);
+		 "clients recomputed, %u disconnected (other settings need a restart)", n,
+		 s->opt->config_file, s->nconns, cut);
 }
 
 void server_free(struct server *s)

@@ -36,7 +36,10 @@ void server_shutdown(struct server *s);
 /*
  * server_reload() - SIGHUP: read the access rules again (the config
  * file's as it is now, and the flags') and recompute every connected
- * client's rights; nobody is disconnected. A file that does not read
+ * client's rights. A client that may no longer read or write its
+ * namespace, or that could write and may not now, is disconnected (its
+ * mappings cannot be revoked, a writer's are writable); the others keep
+ * their connections with their new rights. A file that does not read
  * keeps the old rules, logged. Other settings need a restart.
  */
 void server_reload(struct server *s);

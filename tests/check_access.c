@@ -3,7 +3,8 @@
  * check_access.c - integration tests of the --access rules: a real
  * kvpoold, and client processes that drop to another uid (nobody) before
  * they connect, refused or allowed exactly as the rules say; rules read
- * again on SIGHUP without dropping anyone; rule errors at start-up. The
+ * again on SIGHUP, wider rights taking effect on live connections (taking
+ * rights away is in check_security); rule errors at start-up. The
  * tests that change uid need root; without it they are not run (and the
  * runner says so).
  */

@@ -71,6 +71,16 @@ static void restart(struct daemon *d, const char *conf)
 	daemon_restart(d, (const char *const[]){ "-c", conf, NULL });
 }
 
+/* rewrite() - new lines for the config file (a SIGHUP applies them). */
+static void rewrite(const char *conf, const char *lines)
+{
+	FILE *f = fopen(conf, "w");
+
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "socket-group = nogroup\n%s", lines);
+	ck_assert_int_eq(fclose(f), 0);
+}
+
 /* publish_key() - as root, publish one page of ns filled for key. */
 static void publish_key(const char *sock, const char *ns, const kvp_key *key)
 {
@@ -551,6 +561,67 @@ START_TEST(test_security_others_cannot_lock_out_a_restart)
 }
 END_TEST
 
+/* --- finding 6: SIGHUP takes rights away ----------------------------------- */
+
+START_TEST(test_security_sighup_cuts_off_revoked_clients)
+{
+	const kvp_key key = { { 11 } };
+	int ready[2], go[2];
+	struct daemon d;
+	char conf[128], b;
+	pid_t pid;
+
+	start(&d, conf, sizeof(conf), "access = shared read @nogroup\n"
+				       "access = rw read,write @nogroup\n", 0, NULL);
+	publish_key(d.sock, "shared", &key);
+	publish_key(d.sock, "rw", &key);
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *rd, *wr, *again;
+		kvp_stats_t st;
+		kvp_page q[2];
+
+		become_nobody();
+		close(ready[0]);
+		close(go[1]);
+		expect(kvp_connect(d.sock, "shared", &geo, &rd) == 0, 10);
+		expect(kvp_acquire(rd, NULL, &key, 1, NULL, 0, q, NULL) == 1, 11);
+		expect(kvp_connect(d.sock, "rw", &geo, &wr) == 0, 12);
+		expect(kvp_alloc(wr, 1, q) == 0, 13);
+		expect(write(ready[1], "r", 1) == 1, 14);
+		expect(read(go[0], &b, 1) == 1, 15);
+		/* the reader lost every right, the writer its write: both are
+		 * cut off at once, slabs and all */
+		expect(kvp_stats(rd, &st, NULL, 0) == -EPIPE, 16);
+		expect(kvp_alloc(wr, 1, q) == -EPIPE, 17);
+		kvp_close(rd);
+		kvp_close(wr);
+		/* and come back with what they have now */
+		expect(kvp_connect(d.sock, "shared", &geo, &again) == -EACCES, 18);
+		expect(kvp_connect(d.sock, "rw", &geo, &again) == 0, 19);
+		expect(kvp_acquire(again, NULL, &key, 1, NULL, 0, q, NULL) == 1, 20);
+		expect(harness_holds(kvp_page_ptr(again, q[0]), PAGE, &key), 21);
+		expect(kvp_alloc(again, 1, q + 1) == -EACCES, 22);
+		kvp_close(again);
+		_exit(0);
+	}
+	close(ready[1]);
+	close(go[0]);
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	rewrite(conf, "access = rw read @nogroup\n");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	wait_log(&d, "SIGHUP: 1 access rules");
+	ck_assert_int_eq(write(go[1], "g", 1), 1);
+	child_wait(pid);
+	wait_log(&d, "may no longer write there, and its slabs are mapped writable");
+	still_holds(d.sock, "shared", &key);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* --- finding 10: namespaces and pinned memory come back ------------------ */
 
 /* vmpin_kb() - the daemon's VmPin (memory the kernel keeps pinned for it,
@@ -698,6 +769,10 @@ static Suite *security_suite(void)
 	tcase_add_test(tc, test_security_planted_tier_files_are_never_followed_or_trusted);
 	tcase_add_test(tc, test_security_lock_and_pid_files_never_follow_links);
 	tcase_add_test(tc, test_security_others_cannot_lock_out_a_restart);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("rights");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_security_sighup_cuts_off_revoked_clients);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("namespaces");
 	tcase_set_timeout(tc, 30);
