@@ -114,7 +114,7 @@ void admin_list_clients(struct conn *c, const struct kvp_wire_hdr *req)
 		r[cnt.count].gid = (uint32_t)o->cred.gid;
 		r[cnt.count].rights = (o->ns ? o->rights & ACCESS_ALL : 0) |
 				      (o->admin ? KVP_RIGHT_ADMIN_ALL : 0);
-		r[cnt.count].leases = o->leases.total;
+		r[cnt.count].leases = lease_count(&o->leases);
 		r[cnt.count].connected_ms = o->connected_ms;
 		memcpy(r[cnt.count].name, o->name, sizeof(r->name));
 		if (o->ns)
@@ -142,11 +142,11 @@ static uint32_t wire_state(int state)
 	return 0;
 }
 
-/* page_record() - describe page h (0: entry e in a tier) of n. */
+/* page_record() - describe page h (0: entry e in a tier) of n. O(1):
+ * the pool knows a page's holders. */
 static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
 			struct kvp_wire_page *r)
 {
-	struct conn *o;
 	int st = h ? pool_state(s->pool, h) : -1;
 
 	memset(r, 0, sizeof(*r));
@@ -155,12 +155,7 @@ static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
 	r->state = h ? wire_state(st) : prefix_where(n->idx, e) == PREFIX_HOST ?
 					KVP_PAGE_HOST : KVP_PAGE_SPILLED;
 	r->refs = h ? pool_refs(s->pool, h) : 0;
-	for (o = s->conns; h && o; o = o->next) {
-		if (o->ns != n || !hset_count(&o->leases, h))
-			continue;
-		if (!r->holders++)
-			r->holder = o->id;
-	}
+	r->holders = h ? pool_holders(s->pool, h, &r->holder) : 0;
 	if (h && (st == PAGE_SHARED || st == PAGE_CACHED || st == PAGE_INFLIGHT))
 		e = pool_tag(s->pool, h);
 	if (e != PREFIX_NIL) {
@@ -222,7 +217,7 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 		if (only && n != only)
 			continue;
 		for (cursor = 0; pool_next(s->pool, n->pool_ns, &cursor, &h);) {
-			if (holder && !hset_count(&holder->leases, h))
+			if (holder && !lease_holds(&holder->leases, h))
 				continue;
 			page_record(s, n, h, PREFIX_NIL, &rec);
 			if (f.state && rec.state != f.state)
@@ -250,17 +245,90 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 	free(buf);
 }
 
+/* A LIST_PREFIXES candidate: its record and the order it was met in,
+ * which breaks ties between equal hits (the first met ranks first). */
+struct top_ent {
+	struct kvp_wire_prefix rec;
+	uint64_t seq;
+};
+
+/* top_worse() - a ranks below b: fewer hits, or as many and met later. */
+static bool top_worse(const struct top_ent *a, const struct top_ent *b)
+{
+	return a->rec.hits < b->rec.hits || (a->rec.hits == b->rec.hits && a->seq > b->seq);
+}
+
+/* top_sift() - restore the heap (worst at the root) below slot i. */
+static void top_sift(struct top_ent *h, size_t n, size_t i)
+{
+	struct top_ent t;
+	size_t k;
+
+	for (;;) {
+		k = 2 * i + 1;
+		if (k >= n)
+			return;
+		if (k + 1 < n && top_worse(&h[k + 1], &h[k]))
+			k++;
+		if (!top_worse(&h[k], &h[i]))
+			return;
+		t = h[i];
+		h[i] = h[k];
+		h[k] = t;
+		i = k;
+	}
+}
+
+/* top_offer() - keep the max best of what is offered in the heap h[0..*n). */
+static void top_offer(struct top_ent *h, size_t *n, size_t max, const struct top_ent *e)
+{
+	size_t i;
+
+	if (*n < max) {
+		for (i = (*n)++; i > 0 && top_worse(e, &h[(i - 1) / 2]); i = (i - 1) / 2)
+			h[i] = h[(i - 1) / 2];
+		h[i] = *e;
+	} else if (max && top_worse(&h[0], e)) {
+		h[0] = *e;
+		top_sift(h, *n, 0);
+	}
+}
+
+/* prefix_record() - entry e of n as a LIST_PREFIXES record. */
+static void prefix_record(struct server *s, struct ns *n, uint32_t e,
+			  struct kvp_wire_prefix *rec)
+{
+	unsigned where = prefix_where(n->idx, e);
+
+	memset(rec, 0, sizeof(*rec));
+	memcpy(rec->key, prefix_key(n->idx, e), sizeof(rec->key));
+	rec->ns_id = n->id;
+	rec->hits = prefix_hits(n->idx, e);
+	rec->state = where == PREFIX_SPILLED ? KVP_PAGE_SPILLED :
+		     where == PREFIX_HOST ? KVP_PAGE_HOST :
+		     wire_state(pool_state(s->pool, prefix_page(n->idx, e)));
+	rec->refs = where == PREFIX_IN_POOL ? pool_refs(s->pool, prefix_page(n->idx, e)) : 0;
+}
+
+/*
+ * admin_list_prefixes() - the top blocks by hits. O(entries x log top)
+ * with a heap of the best so far, and the depths of a namespace's
+ * entries in one O(entries) pass: what it costs follows what it scans,
+ * however the keys or chains were chosen.
+ */
 void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
-				 const uint8_t *payload)
+			 const uint8_t *payload)
 {
 	struct server *s = c->srv;
 	struct kvp_wire_count cnt = { 0 };
 	struct kvp_wire_list_prefixes lp;
+	struct top_ent *heap = NULL;
 	struct kvp_wire_prefix *r;
-	size_t max = records_fit(s, sizeof(*r));
+	size_t max = records_fit(s, sizeof(*r)), nheap = 0;
+	uint64_t seq = 0;
+	uint32_t *depth = NULL, i, e;
 	struct ns *only;
-	uint32_t i, e, k;
-	uint8_t *buf;
+	uint8_t *buf = NULL;
 	bool bad;
 
 	if (wire_fixed_decode(payload, req->len, &lp, sizeof(lp)) < 0) {
@@ -274,45 +342,46 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	if (lp.top && lp.top < max)
 		max = lp.top;
-	buf = calloc(1, sizeof(cnt) + (max + 1) * sizeof(*r));
-	if (!buf) {
-		conn_error(c, req, KVP_S_INTERNAL, "out of memory");
-		return;
-	}
-	r = (struct kvp_wire_prefix *)(buf + sizeof(cnt));
-	/* the top max by hits: insertion into a sorted array, O(entries x max) */
+	heap = calloc(max ? max : 1, sizeof(*heap));
+	buf = calloc(1, sizeof(cnt) + max * sizeof(*r));
+	if (!heap || !buf)
+		goto out_nomem;
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
 
 		if (only && n != only)
 			continue;
+		free(depth);
+		depth = malloc(prefix_entries(n->idx) * sizeof(*depth));
+		if (!depth)
+			goto out_nomem;
+		prefix_depths(n->idx, depth);
 		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
-			struct kvp_wire_prefix rec = { 0 };
-			unsigned where = prefix_where(n->idx, e);
+			struct top_ent t = { .seq = seq++ };
 
 			cnt.total++;
-			memcpy(rec.key, prefix_key(n->idx, e), sizeof(rec.key));
-			rec.ns_id = n->id;
-			rec.depth = prefix_depth(n->idx, e);
-			rec.hits = prefix_hits(n->idx, e);
-			rec.bytes = (uint64_t)rec.depth * n->page_bytes;
-			rec.state = where == PREFIX_SPILLED ? KVP_PAGE_SPILLED :
-				    where == PREFIX_HOST ? KVP_PAGE_HOST :
-				    wire_state(pool_state(s->pool, prefix_page(n->idx, e)));
-			rec.refs = where == PREFIX_IN_POOL ?
-				   pool_refs(s->pool, prefix_page(n->idx, e)) : 0;
-			for (k = cnt.count; k > 0 && r[k - 1].hits < rec.hits; k--)
-				if (k < max)
-					r[k] = r[k - 1];
-			if (k < max) {
-				r[k] = rec;
-				if (cnt.count < max)
-					cnt.count++;
-			}
+			prefix_record(s, n, e, &t.rec);
+			t.rec.depth = depth[e];
+			t.rec.bytes = (uint64_t)t.rec.depth * n->page_bytes;
+			top_offer(heap, &nheap, max, &t);
 		}
+	}
+	/* best first: take the worst off the heap into the last free place */
+	r = (struct kvp_wire_prefix *)(buf + sizeof(cnt));
+	for (cnt.count = (uint32_t)nheap; nheap > 0;) {
+		r[--nheap] = heap[0].rec;
+		heap[0] = heap[nheap];
+		top_sift(heap, nheap, 0);
 	}
 	memcpy(buf, &cnt, sizeof(cnt));
 	conn_reply(c, req, KVP_S_OK, buf, sizeof(cnt) + cnt.count * sizeof(*r), -1);
+	goto out;
+
+out_nomem:
+	conn_error(c, req, KVP_S_INTERNAL, "out of memory");
+out:
+	free(depth);
+	free(heap);
 	free(buf);
 }
 

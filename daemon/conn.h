@@ -14,6 +14,7 @@
 #include "client/hset.h"
 #include "daemon/access.h"
 #include "daemon/backend.h"
+#include "daemon/lease.h"
 #include "daemon/loop.h"
 #include "daemon/ns.h"
 #include "daemon/options.h"
@@ -46,7 +47,7 @@ struct conn {
 
 	bool hello_done;		/* HELLO answered; ns set if it named one */
 	struct ns *ns;			/* joined namespace or NULL */
-	struct hset leases;		/* page handle -> leases held */
+	struct lease_set leases;	/* page handle -> leases held */
 
 	struct loop_op recv_op;
 	struct msghdr rmsg;
@@ -70,6 +71,7 @@ struct conn {
 	bool sending;
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
+	bool per_uid;			/* refused at --max-clients-per-uid */
 	bool deferred;			/* a request waits for I/O: no receive */
 	bool admin;			/* admin of every namespace */
 	struct access_peer peer;	/* uid, gid and groups, for the rules */
@@ -77,6 +79,12 @@ struct conn {
 	struct conn *wait_next;		/* ns->wait_head list */
 	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
 	uint64_t connected_ms;		/* server uptime when it connected */
+};
+
+/* Connections of one uid, for --max-clients-per-uid. */
+struct uid_conns {
+	uid_t uid;
+	uint32_t n;
 };
 
 /* Counters of STATS, kept where the events happen. */
@@ -115,6 +123,10 @@ struct server {
 	bool idle_armed;
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
+	struct uid_conns *uids;		/* [nuids] served clients by uid; a few
+					 * users, so searched in order */
+	uint32_t nuids, cap_uids;
+	size_t out_total;		/* replies queued, all clients (--max-output-total) */
 	uint32_t nrefused;		/* CONN_REFUSED or closing after it */
 	uint64_t next_conn_id;
 	uint64_t start_ms;

@@ -10,9 +10,27 @@
 #include "daemon/lease.h"
 #include "daemon/log.h"
 
-int lease_take(struct hset *set, struct pool *p, struct ns *n, uint64_t h)
+int lease_add(struct lease_set *set, struct pool *p, uint64_t h)
 {
-	if (hset_add(set, h, 1) < 0)
+	if (hset_add(&set->h, h, 1) < 0)
+		return -ENOMEM;
+	if (hset_count(&set->h, h) == 1)
+		pool_holder(p, h, set->owner, true);
+	return 0;
+}
+
+int lease_sub(struct lease_set *set, struct pool *p, uint64_t h)
+{
+	if (hset_sub(&set->h, h, 1) < 0)
+		return -ENOENT;
+	if (!hset_count(&set->h, h))
+		pool_holder(p, h, set->owner, false);
+	return 0;
+}
+
+int lease_take(struct lease_set *set, struct pool *p, struct ns *n, uint64_t h)
+{
+	if (lease_add(set, p, h) < 0)
 		return -ENOMEM;
 	if (pool_state(p, h) == PAGE_CACHED)
 		prefix_leased(n->idx, pool_tag(p, h));
@@ -28,22 +46,27 @@ void lease_put(struct pool *p, struct ns *n, uint64_t h)
 		prefix_cached(n->idx, tag);
 }
 
-void lease_drop(struct hset *set, struct pool *p, struct ns *n, uint64_t h)
+void lease_drop(struct lease_set *set, struct pool *p, struct ns *n, uint64_t h)
 {
-	if (hset_sub(set, h, 1) == 0)
+	if (lease_sub(set, p, h) == 0)
 		lease_put(p, n, h);
 }
 
-uint64_t lease_drop_all(struct hset *set, struct pool *p, struct ns *n)
+uint64_t lease_drop_all(struct lease_set *set, struct pool *p, struct ns *n)
 {
-	uint64_t dropped = set->total;
+	struct hset *hs = &set->h;
+	uint64_t dropped = hs->total;
 	size_t i;
 	uint32_t k;
 
-	for (i = 0; i < set->cap; i++)
-		for (k = 0; set->keys[i] && k < set->counts[i]; k++)
-			lease_put(p, n, set->keys[i]);
-	hset_fini(set);
+	for (i = 0; i < hs->cap; i++) {
+		if (!hs->keys[i])
+			continue;
+		pool_holder(p, hs->keys[i], set->owner, false);
+		for (k = 0; k < hs->counts[i]; k++)
+			lease_put(p, n, hs->keys[i]);
+	}
+	hset_fini(hs);
 	return dropped;
 }
 

@@ -77,6 +77,9 @@ static const struct opt_def opt_table[] = {
 	  "N", "the GPU of the cuda backend (default 0)", NULL },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
 	  "N", "most client connections at once (default 256)", NULL },
+	{ "max-clients-per-uid", 0, OPT_UINT, OFF(max_clients_per_uid), 0, 1, 65536,
+	  "N", "most connections of one user; root and the daemon's user are not "
+	  "counted (default: half of --max-clients)", NULL },
 	{ "max-namespaces-per-uid", 0, OPT_UINT, OFF(max_ns_per_uid), 0, 1, 256,
 	  "N", "most namespaces one user may create; root and the daemon's user "
 	  "are not counted (default 16)", NULL },
@@ -87,6 +90,9 @@ static const struct opt_def opt_table[] = {
 	{ "max-output", 0, OPT_SIZE, OFF(max_output), 0, 256u << 10, 1ull << 40,
 	  "SIZE", "replies a client may leave unread before it is disconnected "
 	  "(default 16M)", NULL },
+	{ "max-output-total", 0, OPT_SIZE, OFF(max_output_total), 0, 256u << 10, 1ull << 50,
+	  "SIZE", "replies all clients together may leave unread; past it the one "
+	  "with the most is disconnected (default 256M)", NULL },
 	{ "idle-timeout", 0, OPT_UINT, OFF(idle_timeout), 0, 0, 1u << 30,
 	  "SECONDS", "disconnect a client that sent no request for SECONDS (default 0: "
 	  "never)", NULL },
@@ -143,6 +149,7 @@ void options_defaults(struct options *o)
 	o->spill_size = 1ull << 30;
 	o->max_msg_size = 256u * 1024u;
 	o->max_output = 16u << 20;
+	o->max_output_total = 256u << 20;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;
 }

@@ -36,11 +36,14 @@ struct options {
 	unsigned io;			/* enum loop_io: auto, uring, sync */
 	uint64_t cuda_device;		/* the GPU of the cuda backend */
 	uint64_t max_clients;
+	uint64_t max_clients_per_uid;	/* of one uid (root and the daemon's
+					 * user: any); 0: half of max_clients */
 	uint64_t max_ns_per_uid;	/* namespaces one uid may create (root and
 					 * the daemon's user: any) */
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
 	uint64_t max_output;		/* bytes of replies a client leaves unread */
+	uint64_t max_output_total;	/* ... all clients together */
 	uint64_t idle_timeout;		/* seconds without a request; 0: none */
 	unsigned key_scheme;		/* index in key_scheme names: 0 vllm, 1 fast */
 	char key_seed[256];		/* root key = H(seed) */

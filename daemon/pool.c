@@ -29,14 +29,17 @@
 #define POOL_NIL_SLAB UINT16_MAX
 _Static_assert(KVP_MAX_SLABS <= POOL_NIL_SLAB, "slab numbers fit in uint16_t below the nil mark");
 
-/* Metadata of one page: 20 bytes. */
+/* Metadata of one page: 32 bytes. */
 struct pool_page {
 	uint32_t gen;		/* >= 1; moves on each time the page is freed */
 	uint32_t refs;		/* references (leases); 0 when FREE or CACHED */
 	uint32_t next_index;	/* FREE: next free page's index ... */
 	uint32_t tag;		/* not FREE: the owner's tag (prefix entry) */
+	uint32_t holders;	/* distinct holders of the references */
 	uint16_t next_slab;	/* ... and slab; POOL_NIL_SLAB ends the list */
 	uint8_t state;		/* enum page_state */
+	uint64_t holder_x;	/* XOR of the holders' ids: the holder's id
+				 * when there is one */
 };
 
 struct pool_slab {
@@ -390,6 +393,8 @@ static void page_free(struct pool *p, struct pool_slab *s, struct pool_page *pg,
 {
 	page_set_state(p, s->ns, pg, PAGE_FREE);
 	pg->tag = 0;
+	pg->holders = 0;
+	pg->holder_x = 0;
 	if (++pg->gen == 0)
 		pg->gen = 1;
 	free_push(&p->ns[s->ns], pg, KVP_HANDLE_SLAB(h), KVP_HANDLE_INDEX(h));
@@ -478,6 +483,24 @@ uint32_t pool_tag(const struct pool *p, uint64_t h)
 	return pg ? pg->tag : 0;
 }
 
+void pool_holder(struct pool *p, uint64_t h, uint64_t id, bool add)
+{
+	struct pool_page *pg = page_find(p, h, NULL);
+
+	if (!pg || (!add && !pg->holders))
+		return;
+	pg->holders += add ? 1 : (uint32_t)-1;
+	pg->holder_x ^= id;
+}
+
+uint32_t pool_holders(const struct pool *p, uint64_t h, uint64_t *one)
+{
+	const struct pool_page *pg = page_find(p, h, NULL);
+
+	*one = pg && pg->holders == 1 ? pg->holder_x : 0;
+	return pg ? pg->holders : 0;
+}
+
 uint64_t pool_available(const struct pool *p, int ns)
 {
 	if (!pool_ns_valid(p, ns))
@@ -553,8 +576,8 @@ uint32_t pool_slabs_used(const struct pool *p)
  * pool_audit() - recount every page from its metadata and compare with
  * the incremental counts; walk every free list. O(pages): for STATS and
  * tests, not for the hot path. Returns true when all agree: each state's
- * count, each free list's length, references on exactly the PRIVATE and
- * SHARED pages.
+ * count, each free list's length, references on exactly the PRIVATE,
+ * SHARED and INFLIGHT pages, never more holders than references.
  */
 bool pool_audit(const struct pool *p)
 {
@@ -577,7 +600,8 @@ bool pool_audit(const struct pool *p)
 					      pg->state == PAGE_SHARED ||
 					      pg->state == PAGE_INFLIGHT;
 
-				if (pg->state >= PAGE_STATE_COUNT || leased != (pg->refs > 0))
+				if (pg->state >= PAGE_STATE_COUNT || leased != (pg->refs > 0) ||
+				    pg->holders > pg->refs)
 					return false;
 				by[pg->state]++;
 				ntotal++;

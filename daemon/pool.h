@@ -115,6 +115,16 @@ int pool_restored(struct pool *p, uint64_t h);
  * the free list. Returns 0 or -EINVAL when h is not a CACHED page. */
 int pool_evict(struct pool *p, uint64_t h);
 
+/*
+ * pool_holder() - client id holds page h now (add) or holds it no more:
+ * the lease module says so when a connection's first lease on h comes
+ * or its last goes. pool_holders() - how many clients hold h, and in
+ * *one the holder's id when there is exactly one (else 0). O(1); an
+ * invalid h has none.
+ */
+void pool_holder(struct pool *p, uint64_t h, uint64_t id, bool add);
+uint32_t pool_holders(const struct pool *p, uint64_t h, uint64_t *one);
+
 /* pool_set_tag() / pool_tag() - a 32-bit value kept with a page that is
  * not FREE (the prefix index keeps its entry number there). */
 void pool_set_tag(struct pool *p, uint64_t h, uint32_t tag);

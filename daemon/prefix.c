@@ -588,6 +588,35 @@ uint32_t prefix_depth(const struct prefix *x, uint32_t e)
 	return d;
 }
 
+uint32_t prefix_entries(const struct prefix *x)
+{
+	return x->cap;
+}
+
+/*
+ * prefix_depths() - each entry's depth, computed once: from an entry up
+ * to the first one already known (or the root), then back down the same
+ * path filling in. Every entry is walked over a bounded number of times
+ * (a damaged cycle of parents is cut at the entry count).
+ */
+void prefix_depths(const struct prefix *x, uint32_t *depth)
+{
+	uint32_t e, a, d, steps;
+
+	memset(depth, 0, x->cap * sizeof(*depth));
+	for (e = 1; e < x->cap; e++) {
+		if (!x->e[e].used || depth[e])
+			continue;
+		/* up: how far to a known depth or the root */
+		for (a = e, steps = 0; a && !depth[a] && steps <= x->count; a = x->e[a].parent)
+			steps++;
+		d = (a && steps <= x->count ? depth[a] : 0) + steps;
+		/* down the same path: the depths of e and its ancestors */
+		for (a = e; steps--; a = x->e[a].parent)
+			depth[a] = d--;
+	}
+}
+
 uint32_t prefix_next(const struct prefix *x, uint32_t e)
 {
 	for (e++; e < x->cap; e++)

@@ -146,8 +146,14 @@ uint64_t prefix_hits(const struct prefix *x, uint32_t e);
 uint64_t prefix_age_ms(const struct prefix *x, uint32_t e);
 
 /* prefix_depth() - blocks from the root to e, e included (a chain whose
- * first blocks are not indexed counts from the first that is). */
+ * first blocks are not indexed counts from the first that is). O(depth). */
 uint32_t prefix_depth(const struct prefix *x, uint32_t e);
+
+/* prefix_depths() - prefix_depth() of every entry at once into
+ * depth[0..prefix_entries()), the caller's array: O(entries) in all,
+ * however deep the chains. */
+uint32_t prefix_entries(const struct prefix *x);
+void prefix_depths(const struct prefix *x, uint32_t *depth);
 
 /* prefix_next() - iterate the entries: the one after e (PREFIX_NIL to
  * start), PREFIX_NIL at the end. O(entries) in all. */

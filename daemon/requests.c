@@ -39,11 +39,11 @@ bool requests_room_for_leases(struct conn *c, const struct kvp_wire_hdr *req, ui
 {
 	uint64_t max = c->srv->opt->max_leases;
 
-	if (c->leases.total + n <= max)
+	if (lease_count(&c->leases) + n <= max)
 		return true;
 	conn_error(c, req, KVP_S_LIMIT, "%s of %llu pages: this client holds %llu, "
 		   "max-leases is %llu; release pages first", wire_op_str(req->op),
-		   (unsigned long long)n, (unsigned long long)c->leases.total,
+		   (unsigned long long)n, (unsigned long long)lease_count(&c->leases),
 		   (unsigned long long)max);
 	return false;
 }
@@ -217,9 +217,9 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 		return false;
 	}
 	for (i = 0; i < n; i++) {
-		if (hset_add(&c->leases, out[i], 1) < 0) {
+		if (lease_add(&c->leases, s->pool, out[i]) < 0) {
 			while (i--)
-				hset_sub(&c->leases, out[i], 1);
+				lease_sub(&c->leases, s->pool, out[i]);
 			for (i = 0; i < n; i++)
 				pool_unref(s->pool, out[i]);
 			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
@@ -598,9 +598,9 @@ static void handle_release(struct conn *c, const struct kvp_wire_hdr *req,
 	for (i = 0; i < n; i++) {
 		h = wire_handle_at(handles, i);
 		if (pool_lookup(s->pool, c->ns->pool_ns, h) < 0 ||
-		    hset_sub(&c->leases, h, 1) < 0) {
-			while (i--)
-				hset_add(&c->leases, wire_handle_at(handles, i), 1);
+		    lease_sub(&c->leases, s->pool, h) < 0) {
+			while (i--)	/* each takes back the slot it left: no failure */
+				lease_add(&c->leases, s->pool, wire_handle_at(handles, i));
 			conn_error(c, req, KVP_S_STALE, "page handle %#llx (entry %u) is not "
 				   "leased by this client: stale, forged or already released; "
 				   "nothing was released", (unsigned long long)h, i);
@@ -784,7 +784,7 @@ void requests_conn_gone(struct conn *c)
 	uint64_t dropped;
 
 	if (!n) {
-		hset_fini(&c->leases);
+		hset_fini(&c->leases.h);	/* no namespace, no lease */
 		return;
 	}
 	dropped = lease_drop_all(&c->leases, c->srv->pool, n);

@@ -55,6 +55,74 @@ static void server_maybe_done(struct server *s)
 
 /* --- connection life cycle ------------------------------------------- */
 
+/* --- connections by uid (--max-clients-per-uid) ---------------------- */
+
+/* uid_counted() - uid's connections count against --max-clients-per-uid
+ * (root's and the daemon's own user's do not). */
+static bool uid_counted(uid_t uid)
+{
+	return uid != 0 && uid != geteuid();
+}
+
+static struct uid_conns *uid_find(struct server *s, uid_t uid)
+{
+	uint32_t i;
+
+	for (i = 0; i < s->nuids; i++)
+		if (s->uids[i].uid == uid)
+			return &s->uids[i];
+	return NULL;
+}
+
+/* uid_conns_of() - connections served for uid now. O(users). */
+static uint32_t uid_conns_of(struct server *s, uid_t uid)
+{
+	struct uid_conns *u = uid_find(s, uid);
+
+	return u ? u->n : 0;
+}
+
+/* uid_add() / uid_del() - one served connection more or less for uid.
+ * uid_add() returns 0 or -ENOMEM. */
+static int uid_add(struct server *s, uid_t uid)
+{
+	struct uid_conns *u = uid_find(s, uid);
+
+	if (!u) {
+		if (s->nuids == s->cap_uids) {
+			uint32_t cap = s->cap_uids ? s->cap_uids * 2 : 8;
+
+			u = realloc(s->uids, cap * sizeof(*u));
+			if (!u)
+				return -ENOMEM;
+			s->uids = u;
+			s->cap_uids = cap;
+		}
+		u = &s->uids[s->nuids++];
+		u->uid = uid;
+		u->n = 0;
+	}
+	u->n++;
+	return 0;
+}
+
+static void uid_del(struct server *s, uid_t uid)
+{
+	struct uid_conns *u = uid_find(s, uid);
+
+	if (u && --u->n == 0)
+		*u = s->uids[--s->nuids];
+}
+
+/* uid_limit() - --max-clients-per-uid, or half of --max-clients. */
+static uint64_t uid_limit(const struct server *s)
+{
+	return s->opt->max_clients_per_uid ? s->opt->max_clients_per_uid
+					   : (s->opt->max_clients + 1) / 2;
+}
+
+/* --- connection life cycle ------------------------------------------- */
+
 static void conn_free(struct conn *c)
 {
 	struct server *s = c->srv;
@@ -64,6 +132,7 @@ static void conn_free(struct conn *c)
 		next = o->next;
 		free(o);
 	}
+	s->out_total -= c->out_bytes;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -75,6 +144,7 @@ static void conn_free(struct conn *c)
 		s->nrefused--;
 	} else {
 		s->nconns--;
+		uid_del(s, c->cred.uid);
 		log_debug("client %llu (pid %d) disconnected",
 			  (unsigned long long)c->id, (int)c->cred.pid);
 	}
@@ -84,9 +154,27 @@ static void conn_free(struct conn *c)
 	server_maybe_done(s);
 }
 
+/* drop_output() - free the replies c will never read, all but the one a
+ * send in flight still uses. */
+static void drop_output(struct conn *c)
+{
+	struct outbuf *keep = c->sending ? c->out_head : NULL, *o, *next;
+
+	for (o = keep ? keep->next : c->out_head; o; o = next) {
+		next = o->next;
+		c->out_bytes -= o->len;
+		c->srv->out_total -= o->len;
+		free(o);
+	}
+	if (keep)
+		keep->next = NULL;
+	c->out_head = c->out_tail = keep;
+}
+
 /*
  * conn_close() - move c to CONN_CLOSING. The shutdown makes the posted
- * receive (and any send) complete; the last completion frees c.
+ * receive (and any send) complete; the last completion frees c. Its
+ * unsent replies go at once.
  */
 static void conn_close(struct conn *c)
 {
@@ -94,8 +182,35 @@ static void conn_close(struct conn *c)
 		return;
 	c->state = CONN_CLOSING;
 	shutdown(c->fd, SHUT_RDWR);
+	drop_output(c);
 	if (c->ops == 0)
 		conn_free(c);
+}
+
+/*
+ * output_over() - the replies all clients left unread passed
+ * --max-output-total: disconnect the client that holds the most of them
+ * (O(clients), only then). True when that was c.
+ */
+static bool output_over(struct conn *c)
+{
+	struct server *s = c->srv;
+	struct conn *o, *worst = NULL;
+
+	for (o = s->conns; o; o = o->next)
+		if (o->state != CONN_CLOSING && (!worst || o->out_bytes > worst->out_bytes))
+			worst = o;
+	if (!worst)
+		return false;
+	s->n.closed_output++;
+	log_warn("clients leave %zu bytes of replies unread, more than --max-output-total "
+		 "%llu; disconnecting client %llu (%s, pid %d, uid %u), which leaves the "
+		 "most (%zu bytes; its leases are released)", s->out_total,
+		 (unsigned long long)s->opt->max_output_total, (unsigned long long)worst->id,
+		 worst->name, (int)worst->cred.pid, (unsigned)worst->cred.uid,
+		 worst->out_bytes);
+	conn_close(worst);
+	return worst == c;
 }
 
 /* conn_op_done() - account for one completed operation; true when the
@@ -196,6 +311,7 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		c->out_head = o;
 	c->out_tail = o;
 	c->out_bytes += o->len;
+	c->srv->out_total += o->len;
 	if (c->out_bytes > c->srv->opt->max_output) {
 		c->srv->n.closed_output++;
 		log_warn("client %llu (%s, pid %d) leaves %zu bytes of replies unread, more "
@@ -205,6 +321,8 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		conn_close(c);
 		return;
 	}
+	if (c->srv->out_total > c->srv->opt->max_output_total && output_over(c))
+		return;
 	conn_post_send(c);
 }
 
@@ -323,9 +441,16 @@ static void handle_message(struct conn *c, size_t n)
 	}
 	if (c->state == CONN_REFUSED) {
 		c->close_after_send = true;
-		conn_error(c, &req, KVP_S_LIMIT, "kvpoold serves %llu clients (max-clients); "
-			   "try again later or raise --max-clients",
-			   (unsigned long long)c->srv->opt->max_clients);
+		if (c->per_uid)
+			conn_error(c, &req, KVP_S_LIMIT, "uid %u has %u connections to kvpoold, "
+				   "--max-clients-per-uid is %llu; close some, or ask the "
+				   "daemon's admin to raise it", (unsigned)c->cred.uid,
+				   uid_conns_of(c->srv, c->cred.uid),
+				   (unsigned long long)uid_limit(c->srv));
+		else
+			conn_error(c, &req, KVP_S_LIMIT, "kvpoold serves %llu clients "
+				   "(max-clients); try again later or raise --max-clients",
+				   (unsigned long long)c->srv->opt->max_clients);
 		return;
 	}
 	if (fds) {
@@ -379,6 +504,7 @@ static void conn_send_done(struct loop_op *op, int res)
 	if (!c->out_head)
 		c->out_tail = NULL;
 	c->out_bytes -= o->len;
+	c->srv->out_total -= o->len;
 	free(o);
 	if (c->close_after_send && !c->out_head) {
 		conn_close(c);
@@ -398,11 +524,72 @@ static void server_post_accept(struct server *s)
 	s->accepting = true;
 }
 
+/* conn_new() - a connection object for fd, its peer's credentials read;
+ * NULL without memory. */
+static struct conn *conn_new(struct server *s, int fd)
+{
+	socklen_t len = sizeof(struct ucred);
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (c)
+		c->rbuf = malloc(s->opt->max_msg_size);
+	if (!c || !c->rbuf) {
+		free(c);
+		return NULL;
+	}
+	c->srv = s;
+	c->fd = fd;
+	c->id = ++s->next_conn_id;
+	c->state = CONN_OPEN;
+	lease_set_init(&c->leases, c->id);
+	c->last_ms = server_now_ms();
+	c->connected_ms = c->last_ms - s->start_ms;
+	c->recv_op.done = conn_recv_done;
+	c->send_op.done = conn_send_done;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
+		c->cred.pid = -1;
+		c->cred.uid = (uid_t)-1;
+		c->cred.gid = (gid_t)-1;
+	}
+	/* admin: root, the daemon's own user, or the --admin-group (primary
+	 * or supplementary) */
+	access_peer_of(fd, &c->cred, &c->peer);
+	c->admin = c->cred.uid == 0 || c->cred.uid == geteuid() ||
+		   access_in_group(&c->peer, s->admin_gid);
+	c->peer.admin = c->admin;
+	return c;
+}
+
+/*
+ * conn_refuse() - c is over max-clients (or its uid over
+ * --max-clients-per-uid): keep it only to answer its first request with
+ * LIMIT, since closing at once could reset the connection before it
+ * reads why; past REFUSED_MAX of them, false: close it at once.
+ */
+static bool conn_refuse(struct server *s, struct conn *c, bool per_uid)
+{
+	s->n.connections_refused++;
+	if (per_uid)
+		log_warn("refusing a client of uid %u (pid %d): it has %u connections, "
+			 "--max-clients-per-uid is %llu", (unsigned)c->cred.uid,
+			 (int)c->cred.pid, uid_conns_of(s, c->cred.uid),
+			 (unsigned long long)uid_limit(s));
+	else
+		log_warn("refusing a client: %u clients connected, max-clients is %llu",
+			 s->nconns, (unsigned long long)s->opt->max_clients);
+	if (s->nrefused >= REFUSED_MAX)
+		return false;
+	c->state = CONN_REFUSED;
+	c->refused = true;
+	c->per_uid = per_uid;
+	return true;
+}
+
 static void server_accept_done(struct loop_op *op, int res)
 {
 	struct server *s = container_of(op, struct server, accept_op);
-	socklen_t len = sizeof(struct ucred);
 	int sndbuf = (int)s->opt->max_msg_size + 4096;
+	bool over;
 	struct conn *c;
 
 	s->accepting = false;
@@ -417,52 +604,26 @@ static void server_accept_done(struct loop_op *op, int res)
 		server_post_accept(s);
 		return;
 	}
-	if (s->nconns >= s->opt->max_clients) {
-		s->n.connections_refused++;
-		log_warn("refusing a client: %u clients connected, max-clients is %llu",
-			 s->nconns, (unsigned long long)s->opt->max_clients);
-		if (s->nrefused >= REFUSED_MAX) {
-			close(res);
-			server_post_accept(s);
-			return;
-		}
-	}
-	c = calloc(1, sizeof(*c));
-	if (c)
-		c->rbuf = malloc(s->opt->max_msg_size);
-	if (!c || !c->rbuf) {
+	c = conn_new(s, res);
+	if (!c) {
 		log_error("out of memory for a new client; refusing it");
-		free(c);
 		close(res);
 		server_post_accept(s);
 		return;
 	}
-	c->srv = s;
-	c->fd = res;
-	c->id = ++s->next_conn_id;
-	c->state = CONN_OPEN;
-	if (s->nconns >= s->opt->max_clients) {
-		/* Kept only to answer its first request with LIMIT: closing
-		 * at once could reset the connection before it reads why. */
-		c->state = CONN_REFUSED;
-		c->refused = true;
+	if (s->nconns >= s->opt->max_clients)
+		over = !conn_refuse(s, c, false);
+	else if (uid_counted(c->cred.uid) && uid_conns_of(s, c->cred.uid) >= uid_limit(s))
+		over = !conn_refuse(s, c, true);
+	else
+		over = !c->refused && uid_add(s, c->cred.uid) < 0;
+	if (over) {
+		close(res);
+		free(c->rbuf);
+		free(c);
+		server_post_accept(s);
+		return;
 	}
-	hset_init(&c->leases);
-	c->last_ms = server_now_ms();
-	c->connected_ms = c->last_ms - s->start_ms;
-	c->recv_op.done = conn_recv_done;
-	c->send_op.done = conn_send_done;
-	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
-		c->cred.pid = -1;
-		c->cred.uid = (uid_t)-1;
-		c->cred.gid = (gid_t)-1;
-	}
-	/* admin: root, the daemon's own user, or the --admin-group (primary
-	 * or supplementary) */
-	access_peer_of(c->fd, &c->cred, &c->peer);
-	c->admin = c->cred.uid == 0 || c->cred.uid == geteuid() ||
-		   access_in_group(&c->peer, s->admin_gid);
-	c->peer.admin = c->admin;
 	/* A SEQPACKET message must fit in the sender's buffer. */
 	if (setsockopt(c->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)) < 0)
 		log_debug("client %llu: SO_SNDBUF %d: %s", (unsigned long long)c->id,
@@ -900,5 +1061,6 @@ void server_free(struct server *s)
 	unlink(s->opt->socket_path);
 	close(s->lock_fd);	/* the file stays: unlinking it would race */
 	ns_table_fini(&s->nst);
+	free(s->uids);
 	free(s);
 }

@@ -80,7 +80,7 @@ static void pending_finish(struct pending *pd)
 		if (pd->restored[i] && (gone || i >= pd->hits)) {
 			lease_put(p, n, pd->pages[i]);	/* back in the pool, cached */
 		} else if (pd->restored[i]) {
-			if (hset_add(&c->leases, pd->pages[i], 1) < 0) {
+			if (lease_add(&c->leases, p, pd->pages[i]) < 0) {
 				lease_put(p, n, pd->pages[i]);
 				if (i < pd->hits)
 					pd->hits = i;
@@ -224,7 +224,7 @@ static bool restore_host(struct conn *c, struct ns *n, uint32_t e, uint64_t page
 	}
 	pool_restored(p, page);
 	prefix_restored(n->idx, e);
-	if (hset_add(&c->leases, page, 1) < 0) {
+	if (lease_add(&c->leases, p, page) < 0) {
 		lease_put(p, n, page);
 		return false;
 	}

@@ -321,7 +321,7 @@ struct kvp_wire_page {
 	uint32_t state;		/* KVP_PAGE_* */
 	uint32_t refs;		/* leases */
 	uint32_t holders;	/* clients holding it */
-	uint64_t holder;	/* the first holder's id, 0 for none */
+	uint64_t holder;	/* its one holder's id; 0: none or several */
 	uint32_t prio;		/* published: priority class */
 	uint32_t tokens;	/* published: tokens (block_tokens, or a partial's) */
 	uint64_t age_ms;	/* published: since last used */

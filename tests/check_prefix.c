@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <check.h>
@@ -256,6 +257,30 @@ END_TEST
 
 /* --- the pool's states of published pages ------------------------------- */
 
+START_TEST(test_prefix_depths_of_all_entries_at_once_match_each_one)
+{
+	struct prefix *x = prefix_new();
+	uint32_t *depth, e, mid;
+
+	ck_assert_ptr_nonnull(x);
+	chain(x, 1, 3000, 1);			/* one deep chain */
+	chain(x, 5000, 5, 1);			/* a short one */
+	mid = prefix_find(x, key(1500));	/* cut the deep one in two */
+	prefix_remove(x, mid);
+	prefix_insert(x, key(9000), NULL, prefix_find(x, key(2000)), 1, 1, NULL, 0);
+	depth = calloc(prefix_entries(x), sizeof(*depth));
+	ck_assert_ptr_nonnull(depth);
+	prefix_depths(x, depth);
+	for (e = prefix_next(x, PREFIX_NIL); e; e = prefix_next(x, e))
+		ck_assert_uint_eq(depth[e], prefix_depth(x, e));
+	ck_assert_uint_eq(depth[prefix_find(x, key(3000))], 1500);
+	ck_assert_uint_eq(depth[prefix_find(x, key(1499))], 1499);
+	ck_assert_uint_eq(depth[prefix_find(x, key(9000))], 501);
+	free(depth);
+	prefix_free(x);
+}
+END_TEST
+
 START_TEST(test_prefix_pool_states_of_a_published_page)
 {
 	struct backend be;
@@ -305,6 +330,7 @@ Suite *prefix_suite(void)
 	tcase_add_test(tc, test_prefix_grows_past_many_entries);
 	tcase_add_test(tc, test_prefix_partial_matches_the_longest_token_prefix);
 	tcase_add_test(tc, test_prefix_entries_are_reused_after_removal);
+	tcase_add_test(tc, test_prefix_depths_of_all_entries_at_once_match_each_one);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction order");

@@ -622,6 +622,142 @@ START_TEST(test_security_sighup_cuts_off_revoked_clients)
 }
 END_TEST
 
+/* --- finding 7: no user takes the daemon for itself ------------------------- */
+
+START_TEST(test_security_one_uid_cannot_take_every_connection)
+{
+	char conf[128];
+	struct daemon d;
+	kvp_client *c;
+	pid_t pid;
+
+	start(&d, conf, sizeof(conf), "max-clients = 8\nmax-clients-per-uid = 3\n", 0, NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char why[512];
+		int fd[4], i;
+
+		become_nobody();
+		for (i = 0; i < 3; i++) {
+			fd[i] = raw_connect(d.sock);
+			expect(fd[i] >= 0 && raw_hello(fd[i], NULL, NULL, why, sizeof(why)) ==
+			       KVP_S_OK, 10 + i);
+		}
+		fd[3] = raw_connect(d.sock);
+		expect(fd[3] >= 0, 13);
+		expect(raw_hello(fd[3], NULL, NULL, why, sizeof(why)) == KVP_S_LIMIT, 14);
+		expect(strstr(why, "uid 65534 has 3 connections to kvpoold, "
+			      "--max-clients-per-uid is 3"), 15);
+		expect(raw_recv(fd[3], 0, NULL, 0, NULL) == -1, 16);	/* then closed */
+		close(fd[3]);
+		/* one of its own closed: room again */
+		close(fd[0]);
+		for (i = 0; i < 100; i++) {
+			fd[0] = raw_connect(d.sock);
+			if (fd[0] >= 0 && raw_hello(fd[0], NULL, NULL, why, sizeof(why)) == KVP_S_OK)
+				break;
+			close(fd[0]);
+			usleep(10 * 1000);	/* until the daemon has seen the close */
+		}
+		expect(i < 100, 17);
+		_exit(0);
+	}
+	child_wait(pid);
+	/* others still get in while nobody holds its share */
+	ck_assert_int_eq(kvp_connect(d.sock, "mine", &geo, &c), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_unread_replies_are_bounded_in_total)
+{
+	enum { CONNS = 4, REQS = 4000 };
+	int fd[CONNS], sent[CONNS] = { 0 }, i, k, open_ = CONNS;
+	char conf[128];
+	kvp_stats_t st;
+	struct daemon d;
+
+	start(&d, conf, sizeof(conf), "max-output-total = 1M\n", 0, NULL);
+	/* four clients ask for STATS thousands of times and never read: each
+	 * stays under --max-output (16M), together they pass 1M */
+	for (i = 0; i < CONNS; i++) {
+		fd[i] = raw_connect(d.sock);
+		ck_assert_int_ge(fd[i], 0);
+		ck_assert_int_eq(fcntl(fd[i], F_SETFL, O_NONBLOCK), 0);
+	}
+	for (k = 0; k < 100000 && open_ == CONNS; k++) {
+		bool any = false;
+
+		for (i = 0; i < CONNS; i++) {
+			int rc;
+
+			if (sent[i] == REQS)
+				continue;
+			rc = raw_send(fd[i], KVP_OP_STATS, (uint64_t)sent[i] + 1, NULL, 0);
+			if (rc == 0) {
+				sent[i]++;
+				any = true;
+			} else if (rc != -EAGAIN) {
+				open_--;	/* the daemon closed it */
+			}
+		}
+		if (!any)
+			usleep(1000);	/* their buffers are full: let the daemon read */
+	}
+	wait_log(&d, "more than --max-output-total 1048576; disconnecting client");
+	stats_of(d.sock, &st);
+	ck_assert_uint_ge(st.closed_output, 1);
+	for (i = 0; i < CONNS; i++)
+		close(fd[i]);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_listings_know_a_page_s_holders)
+{
+	struct kvp_wire_client cl[8];
+	kvp_client *h[3], *adm;
+	const kvp_key key = { { 12 } };
+	struct kvp_wire_page r[4];
+	char conf[128];
+	struct daemon d;
+	kvp_page p[3];
+	int i, n;
+
+	start(&d, conf, sizeof(conf), "", 0, NULL);
+	publish_key(d.sock, "held", &key);
+	for (i = 0; i < 3; i++) {
+		ck_assert_int_eq(kvp_connect(d.sock, "held", &geo, &h[i]), 0);
+		ck_assert_int_eq(kvp_acquire(h[i], NULL, &key, 1, NULL, 0, &p[i], NULL), 1);
+	}
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &adm), 0);
+	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+	ck_assert_uint_eq(r[0].refs, 3);
+	ck_assert_uint_eq(r[0].holders, 3);
+	ck_assert_uint_eq(r[0].holder, 0);	/* several: none named */
+	ck_assert_int_eq(kvp_retain(h[2], &p[2], 1), 0);	/* a second lease */
+	for (i = 0; i < 2; i++)
+		ck_assert_int_eq(kvp_release(h[i], &p[i], 1), 0);
+	n = kvp_list_clients(adm, cl, 8);
+	ck_assert_int_ge(n, 4);
+	for (i = 0; i < n && cl[i].leases != 2; i++)
+		;
+	ck_assert_int_lt(i, n);
+	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+	ck_assert_uint_eq(r[0].refs, 2);
+	ck_assert_uint_eq(r[0].holders, 1);
+	ck_assert_uint_eq(r[0].holder, cl[i].id);
+	for (i = 0; i < 3; i++)
+		kvp_close(h[i]);
+	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+	ck_assert_uint_eq(r[0].holders, 0);
+	kvp_close(adm);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* --- finding 10: namespaces and pinned memory come back ------------------ */
 
 /* vmpin_kb() - the daemon's VmPin (memory the kernel keeps pinned for it,
@@ -773,6 +909,12 @@ static Suite *security_suite(void)
 	tc = tcase_create("rights");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_security_sighup_cuts_off_revoked_clients);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("limits");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_security_one_uid_cannot_take_every_connection);
+	tcase_add_test(tc, test_security_unread_replies_are_bounded_in_total);
+	tcase_add_test(tc, test_security_listings_know_a_page_s_holders);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("namespaces");
 	tcase_set_timeout(tc, 30);
