@@ -21,6 +21,7 @@
 #include "daemon/options.h"
 #include "daemon/pool.h"
 #include "daemon/server.h"
+#include "daemon/sockfile.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -183,7 +184,7 @@ static int write_pid_file(const char *path)
 	char err[8192], pid[32];
 	int fd, n, rc = 0;
 
-	fd = server_own_file(path, "pid file", 0644, err, sizeof(err));
+	fd = sockfile_own(path, "pid file", 0644, err, sizeof(err));
 	if (fd < 0) {
 		log_error("%s", err);
 		return fd;

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server.c - the listening socket and client connections of kvpoold:
- * accepting, receiving, replying, closing. Requests themselves are
- * dispatched in requests.c and served there, in share.c and admin.c.
+ * server.c - the client connections of kvpoold: accepting them on the
+ * listening socket (which sockfile.c makes), limits per daemon and per
+ * uid, receiving, replying, closing, and SIGHUP's new rights. Requests
+ * themselves are dispatched in requests.c and served there, in share.c
+ * and admin.c.
  *
  * Each connection is a small state machine driven by loop completions:
  * one receive is always posted while the connection is open, replies are
@@ -13,16 +15,11 @@
 #include <errno.h>
 #include <grp.h>
 #include <stdarg.h>
-#include <libgen.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +28,7 @@
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/server.h"
+#include "daemon/sockfile.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -52,8 +50,6 @@ static void server_maybe_done(struct server *s)
 	if (s->shutting_down && !s->accepting && !s->conns && !s->idle_armed)
 		loop_drain(s->loop);	/* spill writes finish first */
 }
-
-/* --- connection life cycle ------------------------------------------- */
 
 /* --- connections by uid (--max-clients-per-uid) ---------------------- */
 
@@ -700,184 +696,13 @@ static void server_cancel_done(struct loop_op *op, int res)
 	(void)res;
 }
 
-/*
- * server_own_file() - open (or create, mode) a file of the daemon's own
- * at path without following a link, and check that it is one: a plain
- * file of the daemon's user with one name; its mode is set to mode. For
- * the lock and pid files, which may sit in a directory others can write.
- * Returns the fd or -errno with the reason in err.
- */
-int server_own_file(const char *path, const char *what, mode_t mode, char *err,
-		    size_t errlen)
-{
-	struct stat st = { 0 };
-	int fd, rc;
-
-	fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
-	if (fd < 0) {
-		rc = -errno;
-		if (rc == -ELOOP)
-			snprintf(err, errlen, "the %s %s is a symbolic link: kvpoold never "
-				 "follows one there; remove it, and keep the file in a "
-				 "directory only kvpoold's user can write", what, path);
-		else
-			snprintf(err, errlen, "cannot open the %s %s: %s%s", what, path,
-				 strerror(-rc), rc == -ENOENT ? " (create its directory, e.g. "
-				 "with systemd's RuntimeDirectory=kvpool, or choose another "
-				 "path)" : "");
-		return rc;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    st.st_nlink != 1) {
-		snprintf(err, errlen, "the %s %s is not a file of kvpoold's (uid %u, mode "
-			 "%04o, %u links; it makes plain files of uid %u): it is left alone; "
-			 "remove it, and keep the file in a directory only kvpoold's user "
-			 "can write", what, path, (unsigned)st.st_uid,
-			 (unsigned)(st.st_mode & 07777), (unsigned)st.st_nlink,
-			 (unsigned)geteuid());
-		close(fd);
-		return -EPERM;
-	}
-	if ((st.st_mode & 07777) != mode && fchmod(fd, mode) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot make the %s %s mode %04o: %s", what, path,
-			 (unsigned)mode, strerror(-rc));
-		close(fd);
-		return rc;
-	}
-	return fd;
-}
-
-/*
- * lock_socket() - take PATH.lock, which a running daemon holds for its
- * whole life. A lock, unlike a probe of the socket, tells a live daemon
- * from a dead one at once: the kernel drops it when its owner exits. The
- * file is mode 0600: a client that could open it could take a shared
- * lock and make every later start believe a daemon is running.
- * Returns the lock's fd or -errno with the reason in err.
- */
-static int lock_socket(const char *path, char *err, size_t errlen)
-{
-	char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], pid[32];
-	ssize_t n;
-	int fd, rc;
-
-	snprintf(lock, sizeof(lock), "%s.lock", path);
-	fd = server_own_file(lock, "lock file", 0600, err, errlen);
-	if (fd < 0)
-		return fd;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = -errno;
-		n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		if (rc == -EWOULDBLOCK)
-			snprintf(err, errlen, "another kvpoold (pid %s) is listening on %s; "
-				 "stop it first or choose another --socket",
-				 pid[0] ? pid : "?", path);
-		else
-			snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(-rc));
-		close(fd);
-		return rc == -EWOULDBLOCK ? -EADDRINUSE : rc;
-	}
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-		log_warn("cannot write the pid into %s: %s", lock, strerror(errno));
-	return fd;
-}
-
-/*
- * bind_socket() - bind and listen on path; the caller holds its lock, so
- * a socket file already there is stale and replaced. Returns the
- * listening fd or -errno with the reason in err.
- */
-static int bind_socket(const char *path, unsigned backlog, char *err, size_t errlen)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd, rc;
-
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	if (lstat(path, &st) == 0) {
-		if (!S_ISSOCK(st.st_mode)) {
-			snprintf(err, errlen, "%s exists and is not a socket; "
-				 "remove it or choose another --socket", path);
-			return -EEXIST;
-		}
-		log_info("replacing the stale socket %s", path);
-		unlink(path);
-	}
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "socket(AF_UNIX, SOCK_SEQPACKET): %s", strerror(-rc));
-		return rc;
-	}
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot bind %s: %s", path, strerror(-rc));
-		close(fd);
-		return rc;
-	}
-	if (listen(fd, (int)backlog) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "listen on %s: %s", path, strerror(-rc));
-		close(fd);
-		unlink(path);
-		return rc;
-	}
-	return fd;
-}
-
-/*
- * socket_access() - resolve the socket's group (-1: keep the daemon's)
- * and create the socket's directory, 0750, if it is missing. Returns 0
- * or -errno with err filled.
- */
-static int socket_access(const struct options *o, gid_t *gid, char *err, size_t errlen)
-{
-	char dir[sizeof(o->socket_path)];
-	struct group *gr;
-	struct stat st;
-	int rc;
-
-	*gid = (gid_t)-1;
-	if (o->socket_group[0]) {
-		gr = getgrnam(o->socket_group);
-		if (!gr) {
-			snprintf(err, errlen, "socket-group '%s' is not a group on this "
-				 "system (see getent group)", o->socket_group);
-			return -EINVAL;
-		}
-		*gid = gr->gr_gid;
-	}
-	memcpy(dir, o->socket_path, sizeof(dir));
-	dirname(dir);
-	if (stat(dir, &st) == 0)
-		return 0;
-	/* chmod: the umask (077) would take the group's x away */
-	if (mkdir(dir, 0750) < 0 || chmod(dir, 0750) < 0 ||
-	    (*gid != (gid_t)-1 && chown(dir, (uid_t)-1, *gid) < 0)) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot create the socket directory %s: %s "
-			 "(create it, e.g. with systemd's RuntimeDirectory=kvpool, or "
-			 "choose another --socket)", dir, strerror(-rc));
-		return rc;
-	}
-	log_info("created the socket directory %s (mode 0750)", dir);
-	return 0;
-}
-
 int server_init(struct server **out, struct loop *l, const struct options *o,
 		struct backend *be, struct pool *pool, char *err, size_t errlen)
 {
 	struct server *s;
-	gid_t gid, admin_gid;
-	int fd, rc;
+	gid_t admin_gid;
+	int rc;
 
-	rc = socket_access(o, &gid, err, errlen);
-	if (rc < 0)
-		return rc;
 	if (o->spill_dir[0]) {
 		rc = spill_dir_check(o->spill_dir, err, errlen);
 		if (rc < 0)
@@ -900,25 +725,11 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		return -ENOMEM;
 	}
 	s->opt = o;
-	s->lock_fd = lock_socket(o->socket_path, err, errlen);
-	if (s->lock_fd < 0) {
-		rc = s->lock_fd;
-		goto out_free;
-	}
-	fd = bind_socket(o->socket_path, 128, err, errlen);
-	if (fd < 0) {
-		rc = fd;
-		goto out_unlock;
-	}
-	/* 0660: the owner and the socket's group may connect, no one else. */
-	if (chmod(o->socket_path, 0660) < 0 ||
-	    (gid != (gid_t)-1 && chown(o->socket_path, (uid_t)-1, gid) < 0)) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot set the mode or group of %s: %s",
-			 o->socket_path, strerror(-rc));
-		close(fd);
-		unlink(o->socket_path);
-		goto out_unlock;
+	rc = sockfile_open(o->socket_path, o->socket_group, &s->lock_fd, &s->listen_fd,
+			   err, errlen);
+	if (rc < 0) {
+		free(s);
+		return rc;
 	}
 	s->loop = l;
 	s->be = be;
@@ -951,19 +762,12 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 			 o->spill_dir, (unsigned long long)pages, s->nst.count,
 			 o->spill_discard ? " (--spill-discard: cold start)" : "");
 	}
-	s->listen_fd = fd;
 	s->start_ms = server_now_ms();
 	s->accept_op.done = server_accept_done;
 	s->cancel_op.done = server_cancel_done;
 	server_post_accept(s);
 	*out = s;
 	return 0;
-
-out_unlock:
-	close(s->lock_fd);
-out_free:
-	free(s);
-	return rc;
 }
 
 void server_shutdown(struct server *s)

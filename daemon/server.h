@@ -7,7 +7,6 @@
 #define KVP_SERVER_H
 
 #include <stddef.h>
-#include <sys/types.h>
 
 #include "daemon/backend.h"
 #include "daemon/loop.h"
@@ -43,12 +42,6 @@ void server_shutdown(struct server *s);
  * keeps the old rules, logged. Other settings need a restart.
  */
 void server_reload(struct server *s);
-
-/* server_own_file() - open or create a file of the daemon's own at path
- * (the pid file; what names it in messages), never through a link, mode
- * mode. Returns the fd, or -errno with err saying what to do. */
-int server_own_file(const char *path, const char *what, mode_t mode, char *err,
-		    size_t errlen);
 
 /* server_free() - unlink the socket and free the server and its
  * namespaces (not the pool). Call after the loop stopped; s may be NULL. */

@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sockfile.h - the socket file of kvpoold, its directory and lock, and
+ * the daemon's own files beside it (the pid file).
+ */
+#ifndef KVP_SOCKFILE_H
+#define KVP_SOCKFILE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/*
+ * sockfile_open() - take the lock PATH.lock (held for the daemon's life:
+ * a second daemon on the same path is refused, a socket left by a dead
+ * one is replaced), then bind and listen on path, mode 0660 with group
+ * (""; the daemon's) so that only its group may connect; a missing
+ * directory is made 0750 with that group. Returns 0 with both fds, or
+ * -errno with the reason and what to do in err (errlen bytes).
+ */
+int sockfile_open(const char *path, const char *group, int *lock_fd, int *listen_fd,
+		  char *err, size_t errlen);
+
+/*
+ * sockfile_own() - open or create (mode) a file of the daemon's own at
+ * path, never through a link, and only if it is a plain file of the
+ * daemon's user with one name; its mode is made mode. what names it in
+ * messages ("pid file"). Returns the fd, or -errno with err saying what
+ * to do.
+ */
+int sockfile_own(const char *path, const char *what, mode_t mode, char *err,
+		 size_t errlen);
+
+#endif /* KVP_SOCKFILE_H */
