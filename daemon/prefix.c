@@ -5,7 +5,11 @@
  * Entries live in one growing array and are named by their index, so
  * links stay valid when it grows. Full-block entries hang off a hash
  * table by key; partial entries off a second table by parent key. Keys
- * are already uniform hashes, so their first 8 bytes pick the bucket.
+ * come from clients, who could choose them to collide in any fixed
+ * function of their bytes (before, their first 8 bytes picked the
+ * bucket, and 60,000 keys with the same first bytes made every lookup
+ * walk all of them): the bucket is the SipHash of the whole key under a
+ * random key of each index, which no client knows.
  * Candidates for eviction sit on one doubly linked list per priority
  * class, least recently released at the head. Every operation is O(1)
  * except lookups of partial pages (a short list under one parent) and
@@ -16,6 +20,7 @@
 #include <string.h>
 
 #include "daemon/prefix.h"
+#include "daemon/siphash.h"
 
 struct entry {
 	uint8_t key[KVP_KEY_BYTES];	/* full: its key; partial: parent key */
@@ -50,6 +55,7 @@ struct prefix {
 	uint32_t *full;			/* [nbuckets] heads, by key */
 	uint32_t *part;			/* [nbuckets] heads, by parent key */
 	uint32_t nbuckets;		/* a power of two */
+	uint8_t seed[SIPHASH_KEY_BYTES];	/* the buckets' secret key */
 	struct lru lru[PREFIX_CLASSES];
 	struct lru tier;		/* spilled entries, oldest first */
 	struct lru host;		/* entries in the host tier, oldest first */
@@ -66,13 +72,7 @@ static uint64_t now_ms(void)
 
 static uint32_t bucket(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES])
 {
-	uint64_t h;
-
-	memcpy(&h, key, sizeof(h));
-	h ^= h >> 29;
-	h *= 0xbf58476d1ce4e5b9ull;
-	h ^= h >> 32;
-	return (uint32_t)h & (x->nbuckets - 1);
+	return (uint32_t)siphash24(x->seed, key, KVP_KEY_BYTES) & (x->nbuckets - 1);
 }
 
 struct prefix *prefix_new(void)
@@ -82,6 +82,7 @@ struct prefix *prefix_new(void)
 
 	if (!x)
 		return NULL;
+	(void)siphash_key(x->seed);	/* weaker, not fixed, without a random source */
 	x->nbuckets = 64;
 	x->full = calloc(x->nbuckets, sizeof(*x->full));
 	x->part = calloc(x->nbuckets, sizeof(*x->part));
@@ -586,6 +587,21 @@ uint32_t prefix_depth(const struct prefix *x, uint32_t e)
 	for (; e && d < x->count + 1; e = x->e[e].parent)
 		d++;
 	return d;
+}
+
+uint32_t prefix_longest_chain(const struct prefix *x)
+{
+	uint32_t b, e, n, most = 0;
+
+	for (b = 0; b < x->nbuckets; b++) {
+		for (n = 0, e = x->full[b]; e; e = x->e[e].hnext)
+			n++;
+		most = n > most ? n : most;
+		for (n = 0, e = x->part[b]; e; e = x->e[e].hnext)
+			n++;
+		most = n > most ? n : most;
+	}
+	return most;
 }
 
 uint32_t prefix_entries(const struct prefix *x)

@@ -149,6 +149,10 @@ uint64_t prefix_age_ms(const struct prefix *x, uint32_t e);
  * first blocks are not indexed counts from the first that is). O(depth). */
 uint32_t prefix_depth(const struct prefix *x, uint32_t e);
 
+/* prefix_longest_chain() - the most entries in one hash bucket: for tests
+ * (whatever keys clients choose, it stays small). O(buckets + entries). */
+uint32_t prefix_longest_chain(const struct prefix *x);
+
 /* prefix_depths() - prefix_depth() of every entry at once into
  * depth[0..prefix_entries()), the caller's array: O(entries) in all,
  * however deep the chains. */

@@ -14,6 +14,7 @@
 #include "daemon/backend.h"
 #include "daemon/pool.h"
 #include "daemon/prefix.h"
+#include "daemon/siphash.h"
 #include "suites.h"
 
 /* key() - a distinct 32-byte key for each number. */
@@ -281,6 +282,58 @@ START_TEST(test_prefix_depths_of_all_entries_at_once_match_each_one)
 }
 END_TEST
 
+START_TEST(test_prefix_keys_chosen_to_collide_spread_over_the_buckets)
+{
+	struct prefix *x = prefix_new();
+	uint8_t k[KVP_KEY_BYTES];
+	uint32_t i, tok = 1;
+
+	ck_assert_ptr_nonnull(x);
+	/* keys alike but for bytes 8..11: one bucket, by their first bytes */
+	memset(k, 0xaa, sizeof(k));
+	for (i = 0; i < 20000; i++) {
+		memcpy(k + 8, &i, sizeof(i));
+		ck_assert_uint_ne(prefix_insert(x, k, NULL, PREFIX_NIL, i + 1, 1, NULL, 0),
+				  PREFIX_NIL);
+		/* and a partial page under each, alike the same way */
+		ck_assert_uint_ne(prefix_insert(x, NULL, k, PREFIX_NIL, i + 1, 1, &tok, 1),
+				  PREFIX_NIL);
+	}
+	ck_assert_uint_eq(prefix_count(x), 40000);
+	ck_assert_msg(prefix_longest_chain(x) < 32, "a bucket holds %u entries",
+		      prefix_longest_chain(x));
+	memcpy(k + 8, &(uint32_t){ 12345 }, sizeof(uint32_t));
+	ck_assert_uint_eq(prefix_page(x, prefix_find(x, k)), 12346);
+	ck_assert_uint_eq(prefix_page(x, prefix_find_partial(x, k, &tok, 1)), 12346);
+	prefix_free(x);
+}
+END_TEST
+
+START_TEST(test_prefix_siphash_matches_the_reference_vectors)
+{
+	static const struct {
+		size_t n;
+		uint64_t h;
+	} v[] = {	/* key 00..0f, message 00..n-1 (the paper's vectors) */
+		{ 0, 0x726fdb47dd0e0e31ull }, { 8, 0x93f5f5799a932462ull },
+		{ 15, 0xa129ca6149be45e5ull }, { 32, 0x7127512f72f27cceull },
+	};
+	uint8_t key[SIPHASH_KEY_BYTES], msg[32];
+	uint8_t a[SIPHASH_KEY_BYTES], b[SIPHASH_KEY_BYTES];
+	size_t i;
+
+	for (i = 0; i < sizeof(key); i++)
+		key[i] = (uint8_t)i;
+	for (i = 0; i < sizeof(msg); i++)
+		msg[i] = (uint8_t)i;
+	for (i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		ck_assert_uint_eq(siphash24(key, msg, v[i].n), v[i].h);
+	ck_assert_int_eq(siphash_key(a), 0);
+	ck_assert_int_eq(siphash_key(b), 0);
+	ck_assert(memcmp(a, b, sizeof(a)) != 0);
+}
+END_TEST
+
 START_TEST(test_prefix_pool_states_of_a_published_page)
 {
 	struct backend be;
@@ -331,6 +384,8 @@ Suite *prefix_suite(void)
 	tcase_add_test(tc, test_prefix_partial_matches_the_longest_token_prefix);
 	tcase_add_test(tc, test_prefix_entries_are_reused_after_removal);
 	tcase_add_test(tc, test_prefix_depths_of_all_entries_at_once_match_each_one);
+	tcase_add_test(tc, test_prefix_keys_chosen_to_collide_spread_over_the_buckets);
+	tcase_add_test(tc, test_prefix_siphash_matches_the_reference_vectors);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction order");
