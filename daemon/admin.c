@@ -83,6 +83,40 @@ static struct ns *ns_arg(struct conn *c, const struct kvp_wire_hdr *req,
 	return n;
 }
 
+/*
+ * may_see() - c may list the pages and keys of n: it has a right there
+ * (with no --access rules everyone may read everywhere), or is an admin
+ * of the daemon. Keys and pages are what a namespace holds; their
+ * counts and its name are in STATS for anyone.
+ */
+static bool may_see(const struct conn *c, const struct ns *n)
+{
+	const struct server *s = c->srv;
+
+	return c->admin || access_rights(s->rules, s->nrules, n->name, &c->peer) != 0;
+}
+
+/* visible() - the namespace named by a listing, or NULL for all: false
+ * (replied) when it does not exist or c may not see it. */
+static bool visible(struct conn *c, const struct kvp_wire_hdr *req, const char *name,
+		    struct ns **only)
+{
+	bool bad;
+
+	*only = ns_arg(c, req, name, &bad);
+	if (bad)
+		return false;
+	if (*only && !may_see(c, *only)) {
+		conn_error(c, req, KVP_S_PERM, "%s of namespace '%s' needs a right there "
+			   "(read, write or admin); uid %u (gid %u) has none: ask the "
+			   "daemon's admin for an --access rule (kvpoold(8), ACCESS)",
+			   wire_op_str(req->op), name, (unsigned)c->peer.uid,
+			   (unsigned)c->peer.gid);
+		return false;
+	}
+	return true;
+}
+
 void admin_list_clients(struct conn *c, const struct kvp_wire_hdr *req)
 {
 	struct server *s = c->srv;
@@ -179,16 +213,12 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 	struct ns *only;
 	uint32_t i, e;
 	uint8_t *buf;
-	bool bad;
 
 	if (wire_fixed_decode(payload, req->len, &f, sizeof(f)) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "LIST_PAGES payload is not 80 bytes");
 		return;
 	}
-	if (!name_field(c, req, f.ns, sizeof(f.ns)))
-		return;
-	only = ns_arg(c, req, f.ns, &bad);
-	if (bad)
+	if (!name_field(c, req, f.ns, sizeof(f.ns)) || !visible(c, req, f.ns, &only))
 		return;
 	if (f.state > KVP_PAGE_HOST) {
 		conn_error(c, req, KVP_S_INVAL, "LIST_PAGES: state %u is not 0..%u", f.state,
@@ -214,7 +244,7 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
 
-		if (only && n != only)
+		if ((only && n != only) || !may_see(c, n))
 			continue;
 		for (cursor = 0; pool_next(s->pool, n->pool_ns, &cursor, &h);) {
 			if (holder && !lease_holds(&holder->leases, h))
@@ -329,16 +359,12 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 	uint32_t *depth = NULL, i, e;
 	struct ns *only;
 	uint8_t *buf = NULL;
-	bool bad;
 
 	if (wire_fixed_decode(payload, req->len, &lp, sizeof(lp)) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "LIST_PREFIXES payload is not 72 bytes");
 		return;
 	}
-	if (!name_field(c, req, lp.ns, sizeof(lp.ns)))
-		return;
-	only = ns_arg(c, req, lp.ns, &bad);
-	if (bad)
+	if (!name_field(c, req, lp.ns, sizeof(lp.ns)) || !visible(c, req, lp.ns, &only))
 		return;
 	if (lp.top && lp.top < max)
 		max = lp.top;
@@ -349,7 +375,7 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
 
-		if (only && n != only)
+		if ((only && n != only) || !may_see(c, n))
 			continue;
 		free(depth);
 		depth = malloc(prefix_entries(n->idx) * sizeof(*depth));

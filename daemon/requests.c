@@ -597,15 +597,15 @@ static void handle_release(struct conn *c, const struct kvp_wire_hdr *req,
 	 * first handle this connection does not hold. */
 	for (i = 0; i < n; i++) {
 		h = wire_handle_at(handles, i);
-		if (pool_lookup(s->pool, c->ns->pool_ns, h) < 0 ||
-		    lease_sub(&c->leases, s->pool, h) < 0) {
-			while (i--)	/* each takes back the slot it left: no failure */
-				lease_add(&c->leases, s->pool, wire_handle_at(handles, i));
-			conn_error(c, req, KVP_S_STALE, "page handle %#llx (entry %u) is not "
-				   "leased by this client: stale, forged or already released; "
-				   "nothing was released", (unsigned long long)h, i);
-			return;
-		}
+		if (pool_lookup(s->pool, c->ns->pool_ns, h) == 0 &&
+		    lease_sub(&c->leases, s->pool, h) == 0)
+			continue;
+		conn_error(c, req, KVP_S_STALE, "page handle %#llx (entry %u) is not "
+			   "leased by this client: stale, forged or already released; "
+			   "nothing was released", (unsigned long long)h, i);
+		while (i--)	/* each takes back the slot it left: no failure */
+			lease_add(&c->leases, s->pool, wire_handle_at(handles, i));
+		return;
 	}
 	/* Last block first: a chain's tail becomes the older candidate, so
 	 * it is evicted before the blocks it extends. */

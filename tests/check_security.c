@@ -885,6 +885,89 @@ START_TEST(test_security_a_dropped_namespace_unpins_its_staging_buffers)
 }
 END_TEST
 
+/* --- finding 11: what the listings and errors tell ------------------------- */
+
+START_TEST(test_security_listings_show_only_namespaces_one_may_use)
+{
+	const kvp_key keys[5] = { { { 21 } }, { { 22 } }, { { 23 } }, { { 24 } }, { { 25 } } };
+	struct kvp_wire_prefix pr[8];
+	kvp_client *c;
+	char conf[128];
+	struct daemon d;
+	pid_t pid;
+	int i;
+
+	start(&d, conf, sizeof(conf), "access = mine read @nogroup\n", 0, NULL);
+	for (i = 0; i < 5; i++)
+		publish_key(d.sock, i < 2 ? "mine" : "theirs", &keys[i]);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		struct kvp_wire_list_pages f = { .ns = "theirs" };
+		struct kvp_wire_page pg[8];
+		kvp_ns_stats_t ns[4];
+		kvp_stats_t st;
+		uint32_t mine = 99;
+		int n, k;
+
+		become_nobody();
+		expect(kvp_connect(d.sock, NULL, NULL, &c) == 0, 10);
+		n = kvp_stats(c, &st, ns, 4);	/* names and counts are for all */
+		expect(n == 2, 11);
+		for (k = 0; k < n; k++)
+			if (!strcmp(ns[k].name, "mine"))
+				mine = ns[k].id;
+		expect(kvp_list_prefixes(c, NULL, 0, pr, 8) == 2, 12);
+		expect(pr[0].ns_id == mine && pr[1].ns_id == mine, 13);
+		expect(kvp_list_pages(c, NULL, pg, 8) == 2, 14);
+		expect(pg[0].ns_id == mine && pg[1].ns_id == mine, 15);
+		expect(kvp_list_prefixes(c, "theirs", 0, pr, 8) == -EACCES, 16);
+		expect(strstr(kvp_last_error(), "needs a right there"), 17);
+		expect(kvp_list_pages(c, &f, pg, 8) == -EACCES, 18);
+		kvp_close(c);
+		_exit(0);
+	}
+	child_wait(pid);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), 0);
+	ck_assert_int_eq(kvp_list_prefixes(c, NULL, 0, pr, 8), 5);	/* root: all */
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_security_a_refused_release_names_the_entry_it_stopped_at)
+{
+	struct kvp_wire_pages two = { .n = 2 };
+	unsigned char rep[24], buf[8 + 3 * 8];
+	char conf[128], why[512];
+	struct kvp_wire_pages pl = { .n = 3 };
+	uint64_t h[3];
+	struct daemon d;
+	int fd;
+
+	start(&d, conf, sizeof(conf), "", 0, NULL);
+	fd = raw_connect(d.sock);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd, "rel", &geo, NULL, 0), KVP_S_OK);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_ALLOC, 2, &two, sizeof(two)), 0);
+	ck_assert_int_eq(raw_recv(fd, 2, rep, sizeof(rep), NULL), KVP_S_OK);
+	memcpy(h, rep + 8, 16);
+	h[2] = h[1] ^ (1ull << 32);	/* another generation: stale */
+	memcpy(buf, &pl, sizeof(pl));
+	memcpy(buf + 8, h, sizeof(h));
+	ck_assert_int_eq(raw_send(fd, KVP_OP_RELEASE, 3, buf, sizeof(buf)), 0);
+	ck_assert_int_eq(raw_recv(fd, 3, why, sizeof(why), NULL), KVP_S_STALE);
+	ck_assert_msg(strstr(why, "(entry 2)") && strstr(why, "nothing was released"),
+		      "the client was told: %s", why);
+	/* and nothing was: both pages are still its own */
+	memcpy(buf, &two, sizeof(two));
+	ck_assert_int_eq(raw_send(fd, KVP_OP_RELEASE, 4, buf, 8 + 2 * 8), 0);
+	ck_assert_int_eq(raw_recv(fd, 4, NULL, 0, NULL), KVP_S_OK);
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *security_suite(void)
 {
 	Suite *s = suite_create("security");
@@ -915,6 +998,11 @@ static Suite *security_suite(void)
 	tcase_add_test(tc, test_security_one_uid_cannot_take_every_connection);
 	tcase_add_test(tc, test_security_unread_replies_are_bounded_in_total);
 	tcase_add_test(tc, test_security_listings_know_a_page_s_holders);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("leaks");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, test_security_listings_show_only_namespaces_one_may_use);
+	tcase_add_test(tc, test_security_a_refused_release_names_the_entry_it_stopped_at);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("namespaces");
 	tcase_set_timeout(tc, 30);
