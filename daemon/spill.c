@@ -443,8 +443,11 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	}
 
 	/* staging buffers: about 64 MiB, 8 to 4096 of them: as many writes
-	 * and reads in flight */
+	 * and reads in flight; never more than the file has slots (a small
+	 * tier would pin memory it cannot use) */
 	sp->nios = (uint32_t)((64ull << 20) / sp->slot_bytes);
+	if (sp->nios > sp->nslots)
+		sp->nios = sp->nslots;
 	sp->nios = sp->nios < 8 ? 8 : sp->nios > 4096 ? 4096 : sp->nios;
 	arena = (uint64_t)sp->nios * sp->slot_bytes;
 	sp->ios = calloc(sp->nios, sizeof(*sp->ios));
