@@ -6,7 +6,8 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve
+EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
+	bench/list
 bench_rpc_SOURCES = bench/rpc.c bench/opt.c bench/opt.h
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -49,10 +50,16 @@ bench_frag_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_serve_SOURCES = bench/serve.c bench/opt.c bench/opt.h
 bench_serve_LDADD = client/libkvpool.la -lm -lpthread
 bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/list: one client's STATS round trips while others ask for the
+# admin listings (what a listing costs everyone else); bench/run-list.sh
+# starts its daemon.
+bench_list_SOURCES = bench/list.c bench/opt.c bench/opt.h
+bench_list_LDADD = client/libkvpool.la
+bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh BENCHMARKS.md
+	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -65,7 +72,9 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 # run-frag.sh after it (seconds, no daemon): bench/frag, its section
 # (`make bench-frag` runs it alone). run-serve.sh last (under a minute):
 # a kvpoold per run, bench/serve over a sweep of arrival rates for both
-# policies, its section (`make bench-serve` runs it alone).
+# policies, its section (`make bench-serve` runs it alone). run-list.sh
+# after it: kvpoold, bench/list, its section (`make bench-list` runs it
+# alone; LIST_REF=DIR runs it against DIR's kvpoold too).
 BENCH_FRAG_RUN = $(SHELL) $(top_srcdir)/bench/run-frag.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
@@ -75,10 +84,13 @@ BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
 	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
 BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve
+BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${LIST_REF:+--ref "$$LIST_REF"}
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list
 bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -88,6 +100,7 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 	$(BENCH_SPILL_RUN)
 	$(BENCH_FRAG_RUN)
 	$(BENCH_SERVE_RUN)
+	$(BENCH_LIST_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREFIX_RUN)
@@ -100,3 +113,6 @@ bench-frag: bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-serve: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_SERVE_RUN)
+
+bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_LIST_RUN)

@@ -176,10 +176,10 @@ static uint32_t wire_state(int state)
 	return 0;
 }
 
-/* page_record() - describe page h (0: entry e in a tier) of n. O(1):
- * the pool knows a page's holders. */
+/* page_record() - describe page h (0: entry e in a tier) of n at time
+ * now. O(1): the pool knows a page's holders. */
 static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
-			struct kvp_wire_page *r)
+			uint64_t now, struct kvp_wire_page *r)
 {
 	int st = h ? pool_state(s->pool, h) : -1;
 
@@ -195,7 +195,7 @@ static void page_record(struct server *s, struct ns *n, uint64_t h, uint32_t e,
 	if (e != PREFIX_NIL) {
 		r->prio = prefix_prio(n->idx, e);
 		r->tokens = prefix_tokens(n->idx, e) ? prefix_tokens(n->idx, e) : n->block_tokens;
-		r->age_ms = prefix_age_ms(n->idx, e);
+		r->age_ms = prefix_age_ms(n->idx, e, now);
 		memcpy(r->key, prefix_key(n->idx, e), sizeof(r->key));
 	}
 }
@@ -209,7 +209,7 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 	struct kvp_wire_page *r, rec;
 	struct conn *holder = NULL, *o;
 	size_t max = records_fit(s, sizeof(*r));
-	uint64_t cursor, h;
+	uint64_t cursor, h, now = prefix_now_ms();
 	struct ns *only;
 	uint32_t i, e;
 	uint8_t *buf;
@@ -249,7 +249,7 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 		for (cursor = 0; pool_next(s->pool, n->pool_ns, &cursor, &h);) {
 			if (holder && !lease_holds(&holder->leases, h))
 				continue;
-			page_record(s, n, h, PREFIX_NIL, &rec);
+			page_record(s, n, h, PREFIX_NIL, now, &rec);
 			if (f.state && rec.state != f.state)
 				continue;
 			cnt.total++;
@@ -262,7 +262,7 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 			if (prefix_where(n->idx, e) != PREFIX_SPILLED &&
 			    prefix_where(n->idx, e) != PREFIX_HOST)
 				continue;
-			page_record(s, n, 0, e, &rec);
+			page_record(s, n, 0, e, now, &rec);
 			if (f.state && rec.state != f.state)
 				continue;
 			cnt.total++;
@@ -282,46 +282,63 @@ struct top_ent {
 	uint64_t seq;
 };
 
+/* The best candidates so far: ent[] holds them, heap[] their numbers
+ * with the worst at the root, so that sifting moves 4 bytes, not 48. */
+struct top {
+	struct top_ent *ent;
+	uint32_t *heap;
+	size_t n, max;
+};
+
 /* top_worse() - a ranks below b: fewer hits, or as many and met later. */
-static bool top_worse(const struct top_ent *a, const struct top_ent *b)
+static bool top_worse(const struct top *t, uint32_t a, uint32_t b)
 {
-	return a->rec.hits < b->rec.hits || (a->rec.hits == b->rec.hits && a->seq > b->seq);
+	const struct top_ent *x = &t->ent[a], *y = &t->ent[b];
+
+	return x->rec.hits < y->rec.hits || (x->rec.hits == y->rec.hits && x->seq > y->seq);
 }
 
-/* top_sift() - restore the heap (worst at the root) below slot i. */
-static void top_sift(struct top_ent *h, size_t n, size_t i)
+/* top_sift() - restore the heap below slot i. */
+static void top_sift(struct top *t, size_t i)
 {
-	struct top_ent t;
+	uint32_t v;
 	size_t k;
 
 	for (;;) {
 		k = 2 * i + 1;
-		if (k >= n)
+		if (k >= t->n)
 			return;
-		if (k + 1 < n && top_worse(&h[k + 1], &h[k]))
+		if (k + 1 < t->n && top_worse(t, t->heap[k + 1], t->heap[k]))
 			k++;
-		if (!top_worse(&h[k], &h[i]))
+		if (!top_worse(t, t->heap[k], t->heap[i]))
 			return;
-		t = h[i];
-		h[i] = h[k];
-		h[k] = t;
+		v = t->heap[i];
+		t->heap[i] = t->heap[k];
+		t->heap[k] = v;
 		i = k;
 	}
 }
 
-/* top_offer() - keep the max best of what is offered in the heap h[0..*n). */
-static void top_offer(struct top_ent *h, size_t *n, size_t max, const struct top_ent *e)
+/* top_offer() - keep *e if it is among the max best offered so far. */
+static void top_offer(struct top *t, const struct top_ent *e)
 {
 	size_t i;
+	uint32_t slot;
 
-	if (*n < max) {
-		for (i = (*n)++; i > 0 && top_worse(e, &h[(i - 1) / 2]); i = (i - 1) / 2)
-			h[i] = h[(i - 1) / 2];
-		h[i] = *e;
-	} else if (max && top_worse(&h[0], e)) {
-		h[0] = *e;
-		top_sift(h, *n, 0);
+	if (t->n < t->max) {
+		slot = (uint32_t)t->n;
+		t->ent[slot] = *e;
+		for (i = t->n++; i > 0 && top_worse(t, slot, t->heap[(i - 1) / 2]);
+		     i = (i - 1) / 2)
+			t->heap[i] = t->heap[(i - 1) / 2];
+		t->heap[i] = slot;
+		return;
 	}
+	if (!t->max || e->rec.hits < t->ent[t->heap[0]].rec.hits ||
+	    (e->rec.hits == t->ent[t->heap[0]].rec.hits && e->seq > t->ent[t->heap[0]].seq))
+		return;	/* worse than the worst kept */
+	t->ent[t->heap[0]] = *e;
+	top_sift(t, 0);
 }
 
 /* prefix_record() - entry e of n as a LIST_PREFIXES record. */
@@ -352,9 +369,9 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 	struct server *s = c->srv;
 	struct kvp_wire_count cnt = { 0 };
 	struct kvp_wire_list_prefixes lp;
-	struct top_ent *heap = NULL;
+	struct top top = { 0 };
 	struct kvp_wire_prefix *r;
-	size_t max = records_fit(s, sizeof(*r)), nheap = 0;
+	size_t max = records_fit(s, sizeof(*r));
 	uint64_t seq = 0;
 	uint32_t *depth = NULL, i, e;
 	struct ns *only;
@@ -368,9 +385,11 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	if (lp.top && lp.top < max)
 		max = lp.top;
-	heap = calloc(max ? max : 1, sizeof(*heap));
+	top.max = max;
+	top.ent = malloc((max ? max : 1) * sizeof(*top.ent));
+	top.heap = malloc((max ? max : 1) * sizeof(*top.heap));
 	buf = calloc(1, sizeof(cnt) + max * sizeof(*r));
-	if (!heap || !buf)
+	if (!top.ent || !top.heap || !buf)
 		goto out_nomem;
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
@@ -389,15 +408,15 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 			prefix_record(s, n, e, &t.rec);
 			t.rec.depth = depth[e];
 			t.rec.bytes = (uint64_t)t.rec.depth * n->page_bytes;
-			top_offer(heap, &nheap, max, &t);
+			top_offer(&top, &t);
 		}
 	}
 	/* best first: take the worst off the heap into the last free place */
 	r = (struct kvp_wire_prefix *)(buf + sizeof(cnt));
-	for (cnt.count = (uint32_t)nheap; nheap > 0;) {
-		r[--nheap] = heap[0].rec;
-		heap[0] = heap[nheap];
-		top_sift(heap, nheap, 0);
+	for (cnt.count = (uint32_t)top.n; top.n > 0;) {
+		r[top.n - 1] = top.ent[top.heap[0]].rec;
+		top.heap[0] = top.heap[--top.n];
+		top_sift(&top, 0);
 	}
 	memcpy(buf, &cnt, sizeof(cnt));
 	conn_reply(c, req, KVP_S_OK, buf, sizeof(cnt) + cnt.count * sizeof(*r), -1);
@@ -407,7 +426,8 @@ out_nomem:
 	conn_error(c, req, KVP_S_INTERNAL, "out of memory");
 out:
 	free(depth);
-	free(heap);
+	free(top.ent);
+	free(top.heap);
 	free(buf);
 }
 

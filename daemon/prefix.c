@@ -569,9 +569,14 @@ void prefix_touch(struct prefix *x, uint32_t e, bool hit)
 	x->e[e].hits += hit;
 }
 
-uint64_t prefix_age_ms(const struct prefix *x, uint32_t e)
+uint64_t prefix_now_ms(void)
 {
-	return now_ms() - x->e[e].stamp_ms;
+	return now_ms();
+}
+
+uint64_t prefix_age_ms(const struct prefix *x, uint32_t e, uint64_t now)
+{
+	return now > x->e[e].stamp_ms ? now - x->e[e].stamp_ms : 0;
 }
 
 uint64_t prefix_hits(const struct prefix *x, uint32_t e)

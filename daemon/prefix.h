@@ -143,7 +143,10 @@ void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent);
  * and hits for LIST_PAGES and LIST_PREFIXES. */
 void prefix_touch(struct prefix *x, uint32_t e, bool hit);
 uint64_t prefix_hits(const struct prefix *x, uint32_t e);
-uint64_t prefix_age_ms(const struct prefix *x, uint32_t e);
+/* prefix_age_ms() - ms since e was last used, at now (prefix_now_ms(),
+ * read once for a whole listing). */
+uint64_t prefix_now_ms(void);
+uint64_t prefix_age_ms(const struct prefix *x, uint32_t e, uint64_t now);
 
 /* prefix_depth() - blocks from the root to e, e included (a chain whose
  * first blocks are not indexed counts from the first that is). O(depth). */

@@ -504,6 +504,45 @@ START_TEST(test_share_publish_refuses_what_it_must)
 }
 END_TEST
 
+START_TEST(test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties)
+{
+	enum { KEYS = 40, TOP = 10 };
+	struct kvp_wire_prefix r[KEYS];
+	kvp_key k[KEYS];
+	struct daemon d;
+	kvp_client *c;
+	kvp_page p;
+	int i, j, n;
+
+	daemon_start(&d, small_pool);
+	c = join(d.sock);
+	/* 40 one-block chains; key i served i % 7 times */
+	for (i = 0; i < KEYS; i++) {
+		memset(&k[i], 0, sizeof(k[i]));
+		k[i].b[0] = (uint8_t)(i + 1);
+		ck_assert_int_eq(kvp_alloc(c, 1, &p), 0);
+		ck_assert_int_eq(kvp_publish(c, NULL, &p, &k[i], 1, KVP_PRIO_NORMAL, &p), 0);
+		ck_assert_int_eq(kvp_release(c, &p, 1), 0);
+		for (j = 0; j < i % 7; j++) {
+			ck_assert_int_eq(kvp_acquire(c, NULL, &k[i], 1, NULL, 0, &p, NULL), 1);
+			ck_assert_int_eq(kvp_release(c, &p, 1), 0);
+		}
+	}
+	n = kvp_list_prefixes(c, "share", TOP, r, KEYS);
+	ck_assert_int_eq(n, KEYS);
+	/* 6 hits: keys 6, 13, 20, 27, 34; then 5 hits: 5, 12, 19, 26, 33 */
+	for (i = 0; i < TOP; i++) {
+		int want = i < 5 ? 6 + 7 * i : 5 + 7 * (i - 5);
+
+		ck_assert_uint_eq(r[i].hits, i < 5 ? 6 : 5);
+		ck_assert_msg(memcmp(r[i].key, k[want].b, sizeof(r[i].key)) == 0,
+			      "place %d holds another key than key %d", i, want);
+	}
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
 	Suite *s = suite_create("share");
@@ -522,6 +561,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_turn_two_extends_turn_one_partial_page);
 	tcase_add_test(tc, test_share_retain_takes_a_second_lease);
 	tcase_add_test(tc, test_share_publish_refuses_what_it_must);
+	tcase_add_test(tc, test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction");
