@@ -28,6 +28,7 @@ def hello(ns="fuzz", layers=1, heads=1, dim=64, bt=16, dtype=1, scheme=0):
 
 
 def handle(index, slab=0, gen=1):
+    """A page's handle; a slab of the fuzzer's pool holds 64 pages of 4 KiB."""
     return (gen << 32) | (slab << 20) | index
 
 
@@ -63,6 +64,33 @@ def raw(b):
     return struct.pack("<BH", 1, len(b)) + b
 
 
+def use(conn, who):
+    """Use connection conn, connecting it as root (0) or uid 1000 + who."""
+    return struct.pack("<BBB", 2, conn, who)
+
+
+CLOSE = b"\x03"        # close the connection in use
+RESTART = b"\x06"      # restart the daemon on its tier files
+
+
+def with_fd(op, payload):
+    """A request with a descriptor attached (fuzz_session's kind 4)."""
+    return struct.pack("<BHH", 4, OP[op], len(payload)) + payload
+
+
+def rules(k):
+    """Rule set k of fuzz_session.c, then SIGHUP."""
+    return struct.pack("<BB", 5, k)
+
+
+def alloc(n):
+    return chunk("ALLOC", struct.pack("<II", n, 0))
+
+
+def ns_name(s):
+    return name(s, 64)
+
+
 SESSIONS = {
     "stats-only": chunk("STATS", b""),
     "alloc-release": chunk("HELLO", hello()) + chunk("ALLOC", struct.pack("<II", 4, 0)) +
@@ -87,6 +115,53 @@ SESSIONS = {
                   chunk("DROP_NS", name("fuzz", 64)) +
                   chunk("DISCONNECT", struct.pack("<Q", 1)),
     "bad-header": raw(b"hello, daemon") + chunk("STATS", b""),
+    # a restored namespace (80 pages: the host tier takes 64, the NVMe
+    # tier the rest), then HELLOs with geometries that cannot be; the
+    # ALLOC makes slab 0, then slab 1, whose pages come first (LIFO)
+    "warm-restart": chunk("HELLO", hello()) + alloc(80) +
+                    chunk("PUBLISH", publish([(handle(i % 64, 1 - i // 64), key(i))
+                                              for i in range(80)])) +
+                    chunk("RELEASE", pages(*[handle(i % 64, 1 - i // 64) for i in range(80)])) +
+                    chunk("EVICT", ns_name("fuzz") + struct.pack("<Q", 0)) +
+                    RESTART + rules(2) + use(1, 0) + chunk("HELLO", hello(layers=0)) +
+                    use(2, 1) + chunk("HELLO", hello(dim=128)) +
+                    use(3, 0) + chunk("STATS", b"") + CLOSE + use(3, 0) +
+                    chunk("HELLO", hello()) +
+                    chunk("ACQUIRE", acquire([key(i) for i in range(80)])),
+    # readers may not create or reshape; a writer may
+    "rules-readers": rules(2) + use(1, 1) + chunk("HELLO", hello()) +
+                     use(2, 2) + chunk("HELLO", hello("other")) + alloc(2) +
+                     chunk("MAP_SLAB", struct.pack("<II", 0, 0)) +
+                     use(0, 0) + chunk("HELLO", hello()) + alloc(1) +
+                     use(3, 1) + chunk("HELLO", hello(dim=128)) + CLOSE +
+                     use(3, 1) + chunk("HELLO", hello()) +
+                     chunk("MAP_SLAB", struct.pack("<II", 0, 0)) +
+                     chunk("LIST_PREFIXES", ns_name("other") + struct.pack("<II", 0, 0)) +
+                     chunk("LIST_PAGES", ns_name("") + struct.pack("<IIQ", 0, 0, 0)),
+    # rights taken away by SIGHUP while the clients are connected
+    "sighup-revoke": rules(1) + use(1, 1) + chunk("HELLO", hello()) + alloc(2) +
+                     chunk("MAP_SLAB", struct.pack("<II", 0, 0)) +
+                     use(2, 2) + chunk("HELLO", hello()) +
+                     chunk("ACQUIRE", acquire([key(0)])) + rules(3) +
+                     use(1, 1) + chunk("STATS", b"") + use(2, 2) +
+                     chunk("MAP_SLAB", struct.pack("<II", 0, 0)) + rules(0) +
+                     use(3, 3) + chunk("HELLO", hello()) + alloc(1),
+    # a drop disconnects the namespace's clients
+    "drop-clients": use(1, 1) + chunk("HELLO", hello()) + alloc(4) +
+                    use(2, 2) + chunk("HELLO", hello()) +
+                    use(0, 0) + chunk("DROP_NS", ns_name("fuzz")) +
+                    use(1, 1) + chunk("STATS", b"") +
+                    use(3, 0) + chunk("HELLO", hello()) + alloc(1),
+    # one uid may hold two of the four connections
+    "per-uid": use(1, 1) + chunk("STATS", b"") + use(2, 1) + chunk("STATS", b"") +
+               use(3, 1) + chunk("STATS", b"") + use(0, 2) + chunk("STATS", b""),
+    # descriptors attached to requests are closed and refused
+    "fd-attached": with_fd("STATS", b"") + chunk("HELLO", hello()) +
+                   with_fd("ALLOC", struct.pack("<II", 1, 0)) + alloc(1),
+    # namespaces made and dropped, one after another
+    "ns-churn": b"".join(use(1, 1) + chunk("HELLO", hello("n%d" % i)) + CLOSE +
+                         use(0, 0) + chunk("DROP_NS", ns_name("n%d" % i))
+                         for i in range(6)),
     "many-pages": chunk("HELLO", hello()) +
                   chunk("ALLOC", struct.pack("<II", 200, 0)) +
                   chunk("PUBLISH", publish([(handle(i), key(i)) for i in range(40)], 3)) +
