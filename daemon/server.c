@@ -186,16 +186,21 @@ static void conn_close(struct conn *c)
 /*
  * output_over() - the replies all clients left unread passed
  * --max-output-total: disconnect the client that holds the most of them
- * (O(clients), only then). True when that was c.
+ * (O(clients), only then). The reply c was just given, when it is its
+ * only one, is being sent, not left unread: c is not chosen for it.
+ * True when c was disconnected.
  */
 static bool output_over(struct conn *c)
 {
 	struct server *s = c->srv;
 	struct conn *o, *worst = NULL;
 
-	for (o = s->conns; o; o = o->next)
-		if (o->state != CONN_CLOSING && (!worst || o->out_bytes > worst->out_bytes))
+	for (o = s->conns; o; o = o->next) {
+		if (o->state == CONN_CLOSING || (o == c && o->out_head == o->out_tail))
+			continue;
+		if (!worst || o->out_bytes > worst->out_bytes)
 			worst = o;
+	}
 	if (!worst)
 		return false;
 	s->n.closed_output++;
@@ -474,7 +479,10 @@ static void conn_recv_done(struct loop_op *op, int res)
 		conn_close(c);
 		return;
 	}
+	conn_hold(c);	/* a handler may close c: it is freed only after */
 	handle_message(c, (size_t)res);
+	if (conn_put(c))
+		return;
 	if (c->state != CONN_CLOSING && !c->close_after_send && !c->deferred)
 		conn_post_recv(c);
 }

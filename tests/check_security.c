@@ -716,6 +716,53 @@ START_TEST(test_security_unread_replies_are_bounded_in_total)
 }
 END_TEST
 
+START_TEST(test_security_one_big_reply_is_not_left_unread)
+{
+	static struct kvp_wire_page r[5000];
+	static kvp_page p[1000];
+	static kvp_key k[1000];
+	uint64_t base;
+	char conf[128];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	int i, j, slow;
+
+	start(&d, conf, sizeof(conf), "max-output-total = 256K\n", 0, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "big", &geo, &c), 0);
+	for (i = 0; i < 5; i++) {
+		for (j = 0; j < 1000; j++) {
+			memset(&k[j], 0, sizeof(k[j]));
+			memcpy(k[j].b, &(int){ i * 1000 + j }, sizeof(int));
+		}
+		ck_assert_int_eq(kvp_alloc(c, 1000, p), 0);
+		ck_assert_int_eq(kvp_publish(c, NULL, p, k, 1000, KVP_PRIO_NORMAL, p), 0);
+		ck_assert_int_eq(kvp_release(c, p, 1000), 0);
+	}
+	kvp_close(c);
+	/* a client that leaves some replies unread ... */
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), 0);
+	ck_assert_int_ge(kvp_stats(c, &st, NULL, 0), 0);
+	base = st.requests_total;
+	slow = raw_connect(d.sock);
+	ck_assert_int_ge(slow, 0);
+	for (i = 0; i < 250; i++)
+		ck_assert_int_eq(raw_send(slow, KVP_OP_STATS, (uint64_t)i + 1, NULL, 0), 0);
+	for (i = 0; i < 1000 && st.requests_total < base + 251; i++) {
+		ck_assert_int_ge(kvp_stats(c, &st, NULL, 0), 0);
+		usleep(1000);
+	}
+	/* ... and one that lists 5,000 pages: a reply of 256 KiB by itself,
+	 * which passes the budget with the other's; it is being sent, not
+	 * left unread, so its client gets it */
+	ck_assert_int_eq(kvp_list_pages(c, NULL, r, 5000), 5000);
+	ck_assert_int_ge(kvp_stats(c, &st, NULL, 0), 0);
+	kvp_close(c);
+	close(slow);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_security_listings_know_a_page_s_holders)
 {
 	struct kvp_wire_client cl[8];
@@ -1006,6 +1053,7 @@ static Suite *security_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_security_one_uid_cannot_take_every_connection);
 	tcase_add_test(tc, test_security_unread_replies_are_bounded_in_total);
+	tcase_add_test(tc, test_security_one_big_reply_is_not_left_unread);
 	tcase_add_test(tc, test_security_listings_know_a_page_s_holders);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("leaks");
