@@ -192,6 +192,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	opt.max_clients = CONNS;
 	opt.host_tier_size = 256u << 10;
 	opt.spill_size = 1u << 20;
+	opt.max_output = opt.max_output_total = 256u << 10;	/* the least */
 	write_rules(rule_sets[0]);
 	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (devnull < 0 ||
