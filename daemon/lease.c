@@ -218,10 +218,25 @@ bool lease_evict_one(struct pool *p, struct ns *n)
 	return true;
 }
 
+bool lease_room_possible(struct pool *p, struct ns *n, uint64_t want)
+{
+	uint64_t avail = pool_available(p, n->pool_ns);
+
+	return avail >= want || avail + prefix_evictable(n->idx) >= want;
+}
+
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want)
 {
+	if (!lease_room_possible(p, n, want))
+		return false;
 	while (pool_available(p, n->pool_ns) < want)
 		if (!lease_evict_one(p, n))
-			return false;
+			return false;	/* --spill-rate holds the rest back */
 	return true;
+}
+
+void lease_evict_ahead(struct pool *p, struct ns *n, uint64_t want)
+{
+	while (pool_available(p, n->pool_ns) < want && lease_evict_one(p, n))
+		;
 }

@@ -79,9 +79,19 @@ uint64_t lease_drop_all(struct lease_set *set, struct pool *p, struct ns *n);
  * when it has one (its oldest leaf moves down to the NVMe tier, or is
  * dropped, when it is full), else to n's NVMe tier when it has one (the
  * tier's oldest leaf makes way when it is full), else out of the index.
- * Returns true when it can.
+ * All or nothing: when the free pages and all that eviction could free
+ * do not reach want, nothing is evicted (a request that cannot be met
+ * changes nothing). Returns true when the pool can hand them out.
  */
 bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
+
+/* lease_room_possible() - free and evictable pages of n reach want (what
+ * lease_make_room() decides first). O(entries) when the free ones do not. */
+bool lease_room_possible(struct pool *p, struct ns *n, uint64_t want);
+
+/* lease_evict_ahead() - evict towards want pages available, as far as
+ * the cache allows (the free-page watermark: best effort). */
+void lease_evict_ahead(struct pool *p, struct ns *n, uint64_t want);
 
 /* lease_room_hook - called when a tier write of n completed and its
  * staging buffer is free again (requests that wait for one retry). */

@@ -548,6 +548,27 @@ void prefix_set_parent(struct prefix *x, uint32_t e, uint32_t parent)
 		x->e[parent].host_children++;
 }
 
+uint32_t prefix_evictable(const struct prefix *x)
+{
+	uint8_t *kept = calloc(x->cap, 1);
+	uint32_t e, a, n = 0;
+
+	for (e = 1; e < x->cap; e++) {
+		const struct entry *en = &x->e[e];
+		bool in_pool = en->used && (en->where == PREFIX_IN_POOL ||
+					    en->where == PREFIX_RESTORING);
+
+		if (kept && in_pool && (!en->cached || en->where == PREFIX_RESTORING))
+			for (a = e; a && !kept[a]; a = x->e[a].parent)
+				kept[a] = 1;	/* it and its ancestors stay */
+	}
+	for (e = 1; e < x->cap; e++)
+		n += x->e[e].used && x->e[e].where == PREFIX_IN_POOL && x->e[e].cached &&
+		     (!kept || !kept[e]);
+	free(kept);
+	return n;
+}
+
 uint32_t prefix_spilled_count(const struct prefix *x)
 {
 	return x->spilled;

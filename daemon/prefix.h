@@ -175,6 +175,15 @@ uint32_t prefix_spilled_count(const struct prefix *x);
  * then, O(1) otherwise. */
 void prefix_remove(struct prefix *x, uint32_t e);
 
+/*
+ * prefix_evictable() - the entries in the pool that eviction could take
+ * out of it, one after another: the unleased ones none of whose
+ * descendants in the pool is leased or being restored (eviction takes
+ * leaves first, so such a descendant keeps every ancestor in). O(entries);
+ * without memory for its scratch, every unleased entry in the pool.
+ */
+uint32_t prefix_evictable(const struct prefix *x);
+
 /* prefix_count() - entries indexed; prefix_pinned() - of them in the
  * pinned class. */
 uint32_t prefix_count(const struct prefix *x);

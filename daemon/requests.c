@@ -108,8 +108,8 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	struct pool_counts pc;
 	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms, hfree = 0;
 
-	if (!ns->tier || avail >= n)
-		return false;
+	if (!ns->tier || avail >= n || !lease_room_possible(s->pool, ns, n))
+		return false;	/* nothing to wait for, or a refusal to come */
 	need = n - avail;
 	if (ns->host) {
 		hfree = hosttier_free_slots(ns->host);
@@ -126,7 +126,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	if ((now >= need || !ss.writing) && !ms)
 		return false;
 	/* what can go now goes; the rest waits */
-	lease_make_room(s->pool, ns, avail + hfree + (now < need ? now : need));
+	lease_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
 	if (ms && !ns->rate_armed) {
@@ -198,16 +198,24 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 
 	if (requests_tier_wait(c, req, n))
 		return false;	/* served again when the tier has room */
-	if (!lease_make_room(s->pool, ns, n)) {
+	if (lease_room_possible(s->pool, ns, n) && !lease_make_room(s->pool, ns, n)) {
+		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted; evicting "
+			   "cached pages to the NVMe tier is held back by --spill-rate: "
+			   "try again in a moment", ns->name, n);
+		return false;
+	}
+	if (pool_available(s->pool, ns->pool_ns) < n) {
 		pool_counts(s->pool, ns->pool_ns, &pc);
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu can "
 			   "be had; of its %llu pages %llu are private and %llu shared "
-			   "(leased by its %u clients), none cached; release pages or "
-			   "raise --pool-size", ns->name, n,
+			   "(leased by its %u clients), %llu cached, of which %u could be "
+			   "evicted (the rest are parents of leased pages): nothing was "
+			   "evicted; release pages or raise --pool-size", ns->name, n,
 			   (unsigned long long)pool_available(s->pool, ns->pool_ns),
 			   (unsigned long long)pc.total,
 			   (unsigned long long)pc.by_state[PAGE_PRIVATE],
-			   (unsigned long long)pc.by_state[PAGE_SHARED], ns->clients);
+			   (unsigned long long)pc.by_state[PAGE_SHARED], ns->clients,
+			   (unsigned long long)pc.by_state[PAGE_CACHED], prefix_evictable(ns->idx));
 		return false;
 	}
 	rc = pool_alloc(s->pool, ns->pool_ns, n, out, err, sizeof(err));
@@ -230,7 +238,7 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 	 * next requests find free pages (and spill writes get going). */
 	target = pool_ns_capacity(s->pool, ns->pool_ns);
 	if (pool_available(s->pool, ns->pool_ns) < target * s->opt->free_watermark_pct / 100)
-		lease_make_room(s->pool, ns, target * s->opt->free_watermark_high_pct / 100);
+		lease_evict_ahead(s->pool, ns, target * s->opt->free_watermark_high_pct / 100);
 	return true;
 }
 

@@ -194,6 +194,29 @@ START_TEST(test_prefix_leased_child_keeps_its_parent)
 }
 END_TEST
 
+START_TEST(test_prefix_evictable_counts_what_eviction_could_take)
+{
+	struct prefix *x = prefix_new();
+	uint32_t i, e[5], other;
+
+	chain(x, 0, 5, 1);		/* 0 -> 1 -> 2 -> 3 -> 4 */
+	for (i = 0; i < 5; i++)
+		e[i] = prefix_find(x, key(i));
+	other = prefix_insert(x, key(10), NULL, PREFIX_NIL, 10, 1, NULL, 0);
+	ck_assert_uint_eq(prefix_evictable(x), 0);	/* all leased */
+	for (i = 0; i < 5; i++)
+		prefix_cached(x, e[i]);
+	prefix_cached(x, other);
+	ck_assert_uint_eq(prefix_evictable(x), 6);
+	/* a leased block in the middle keeps itself and its parents in */
+	prefix_leased(x, e[2]);
+	ck_assert_uint_eq(prefix_evictable(x), 3);	/* 3, 4 and the other */
+	prefix_restoring(x, other, 77);			/* on its way in: stays */
+	ck_assert_uint_eq(prefix_evictable(x), 2);
+	prefix_free(x);
+}
+END_TEST
+
 START_TEST(test_prefix_host_tier_moves_leaves_first_and_skips_held_entries)
 {
 	struct prefix *x = prefix_new();
@@ -393,6 +416,7 @@ Suite *prefix_suite(void)
 	tcase_add_test(tc, test_prefix_evicts_low_priority_before_recency);
 	tcase_add_test(tc, test_prefix_evicts_leaves_before_their_parents);
 	tcase_add_test(tc, test_prefix_leased_child_keeps_its_parent);
+	tcase_add_test(tc, test_prefix_evictable_counts_what_eviction_could_take);
 	tcase_add_test(tc, test_prefix_host_tier_moves_leaves_first_and_skips_held_entries);
 	suite_add_tcase(s, tc);
 

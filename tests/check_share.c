@@ -318,6 +318,48 @@ START_TEST(test_share_eviction_spares_leased_pages_and_shortens_hits)
 }
 END_TEST
 
+START_TEST(test_share_a_request_that_cannot_be_met_evicts_nothing)
+{
+	static const char *const pool128[] = { "--pool-size", "2M", "--slab-size", "2M",
+					       "--free-watermark", "0", NULL };
+	enum { N = 100 };
+	uint32_t t[N * BT];
+	kvp_key keys[N];
+	kvp_page out[N + 1], mine[128];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *a;
+
+	daemon_start(&d, pool128);	/* 128 pages of 16 KiB */
+	a = join(d.sock);
+	tokens_of(t, N * BT, N * BT, 0);
+	ck_assert_int_eq(serve(a, t, N * BT, out), 0);
+	ck_assert_int_eq(kvp_release(a, out, N), 0);	/* 100 cached */
+	/* ALLOC of more than the pool: refused, nothing evicted */
+	ck_assert_int_eq(kvp_alloc(a, 129, mine), -ENOSPC);
+	ck_assert_msg(strstr(kvp_last_error(), "100 cached, of which 100 could be evicted") &&
+		      strstr(kvp_last_error(), "nothing was evicted"), "%s", kvp_last_error());
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_cached, N);
+	ck_assert_uint_eq(st.prefix.evictions, 0);
+	/* COW that the cache cannot make room for: the same */
+	ck_assert_int_eq(kvp_block_keys(a, NULL, t, N * BT, NULL, 0, keys), N);
+	ck_assert_int_eq(kvp_acquire(a, NULL, keys, 50, NULL, 0, out, NULL), 50);
+	ck_assert_int_eq(kvp_alloc(a, 28, mine), 0);	/* 50 leased + 28 private + 50 cached */
+	out[50] = mine[0];
+	ck_assert_int_eq(kvp_cow(a, out, 51, mine + 28), -ENOSPC);	/* 51 of 50 */
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_cached, 50);
+	ck_assert_uint_eq(st.prefix.evictions, 0);
+	ck_assert_int_eq(kvp_release(a, out, 50), 0);
+	ck_assert_int_eq(kvp_release(a, mine, 28), 0);
+	/* every page is still there */
+	ck_assert_int_eq(kvp_acquire(a, NULL, keys, N, NULL, 0, out, NULL), N);
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_share_eviction_takes_leaves_before_parents)
 {
 	enum { CHAIN = 8 };
@@ -568,6 +610,7 @@ static Suite *share_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_share_eviction_spares_leased_pages_and_shortens_hits);
 	tcase_add_test(tc, test_share_eviction_takes_leaves_before_parents);
+	tcase_add_test(tc, test_share_a_request_that_cannot_be_met_evicts_nothing);
 	tcase_add_test(tc, test_share_watermark_keeps_free_pages_ready);
 	suite_add_tcase(s, tc);
 	return s;

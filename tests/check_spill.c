@@ -578,6 +578,48 @@ START_TEST(test_host_tier_alone_keeps_the_newest_and_drops_the_oldest)
 }
 END_TEST
 
+START_TEST(test_host_tier_restore_without_room_changes_nothing)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[CHAIN];
+	kvp_page held[8 * CHAIN], got[CHAIN];
+	kvp_stats_t st0, st1;
+	struct daemon d;
+	kvp_client *c;
+	int s;
+
+	daemon_dir(&d);
+	daemon_restart(&d, host_args(&d, "1M", NULL));
+	c = join(d.sock);
+	publish_seqs(c, 0, 9);	/* 288 pages: chain 0 hosted, 1..8 in the pool */
+	/* chains 1..7 and the first block of chain 8 leased: 31 evictable */
+	for (s = 1; s <= 8; s++) {
+		seq(t, (uint32_t)s);
+		ck_assert_int_eq(kvp_block_keys(c, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+		ck_assert_int_eq(kvp_acquire(c, NULL, keys, s < 8 ? CHAIN : 1, NULL, 0,
+					     held + (s - 1) * CHAIN, NULL), s < 8 ? CHAIN : 1);
+	}
+	stats_of(d.sock, &st0);
+	ck_assert_uint_eq(st0.pages_cached, CHAIN - 1);
+	ck_assert_uint_eq(st0.host.used, CHAIN);
+	/* chain 0 needs 32 pages to come back, the cache can free 31: no
+	 * restore, and nothing is evicted for it */
+	seq(t, 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys, CHAIN, NULL, 0, got, NULL), 0);
+	stats_of(d.sock, &st1);
+	ck_assert_uint_eq(st1.pages_cached, CHAIN - 1);
+	ck_assert_uint_eq(st1.host.used, CHAIN);
+	ck_assert_uint_eq(st1.prefix.evictions, st0.prefix.evictions);
+	ck_assert_uint_eq(st1.host.dropped, st0.host.dropped);
+	/* with room, it does come back */
+	ck_assert_int_eq(kvp_release(c, held, 7 * CHAIN + 1), 0);
+	ck_assert_int_eq(check_seq(c, 0), CHAIN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_host_tier_size_errors_are_clear)
 {
 	struct daemon d;
@@ -614,6 +656,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_host_tier_sits_between_pool_and_nvme);
 	tcase_add_test(tc, test_host_tier_alone_keeps_the_newest_and_drops_the_oldest);
 	tcase_add_test(tc, test_host_tier_size_errors_are_clear);
+	tcase_add_test(tc, test_host_tier_restore_without_room_changes_nothing);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");
