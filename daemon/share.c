@@ -21,30 +21,33 @@
 /*
  * A deferred ACQUIRE: some of its blocks are being read back from the
  * tier. The reply goes out when the last read completes; the connection
- * is held until then, even if its client dies meanwhile.
+ * is held until then, even if its client dies meanwhile. Its entries are
+ * the full blocks found, then the partial page when there is one.
  */
 struct pending {
 	struct conn *c;
 	struct ns *n;
 	struct kvp_wire_hdr req;
 	uint32_t nkeys;
-	uint32_t planned;		/* blocks found in the index */
+	uint32_t planned;		/* entries: full blocks, then the partial */
+	uint32_t nfull;			/* of them full blocks */
 	uint32_t hits;			/* lowest failed restore, else planned */
 	uint32_t outstanding;		/* reads in flight */
-	uint64_t partial_page;		/* leased already, or 0 */
-	uint32_t partial_tokens;
+	uint32_t partial_tokens;	/* of the partial page, when planned > nfull */
 	uint64_t *pages;		/* [planned] */
 	uint8_t *restored;		/* [planned]: read from the tier */
-	uint32_t *slot_index;		/* [tier slots]: which block a slot fills */
+	uint32_t *slot_index;		/* [tier slots]: which entry a slot fills */
 };
 
-/* acquire_reply() - answer an ACQUIRE with hits pages (leased) and the
- * partial page, count it, and free what the answer no longer needs. */
+/* acquire_reply() - answer an ACQUIRE with the pages of its first got
+ * entries (leased): its full blocks, then the partial page when got goes
+ * past them; count it. */
 static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hdr *req,
-			  uint32_t nkeys, const uint64_t *pages, uint32_t hits,
-			  uint64_t partial_page, uint32_t partial_tokens)
+			  uint32_t nkeys, const uint64_t *pages, uint32_t got, uint32_t nfull,
+			  uint32_t partial_tokens)
 {
 	struct kvp_wire_acquire_reply *rep;
+	uint32_t hits = got < nfull ? got : nfull;
 	size_t len = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
 
 	rep = calloc(1, len);
@@ -53,13 +56,15 @@ static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hd
 		return;
 	}
 	rep->hits = hits;
-	rep->partial_page = partial_page;
-	rep->partial_tokens = partial_tokens;
+	if (got > nfull) {
+		rep->partial_page = pages[nfull];
+		rep->partial_tokens = partial_tokens;
+	}
 	memcpy(rep + 1, pages, (size_t)hits * sizeof(uint64_t));
 	n->st.acquires++;
-	n->st.hits += hits + (partial_page != 0);
+	n->st.hits += hits + (got > nfull);
 	n->st.misses += nkeys - hits;
-	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + partial_tokens;
+	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + rep->partial_tokens;
 	conn_reply(c, req, KVP_S_OK, rep, len, -1);
 	free(rep);
 }
@@ -89,14 +94,9 @@ static void pending_finish(struct pending *pd)
 			lease_drop(&c->leases, p, n, pd->pages[i]);
 		}
 	}
-	if (!gone && pd->partial_page && pd->hits < pd->planned) {
-		lease_drop(&c->leases, p, n, pd->partial_page);
-		pd->partial_page = 0;
-		pd->partial_tokens = 0;
-	}
 	if (!gone) {
-		acquire_reply(c, n, &pd->req, pd->nkeys, pd->pages, pd->hits,
-			      pd->partial_page, pd->partial_tokens);
+		acquire_reply(c, n, &pd->req, pd->nkeys, pd->pages, pd->hits, pd->nfull,
+			      pd->partial_tokens);
 		conn_resume(c);
 	}
 	free(pd->pages);
@@ -106,7 +106,7 @@ static void pending_finish(struct pending *pd)
 	conn_put(c);
 }
 
-/* restore_done() - one block is back from the tier, or failed. */
+/* restore_done() - one entry is back from the tier, or failed. */
 static void restore_done(void *arg, uint32_t slot, int res)
 {
 	struct pending *pd = arg;
@@ -140,15 +140,15 @@ static void restore_done(void *arg, uint32_t slot, int res)
 /*
  * find_partial() - the partial page after block hits of an ACQUIRE: under
  * keys[hits - 1] (parent when hits is 0), matched against the request's
- * tokens of block hits; only one that is in the pool. PREFIX_NIL when the
- * tokens stop before it.
+ * tokens of block hits; in the pool or in a tier. PREFIX_NIL when the
+ * tokens stop before it or none matches.
  */
 static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 			     const uint8_t *keys, const void *raw, uint32_t hits,
 			     uint32_t *tail)
 {
 	uint64_t start = (uint64_t)hits * n->block_tokens;
-	uint32_t i, len, e;
+	uint32_t i, len;
 
 	if (a->ntokens <= start)
 		return PREFIX_NIL;
@@ -157,19 +157,45 @@ static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 		len = n->block_tokens - 1;
 	for (i = 0; i < len; i++)
 		tail[i] = wire_u32_at(raw, (size_t)start + i);
-	e = prefix_find_partial(n->idx, hits ? keys + (size_t)(hits - 1) * KVP_KEY_BYTES
-					     : a->parent, tail, len);
-	return e != PREFIX_NIL && prefix_where(n->idx, e) == PREFIX_IN_POOL ? e : PREFIX_NIL;
+	return prefix_find_partial(n->idx, hits ? keys + (size_t)(hits - 1) * KVP_KEY_BYTES
+						: a->parent, tail, len);
 }
 
 /*
- * plan_hits() - how many leading keys can be served: in the pool, in the
+ * plan_entry() - whether entry e can be served now: in the pool, in the
  * host tier, or in the NVMe tier and readable now (not being written, a
- * staging buffer free). *hosted and *restores count the second and third
- * kinds; *writing is set when the plan stops at a block whose spill write
- * is still in flight.
+ * staging buffer left of bufs). *hosted and *restores count the second
+ * and third kinds; *writing is set when e's spill write is in flight.
  */
-static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
+static bool plan_entry(struct ns *n, uint32_t e, uint32_t bufs, uint32_t *hosted,
+		       uint32_t *restores, bool *writing)
+{
+	unsigned where = prefix_where(n->idx, e);
+
+	if (where == PREFIX_IN_POOL)
+		return true;
+	if (where == PREFIX_HOST) {
+		(*hosted)++;
+		return true;
+	}
+	if (where != PREFIX_SPILLED)
+		return false;
+	if (spill_busy(n->tier, prefix_slot(n->idx, e))) {
+		*writing = true;
+		return false;
+	}
+	if (*restores >= bufs)
+		return false;
+	(*restores)++;
+	return true;
+}
+
+/*
+ * plan_hits() - how many leading keys can be served (see plan_entry()),
+ * their entries into ents[]. *writing is set when the plan stops at a
+ * block whose spill write is still in flight.
+ */
+static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys, uint32_t *ents,
 			  uint32_t *hosted, uint32_t *restores, bool *writing)
 {
 	uint32_t i, e, bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
@@ -178,23 +204,9 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys,
 	*writing = false;
 	for (i = 0; i < nkeys; i++) {
 		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
-		if (e == PREFIX_NIL)
+		if (e == PREFIX_NIL || !plan_entry(n, e, bufs, hosted, restores, writing))
 			break;
-		if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
-			continue;
-		if (prefix_where(n->idx, e) == PREFIX_HOST) {
-			(*hosted)++;
-			continue;
-		}
-		if (prefix_where(n->idx, e) != PREFIX_SPILLED)
-			break;
-		if (spill_busy(n->tier, prefix_slot(n->idx, e))) {
-			*writing = true;
-			break;
-		}
-		if (*restores >= bufs)
-			break;
-		(*restores)++;
+		ents[i] = e;
 	}
 	return i;
 }
@@ -232,7 +244,7 @@ static bool restore_host(struct conn *c, struct ns *n, uint32_t e, uint64_t page
 }
 
 /*
- * restore_nvme() - start reading the spilled entry e (block i) back into
+ * restore_nvme() - start reading the spilled entry e (entry i) back into
  * the fresh page for pd. Returns false when the read could not be
  * started: the block is lost, a miss.
  */
@@ -261,51 +273,49 @@ static bool restore_nvme(struct pending *pd, uint32_t i, uint32_t e, uint64_t pa
 	return false;
 }
 
-/* hold_tiers() - hold (or, !on, release) the tier entries of the first
- * hits keys, which the pool does not have. */
-static void hold_tiers(struct ns *n, const uint8_t *keys, const uint64_t *pages,
-		       uint32_t hits, bool on)
+/* hold_tiers() - hold (or, !on, release) the entries of ents[0..n) that
+ * the pool does not have (pages[i] 0). */
+static void hold_tiers(struct ns *n, const uint32_t *ents, const uint64_t *pages,
+		       uint32_t cnt, bool on)
 {
-	uint32_t i, e;
+	uint32_t i;
 
-	for (i = 0; i < hits; i++) {
+	for (i = 0; i < cnt; i++) {
 		if (pages[i])
 			continue;
-		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
 		if (on)
-			prefix_hold(n->idx, e);
+			prefix_hold(n->idx, ents[i]);
 		else
-			prefix_unhold(n->idx, e);
+			prefix_unhold(n->idx, ents[i]);
 	}
 }
 
 /*
- * start_restores() - lease the blocks in the pool, copy those of the host
- * tier back, and start reading the NVMe tier's back into fresh INFLIGHT
- * pages. Returns the pending request, or NULL when nothing needs reading
- * (all leased; *hits may have shrunk if the pool had no room for the
- * restores or a copy failed).
+ * start_restores() - lease the entries ents[0..*got) that are in the pool,
+ * copy those of the host tier back, and start reading the NVMe tier's back
+ * into fresh INFLIGHT pages. Returns the pending request, or NULL when
+ * nothing needs reading (all leased; *got may have shrunk if the pool had
+ * no room for the restores or a copy failed).
  */
-static struct pending *start_restores(struct conn *c, const uint8_t *keys,
-				      uint64_t *pages, uint32_t *hits, uint32_t hosted,
-				      uint32_t restores, int *err)
+static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint64_t *pages,
+				      uint32_t *got, uint32_t hosted, uint32_t restores,
+				      int *err)
 {
 	struct pool *p = c->srv->pool;
 	struct ns *n = c->ns;
 	struct spill_stats ts;
 	struct pending *pd = NULL;
 	uint64_t *fresh = NULL;
-	uint32_t i, e, r = 0, cut;
+	uint32_t i, r = 0, cut;
 	char msg[256];
 
 	*err = 0;
-	for (i = 0; i < *hits; i++) {	/* first the pool's: then no eviction takes them */
-		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
-		prefix_touch(n->idx, e, true);
+	for (i = 0; i < *got; i++) {	/* first the pool's: then no eviction takes them */
+		prefix_touch(n->idx, ents[i], true);
 		pages[i] = 0;
-		if (prefix_where(n->idx, e) != PREFIX_IN_POOL)
+		if (prefix_where(n->idx, ents[i]) != PREFIX_IN_POOL)
 			continue;
-		pages[i] = prefix_page(n->idx, e);
+		pages[i] = prefix_page(n->idx, ents[i]);
 		if (lease_take(&c->leases, p, n, pages[i]) < 0)
 			goto out_nomem;
 	}
@@ -322,35 +332,34 @@ static struct pending *start_restores(struct conn *c, const uint8_t *keys,
 		pd->c = c;
 		pd->n = n;
 		pd->pages = pages;
-		pd->restored = calloc(*hits, 1);
+		pd->restored = calloc(*got, 1);
 		pd->slot_index = calloc(ts.slots, sizeof(*pd->slot_index));
 		if (!pd->restored || !pd->slot_index)
 			goto out_nomem;
 	}
-	/* making room must not move or drop the blocks about to come back */
-	hold_tiers(n, keys, pages, *hits, true);
+	/* making room must not move or drop the entries about to come back */
+	hold_tiers(n, ents, pages, *got, true);
 	if (!lease_make_room(p, n, restores + hosted) ||
 	    pool_alloc(p, n->pool_ns, restores + hosted, fresh, msg, sizeof(msg)) < 0) {
 		/* no room to restore into: serve the prefix that is in the pool */
-		hold_tiers(n, keys, pages, *hits, false);
-		for (i = 0; i < *hits && pages[i]; i++)
+		hold_tiers(n, ents, pages, *got, false);
+		for (i = 0; i < *got && pages[i]; i++)
 			;
-		while (*hits > i)
-			if (pages[--*hits])
-				lease_drop(&c->leases, p, n, pages[*hits]);
+		while (*got > i)
+			if (pages[--*got])
+				lease_drop(&c->leases, p, n, pages[*got]);
 		goto out_free;
 	}
-	cut = *hits;
-	for (i = 0; i < *hits; i++) {
+	cut = *got;
+	for (i = 0; i < *got; i++) {
 		bool ok;
 
 		if (pages[i])
 			continue;
-		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
-		if (prefix_where(n->idx, e) == PREFIX_HOST)
-			ok = restore_host(c, n, e, fresh[r]);
+		if (prefix_where(n->idx, ents[i]) == PREFIX_HOST)
+			ok = restore_host(c, n, ents[i], fresh[r]);
 		else
-			ok = restore_nvme(pd, i, e, fresh[r]);
+			ok = restore_nvme(pd, i, ents[i], fresh[r]);
 		if (ok)
 			pages[i] = fresh[r];
 		else if (i < cut)
@@ -359,15 +368,15 @@ static struct pending *start_restores(struct conn *c, const uint8_t *keys,
 	}
 	free(fresh);
 	if (pd) {
-		pd->planned = *hits;
+		pd->planned = *got;
 		pd->hits = cut;
 		return pd;
 	}
 	/* all copied already: let go of what comes after a failure */
-	for (i = cut; i < *hits; i++)
+	for (i = cut; i < *got; i++)
 		if (pages[i])
 			lease_drop(&c->leases, p, n, pages[i]);
-	*hits = cut;
+	*got = cut;
 	return NULL;
 
 out_nomem:
@@ -385,6 +394,12 @@ out_free:
 	return NULL;
 }
 
+/*
+ * share_acquire() - the longest cached prefix of the keys, then the
+ * partial page after it that the request's tokens continue into,
+ * wherever each is (pool, host tier, NVMe tier): one entry list for
+ * both, so a partial page comes back from a tier as a block does.
+ */
 void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 			   const uint8_t *payload)
 {
@@ -392,10 +407,10 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	struct pending *pd;
 	const uint8_t *keys;
 	const void *raw;
-	uint32_t *tail, hits, planned, hosted, restores, pe;
-	uint64_t *pages, partial_page = 0;
+	uint32_t *tail, *ents, hits, got, hosted, restores, pe, bufs, tokens = 0;
+	uint64_t *pages;
 	struct ns *n;
-	bool writing;
+	bool writing, wait = false;
 	int err;
 
 	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw) < 0) {
@@ -413,63 +428,56 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 			   a.ntokens, n->block_tokens);
 		return;
 	}
+	ents = malloc(((size_t)a.nkeys + 1) * sizeof(*ents));
+	tail = malloc(n->block_tokens * sizeof(*tail));
+	pages = calloc((size_t)a.nkeys + 1, sizeof(*pages));
+	if (!ents || !tail || !pages) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u keys", a.nkeys);
+		goto out;
+	}
 	/* Find first, lease after: a refusal must change nothing. */
-	hits = plan_hits(n, keys, a.nkeys, &hosted, &restores, &writing);
-	if (writing) {
+	hits = plan_hits(n, keys, a.nkeys, ents, &hosted, &restores, &writing);
+	got = hits;
+	pe = writing ? PREFIX_NIL : find_partial(n, &a, keys, raw, hits, tail);
+	if (pe != PREFIX_NIL) {
+		bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
+		if (plan_entry(n, pe, bufs, &hosted, &restores, &wait)) {
+			ents[got++] = pe;
+			tokens = prefix_tokens(n->idx, pe);
+		}
+	}
+	if (writing || wait) {
 		/* a block of the chain is on its way to the tier: wait for the
 		 * write (which wakes the queue) rather than answer a miss */
 		requests_defer(c, req);
-		return;
+		goto out;
 	}
-	tail = malloc(n->block_tokens * sizeof(*tail));
-	pages = calloc(hits + 1, sizeof(*pages));
-	if (!tail || !pages) {
-		free(tail);
-		free(pages);
-		conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u handles", hits);
-		return;
-	}
-	pe = find_partial(n, &a, keys, raw, hits, tail);
-	free(tail);
-	if (!requests_room_for_leases(c, req, hits + (pe != PREFIX_NIL)))
+	if (!requests_room_for_leases(c, req, got))
 		goto out;
 	/* reads need free pages: wait for the tier rather than serve less */
 	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores))
 		goto out;
-	if (pe != PREFIX_NIL) {
-		prefix_touch(n->idx, pe, true);
-		partial_page = prefix_page(n->idx, pe);
-		if (lease_take(&c->leases, c->srv->pool, n, partial_page) < 0) {
-			conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
-			goto out;
-		}
-	}
-	planned = hits;
-	pd = start_restores(c, keys, pages, &hits, hosted, restores, &err);
+	pd = start_restores(c, ents, pages, &got, hosted, restores, &err);
 	if (err) {
-		if (partial_page)
-			lease_drop(&c->leases, c->srv->pool, n, partial_page);
 		conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
 		goto out;
 	}
-	if (pd) {	/* the reply waits for the reads */
+	if (pd) {	/* the reply waits for the reads; pd owns pages now */
 		pd->req = *req;
 		pd->nkeys = a.nkeys;
-		pd->partial_page = partial_page;
-		pd->partial_tokens = partial_page ? prefix_tokens(n->idx, pe) : 0;
+		pd->nfull = hits;
+		pd->partial_tokens = tokens;
 		c->deferred = true;
 		conn_hold(c);
+		pages = NULL;
 		if (pd->outstanding == 0)	/* every read failed at once */
 			pending_finish(pd);
-		return;
+		goto out;
 	}
-	if (partial_page && hits < planned) {
-		lease_drop(&c->leases, c->srv->pool, n, partial_page);
-		partial_page = 0;
-	}
-	acquire_reply(c, n, req, a.nkeys, pages, hits, partial_page,
-		      partial_page ? prefix_tokens(n->idx, pe) : 0);
+	acquire_reply(c, n, req, a.nkeys, pages, got, hits, tokens);
 out:
+	free(ents);
+	free(tail);
 	free(pages);
 }
 

@@ -620,6 +620,83 @@ START_TEST(test_host_tier_restore_without_room_changes_nothing)
 }
 END_TEST
 
+/* partial_publish() - blocks 0..1 of sequence 500 and a partial page of
+ * 5 tokens after them, released: all cached. Their keys into keys[],
+ * the tokens into t[]. */
+static void partial_publish(kvp_client *c, uint32_t *t, kvp_key *keys)
+{
+	kvp_page out[3], canon;
+	kvp_key pk;
+
+	seq(t, 500);
+	ck_assert_int_eq(harness_serve(c, t, 2 * BT, out), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 2 * BT, NULL, 0, keys), 2);
+	ck_assert_int_eq(kvp_alloc(c, 1, &out[2]), 0);
+	memset(&pk, 0, sizeof(pk));
+	pk.b[0] = 0x77;		/* the partial page's bytes follow from this */
+	harness_fill(kvp_page_ptr(c, out[2]), PAGE_BYTES, &pk);
+	ck_assert_int_eq(kvp_publish_partial(c, &keys[1], out[2], t + 2 * BT, 5,
+					     KVP_PRIO_NORMAL, &canon), 0);
+	ck_assert_int_eq(kvp_release(c, out, 3), 0);
+}
+
+/* partial_back() - ACQUIRE of the two blocks and 7 tokens after them
+ * finds the partial page of 5 with its bytes. */
+static void partial_back(kvp_client *c, const uint32_t *t, const kvp_key *keys)
+{
+	kvp_partial part = { 0 };
+	kvp_page got[2];
+	kvp_key pk;
+
+	memset(&pk, 0, sizeof(pk));
+	pk.b[0] = 0x77;
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys, 2, t, 2 * BT + 7, got, &part), 2);
+	ck_assert_uint_eq(part.tokens, 5);
+	ck_assert(harness_holds(kvp_page_ptr(c, part.page), PAGE_BYTES, &pk));
+	ck_assert_int_eq(kvp_release(c, got, 2), 0);
+	ck_assert_int_eq(kvp_release(c, &part.page, 1), 0);
+}
+
+START_TEST(test_partial_page_comes_back_from_either_tier_and_a_restart)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[2];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	/* the host tier */
+	daemon_restart(&d, host_args(&d, "1M", NULL));
+	c = join(d.sock);
+	partial_publish(c, t, keys);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 3);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.host.used, 3);
+	partial_back(c, t, keys);
+	kvp_close(c);
+	daemon_stop(&d);
+	/* the NVMe tier, then a warm restart */
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	partial_publish(c, t, keys);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 3);
+	settle(d.sock);
+	partial_back(c, t, keys);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 3);
+	kvp_close(c);
+	daemon_halt(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_spilled, 3);
+	partial_back(c, t, keys);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_host_tier_size_errors_are_clear)
 {
 	struct daemon d;
@@ -657,6 +734,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_host_tier_alone_keeps_the_newest_and_drops_the_oldest);
 	tcase_add_test(tc, test_host_tier_size_errors_are_clear);
 	tcase_add_test(tc, test_host_tier_restore_without_room_changes_nothing);
+	tcase_add_test(tc, test_partial_page_comes_back_from_either_tier_and_a_restart);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");
