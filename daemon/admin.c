@@ -457,7 +457,7 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 
 		if (only && n != only)
 			continue;
-		while ((!ev.max || done < ev.max) && lease_evict_one(s->pool, n))
+		while ((!ev.max || done < ev.max) && lease_evict_one(s->pool, n) > 0)
 			done++;
 	}
 	cnt.count = 0;	/* no records follow: total is the count evicted */

@@ -81,9 +81,12 @@ uint64_t lease_drop_all(struct lease_set *set, struct pool *p, struct ns *n);
  * tier's oldest leaf makes way when it is full), else out of the index.
  * All or nothing: when the free pages and all that eviction could free
  * do not reach want, nothing is evicted (a request that cannot be met
- * changes nothing). Returns true when the pool can hand them out.
+ * changes nothing). Returns 0 when the pool can hand them out, -ENOSPC
+ * when it cannot (nothing evicted), -EAGAIN when the tiers cannot take
+ * the evictions now (some may have gone down; a write in flight or
+ * --spill-rate will let the rest).
  */
-bool lease_make_room(struct pool *p, struct ns *n, uint64_t want);
+int lease_make_room(struct pool *p, struct ns *n, uint64_t want);
 
 /* lease_room_possible() - free and evictable pages of n reach want (what
  * lease_make_room() decides first). O(entries) when the free ones do not. */
@@ -98,7 +101,14 @@ void lease_evict_ahead(struct pool *p, struct ns *n, uint64_t want);
 extern void (*lease_room_hook)(struct ns *n);
 
 /* lease_evict_one() - move one cached page of n out of the pool (to a
- * tier, or out of the index); false when n has none. */
-bool lease_evict_one(struct pool *p, struct ns *n);
+ * tier, or out of the index with the blocks below it in the tiers): 1,
+ * or 0 when n has none, -EAGAIN when the tiers cannot take it now (a
+ * write in flight, or --spill-rate, will let them). */
+int lease_evict_one(struct pool *p, struct ns *n);
+
+/* lease_drop_subtree() - take e and every block below it out of the
+ * index and their tiers, leaves first: what goes when e cannot be kept,
+ * so that no block is left behind a lost parent. */
+void lease_drop_subtree(struct pool *p, struct ns *n, uint32_t e);
 
 #endif /* KVP_LEASE_H */

@@ -14,6 +14,7 @@
 
 #include "kvpool.h"
 #include "client/wire.h"
+#include "daemon/lease.h"
 #include "daemon/log.h"
 #include "daemon/ns.h"
 
@@ -141,9 +142,10 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 {
 	struct spill_stats st;
 	struct scan_ctx sc = { .n = n };
+	static const uint8_t zero_key[KVP_KEY_BYTES];
 	struct spill_ns id;
 	const char *why;
-	uint32_t i, p;
+	uint32_t i, p, orphans = 0;
 	int rc;
 
 	memset(&id, 0, sizeof(id));
@@ -182,6 +184,27 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 		if (p)
 			prefix_set_parent(n->idx, sc.entries[i], p);
 	}
+	/* A block whose parent is not there (its slot was reused, or the
+	 * parent was dropped while this one's write was in flight) could
+	 * never be reached from the root: it goes, with what is below it, so
+	 * that no chain has a hole. Root-level blocks name no parent; a
+	 * partial page at the root names the root. */
+	for (i = 0; i < sc.count; i++) {
+		uint32_t e = sc.entries[i];
+
+		if (!prefix_used(n->idx, e) || prefix_parent(n->idx, e) != PREFIX_NIL ||
+		    !memcmp(sc.parents[i], zero_key, KVP_KEY_BYTES) ||
+		    !memcmp(sc.parents[i], n->root, KVP_KEY_BYTES))
+			continue;
+		orphans += prefix_count(n->idx);
+		lease_drop_subtree(n->pool, n, e);
+		orphans -= prefix_count(n->idx);
+	}
+	sc.kept -= orphans;
+	if (orphans)
+		log_info("namespace '%s': %u blocks of %s could not be reached: a block "
+			 "before them is not there; they were dropped", n->name, orphans,
+			 spill_path(n->tier));
 	free(sc.entries);
 	free(sc.parents);
 	return (int64_t)sc.kept;
@@ -285,6 +308,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->dtype = h->dtype;
 	n->page_bytes = pb;
 	n->pool_ns = pns;
+	n->pool = p;
 	n->key_scheme = scheme;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
 	ns_root(n, k);

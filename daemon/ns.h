@@ -30,6 +30,7 @@ struct ns {
 	uint32_t layers, kv_heads, head_dim, block_tokens, dtype;
 	uint64_t page_bytes;
 	int pool_ns;		/* its namespace in the pool */
+	struct pool *pool;	/* the pool (borrowed) */
 	uint32_t clients;	/* connections joined to it now */
 	uint32_t key_scheme;	/* KVP_WIRE_KEYS_* */
 	uint8_t root[KVP_KEY_BYTES];	/* parent key of first blocks */

@@ -499,14 +499,79 @@ void prefix_restored(struct prefix *x, uint32_t e)
 	x->e[e].where = PREFIX_IN_POOL;
 }
 
-uint32_t prefix_tier_victim(struct prefix *x)
+uint32_t prefix_tier_next_leaf(const struct prefix *x, uint32_t e)
 {
-	uint32_t e;
-
-	for (e = x->tier.head; e; e = x->e[e].next)
+	for (e = e ? x->e[e].next : x->tier.head; e; e = x->e[e].next)
 		if (!x->e[e].children)
 			return e;
 	return PREFIX_NIL;
+}
+
+uint32_t prefix_tier_victim(struct prefix *x)
+{
+	return prefix_tier_next_leaf(x, PREFIX_NIL);
+}
+
+/*
+ * prefix_subtree() - see prefix.h. Each entry's distance below e, or
+ * that it is not below e, is found once: walking up from an entry stops
+ * at e, at the root, or at an entry already known, and the walk is then
+ * written back along the same path. A damaged cycle of parents is cut
+ * at the entry count.
+ */
+#define SUB_UNKNOWN 0u
+#define SUB_OUT UINT32_MAX
+uint32_t prefix_subtree(const struct prefix *x, uint32_t e, uint32_t **out)
+{
+	uint32_t *dist = calloc(x->cap, sizeof(*dist)), *list, *bucket;
+	uint32_t i, a, d, steps, n = 0, most = 0;
+
+	*out = NULL;
+	if (!dist)
+		return 0;
+	dist[e] = 1;	/* distance + 1, so that 0 stays "unknown" */
+	for (i = 1; i < x->cap; i++) {
+		if (!x->e[i].used || dist[i] != SUB_UNKNOWN)
+			continue;
+		for (a = i, steps = 0; a && dist[a] == SUB_UNKNOWN && steps <= x->count;
+		     a = x->e[a].parent)
+			steps++;
+		d = !a || steps > x->count || dist[a] == SUB_OUT ? SUB_OUT : dist[a] + steps;
+		for (a = i; steps--; a = x->e[a].parent)
+			dist[a] = d == SUB_OUT ? SUB_OUT : d--;
+	}
+	for (i = 1; i < x->cap; i++) {
+		if (x->e[i].used && dist[i] != SUB_UNKNOWN && dist[i] != SUB_OUT) {
+			n++;
+			most = dist[i] > most ? dist[i] : most;
+		}
+	}
+	/* deepest first: a counting sort by distance */
+	list = malloc(n * sizeof(*list));
+	bucket = calloc((size_t)most + 2, sizeof(*bucket));
+	if (!list || !bucket) {
+		free(list);
+		free(bucket);
+		free(dist);
+		return 0;
+	}
+	for (i = 1; i < x->cap; i++)
+		if (x->e[i].used && dist[i] != SUB_UNKNOWN && dist[i] != SUB_OUT)
+			bucket[most - dist[i] + 1]++;
+	for (d = 1; d <= most + 1; d++)
+		bucket[d] += bucket[d - 1];
+	for (i = 1; i < x->cap; i++)
+		if (x->e[i].used && dist[i] != SUB_UNKNOWN && dist[i] != SUB_OUT)
+			list[bucket[most - dist[i]]++] = i;
+	free(bucket);
+	free(dist);
+	*out = list;
+	return n;
+}
+
+bool prefix_used(const struct prefix *x, uint32_t e)
+{
+	return e && e < x->cap && x->e[e].used;
 }
 
 unsigned prefix_where(const struct prefix *x, uint32_t e)

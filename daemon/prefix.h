@@ -108,8 +108,18 @@ void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page);
 void prefix_restored(struct prefix *x, uint32_t e);
 
 /* prefix_tier_victim() - the oldest spilled entry without children (it
- * stays indexed; the caller frees its slot and removes it). */
+ * stays indexed; the caller frees its slot and removes it).
+ * prefix_tier_next_leaf() - the next such entry after e, for a caller
+ * that must pass over some (PREFIX_NIL: from the oldest). */
 uint32_t prefix_tier_victim(struct prefix *x);
+uint32_t prefix_tier_next_leaf(const struct prefix *x, uint32_t e);
+
+/*
+ * prefix_subtree() - e and every indexed entry below it, deepest first
+ * (each after all of its descendants, e last), into a new array *out that
+ * the caller frees. Returns how many, or 0 without memory. O(entries).
+ */
+uint32_t prefix_subtree(const struct prefix *x, uint32_t e, uint32_t **out);
 
 /* prefix_hosted() - e left its page for slot of the host tier (the
  * newest of that tier's list). prefix_spilling() moves it on down to the
@@ -126,6 +136,9 @@ uint32_t prefix_host_victim(struct prefix *x);
  * newest). */
 void prefix_hold(struct prefix *x, uint32_t e);
 void prefix_unhold(struct prefix *x, uint32_t e);
+
+/* prefix_used() - e names an indexed entry (not one removed since). */
+bool prefix_used(const struct prefix *x, uint32_t e);
 
 /* An entry's location, slot, key (full block: its own; partial: its
  * parent's), token ids (partial), parent entry. */

@@ -91,6 +91,27 @@ static void rate_done(struct loop_op *op, int res)
 }
 
 /*
+ * defer_for_tier() - queue c's request until the NVMe tier can take more:
+ * a write in flight ends, or the --spill-rate timer (armed here, ms away,
+ * when ms) fires. False when nothing would wake it (nothing queued).
+ */
+static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, uint64_t ms)
+{
+	struct server *s = c->srv;
+	struct ns *ns = c->ns;
+
+	if (ms && !ns->rate_armed) {
+		ns->rate_op.done = rate_done;
+		if (loop_timeout(s->loop, &ns->rate_op, &ns->rate_ts, ms) == 0)
+			ns->rate_armed = true;
+	}
+	if (!ns->rate_armed && !spill_get_writing(ns->tier))
+		return false;
+	requests_defer(c, req);
+	return true;
+}
+
+/*
  * requests_tier_wait() - back-pressure: true when making room for n pages
  * would spill more pages to the NVMe tier than it can take now: staging
  * buffers free while writes are in flight, and what --spill-rate allows.
@@ -100,6 +121,11 @@ static void rate_done(struct loop_op *op, int res)
  * completes or the rate allows more, instead of dropping cached pages it
  * could keep.
  */
+bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	return c->ns->tier && defer_for_tier(c, req, spill_rate_wait_ms(c->ns->tier, 1));
+}
+
 bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
 {
 	struct server *s = c->srv;
@@ -119,8 +145,8 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	}
 	spill_get_stats(ns->tier, &ss);
 	pool_counts(s->pool, ns->pool_ns, &pc);
-	if (!pc.by_state[PAGE_CACHED] || !spill_free_slots(ns->tier))
-		return false;	/* nothing to spill, or nowhere: evict as usual */
+	if (!pc.by_state[PAGE_CACHED])
+		return false;	/* nothing to spill: evict as usual */
 	now = spill_idle_buffers(ns->tier);
 	ms = spill_rate_wait_ms(ns->tier, (uint32_t)(need < UINT32_MAX ? need : UINT32_MAX));
 	if ((now >= need || !ss.writing) && !ms)
@@ -129,15 +155,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	lease_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
-	if (ms && !ns->rate_armed) {
-		ns->rate_op.done = rate_done;
-		if (loop_timeout(s->loop, &ns->rate_op, &ns->rate_ts, ms) == 0)
-			ns->rate_armed = true;
-	}
-	if (!ns->rate_armed && !ss.writing && !spill_get_writing(ns->tier))
-		return false;	/* nothing would wake it: evict as usual */
-	requests_defer(c, req);
-	return true;
+	return defer_for_tier(c, req, ms);
 }
 
 void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
@@ -198,13 +216,17 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 
 	if (requests_tier_wait(c, req, n))
 		return false;	/* served again when the tier has room */
-	if (lease_room_possible(s->pool, ns, n) && !lease_make_room(s->pool, ns, n)) {
-		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted; evicting "
-			   "cached pages to the NVMe tier is held back by --spill-rate: "
+	rc = lease_make_room(s->pool, ns, n);
+	if (rc == -EAGAIN) {
+		/* the tiers cannot take the evictions yet: wait for them */
+		if (requests_defer_tier(c, req))
+			return false;
+		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted; the "
+			   "tiers cannot take the cached pages that would make room now: "
 			   "try again in a moment", ns->name, n);
 		return false;
 	}
-	if (pool_available(s->pool, ns->pool_ns) < n) {
+	if (rc < 0) {
 		pool_counts(s->pool, ns->pool_ns, &pc);
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu can "
 			   "be had; of its %llu pages %llu are private and %llu shared "

@@ -295,7 +295,9 @@ static void hold_tiers(struct ns *n, const uint32_t *ents, const uint64_t *pages
  * copy those of the host tier back, and start reading the NVMe tier's back
  * into fresh INFLIGHT pages. Returns the pending request, or NULL when
  * nothing needs reading (all leased; *got may have shrunk if the pool had
- * no room for the restores or a copy failed).
+ * no room for the restores or a copy failed). *err is -ENOMEM, or -EAGAIN
+ * when making room waits for the tiers: then nothing is leased, for the
+ * request to wait and be served again.
  */
 static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint64_t *pages,
 				      uint32_t *got, uint32_t hosted, uint32_t restores,
@@ -308,10 +310,10 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 	uint64_t *fresh = NULL;
 	uint32_t i, r = 0, cut;
 	char msg[256];
+	int rc;
 
 	*err = 0;
 	for (i = 0; i < *got; i++) {	/* first the pool's: then no eviction takes them */
-		prefix_touch(n->idx, ents[i], true);
 		pages[i] = 0;
 		if (prefix_where(n->idx, ents[i]) != PREFIX_IN_POOL)
 			continue;
@@ -320,7 +322,7 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 			goto out_nomem;
 	}
 	if (!restores && !hosted)
-		return NULL;
+		goto out_touch;
 	fresh = calloc(restores + hosted, sizeof(*fresh));
 	if (!fresh)
 		goto out_nomem;
@@ -339,8 +341,17 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 	}
 	/* making room must not move or drop the entries about to come back */
 	hold_tiers(n, ents, pages, *got, true);
-	if (!lease_make_room(p, n, restores + hosted) ||
-	    pool_alloc(p, n->pool_ns, restores + hosted, fresh, msg, sizeof(msg)) < 0) {
+	rc = lease_make_room(p, n, restores + hosted);
+	if (rc == -EAGAIN) {
+		/* the tiers take the evictions later: let go of everything */
+		hold_tiers(n, ents, pages, *got, false);
+		for (i = *got; i-- > 0;)
+			if (pages[i])
+				lease_drop(&c->leases, p, n, pages[i]);
+		*err = -EAGAIN;
+		goto out_free;
+	}
+	if (rc < 0 || pool_alloc(p, n->pool_ns, restores + hosted, fresh, msg, sizeof(msg)) < 0) {
 		/* no room to restore into: serve the prefix that is in the pool */
 		hold_tiers(n, ents, pages, *got, false);
 		for (i = 0; i < *got && pages[i]; i++)
@@ -348,8 +359,10 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 		while (*got > i)
 			if (pages[--*got])
 				lease_drop(&c->leases, p, n, pages[*got]);
-		goto out_free;
+		goto out_touch;
 	}
+	for (i = 0; i < *got; i++)
+		prefix_touch(n->idx, ents[i], true);
 	cut = *got;
 	for (i = 0; i < *got; i++) {
 		bool ok;
@@ -384,6 +397,10 @@ out_nomem:
 	while (i--)
 		if (pages[i])
 			lease_drop(&c->leases, p, n, pages[i]);
+	goto out_free;
+out_touch:
+	for (i = 0; i < *got; i++)
+		prefix_touch(n->idx, ents[i], true);
 out_free:
 	if (pd) {
 		free(pd->restored);
@@ -458,6 +475,13 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores))
 		goto out;
 	pd = start_restores(c, ents, pages, &got, hosted, restores, &err);
+	if (err == -EAGAIN) {
+		/* the tiers cannot take what would make room yet: wait */
+		if (requests_defer_tier(c, req))
+			goto out;
+		got = 0;	/* nothing would wake it: a miss */
+		err = 0;
+	}
 	if (err) {
 		conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
 		goto out;

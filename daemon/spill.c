@@ -802,6 +802,11 @@ void spill_free(struct spill *sp, uint32_t slot)
 	sp->st.used--;
 }
 
+void spill_dropped(struct spill *sp)
+{
+	sp->st.dropped++;
+}
+
 uint32_t spill_idle_buffers(const struct spill *sp)
 {
 	return sp->nidle;

@@ -138,6 +138,9 @@ uint64_t spill_rate_wait_ms(struct spill *sp, uint32_t pages);
 /* spill_free() - the slot holds nothing any more. */
 void spill_free(struct spill *sp, uint32_t slot);
 
+/* spill_dropped() - count a page the tier let go of to make room. */
+void spill_dropped(struct spill *sp);
+
 /* spill_busy() - slot is being written: its bytes are not on disk yet. */
 bool spill_busy(const struct spill *sp, uint32_t slot);
 

@@ -274,6 +274,64 @@ START_TEST(test_spill_flipped_bytes_are_a_miss)
 }
 END_TEST
 
+/* unmake_slot() - make the slot whose header holds key k invalid in the
+ * tier file at path (its magic zeroed), as if it had been reused. */
+static void unmake_slot(const char *path, const kvp_key *k)
+{
+	static unsigned char buf[1u << 20];
+	off_t base = 0;
+	ssize_t n, i;
+	int fd = open(path, O_RDWR), done = 0;
+
+	ck_assert_int_ge(fd, 0);
+	while ((n = pread(fd, buf, sizeof(buf), base)) > 0) {
+		for (i = 32; i + 32 <= n; i += 4)	/* a header's key is at 32 */
+			if (!memcmp(buf + i, k->b, 32) && !memcmp(buf + i - 32, "KVPSLOT1", 8)) {
+				ck_assert_int_eq(pwrite(fd, "XXXXXXXX", 8, base + i - 32), 8);
+				done++;
+			}
+		base += n;
+	}
+	close(fd);
+	ck_assert_int_eq(done, 1);
+}
+
+START_TEST(test_spill_restart_drops_blocks_whose_parent_is_gone)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[4];
+	kvp_page out[4];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	char path[256], log[16384];
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	seq(t, 600);
+	ck_assert_int_eq(harness_serve(c, t, 4 * BT, out), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 4 * BT, NULL, 0, keys), 4);
+	ck_assert_int_eq(kvp_release(c, out, 4), 0);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 4);
+	kvp_close(c);
+	daemon_halt(&d);
+	/* the first block's slot no longer holds it */
+	spill_file(&d, path, sizeof(path));
+	unmake_slot(path, &keys[0]);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_spilled, 0);	/* 1..3 would be out of reach */
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "3 blocks of") && strstr(log, "a block before them is not there"),
+		      "%s", log);
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys + 1, 3, NULL, 0, out, NULL), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_spill_truncated_file_loses_only_cache)
 {
 	kvp_stats_t st;
@@ -716,6 +774,124 @@ START_TEST(test_host_tier_size_errors_are_clear)
 }
 END_TEST
 
+/* --- pressure: a full tier never leaves a hole in a chain ------------------- */
+
+/* 2 x 4 layers x 4 heads x 64 x 16 tokens x f16 = 64 KiB pages */
+static const kvp_geometry geo64 = {
+	.layers = 4, .kv_heads = 4, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/spill64",
+};
+
+/* chain_keys() - the keys of the first 16 blocks of sequence s. */
+static void chain_keys(kvp_client *c, uint32_t s, kvp_key *keys)
+{
+	uint32_t t[CHAIN * BT];
+
+	seq(t, s);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 16 * BT, NULL, 0, keys), 16);
+}
+
+/* indexed_blocks() - every indexed block of the chains[0..nchains) of 16
+ * blocks (sequence s's first 16) sits at its place: its depth is its
+ * position, so its parent is indexed too. Their counts by chain into
+ * count[]. */
+static void indexed_blocks(kvp_client *c, uint32_t nchains, uint32_t *count)
+{
+	static struct kvp_wire_prefix r[8192];
+	static kvp_key keys[64][16];
+	uint32_t s, j;
+	int n, i;
+
+	ck_assert_uint_le(nchains, 64);
+	for (s = 0; s < nchains; s++) {
+		chain_keys(c, s, keys[s]);
+		count[s] = 0;
+	}
+	n = kvp_list_prefixes(c, "spill64", 0, r, 8192);
+	ck_assert_int_ge(n, 0);
+	for (i = 0; i < n && i < 8192; i++) {
+		bool found = false;
+
+		for (s = 0; s < nchains && !found; s++) {
+			for (j = 0; j < 16 && !found; j++) {
+				if (memcmp(r[i].key, keys[s][j].b, 8))
+					continue;
+				found = true;
+				count[s]++;
+				ck_assert_msg(r[i].depth == j + 1, "chain %u block %u is indexed "
+					      "at depth %u: a block before it is gone", s, j,
+					      r[i].depth);
+			}
+		}
+		ck_assert_msg(found, "an indexed key of no chain");
+	}
+}
+
+/* no_holes() - no chain has a hole, and an ACQUIRE from the root serves
+ * each chain as far as it is indexed then, with its bytes. */
+static void no_holes(const char *sock, kvp_client *c, uint32_t nchains)
+{
+	uint32_t count[64], s;
+	kvp_key keys[16];
+	kvp_page got[16];
+	int i, hits;
+
+	for (s = 0; s < nchains; s++) {
+		settle(sock);	/* every staging buffer free: nothing cut short */
+		indexed_blocks(c, nchains, count);
+		chain_keys(c, s, keys);
+		hits = kvp_acquire(c, NULL, keys, 16, NULL, 0, got, NULL);
+		ck_assert_int_eq(hits, (int)count[s]);
+		for (i = 0; i < hits; i++)
+			ck_assert_msg(harness_holds(kvp_page_ptr(c, got[i]), 65536, &keys[i]),
+				      "chain %u block %d (of %d hits) was served with other bytes",
+				      s, i, hits);
+		ck_assert_int_eq(kvp_release(c, got, (size_t)hits), 0);
+	}
+	indexed_blocks(c, nchains, count);
+}
+
+START_TEST(test_pressure_fast_publishing_into_a_full_tier_leaves_no_holes)
+{
+	static const char *a[12];
+	uint32_t t[CHAIN * BT], s, count[64];
+	kvp_page out[16];
+	kvp_stats_t st;
+	char dir[128];
+	struct daemon d;
+	kvp_client *c;
+	int rc;
+
+	daemon_dir(&d);
+	snprintf(dir, sizeof(dir), "%s/spill", d.dir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	a[0] = "--pool-size"; a[1] = "16M"; a[2] = "--slab-size"; a[3] = "4M";
+	a[4] = "--spill-dir"; a[5] = dir; a[6] = "--spill-size"; a[7] = "16M";
+	a[8] = NULL;
+	daemon_restart(&d, a);
+	rc = kvp_connect(d.sock, "spill64", &geo64, &c);
+	ck_assert_msg(rc == 0, "%s", kvp_last_error());
+	/* 48 chains of 16 blocks, back to back: 768 pages through a pool of
+	 * 256 and a tier of 240 */
+	for (s = 0; s < 48; s++) {
+		seq(t, s);
+		harness_serve(c, t, 16 * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, 16), 0);
+	}
+	settle(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_gt(st.nvme.spills, 0);
+	ck_assert_uint_gt(st.nvme.dropped, 0);	/* 768 pages, room for 496 */
+	/* what made way was the oldest, whole chains first */
+	indexed_blocks(c, 48, count);
+	ck_assert_uint_eq(count[0], 0);
+	ck_assert_uint_eq(count[47], 16);
+	no_holes(d.sock, c, 48);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *spill_suite(void)
 {
 	Suite *s = suite_create("spill");
@@ -741,10 +917,15 @@ static Suite *spill_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_spill_flipped_bytes_are_a_miss);
 	tcase_add_test(tc, test_spill_truncated_file_loses_only_cache);
+	tcase_add_test(tc, test_spill_restart_drops_blocks_whose_parent_is_gone);
 	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
 	tcase_add_test(tc, test_spill_rate_cap_slows_evictions_without_losing_pages);
 	tcase_add_test(tc, test_spill_client_killed_during_restore);
 	tcase_add_test(tc, test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("pressure");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_pressure_fast_publishing_into_a_full_tier_leaves_no_holes);
 	suite_add_tcase(s, tc);
 	return s;
 }
