@@ -91,6 +91,10 @@ static void drop_entry(struct pool *p, struct ns *n, uint32_t e)
 			return;
 		prefix_leased(n->idx, e);	/* off the candidate list */
 		pool_evict(p, page);
+		if (prefix_copy(n->idx, e, &slot)) {
+			n->slot_entry[slot] = PREFIX_NIL;
+			spill_free(n->tier, slot);
+		}
 		break;
 	case PREFIX_HOST:
 		hosttier_free(n->host, slot);
@@ -155,14 +159,21 @@ static void spilled_done(void *arg, uint32_t slot, int res)
 		lease_room_hook(n);
 }
 
-/* tier_drop() - free the slot of the tier's oldest leaf that is not being
- * written. -EAGAIN when every leaf is (their writes will end), -ENOSPC
- * when the tier has none. */
+/* tier_drop() - free a slot: the oldest copy of a block that is in the
+ * pool (nothing is lost), else the slot of the tier's oldest leaf that is
+ * not being written. -EAGAIN when every leaf is (their writes will end),
+ * -ENOSPC when the tier has none. */
 static int tier_drop(struct ns *n)
 {
-	uint32_t e, slot;
+	uint32_t e = prefix_copy_oldest(n->idx), slot;
 	bool busy = false;
 
+	if (e != PREFIX_NIL && prefix_copy(n->idx, e, &slot)) {
+		prefix_copy_clear(n->idx, e);
+		n->slot_entry[slot] = PREFIX_NIL;
+		spill_free(n->tier, slot);
+		return 0;
+	}
 	for (e = prefix_tier_next_leaf(n->idx, PREFIX_NIL); e;
 	     e = prefix_tier_next_leaf(n->idx, e)) {
 		slot = prefix_slot(n->idx, e);
@@ -273,13 +284,21 @@ static int host_take(struct pool *p, struct ns *n, uint32_t e, uint64_t page)
  * tiers cannot take it now (it stays, cached). */
 int lease_evict_one(struct pool *p, struct ns *n)
 {
-	uint32_t e = prefix_victim(n->idx);
+	uint32_t e = prefix_victim(n->idx), slot;
 	uint64_t page;
 	int rc = -ENOSPC;
 
 	if (e == PREFIX_NIL)
 		return 0;
 	page = prefix_page(n->idx, e);
+	if (prefix_copy(n->idx, e, &slot)) {
+		/* its slot still holds it: back to that, no write */
+		prefix_spilling(n->idx, e, slot);
+		prefix_spilled(n->idx, e);
+		pool_evict(p, page);
+		n->st.evictions++;
+		return 1;
+	}
 	if (n->host)
 		rc = host_take(p, n, e, page);
 	if (rc == -ENOSPC && n->tier)	/* no host tier, or it cannot take it */

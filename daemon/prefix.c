@@ -32,6 +32,9 @@ struct entry {
 	uint32_t host_children;		/* of them in the host tier */
 	uint32_t hnext;			/* hash chain; free list when unused */
 	uint32_t prev, next;		/* candidate list of its class */
+	uint32_t copy;			/* in the pool: 1 + the NVMe slot that
+					 * holds a copy of it, or 0 */
+	uint32_t cprev, cnext;		/* the list of entries with a copy */
 	uint32_t *tokens;		/* partial: its token ids, owned */
 	uint64_t hits;			/* ACQUIREs that served it */
 	uint64_t stamp_ms;		/* last published, acquired or released */
@@ -59,6 +62,7 @@ struct prefix {
 	struct lru lru[PREFIX_CLASSES];
 	struct lru tier;		/* spilled entries, oldest first */
 	struct lru host;		/* entries in the host tier, oldest first */
+	struct lru copies;		/* in the pool with an NVMe copy, oldest first */
 	uint32_t spilled;		/* entries hosted, spilling or spilled */
 };
 
@@ -351,6 +355,7 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	struct entry *en = &x->e[e];
 	uint32_t i;
 
+	prefix_copy_clear(x, e);
 	/* Rare (a failed restore): its children lose their parent link,
 	 * O(entries). */
 	for (i = 1; en->children && i < x->cap; i++) {
@@ -425,6 +430,7 @@ void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot)
 {
 	struct entry *en = &x->e[e];
 
+	prefix_copy_clear(x, e);	/* its slot is the copy, or another */
 	list_del(x, e);
 	leave_upper(x, e);
 	if (en->where != PREFIX_HOST)
@@ -497,6 +503,52 @@ void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page)
 void prefix_restored(struct prefix *x, uint32_t e)
 {
 	x->e[e].where = PREFIX_IN_POOL;
+}
+
+void prefix_copy_set(struct prefix *x, uint32_t e, uint32_t slot)
+{
+	struct entry *en = &x->e[e];
+
+	prefix_copy_clear(x, e);
+	en->copy = slot + 1;
+	en->cnext = PREFIX_NIL;
+	en->cprev = x->copies.tail;
+	if (x->copies.tail)
+		x->e[x->copies.tail].cnext = e;
+	else
+		x->copies.head = e;
+	x->copies.tail = e;
+}
+
+void prefix_copy_clear(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+
+	if (!en->copy)
+		return;
+	if (en->cprev)
+		x->e[en->cprev].cnext = en->cnext;
+	else
+		x->copies.head = en->cnext;
+	if (en->cnext)
+		x->e[en->cnext].cprev = en->cprev;
+	else
+		x->copies.tail = en->cprev;
+	en->copy = 0;
+	en->cprev = en->cnext = PREFIX_NIL;
+}
+
+bool prefix_copy(const struct prefix *x, uint32_t e, uint32_t *slot)
+{
+	if (!x->e[e].copy)
+		return false;
+	*slot = x->e[e].copy - 1;
+	return true;
+}
+
+uint32_t prefix_copy_oldest(const struct prefix *x)
+{
+	return x->copies.head;
 }
 
 uint32_t prefix_tier_next_leaf(const struct prefix *x, uint32_t e)

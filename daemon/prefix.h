@@ -121,6 +121,21 @@ uint32_t prefix_tier_next_leaf(const struct prefix *x, uint32_t e);
  */
 uint32_t prefix_subtree(const struct prefix *x, uint32_t e, uint32_t **out);
 
+/*
+ * The NVMe copy of an entry in the pool: a block read back from its slot
+ * keeps the slot while it is in the pool (published pages never change),
+ * so that evicting it again costs no write, and a full tier can give the
+ * slot back first, losing nothing. prefix_copy_set() records slot as e's
+ * copy, prefix_copy_clear() forgets it (the caller frees the slot; also
+ * done, without freeing, by prefix_spilling() and prefix_remove()),
+ * prefix_copy() says whether e has one, prefix_copy_oldest() the entry
+ * with the oldest copy (PREFIX_NIL: none).
+ */
+void prefix_copy_set(struct prefix *x, uint32_t e, uint32_t slot);
+void prefix_copy_clear(struct prefix *x, uint32_t e);
+bool prefix_copy(const struct prefix *x, uint32_t e, uint32_t *slot);
+uint32_t prefix_copy_oldest(const struct prefix *x);
+
 /* prefix_hosted() - e left its page for slot of the host tier (the
  * newest of that tier's list). prefix_spilling() moves it on down to the
  * NVMe tier, prefix_restoring() back into the pool. */

@@ -115,12 +115,15 @@ static void restore_done(void *arg, uint32_t slot, int res)
 	uint32_t i = pd->slot_index[slot];
 	uint32_t e = n->slot_entry[slot];
 
-	n->slot_entry[slot] = PREFIX_NIL;
-	spill_free(n->tier, slot);
 	if (res == 0) {
+		/* the slot stays, a copy of the page (published pages never
+		 * change): evicting it again writes nothing */
 		pool_restored(p, pd->pages[i]);
 		prefix_restored(n->idx, e);
+		prefix_copy_set(n->idx, e, slot);
 	} else {
+		n->slot_entry[slot] = PREFIX_NIL;
+		spill_free(n->tier, slot);
 		if (ns_fault_first(n, res == -EBADMSG ? NS_FAULT_CHECKSUM : NS_FAULT_READ))
 			log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is "
 				 "freed (further ones are counted in STATS, not logged)",
@@ -548,15 +551,14 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 	     !spill_busy(n->tier, prefix_slot(n->idx, *e))))) {
 		/* the key's bytes are in a tier: this page takes their place */
 		uint32_t slot = prefix_slot(n->idx, *e);
+		bool host = prefix_where(n->idx, *e) == PREFIX_HOST;
 
-		if (prefix_where(n->idx, *e) == PREFIX_HOST) {
+		if (host)
 			hosttier_free(n->host, slot);
-		} else {
-			n->slot_entry[slot] = PREFIX_NIL;
-			spill_free(n->tier, slot);
-		}
 		prefix_restoring(n->idx, *e, page);
 		prefix_restored(n->idx, *e);
+		if (!host)
+			prefix_copy_set(n->idx, *e, slot);	/* the same bytes */
 		pool_publish(p, page);
 		pool_set_tag(p, page, *e);
 		n->st.publishes++;

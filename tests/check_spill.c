@@ -296,6 +296,46 @@ static void unmake_slot(const char *path, const kvp_key *k)
 	ck_assert_int_eq(done, 1);
 }
 
+START_TEST(test_spill_a_restored_block_keeps_its_slot_and_goes_back_without_a_write)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[4];
+	kvp_page out[4];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	int i;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	seq(t, 700);
+	ck_assert_int_eq(harness_serve(c, t, 4 * BT, out), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 4 * BT, NULL, 0, keys), 4);
+	ck_assert_int_eq(kvp_release(c, out, 4), 0);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 4);
+	settle(d.sock);
+	for (i = 0; i < 3; i++) {
+		/* back in the pool, with its bytes; its slot still holds it */
+		ck_assert_int_eq(kvp_acquire(c, NULL, keys, 4, NULL, 0, out, NULL), 4);
+		for (int b = 0; b < 4; b++)
+			ck_assert(harness_holds(kvp_page_ptr(c, out[b]), PAGE_BYTES, &keys[b]));
+		ck_assert_int_eq(kvp_release(c, out, 4), 0);
+		stats_of(d.sock, &st);
+		ck_assert_uint_eq(st.nvme.used, 4);
+		ck_assert_uint_eq(st.nvme.restores, 4 * (uint64_t)(i + 1));
+		/* out again: no write */
+		ck_assert_int_eq(kvp_evict(c, "spill", 0), 4);
+		stats_of(d.sock, &st);
+		ck_assert_uint_eq(st.nvme.spills, 4);
+		ck_assert_uint_eq(st.nvme.writing, 0);
+		ck_assert_uint_eq(st.pages_spilled, 4);
+	}
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_spill_restart_drops_blocks_whose_parent_is_gone)
 {
 	uint32_t t[CHAIN * BT];
@@ -918,6 +958,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_flipped_bytes_are_a_miss);
 	tcase_add_test(tc, test_spill_truncated_file_loses_only_cache);
 	tcase_add_test(tc, test_spill_restart_drops_blocks_whose_parent_is_gone);
+	tcase_add_test(tc, test_spill_a_restored_block_keeps_its_slot_and_goes_back_without_a_write);
 	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
 	tcase_add_test(tc, test_spill_rate_cap_slows_evictions_without_losing_pages);
 	tcase_add_test(tc, test_spill_client_killed_during_restore);
