@@ -121,6 +121,13 @@ struct server {
 	struct loop_op idle_cancel_op;
 	struct __kernel_timespec idle_ts;
 	bool idle_armed;
+	bool save_started;		/* the stop's save (save.c) began */
+	bool saving;			/* ... and goes on */
+	bool save_armed;		/* its time limit is armed */
+	struct loop_op save_op;
+	struct loop_op save_cancel_op;
+	struct __kernel_timespec save_ts;
+	uint64_t save_t0;
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
 	struct uid_conns *uids;		/* [nuids] served clients by uid; a few
@@ -167,6 +174,22 @@ void conn_resume(struct conn *c);
 
 /* conn_kick() - close c (an admin's DISCONNECT); its leases go back. */
 void conn_kick(struct conn *c);
+
+/* server_maybe_done() - when the stop has nothing left to wait for (no
+ * connection, no save, no timer), let the loop drain and stop. */
+void server_maybe_done(struct server *s);
+
+/* --- save.c -------------------------------------------------------------- */
+
+/*
+ * save_start() - the daemon stops and every client is gone: write each
+ * namespace's cached pool pages and host tier pages to its NVMe tier,
+ * as many as the tier holds and --save-on-stop seconds allow, so that a
+ * warm restart finds the hot pages too. Logs what was saved and what
+ * was not. True when it goes on (server_maybe_done() is called when it
+ * ends), false when there is nothing to save.
+ */
+bool save_start(struct server *s);
 
 /* --- requests.c ---------------------------------------------------------- */
 

@@ -72,6 +72,7 @@ uint64_t lease_drop_all(struct lease_set *set, struct pool *p, struct ns *n)
 }
 
 void (*lease_room_hook)(struct ns *n);
+void (*lease_save_hook)(struct ns *n);
 
 /*
  * drop_entry() - take e out of the index, and out of wherever its bytes
@@ -154,6 +155,8 @@ static void spilled_done(void *arg, uint32_t slot, int res)
 	} else if (e == PREFIX_NIL) {
 		spill_free(n->tier, slot);
 	}
+	if (n->saving && lease_save_hook)
+		lease_save_hook(n);
 	/* last: a waiting DROP_NS may free n */
 	if (n->wait_head && lease_room_hook)
 		lease_room_hook(n);
@@ -315,6 +318,38 @@ int lease_evict_one(struct pool *p, struct ns *n)
 		return 1;
 	}
 	pool_evict(p, page);
+	return 1;
+}
+
+int lease_save_one(struct pool *p, struct ns *n)
+{
+	uint32_t e = prefix_victim(n->idx), slot;
+	uint64_t page;
+	int rc;
+
+	if (e != PREFIX_NIL) {
+		page = prefix_page(n->idx, e);
+		if (prefix_copy(n->idx, e, &slot)) {
+			prefix_spilling(n->idx, e, slot);
+			prefix_spilled(n->idx, e);
+		} else {
+			rc = spill_entry(n, e, pool_page_addr(p, page), false);
+			if (rc < 0) {
+				prefix_cached(n->idx, e);
+				return rc;
+			}
+		}
+		pool_evict(p, page);
+		return 1;
+	}
+	e = n->host ? prefix_host_victim(n->idx) : PREFIX_NIL;
+	if (e == PREFIX_NIL)
+		return 0;
+	slot = prefix_slot(n->idx, e);
+	rc = spill_entry(n, e, hosttier_addr(n->host, slot), true);
+	if (rc < 0)
+		return rc;
+	hosttier_free(n->host, slot);
 	return 1;
 }
 

@@ -97,8 +97,19 @@ bool lease_room_possible(struct pool *p, struct ns *n, uint64_t want);
 void lease_evict_ahead(struct pool *p, struct ns *n, uint64_t want);
 
 /* lease_room_hook - called when a tier write of n completed and its
- * staging buffer is free again (requests that wait for one retry). */
+ * staging buffer is free again (requests that wait for one retry);
+ * lease_save_hook - the same while n is saving (a stop goes on). */
 extern void (*lease_room_hook)(struct ns *n);
+extern void (*lease_save_hook)(struct ns *n);
+
+/*
+ * lease_save_one() - for a clean stop: move one page of n down to its
+ * NVMe tier, a cached pool page (leaves first; one with a copy goes back
+ * to it without a write), else a host tier page. 1 when one went (or is
+ * being written), 0 when none is left, -EAGAIN when the tier cannot take
+ * it now (a write in flight will let it), -ENOSPC when it cannot at all.
+ */
+int lease_save_one(struct pool *p, struct ns *n);
 
 /* lease_evict_one() - move one cached page of n out of the pool (to a
  * tier, or out of the index with the blocks below it in the tiers): 1,

@@ -7,7 +7,7 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/access.c daemon/loop.c \
 	daemon/loop_sync.c \
 	daemon/server.c daemon/sockfile.c daemon/requests.c daemon/share.c daemon/admin.c \
 	daemon/lease.c daemon/ns.c daemon/prefix.c daemon/siphash.c daemon/pool.c \
-	daemon/backend_host.c daemon/spill.c daemon/hosttier.c
+	daemon/backend_host.c daemon/spill.c daemon/hosttier.c daemon/save.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/access.h daemon/loop.h \
 	daemon/loop_sync.h \
 	daemon/server.h daemon/sockfile.h daemon/conn.h daemon/requests.h daemon/lease.h daemon/ns.h \

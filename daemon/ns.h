@@ -46,6 +46,8 @@ struct ns {
 	struct loop_op rate_op;	/* wakes the waiters when --spill-rate allows */
 	struct __kernel_timespec rate_ts;
 	bool rate_armed;
+	bool saving;		/* a stop writes its pages to the NVMe tier */
+	uint64_t saved;		/* pages the stop wrote (or took back to a copy) */
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 };

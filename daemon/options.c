@@ -119,6 +119,9 @@ static const struct opt_def opt_table[] = {
 	  "DIR", "spill cold pages to a file per namespace in DIR (NVMe)", NULL },
 	{ "spill-size", 0, OPT_SIZE, OFF(spill_size), 0, 1u << 20, 1ull << 50,
 	  "SIZE", "bytes of spill file per namespace (default 1G)", NULL },
+	{ "save-on-stop", 0, OPT_UINT, OFF(save_on_stop), 0, 0, 3600,
+	  "SECONDS", "a clean stop writes the cached pool and host tier pages to the "
+	  "spill files for at most SECONDS (default 5; 0: not at all)", NULL },
 	{ "spill-discard", 0, OPT_BOOL, OFF(spill_discard), 0, 0, 0,
 	  NULL, "start cold: ignore the pages the spill files hold", NULL },
 	{ "access", 'a', OPT_RULE, 0, 0, 0, 0,
@@ -147,6 +150,7 @@ void options_defaults(struct options *o)
 	o->free_watermark_pct = 1;
 	o->free_watermark_high_pct = 2;
 	o->spill_size = 1ull << 30;
+	o->save_on_stop = 5;
 	o->max_msg_size = 256u * 1024u;
 	o->max_output = 16u << 20;
 	o->max_output_total = 256u << 20;

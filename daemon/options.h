@@ -56,6 +56,7 @@ struct options {
 	uint64_t spill_size;		/* bytes of tier file per namespace */
 	uint64_t host_tier_size;	/* bytes of host tier per namespace; 0: none */
 	bool spill_discard;		/* cold start: ignore what the files hold */
+	uint64_t save_on_stop;		/* seconds a stop may spend saving pages */
 	enum log_level log_level;
 	bool foreground;
 	/* --access rules, as written: those of the config file first

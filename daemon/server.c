@@ -45,10 +45,15 @@ uint64_t server_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void server_maybe_done(struct server *s)
+void server_maybe_done(struct server *s)
 {
-	if (s->shutting_down && !s->accepting && !s->conns && !s->idle_armed)
-		loop_drain(s->loop);	/* spill writes finish first */
+	if (!s->shutting_down || s->accepting || s->conns || s->idle_armed)
+		return;
+	if (!s->save_started && save_start(s))
+		return;		/* it calls again when it ends */
+	if (s->saving || s->save_armed)
+		return;
+	loop_drain(s->loop);	/* spill writes finish first */
 }
 
 /* --- connections by uid (--max-clients-per-uid) ---------------------- */

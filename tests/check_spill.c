@@ -795,6 +795,39 @@ START_TEST(test_partial_page_comes_back_from_either_tier_and_a_restart)
 }
 END_TEST
 
+START_TEST(test_host_tier_a_clean_stop_saves_the_pool_and_the_host_tier)
+{
+	uint32_t t[CHAIN * BT], s;
+	char log[16384];
+	kvp_key keys[2];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	daemon_restart(&d, host_args(&d, "1M", "64M"));
+	c = join(d.sock);
+	publish_seqs(c, 0, 10);		/* 320 pages: 256 in the pool, 64 hosted */
+	partial_publish(c, t, keys);	/* 3 more, the oldest go down */
+	settle(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.nvme.spills, 3);
+	kvp_close(c);
+	daemon_halt(&d);	/* a clean stop */
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "320 pages saved to"), "%s", log);
+	daemon_restart(&d, host_args(&d, "1M", "64M"));
+	c = join(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_spilled, 323);	/* all of them came back */
+	for (s = 0; s < 10; s++)
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	partial_back(c, t, keys);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_host_tier_size_errors_are_clear)
 {
 	struct daemon d;
@@ -951,6 +984,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_host_tier_size_errors_are_clear);
 	tcase_add_test(tc, test_host_tier_restore_without_room_changes_nothing);
 	tcase_add_test(tc, test_partial_page_comes_back_from_either_tier_and_a_restart);
+	tcase_add_test(tc, test_host_tier_a_clean_stop_saves_the_pool_and_the_host_tier);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");
