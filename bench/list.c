@@ -222,8 +222,8 @@ static void lister(const struct list_opts *o, struct list_shared *sh, size_t id)
 		_exit(1);
 	for (;;) {
 		t0 = now_ns();
-		rc = sh->n[id] % 2 ? kvp_list_prefixes(c, LIST_NS, 0, pr, 8192)
-				   : kvp_list_pages(c, NULL, pg, 8192);
+		rc = sh->n[id] % 2 ? kvp_list_prefixes(c, LIST_NS, 0, pr, 8192, NULL)
+				   : kvp_list_pages(c, NULL, pg, 8192, NULL);
 		if (rc < 0)
 			_exit(2);
 		if (sh->n[id] < 4096)

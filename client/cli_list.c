@@ -114,6 +114,7 @@ int cmd_clients(struct cli *cli, int argc, char **argv)
 	kvp_stats_t st;
 	kvp_client *c;
 	int n, total, rc;
+	uint32_t all = 0;
 
 	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] clients\n"
 			 "One row per connection: id, pid, uid, name, namespace, pages\n"
@@ -126,15 +127,13 @@ int cmd_clients(struct cli *cli, int argc, char **argv)
 	free(ns);
 	/* room for every connection the daemon serves, and this one */
 	r = calloc((size_t)st.max_clients + 1, sizeof(*r));
-	total = r ? kvp_list_clients(c, r, (size_t)st.max_clients + 1) : -ENOMEM;
+	n = r ? kvp_list_clients(c, r, (size_t)st.max_clients + 1, &all) : -ENOMEM;
 	kvp_close(c);
-	if (total < 0) {
+	if (n < 0) {
 		free(r);
-		return cli_fail("clients", total);
+		return cli_fail("clients", n);
 	}
-	n = total < (int)st.max_clients + 1 ? total : (int)st.max_clients + 1;
-	while (n > 0 && r[n - 1].id == 0)	/* not sent: see cmd_pages() */
-		n--;
+	total = (int)all;
 	if (cli->json)
 		clients_json(&st, r, n, total);
 	else
@@ -247,6 +246,7 @@ int cmd_pages(struct cli *cli, int argc, char **argv)
 	kvp_client *c;
 	uint64_t v;
 	int o, nns, total, n;
+	uint32_t all = 0;
 
 	optind = 0;
 	while ((o = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS "n:S:c:l:", longopts,
@@ -292,18 +292,14 @@ int cmd_pages(struct cli *cli, int argc, char **argv)
 	if (nns < 0)
 		return CLI_ERR;
 	r = calloc(f.limit, sizeof(*r));
-	total = r ? kvp_list_pages(c, &f, r, f.limit) : -ENOMEM;
+	n = r ? kvp_list_pages(c, &f, r, f.limit, &all) : -ENOMEM;
 	kvp_close(c);
-	if (total < 0) {
+	if (n < 0) {
 		free(r);
 		free(ns);
-		return cli_fail("pages", total);
+		return cli_fail("pages", n);
 	}
-	/* The daemon sends as many as fit one message, maybe fewer than asked;
-	 * the library leaves the rest zero, and a real record has a state. */
-	n = total < (int)f.limit ? total : (int)f.limit;
-	while (n > 0 && r[n - 1].state == 0)
-		n--;
+	total = (int)all;	/* the daemon sends as many as fit one message */
 	if (cli->json) {
 		pages_json(ns, nns, r, n, total);
 	} else {
@@ -392,7 +388,8 @@ int cmd_prefixes(struct cli *cli, int argc, char **argv)
 	kvp_ns_stats_t *ns;
 	kvp_stats_t st;
 	kvp_client *c;
-	int o, nns, total, n;
+	int o, nns, n;
+	uint32_t all = 0;
 
 	optind = 0;
 	while ((o = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS "n:t:", longopts,
@@ -423,15 +420,11 @@ int cmd_prefixes(struct cli *cli, int argc, char **argv)
 	if (nns < 0)
 		return CLI_ERR;
 	r = calloc(top, sizeof(*r));
-	total = r ? kvp_list_prefixes(c, only, top, r, top) : -ENOMEM;
+	n = r ? kvp_list_prefixes(c, only, top, r, top, &all) : -ENOMEM;
 	kvp_close(c);
-	if (total >= 0) {
-		n = total < (int)top ? total : (int)top;
-		while (n > 0 && r[n - 1].state == 0)	/* not sent: see cmd_pages() */
-			n--;
-		prefixes_out(cli, ns, nns, r, n, total);
-	}
+	if (n >= 0)
+		prefixes_out(cli, ns, nns, r, n, (int)all);
 	free(r);
 	free(ns);
-	return total < 0 ? cli_fail("prefixes", total) : CLI_OK;
+	return n < 0 ? cli_fail("prefixes", n) : CLI_OK;
 }

@@ -68,12 +68,10 @@ static int snap_take(kvp_client *c, struct snap *s)
 	s->cl = calloc((size_t)s->st.max_clients + 1, sizeof(*s->cl));
 	if (!s->cl)
 		return -ENOMEM;
-	n = kvp_list_clients(c, s->cl, (size_t)s->st.max_clients + 1);
+	n = kvp_list_clients(c, s->cl, (size_t)s->st.max_clients + 1, NULL);
 	if (n < 0)
 		return n;
-	s->ncl = n < (int)s->st.max_clients + 1 ? n : (int)s->st.max_clients + 1;
-	while (s->ncl > 0 && s->cl[s->ncl - 1].id == 0)
-		s->ncl--;
+	s->ncl = n;
 	qsort(s->cl, (size_t)s->ncl, sizeof(*s->cl), by_leases);
 	return 0;
 }

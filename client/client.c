@@ -334,6 +334,32 @@ KVP_API void kvp_close(kvp_client *c)
 	free(c);
 }
 
+KVP_API int kvp_info(const kvp_client *c, kvp_info_t *out)
+{
+	const struct kvp_wire_hello_reply *h;
+
+	if (!c || !out)
+		return -EINVAL;
+	h = &c->hello;
+	memset(out, 0, sizeof(*out));
+	out->client_id = h->client_id;
+	out->backend = h->backend;
+	out->slab_bytes = h->slab_bytes;
+	out->max_batch = h->max_batch;
+	out->max_leases = h->max_leases;
+	out->max_msg = h->max_msg;
+	if (c->has_ns) {
+		out->ns_id = h->ns_id;
+		out->page_bytes = h->page_bytes;
+		out->page_stride = h->page_stride;
+		out->pages_per_slab = h->pages_per_slab;
+		out->block_tokens = h->block_tokens;
+		out->key_scheme = h->key_scheme;
+		memcpy(out->root.b, h->root_key, sizeof(out->root.b));
+	}
+	return 0;
+}
+
 KVP_API size_t kvp_page_bytes(const kvp_client *c)
 {
 	return c && c->has_ns ? (size_t)c->hello.page_bytes : 0;
@@ -909,11 +935,13 @@ KVP_API int kvp_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t *ns,
 
 /* list_call() - a request whose reply is struct kvp_wire_count and records
  * of size bytes; copies up to max into out. Returns the total or -errno. */
+/* list_call() - a listing: up to max records of size bytes into out;
+ * returns how many were copied, the total into *total (may be NULL). */
 static int list_call(struct kvp_client *c, uint16_t op, const void *req, size_t len,
-		     void *out, size_t size, size_t max)
+		     void *out, size_t size, size_t max, uint32_t *total)
 {
 	struct kvp_wire_count cnt;
-	size_t rlen = 0;
+	size_t rlen = 0, n;
 	int rc;
 
 	pthread_mutex_lock(&c->mu);
@@ -924,10 +952,12 @@ static int list_call(struct kvp_client *c, uint16_t op, const void *req, size_t 
 		    cnt.total < cnt.count || cnt.total > INT32_MAX) {
 			rc = -EPROTO;
 		} else {
-			if (max && cnt.count)
-				memcpy(out, c->buf + KVP_WIRE_HDR_SIZE + sizeof(cnt),
-				       (cnt.count < max ? cnt.count : max) * size);
-			rc = (int)cnt.total;
+			n = cnt.count < max ? cnt.count : max;
+			if (n)
+				memcpy(out, c->buf + KVP_WIRE_HDR_SIZE + sizeof(cnt), n * size);
+			if (total)
+				*total = cnt.total;
+			rc = (int)n;
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -944,15 +974,16 @@ static int ns_copy(char dst[KVP_NAME_MAX], const char *ns)
 	return 0;
 }
 
-KVP_API int kvp_list_clients(kvp_client *c, struct kvp_wire_client *out, size_t max)
+KVP_API int kvp_list_clients(kvp_client *c, struct kvp_wire_client *out, size_t max,
+			     uint32_t *total)
 {
 	if (!c || (max && !out))
 		return -EINVAL;
-	return list_call(c, KVP_OP_LIST_CLIENTS, NULL, 0, out, sizeof(*out), max);
+	return list_call(c, KVP_OP_LIST_CLIENTS, NULL, 0, out, sizeof(*out), max, total);
 }
 
 KVP_API int kvp_list_pages(kvp_client *c, const struct kvp_wire_list_pages *filter,
-			   struct kvp_wire_page *out, size_t max)
+			   struct kvp_wire_page *out, size_t max, uint32_t *total)
 {
 	struct kvp_wire_list_pages f;
 
@@ -964,11 +995,11 @@ KVP_API int kvp_list_pages(kvp_client *c, const struct kvp_wire_list_pages *filt
 	f.ns[sizeof(f.ns) - 1] = '\0';
 	if (!f.limit && max < UINT32_MAX)
 		f.limit = (uint32_t)max;
-	return list_call(c, KVP_OP_LIST_PAGES, &f, sizeof(f), out, sizeof(*out), max);
+	return list_call(c, KVP_OP_LIST_PAGES, &f, sizeof(f), out, sizeof(*out), max, total);
 }
 
 KVP_API int kvp_list_prefixes(kvp_client *c, const char *ns, size_t top,
-			      struct kvp_wire_prefix *out, size_t max)
+			      struct kvp_wire_prefix *out, size_t max, uint32_t *total)
 {
 	struct kvp_wire_list_prefixes lp;
 
@@ -977,13 +1008,16 @@ KVP_API int kvp_list_prefixes(kvp_client *c, const char *ns, size_t top,
 	memset(&lp, 0, sizeof(lp));
 	if (ns_copy(lp.ns, ns) < 0)
 		return -ENAMETOOLONG;
-	lp.top = (uint32_t)(top < max ? top : max);
-	return list_call(c, KVP_OP_LIST_PREFIXES, &lp, sizeof(lp), out, sizeof(*out), max);
+	lp.top = (uint32_t)(top && top < max ? top : max);
+	return list_call(c, KVP_OP_LIST_PREFIXES, &lp, sizeof(lp), out, sizeof(*out), max,
+			 total);
 }
 
 KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max)
 {
 	struct kvp_wire_evict ev;
+	uint32_t done = 0;
+	int rc;
 
 	if (!c)
 		return -EINVAL;
@@ -991,7 +1025,8 @@ KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max)
 	if (ns_copy(ev.ns, ns) < 0)
 		return -ENAMETOOLONG;
 	ev.max = max;
-	return list_call(c, KVP_OP_EVICT, &ev, sizeof(ev), NULL, 1, 0);
+	rc = list_call(c, KVP_OP_EVICT, &ev, sizeof(ev), NULL, 1, 0, &done);
+	return rc < 0 ? rc : (int)done;
 }
 
 KVP_API int kvp_disconnect(kvp_client *c, uint64_t id)

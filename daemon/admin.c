@@ -438,9 +438,9 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 	struct kvp_wire_count cnt = { 0 };
 	struct kvp_wire_evict ev;
 	struct ns *only;
-	uint64_t done = 0;
 	uint32_t i;
 	bool bad;
+	int rc;
 
 	if (wire_fixed_decode(payload, req->len, &ev, sizeof(ev)) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "EVICT payload is not 72 bytes");
@@ -452,19 +452,32 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 	only = ns_arg(c, req, ev.ns, &bad);
 	if (bad)
 		return;
+	/* c->evicted counts across the waits below: a request that waited
+	 * for its tier runs again from here */
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
 
 		if (only && n != only)
 			continue;
-		while ((!ev.max || done < ev.max) && lease_evict_one(s->pool, n) > 0)
-			done++;
+		while (!ev.max || c->evicted < ev.max) {
+			rc = lease_evict_one(s->pool, n);
+			if (rc > 0) {
+				c->evicted++;
+				continue;
+			}
+			/* the tier cannot take more now (a write in flight,
+			 * --spill-rate): wait for it, as an ALLOC would */
+			if (rc == -EAGAIN && requests_defer_tier(c, req, n))
+				return;
+			break;
+		}
 	}
 	cnt.count = 0;	/* no records follow: total is the count evicted */
-	cnt.total = (uint32_t)(done > INT32_MAX ? INT32_MAX : done);
+	cnt.total = (uint32_t)(c->evicted > INT32_MAX ? INT32_MAX : c->evicted);
 	log_info("client %llu evicted %llu cached pages%s%s", (unsigned long long)c->id,
-		 (unsigned long long)done, only ? " of namespace " : "",
+		 (unsigned long long)c->evicted, only ? " of namespace " : "",
 		 only ? only->name : "");
+	c->evicted = 0;
 	conn_reply(c, req, KVP_S_OK, &cnt, sizeof(cnt), -1);
 }
 

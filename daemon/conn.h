@@ -78,6 +78,7 @@ struct conn {
 	unsigned rights;		/* ACCESS_* in its namespace */
 	struct conn *wait_next;		/* ns->wait_head list */
 	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
+	uint64_t evicted;		/* pages an EVICT moved before it waited */
 	uint64_t connected_ms;		/* server uptime when it connected */
 };
 

@@ -95,10 +95,10 @@ static void rate_done(struct loop_op *op, int res)
  * a write in flight ends, or the --spill-rate timer (armed here, ms away,
  * when ms) fires. False when nothing would wake it (nothing queued).
  */
-static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, uint64_t ms)
+static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns,
+			   uint64_t ms)
 {
 	struct server *s = c->srv;
-	struct ns *ns = c->ns;
 
 	if (ms && !ns->rate_armed) {
 		ns->rate_op.done = rate_done;
@@ -107,8 +107,13 @@ static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, uint6
 	}
 	if (!ns->rate_armed && !spill_get_writing(ns->tier))
 		return false;
-	requests_defer(c, req);
+	requests_defer_on(c, req, ns);
 	return true;
+}
+
+bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns)
+{
+	return ns->tier && defer_for_tier(c, req, ns, spill_rate_wait_ms(ns->tier, 1));
 }
 
 /*
@@ -121,11 +126,6 @@ static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, uint6
  * completes or the rate allows more, instead of dropping cached pages it
  * could keep.
  */
-bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req)
-{
-	return c->ns->tier && defer_for_tier(c, req, spill_rate_wait_ms(c->ns->tier, 1));
-}
-
 bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
 {
 	struct server *s = c->srv;
@@ -155,7 +155,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	lease_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
-	return defer_for_tier(c, req, ms);
+	return defer_for_tier(c, req, ns, ms);
 }
 
 void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
@@ -219,7 +219,7 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 	rc = lease_make_room(s->pool, ns, n);
 	if (rc == -EAGAIN) {
 		/* the tiers cannot take the evictions yet: wait for them */
-		if (requests_defer_tier(c, req))
+		if (requests_defer_tier(c, req, ns))
 			return false;
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted; the "
 			   "tiers cannot take the cached pages that would make room now: "

@@ -42,10 +42,10 @@ bool requests_drop_waits(const struct ns *n);
  * evictions that n pages need. */
 bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n);
 
-/* requests_defer_tier() - the tiers cannot take evictions now (a write in
- * flight, --spill-rate): queue c's request until they can, true; false
- * when nothing would wake it. */
-bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req);
+/* requests_defer_tier() - the tiers of ns cannot take evictions now (a
+ * write in flight, --spill-rate): queue c's request on ns until they can,
+ * true; false when nothing would wake it. */
+bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns);
 
 /* requests_alloc_pages() - n leased PRIVATE pages into out; false when it
  * replied an error or deferred the request. */

@@ -480,7 +480,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	pd = start_restores(c, ents, pages, &got, hosted, restores, &err);
 	if (err == -EAGAIN) {
 		/* the tiers cannot take what would make room yet: wait */
-		if (requests_defer_tier(c, req))
+		if (requests_defer_tier(c, req, n))
 			goto out;
 		got = 0;	/* nothing would wake it: a miss */
 		err = 0;

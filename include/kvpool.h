@@ -9,7 +9,8 @@
  * Conventions
  *   - Every function that can fail returns 0 (or a count) on success and
  *     a negative errno value on failure; kvp_strerror() describes it and
- *     kvp_last_error() holds the daemon's own words on the last failure.
+ *     kvp_last_error() holds the daemon's own words on it: read it right
+ *     after the call that failed, before the next kvp_ call.
  *   - Calls are synchronous: one request message, one reply. Batches of
  *     pages travel in one message.
  *   - Threads: a kvp_client may be shared by threads; calls on it are
@@ -127,6 +128,28 @@ KVP_API int kvp_key_chain(uint32_t scheme, const kvp_key *parent,
 typedef struct kvp_wire_stats kvp_stats_t;
 typedef struct kvp_wire_ns_stats kvp_ns_stats_t;
 
+/* A session's fixed facts, as the daemon gave them when the client
+ * connected (kvp_info()). The page fields are 0 for an inspection
+ * session. */
+typedef struct kvp_info {
+	uint64_t client_id;	/* this connection's id, as `kvpool clients` shows it */
+	uint32_t ns_id;		/* its namespace's id in STATS */
+	uint32_t backend;	/* enum kvp_backend_kind: where the pages live */
+	uint64_t page_bytes;	/* bytes of K/V a page holds */
+	uint64_t page_stride;	/* distance between two pages of a slab */
+	uint64_t slab_bytes;
+	uint32_t pages_per_slab;
+	uint32_t block_tokens;	/* tokens a page holds */
+	uint32_t key_scheme;	/* enum kvp_key_scheme of the namespace */
+	uint32_t max_batch;	/* most pages one request carries (the library
+				 * splits larger ALLOCs and RELEASEs) */
+	uint64_t max_leases;	/* most pages this client may hold */
+	uint64_t max_msg;	/* largest message, either way */
+	kvp_key root;		/* the parent key of a sequence's first block:
+				 * H(--key-seed), salted per namespace with
+				 * --key-salt */
+} kvp_info_t;
+
 /* --- Library ------------------------------------------------------------ */
 
 /* kvp_version() - the library's version string ("0.1.0"); static storage. */
@@ -140,10 +163,12 @@ KVP_API const char *kvp_version(void);
 KVP_API const char *kvp_strerror(int err);
 
 /*
- * kvp_last_error() - the daemon's explanation of the last request that
- * failed on this thread ("namespace 'llama' has layers 32, not 40"), or
- * "" if the last failure carried none. Thread-local storage, valid until
- * the thread's next kvp_ call.
+ * kvp_last_error() - what the thread's most recent kvp_ call said: the
+ * daemon's (or the library's) explanation when it failed ("namespace
+ * 'llama' has layers 32, not 40"), "" when it failed without one. Every
+ * kvp_ call that talks to the daemon replaces it, a successful one too
+ * (with "" or a note), as sqlite3_errmsg() does: read it right after the
+ * call that failed. Thread-local storage.
  */
 KVP_API const char *kvp_last_error(void);
 
@@ -179,6 +204,11 @@ KVP_API void kvp_close(kvp_client *c);
  * inspection session). */
 KVP_API size_t kvp_page_bytes(const kvp_client *c);
 
+/* kvp_info() - the session's fixed facts into *out: its limits, its
+ * namespace's layout, key scheme and root key. No round trip. Returns 0
+ * or -EINVAL. */
+KVP_API int kvp_info(const kvp_client *c, kvp_info_t *out);
+
 /* --- Pages --------------------------------------------------------------- */
 
 /*
@@ -186,10 +216,16 @@ KVP_API size_t kvp_page_bytes(const kvp_client *c);
  * Their contents are unspecified. The pages' slabs are mapped before the
  * call returns, so kvp_page_ptr() works at once.
  *
- * Returns 0, -ENOSPC (the pool has fewer than n free pages; nothing was
- * allocated), -EDQUOT (the client would exceed its lease limit), -EINVAL
- * (n larger than the daemon's batch limit), -EPIPE (the daemon closed the
- * connection), or -ENOMEM.
+ * Any n: the library asks for at most kvp_info().max_batch pages per
+ * request, and when a later request fails it gives back the pages of
+ * the earlier ones (all or none; the earlier requests may still have
+ * evicted cached pages to make room). One request that cannot be met
+ * evicts nothing.
+ *
+ * Returns 0, -ENOSPC (the pool has fewer than n free or evictable pages;
+ * nothing was allocated), -EDQUOT (the client would exceed its lease
+ * limit), -EINVAL (pages NULL), -ENOTCONN (an inspection session), -EPIPE
+ * (the daemon closed the connection), or -ENOMEM.
  */
 KVP_API int kvp_alloc(kvp_client *c, size_t n, kvp_page *pages);
 
@@ -345,23 +381,31 @@ KVP_API int kvp_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t *ns,
  * -EACCES.
  */
 
-/* kvp_list_clients() - up to max connections into out. Returns how many
- * there are (may exceed max) or -errno. */
-KVP_API int kvp_list_clients(kvp_client *c, struct kvp_wire_client *out, size_t max);
+/*
+ * The listings copy up to max records into out and return how many they
+ * copied (fewer than max when fewer match, or when one reply of the
+ * daemon holds no more: about 1,900 clients, 4,600 pages or 6,500
+ * prefixes), or -errno. *total, when total is not NULL, receives how
+ * many there are in all, which may be more.
+ */
 
-/* kvp_list_pages() - up to max pages matching filter (NULL: all; see
- * struct kvp_wire_list_pages) into out. Returns how many match or -errno
- * (-ENOENT: no such namespace or client). */
+/* kvp_list_clients() - the connections. */
+KVP_API int kvp_list_clients(kvp_client *c, struct kvp_wire_client *out, size_t max,
+			     uint32_t *total);
+
+/* kvp_list_pages() - the pages matching filter (NULL: all; see struct
+ * kvp_wire_list_pages). -ENOENT: no such namespace or client. */
 KVP_API int kvp_list_pages(kvp_client *c, const struct kvp_wire_list_pages *filter,
-			   struct kvp_wire_page *out, size_t max);
+			   struct kvp_wire_page *out, size_t max, uint32_t *total);
 
-/* kvp_list_prefixes() - the top (at most max) indexed blocks of ns (NULL
- * or "": all) by hits into out. Returns how many are indexed or -errno. */
+/* kvp_list_prefixes() - the top indexed blocks of ns (NULL or "": all)
+ * by hits, at most top (0: as many as fit). *total: blocks indexed. */
 KVP_API int kvp_list_prefixes(kvp_client *c, const char *ns, size_t top,
-			      struct kvp_wire_prefix *out, size_t max);
+			      struct kvp_wire_prefix *out, size_t max, uint32_t *total);
 
 /* kvp_evict() - push up to max (0: all) cached pages of ns (NULL: all)
- * out of the pool, to the tier when there is one. Returns the count. */
+ * out of the pool, to the tier when there is one. Under --spill-rate the
+ * call waits for the rate until it is done. Returns the count. */
 KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max);
 
 /* kvp_disconnect() - close client id's connection (its leases go back). */

@@ -50,7 +50,7 @@ static uint32_t rights_of(const char *sock, const char *ns)
 	uint32_t rights = 0xffffffffu;
 
 	ck_assert_int_eq(kvp_connect(sock, NULL, NULL, &c), 0);
-	n = kvp_list_clients(c, r, 16);
+	n = kvp_list_clients(c, r, 16, NULL);
 	ck_assert_int_ge(n, 0);
 	for (i = 0; i < n && i < 16; i++)
 		if (r[i].uid == (uint32_t)harness_nobody_uid && !strcmp(r[i].ns, ns))

@@ -163,7 +163,7 @@ static void client_ids(struct world *w)
 	kvp_client *c = join(w->d.sock, NULL, NULL);
 	int n, i;
 
-	n = kvp_list_clients(c, r, 16);
+	n = kvp_list_clients(c, r, 16, NULL);
 	ck_assert_int_ge(n, 4);
 	for (i = 0; i < n; i++) {
 		if (strcmp(r[i].ns, "llama") == 0 && r[i].leases == 2)

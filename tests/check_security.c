@@ -722,6 +722,7 @@ START_TEST(test_security_one_big_reply_is_not_left_unread)
 	static kvp_page p[1000];
 	static kvp_key k[1000];
 	uint64_t base;
+	uint32_t total = 0;
 	char conf[128];
 	kvp_stats_t st;
 	struct daemon d;
@@ -755,7 +756,8 @@ START_TEST(test_security_one_big_reply_is_not_left_unread)
 	/* ... and one that lists 5,000 pages: a reply of 256 KiB by itself,
 	 * which passes the budget with the other's; it is being sent, not
 	 * left unread, so its client gets it */
-	ck_assert_int_eq(kvp_list_pages(c, NULL, r, 5000), 5000);
+	ck_assert_int_gt(kvp_list_pages(c, NULL, r, 5000, &total), 4000);	/* one reply */
+	ck_assert_uint_eq(total, 5000);
 	ck_assert_int_ge(kvp_stats(c, &st, NULL, 0), 0);
 	kvp_close(c);
 	close(slow);
@@ -781,19 +783,19 @@ START_TEST(test_security_listings_know_a_page_s_holders)
 		ck_assert_int_eq(kvp_acquire(h[i], NULL, &key, 1, NULL, 0, &p[i], NULL), 1);
 	}
 	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &adm), 0);
-	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4, NULL), 1);
 	ck_assert_uint_eq(r[0].refs, 3);
 	ck_assert_uint_eq(r[0].holders, 3);
 	ck_assert_uint_eq(r[0].holder, 0);	/* several: none named */
 	ck_assert_int_eq(kvp_retain(h[2], &p[2], 1), 0);	/* a second lease */
 	for (i = 0; i < 2; i++)
 		ck_assert_int_eq(kvp_release(h[i], &p[i], 1), 0);
-	n = kvp_list_clients(adm, cl, 8);
+	n = kvp_list_clients(adm, cl, 8, NULL);
 	ck_assert_int_ge(n, 4);
 	for (i = 0; i < n && cl[i].leases != 2; i++)
 		;
 	ck_assert_int_lt(i, n);
-	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+	ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4, NULL), 1);
 	ck_assert_uint_eq(r[0].refs, 2);
 	ck_assert_uint_eq(r[0].holders, 1);
 	ck_assert_uint_eq(r[0].holder, cl[i].id);
@@ -801,7 +803,7 @@ START_TEST(test_security_listings_know_a_page_s_holders)
 		kvp_close(h[i]);
 	/* the daemon sees the closes when it next runs */
 	for (i = 0; i < 500; i++) {
-		ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4), 1);
+		ck_assert_int_eq(kvp_list_pages(adm, NULL, r, 4, NULL), 1);
 		if (!r[0].holders)
 			break;
 		usleep(10 * 1000);
@@ -973,19 +975,19 @@ START_TEST(test_security_listings_show_only_namespaces_one_may_use)
 		for (k = 0; k < n; k++)
 			if (!strcmp(ns[k].name, "mine"))
 				mine = ns[k].id;
-		expect(kvp_list_prefixes(c, NULL, 0, pr, 8) == 2, 12);
+		expect(kvp_list_prefixes(c, NULL, 0, pr, 8, NULL) == 2, 12);
 		expect(pr[0].ns_id == mine && pr[1].ns_id == mine, 13);
-		expect(kvp_list_pages(c, NULL, pg, 8) == 2, 14);
+		expect(kvp_list_pages(c, NULL, pg, 8, NULL) == 2, 14);
 		expect(pg[0].ns_id == mine && pg[1].ns_id == mine, 15);
-		expect(kvp_list_prefixes(c, "theirs", 0, pr, 8) == -EACCES, 16);
+		expect(kvp_list_prefixes(c, "theirs", 0, pr, 8, NULL) == -EACCES, 16);
 		expect(strstr(kvp_last_error(), "needs a right there"), 17);
-		expect(kvp_list_pages(c, &f, pg, 8) == -EACCES, 18);
+		expect(kvp_list_pages(c, &f, pg, 8, NULL) == -EACCES, 18);
 		kvp_close(c);
 		_exit(0);
 	}
 	child_wait(pid);
 	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), 0);
-	ck_assert_int_eq(kvp_list_prefixes(c, NULL, 0, pr, 8), 5);	/* root: all */
+	ck_assert_int_eq(kvp_list_prefixes(c, NULL, 0, pr, 8, NULL), 5);	/* root: all */
 	kvp_close(c);
 	daemon_stop(&d);
 }

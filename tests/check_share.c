@@ -550,6 +550,7 @@ START_TEST(test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties)
 {
 	enum { KEYS = 40, TOP = 10 };
 	struct kvp_wire_prefix r[KEYS];
+	uint32_t total = 0;
 	kvp_key k[KEYS];
 	struct daemon d;
 	kvp_client *c;
@@ -570,8 +571,9 @@ START_TEST(test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties)
 			ck_assert_int_eq(kvp_release(c, &p, 1), 0);
 		}
 	}
-	n = kvp_list_prefixes(c, "share", TOP, r, KEYS);
-	ck_assert_int_eq(n, KEYS);
+	n = kvp_list_prefixes(c, "share", TOP, r, KEYS, &total);
+	ck_assert_int_eq(n, TOP);	/* copied */
+	ck_assert_uint_eq(total, KEYS);	/* indexed */
 	/* 6 hits: keys 6, 13, 20, 27, 34; then 5 hits: 5, 12, 19, 26, 33 */
 	for (i = 0; i < TOP; i++) {
 		int want = i < 5 ? 6 + 7 * i : 5 + 7 * (i - 5);
@@ -580,6 +582,69 @@ START_TEST(test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties)
 		ck_assert_msg(memcmp(r[i].key, k[want].b, sizeof(r[i].key)) == 0,
 			      "place %d holds another key than key %d", i, want);
 	}
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+START_TEST(test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches)
+{
+	static const char *const opts[] = {
+		"--pool-size", "16M", "--slab-size", "1M", "--max-msg-size", "4K",
+		"--max-leases", "600", "--key-seed", "info-seed", NULL,
+	};
+	kvp_page pg[600];
+	kvp_key root, key;
+	kvp_ns_stats_t ns[4];
+	kvp_stats_t st;
+	kvp_info_t in;
+	struct daemon d;
+	kvp_client *c;
+	uint32_t tok[BT];
+	int n;
+
+	daemon_start(&d, opts);
+	c = join(d.sock);
+	ck_assert_int_eq(kvp_info(c, &in), 0);
+	ck_assert_uint_eq(in.backend, KVP_BACKEND_HOST);
+	ck_assert_uint_eq(in.page_bytes, PAGE_BYTES);
+	ck_assert_uint_eq(in.page_bytes, kvp_page_bytes(c));
+	ck_assert_uint_ge(in.page_stride, PAGE_BYTES);
+	ck_assert_uint_eq(in.slab_bytes, 1u << 20);
+	ck_assert_uint_eq(in.pages_per_slab, (1u << 20) / in.page_stride);
+	ck_assert_uint_eq(in.block_tokens, BT);
+	ck_assert_uint_eq(in.key_scheme, KVP_KEYS_VLLM_SHA256_CBOR);
+	ck_assert_uint_eq(in.max_leases, 600);
+	ck_assert_uint_eq(in.max_msg, 4096);
+	ck_assert_uint_gt(in.max_batch, 0);
+	ck_assert_uint_lt(in.max_batch, 600);	/* a 4 KiB message holds fewer */
+	ck_assert_int_eq(kvp_key_root(in.key_scheme, "info-seed", &root), 0);
+	ck_assert_msg(memcmp(in.root.b, root.b, sizeof(root.b)) == 0,
+		      "kvp_info's root is not H(--key-seed)");
+	n = kvp_stats(c, &st, ns, 4);
+	ck_assert_int_ge(n, 1);
+	ck_assert_uint_eq(ns[0].id, in.ns_id);
+
+	/* the root is the parent a first block is published under */
+	tokens_of(tok, BT, BT, 7);
+	ck_assert_int_eq(kvp_block_keys(c, &in.root, tok, BT, NULL, 0, &key), 1);
+	ck_assert_int_eq(kvp_alloc(c, 1, pg), 0);
+	ck_assert_int_eq(kvp_publish(c, &in.root, pg, &key, 1, KVP_PRIO_NORMAL, pg), 0);
+	ck_assert_int_eq(kvp_release(c, pg, 1), 0);
+	ck_assert_int_eq(kvp_acquire(c, &in.root, &key, 1, NULL, 0, pg, NULL), 1);
+	ck_assert_int_eq(kvp_release(c, pg, 1), 0);
+
+	/* more than one message holds: the library splits, as documented */
+	ck_assert_int_eq(kvp_alloc(c, 600, pg), 0);
+	ck_assert_int_eq(kvp_stats(c, &st, ns, 4), n);
+	ck_assert_uint_eq(ns[0].pages_private, 600);
+	ck_assert_int_eq(kvp_release(c, pg, 600), 0);
+	/* over the lease limit: refused whole, nothing kept */
+	ck_assert_int_eq(kvp_alloc(c, 599, pg), 0);
+	ck_assert_int_eq(kvp_alloc(c, 2, pg + 599), -EDQUOT);
+	ck_assert_int_eq(kvp_release(c, pg, 599), 0);
+	ck_assert_int_eq(kvp_stats(c, &st, ns, 4), n);
+	ck_assert_uint_eq(ns[0].pages_private, 0);
 	kvp_close(c);
 	daemon_stop(&d);
 }
@@ -604,6 +669,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_retain_takes_a_second_lease);
 	tcase_add_test(tc, test_share_publish_refuses_what_it_must);
 	tcase_add_test(tc, test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties);
+	tcase_add_test(tc, test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction");

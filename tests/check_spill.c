@@ -578,6 +578,40 @@ START_TEST(test_spill_rate_cap_slows_evictions_without_losing_pages)
 }
 END_TEST
 
+START_TEST(test_spill_rate_evict_waits_for_the_rate_and_moves_every_page)
+{
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	uint64_t cached;
+	uint32_t s;
+	int n;
+
+	daemon_dir(&d);
+	/* 2 MiB/s of 16 KiB pages: a burst of about 120 writes; 8 chains
+	 * leave all 256 pool pages cached, twice the burst */
+	daemon_restart(&d, args(&d, "64M", "--spill-rate=2M"));
+	c = join(d.sock);
+	publish_settled(c, &d, 0, 8);
+	stats_of(d.sock, &st);
+	cached = st.pages_cached;
+	ck_assert_uint_eq(cached, 256);
+	/* the call waits for the rate instead of stopping at the burst */
+	n = kvp_evict(c, "spill", 0);
+	ck_assert_msg(n == (int)cached, "kvp_evict moved %d of %llu cached pages: %s", n,
+		      (unsigned long long)cached, kvp_last_error());
+	settle(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_cached, 0);
+	ck_assert_uint_eq(st.nvme.dropped, 0);
+	ck_assert_uint_eq(st.nvme.spills, st.prefix.evictions);
+	for (s = 0; s < 8; s++)
+		ck_assert_int_eq(check_seq(c, s), CHAIN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 /* host_args() - a daemon with a 256-page pool, a host tier of host bytes
  * (64 pages a MiB) and, unless spill is NULL, an NVMe tier of spill
  * bytes. */
@@ -600,8 +634,10 @@ static int pages_in(kvp_client *c, uint32_t state)
 {
 	struct kvp_wire_list_pages f = { .state = state };
 	struct kvp_wire_page one;
+	uint32_t total = 0;
 
-	return kvp_list_pages(c, &f, &one, 1);
+	ck_assert_int_ge(kvp_list_pages(c, &f, &one, 1, &total), 0);
+	return (int)total;
 }
 
 START_TEST(test_host_tier_sits_between_pool_and_nvme)
@@ -880,7 +916,7 @@ static void indexed_blocks(kvp_client *c, uint32_t nchains, uint32_t *count)
 		chain_keys(c, s, keys[s]);
 		count[s] = 0;
 	}
-	n = kvp_list_prefixes(c, "spill64", 0, r, 8192);
+	n = kvp_list_prefixes(c, "spill64", 0, r, 8192, NULL);
 	ck_assert_int_ge(n, 0);
 	for (i = 0; i < n && i < 8192; i++) {
 		bool found = false;
@@ -995,6 +1031,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_a_restored_block_keeps_its_slot_and_goes_back_without_a_write);
 	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
 	tcase_add_test(tc, test_spill_rate_cap_slows_evictions_without_losing_pages);
+	tcase_add_test(tc, test_spill_rate_evict_waits_for_the_rate_and_moves_every_page);
 	tcase_add_test(tc, test_spill_client_killed_during_restore);
 	tcase_add_test(tc, test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt);
 	suite_add_tcase(s, tc);
