@@ -295,12 +295,19 @@ int lease_evict_one(struct pool *p, struct ns *n)
 		return 0;
 	page = prefix_page(n->idx, e);
 	if (prefix_copy(n->idx, e, &slot)) {
-		/* its slot still holds it: back to that, no write */
-		prefix_spilling(n->idx, e, slot);
-		prefix_spilled(n->idx, e);
-		pool_evict(p, page);
-		n->st.evictions++;
-		return 1;
+		if (!prefix_host_children(n->idx, e)) {
+			/* its slot still holds it: back to that, no write */
+			prefix_spilling(n->idx, e, slot);
+			prefix_spilled(n->idx, e);
+			pool_evict(p, page);
+			n->st.evictions++;
+			return 1;
+		}
+		/* a child is in the host tier: the parent goes there too, never
+		 * below its child, and the copy's slot is given back */
+		prefix_copy_clear(n->idx, e);
+		n->slot_entry[slot] = PREFIX_NIL;
+		spill_free(n->tier, slot);
 	}
 	if (n->host)
 		rc = host_take(p, n, e, page);

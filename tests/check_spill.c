@@ -864,6 +864,69 @@ START_TEST(test_host_tier_a_clean_stop_saves_the_pool_and_the_host_tier)
 }
 END_TEST
 
+/* state_of() - the KVP_PAGE_* state LIST_PREFIXES gives the block of key k
+ * at depth, 0 when it is not indexed. */
+static uint32_t state_of(kvp_client *c, const kvp_key *k, uint32_t depth)
+{
+	static struct kvp_wire_prefix r[1024];
+	int n, i;
+
+	n = kvp_list_prefixes(c, "spill", 0, r, 1024, NULL);
+	ck_assert_int_ge(n, 0);
+	for (i = 0; i < n; i++)
+		if (!memcmp(r[i].key, k->b, sizeof(r[i].key)) && r[i].depth == depth)
+			return r[i].state;
+	return 0;
+}
+
+START_TEST(test_host_tier_a_restored_parent_never_goes_below_its_child)
+{
+	uint32_t t[CHAIN * BT], s;
+	kvp_key keys[2];
+	kvp_page out[2];
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	daemon_restart(&d, host_args(&d, "64K", "64M"));	/* 4 host tier slots */
+	c = join(d.sock);
+	seq(t, 800);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 2 * BT, NULL, 0, keys), 2);
+	/* block 1 of sequence 800 goes to the host tier, then on to the NVMe
+	 * tier as four newer pages follow it */
+	ck_assert_int_eq(harness_serve(c, t, BT, out), 0);
+	ck_assert_int_eq(kvp_release(c, out, 1), 0);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 1);
+	for (s = 801; s <= 804; s++) {
+		uint32_t u[CHAIN * BT];
+
+		seq(u, s);
+		ck_assert_int_eq(harness_serve(c, u, BT, out), 0);
+		ck_assert_int_eq(kvp_release(c, out, 1), 0);
+		ck_assert_int_eq(kvp_evict(c, "spill", 0), 1);
+	}
+	settle(d.sock);
+	ck_assert_uint_eq(state_of(c, &keys[0], 1), KVP_PAGE_SPILLED);
+	/* read back (its NVMe slot stays a clean copy), a second block
+	 * published after it, both released */
+	ck_assert_int_eq(harness_serve(c, t, 2 * BT, out), 1);
+	ck_assert_int_eq(kvp_release(c, out, 2), 0);
+	/* the child leaves first, for the host tier; then the parent, which
+	 * must not go back to its slot below the child: it follows it */
+	ck_assert_int_eq(kvp_evict(c, "spill", 1), 1);
+	ck_assert_uint_eq(state_of(c, &keys[1], 2), KVP_PAGE_HOST);
+	ck_assert_int_eq(kvp_evict(c, "spill", 1), 1);
+	settle(d.sock);
+	ck_assert_msg(state_of(c, &keys[0], 1) == KVP_PAGE_HOST,
+		      "the parent is in state %u, its child in the host tier",
+		      state_of(c, &keys[0], 1));
+	ck_assert_uint_eq(state_of(c, &keys[1], 2), KVP_PAGE_HOST);
+	ck_assert_int_eq(check_seq(c, 800), 2);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_host_tier_size_errors_are_clear)
 {
 	struct daemon d;
@@ -1021,6 +1084,7 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_host_tier_restore_without_room_changes_nothing);
 	tcase_add_test(tc, test_partial_page_comes_back_from_either_tier_and_a_restart);
 	tcase_add_test(tc, test_host_tier_a_clean_stop_saves_the_pool_and_the_host_tier);
+	tcase_add_test(tc, test_host_tier_a_restored_parent_never_goes_below_its_child);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");
