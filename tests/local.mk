@@ -15,15 +15,17 @@
 #                        can do, tried by processes of another uid
 #   tests/check_soak     16 random clients, one killed every 100 ms:
 #                        nothing leaks, no byte out of place
+#   tests/check_model    random steps against a reference model of pool,
+#                        index and tiers, with kills and warm restarts
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak
+	tests/check_security tests/check_soak tests/check_model
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak
+	tests/check_security tests/check_soak tests/check_model
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -72,6 +74,11 @@ tests_check_soak_SOURCES = tests/check_soak.c \
 	tests/harness.c tests/harness.h
 tests_check_soak_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_soak_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_model_SOURCES = tests/check_model.c \
+	tests/harness.c tests/harness.h
+tests_check_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_model_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
 	tests/harness.c tests/harness.h
