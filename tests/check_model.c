@@ -35,7 +35,7 @@
  * not, so a replay takes the same steps, not always the same daemon
  * states. KVPOOL_MODEL_SECONDS sets each loop's run (default 10: about
  * 20 s for both in `make check`). Both loops: io_uring (where the kernel
- * has it) and KVPOOL_IO=sync.
+ * has it) and KVPOOL_IO=sync, a test case each (CK_RUN_CASE=sync).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1278,11 +1278,16 @@ END_TEST
 static Suite *model_suite(void)
 {
 	Suite *s = suite_create("model");
-	TCase *tc = tcase_create("random");
 	unsigned seconds = env_uint("KVPOOL_MODEL_SECONDS", 10);
+	TCase *tc;
 
+	/* a case per loop: CK_RUN_CASE=sync runs one */
+	tc = tcase_create("io_uring");
 	tcase_set_timeout(tc, seconds * 3 + 60);
 	tcase_add_test(tc, test_model_io_uring_loop);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("sync");
+	tcase_set_timeout(tc, seconds * 3 + 60);
 	tcase_add_test(tc, test_model_sync_loop);
 	suite_add_tcase(s, tc);
 	return s;
