@@ -26,9 +26,9 @@
  * that fits succeeds, one that does not returns -ENOSPC and changes
  * nothing (counts, tiers, index); a stale release returns -ESTALE and
  * changes nothing; a warm restart after SIGKILL keeps every chain that
- * was wholly in the NVMe tier, and one after a clean stop keeps all that
- * was indexed when it fits the tier, else all the pool and the host tier
- * held when that fits.
+ * was wholly in the NVMe tier (when its writes had ended), and one after
+ * a clean stop keeps all that was indexed when it fits the tier, else
+ * all the pool and the host tier held when that fits.
  *
  * The steps are replayable from the seed (KVPOOL_MODEL_SEED; printed at
  * the start and on failure); the daemon's timing (writes in flight) is
@@ -1049,14 +1049,21 @@ static void restart(struct model *m, bool crash)
 	static bool keep[8192];
 	struct snap s;
 	uint32_t nb, i, j, kept = 0;
+	bool settled = false;
 	int w;
 
-	/* what must come back: after a crash, the chains wholly in the NVMe
-	 * tier; after a clean stop, all of it when it fits the tier */
+	/* what must come back: after a crash once the tier's writes are done,
+	 * the chains wholly in the NVMe tier (a crash during writes may lose
+	 * what they were writing); after a clean stop, all of it when it
+	 * fits the tier */
 	if (!crash) {
 		for (w = 0; w < NW; w++)
 			reap(m, w);
 		wait_clients(m, 1);
+	}
+	if (crash && below(m, 2)) {
+		settle(m, &s);
+		settled = true;
 	}
 	snap_of(m, &s);
 	add_tiers(m, &s);
@@ -1064,7 +1071,7 @@ static void restart(struct model *m, bool crash)
 	for (i = 0; i < nb; i++) {
 		memcpy(before_k[i], pfx[i].key, 8);
 		before_d[i] = pfx[i].depth;
-		keep[i] = !crash || pfx[i].state == KVP_PAGE_SPILLED;
+		keep[i] = !crash || (settled && pfx[i].state == KVP_PAGE_SPILLED);
 	}
 	if (crash) {
 		/* a block is kept when it and all before it are spilled */
