@@ -718,6 +718,8 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 
 	if (o->spill_dir[0]) {
 		rc = spill_dir_check(o->spill_dir, err, errlen);
+		if (rc == 0)
+			rc = spill_dir_probe(o->spill_dir, o->spill_size, err, errlen);
 		if (rc < 0)
 			return rc;
 	}

@@ -16,7 +16,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -218,6 +222,102 @@ int spill_dir_check(const char *dir, char *err, size_t errlen)
 	return rc == 0 && strcmp(real, dir) ? path_trusted(real, err, errlen) : rc;
 }
 
+/* size_text() - bytes as "512 MiB" into buf (for messages). */
+static const char *size_text(uint64_t b, char *buf, size_t len)
+{
+	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
+	double v = (double)b;
+	int u = 0;
+
+	while (v >= 1024 && u < 5) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return buf;
+}
+
+/* tier_files_bytes() - the most disk any one tier file in dir holds now
+ * (a warm restart reuses its blocks). */
+static uint64_t tier_files_bytes(const char *dir)
+{
+	uint64_t most = 0;
+	struct dirent *de;
+	struct stat st;
+	DIR *d = opendir(dir);
+	size_t n;
+
+	if (!d)
+		return 0;
+	while ((de = readdir(d))) {
+		n = strlen(de->d_name);
+		if (n < 8 || strcmp(de->d_name + n - 8, ".kvspill"))
+			continue;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(st.st_mode) && (uint64_t)st.st_blocks * 512 > most)
+			most = (uint64_t)st.st_blocks * 512;
+	}
+	closedir(d);
+	return most;
+}
+
+int spill_dir_probe(const char *dir, uint64_t bytes, char *err, size_t errlen)
+{
+	char a[32], b[32];
+	struct statvfs vfs;
+	struct statfs fs;
+	struct stat st;
+	uint64_t avail, have;
+	int fd, rc;
+
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "--spill-dir %s is not a directory; make one (mode "
+			 "0700, owned by kvpoold's user) or name another", dir);
+		return -ENOTDIR;
+	}
+	/* a file the daemon may write there, gone when closed */
+	fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0 && errno != EOPNOTSUPP && errno != EISDIR) {
+		rc = -errno;
+		snprintf(err, errlen, "--spill-dir %s: cannot create a file there: %s%s", dir,
+			 strerror(-rc), rc == -EACCES || rc == -EPERM ? " (make it writable by "
+			 "kvpoold's user)" : rc == -EROFS ? " (the file system is read-only: "
+			 "name a directory on a writable one)" : "");
+		return rc;
+	}
+	if (fd >= 0)
+		close(fd);
+	fd = open(dir, O_TMPFILE | O_RDWR | O_DIRECT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+	else if (errno == EINVAL)
+		log_warn("--spill-dir %s: the file system refuses O_DIRECT: spills go through "
+			 "the page cache, which takes memory and evicts other files", dir);
+	if (statfs(dir, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC))
+		log_warn("--spill-dir %s is on %s: the NVMe tier's files live in RAM (up to "
+			 "%s per namespace), not on a disk; name a directory on an NVMe "
+			 "drive, or use --host-tier-size for a tier in memory", dir,
+			 fs.f_type == TMPFS_MAGIC ? "tmpfs" : "ramfs", size_text(bytes, a, sizeof(a)));
+	if (statvfs(dir, &vfs) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "--spill-dir %s: statvfs: %s", dir, strerror(-rc));
+		return rc;
+	}
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	have = tier_files_bytes(dir);
+	if (avail + have < bytes) {
+		snprintf(err, errlen, "--spill-size %s does not fit in %s: it has %s free%s; "
+			 "free disk space or lower --spill-size (each namespace has a tier "
+			 "file of that size)", size_text(bytes, a, sizeof(a)), dir,
+			 size_text(avail, b, sizeof(b)), have ? " besides its tier files" : "");
+		return -ENOSPC;
+	}
+	log_info("spill directory %s: %s free, room for %llu tier files of %s", dir,
+		 size_text(avail + have, a, sizeof(a)),
+		 (unsigned long long)((avail + have) / bytes), size_text(bytes, b, sizeof(b)));
+	return 0;
+}
+
 /* file_ours() - fd is a tier file the daemon made: a plain file of its
  * user, open to no one else, with one name. Else err says why. */
 static bool file_ours(int fd, const char *path, char *err, size_t errlen)
@@ -381,6 +481,50 @@ static int wipe_slots(struct spill *sp)
 	return rc;
 }
 
+/* preallocate() - give sp's file its bytes, after checking that the file
+ * system has them; a failure leaves nothing behind: a file made for it is
+ * removed, an old one cut back to its length. */
+static int preallocate(struct spill *sp, uint64_t bytes, const char *dir, bool created,
+		       char *err, size_t errlen)
+{
+	uint64_t had = 0, avail;
+	char a[32], b[32];
+	struct statvfs vfs;
+	struct stat st;
+	bool known;
+	int rc;
+
+	known = fstat(sp->fd, &st) == 0;
+	if (known)
+		had = (uint64_t)st.st_blocks * 512;
+	if (fstatvfs(sp->fd, &vfs) == 0) {
+		avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+		if (had < bytes && avail < bytes - had) {
+			snprintf(err, errlen, "cannot make the spill file %s of %s: %s has %s "
+				 "free; free disk space or lower --spill-size", sp->path,
+				 size_text(bytes, a, sizeof(a)), dir, size_text(avail, b, sizeof(b)));
+			rc = -ENOSPC;
+			goto undo;
+		}
+	}
+	if (fallocate(sp->fd, 0, 0, (off_t)bytes) == 0)
+		return 0;
+	rc = -errno;
+	snprintf(err, errlen, "cannot preallocate %s for %s: %s%s", size_text(bytes, a, sizeof(a)),
+		 sp->path, strerror(-rc),
+		 rc == -ENOSPC ? " (free disk space or lower --spill-size)" : "");
+undo:
+	if (created) {
+		if (unlink(sp->path) < 0)
+			log_warn("cannot remove %s after a failed preallocation: %s", sp->path,
+				 strerror(errno));
+	} else if (known && ftruncate(sp->fd, st.st_size) < 0) {
+		log_warn("cannot cut %s back to %lld bytes: %s", sp->path,
+			 (long long)st.st_size, strerror(errno));
+	}
+	return rc;
+}
+
 int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
 	       const char **why, char *err, size_t errlen)
@@ -421,13 +565,9 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 		goto out_close;
 	}
 	sp->nslots = (uint32_t)((bytes - sp->hdr_area) / sp->slot_bytes);
-	if (fallocate(sp->fd, 0, 0, (off_t)bytes) < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "cannot preallocate %llu bytes for %s: %s%s",
-			 (unsigned long long)bytes, sp->path, strerror(-rc),
-			 rc == -ENOSPC ? " (free disk space or lower --spill-size)" : "");
+	rc = preallocate(sp, bytes, dir, created, err, errlen);
+	if (rc < 0)
 		goto out_close;
-	}
 	if (existed && !discard)
 		*why = check_warm(sp, ns, bytes);
 	else if (existed)

@@ -86,6 +86,16 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
  */
 int spill_dir_check(const char *dir, char *err, size_t errlen);
 
+/*
+ * spill_dir_probe() - dir can hold a tier file of bytes now: it is a
+ * directory the daemon can create files in, and its file system has the
+ * bytes free (with what the largest tier file there already holds).
+ * Warns when O_DIRECT is refused (spills go through the page cache) and
+ * when dir is on tmpfs or ramfs (the tier takes RAM). Returns 0, or
+ * -errno with err saying what is wrong and what to do.
+ */
+int spill_dir_probe(const char *dir, uint64_t bytes, char *err, size_t errlen);
+
 /* spill_read_ns() - the namespace identity in the header of the tier file
  * at path; 0, or -errno / -EBADMSG (not a valid tier file) / -EPERM (not
  * a file the daemon made: a link, another owner, open to others). */

@@ -8,12 +8,15 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1064,6 +1067,118 @@ START_TEST(test_pressure_fast_publishing_into_a_full_tier_leaves_no_holes)
 }
 END_TEST
 
+/* --- start-up: a tier that cannot be had is refused before serving -------- */
+
+/* refused() - kvpoold with --spill-dir dir and --spill-size size exits 1
+ * at start-up with a message holding want. */
+static void refused(const struct daemon *d, const char *dir, const char *size,
+		    const char *want)
+{
+	char out[4096];
+	int st;
+
+	st = run_cmd((const char *[]){ harness_kvpoold(), "--foreground", "--socket", d->sock,
+				      "--pool-size", "4M", "--slab-size", "1M", "--spill-dir",
+				      dir, "--spill-size", size, NULL }, out, sizeof(out));
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "kvpoold with --spill-dir %s "
+		      "--spill-size %s started (status %d): %s", dir, size, st, out);
+	ck_assert_msg(strstr(out, want), "for --spill-dir %s --spill-size %s: %s", dir, size, out);
+}
+
+/* small_fs() - a tmpfs of 8 MiB at path, in a mount namespace of this
+ * test's process (and of the daemons it starts), so that it goes with
+ * the process however the test ends; false (the test skips) where the
+ * tests may not mount. */
+static bool small_fs(const char *path, const char *opts)
+{
+	static bool own_ns;
+
+	mkdir(path, 0700);
+	if (!own_ns && unshare(CLONE_NEWNS) == 0 &&
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0)
+		own_ns = true;
+	if (own_ns && mount("tmpfs", path, "tmpfs", 0, opts) == 0)
+		return true;
+	fprintf(stderr, "%s: skipped: cannot mount a tmpfs at %s (%s): the test needs root "
+		"and a mount namespace it may change\n", __FILE__, path, strerror(errno));
+	return false;
+}
+
+START_TEST(test_startup_refuses_a_spill_dir_it_cannot_use)
+{
+	char dir[128], file[128];
+	struct daemon d;
+
+	daemon_dir(&d);
+	snprintf(dir, sizeof(dir), "%s/nonexistent", d.dir);
+	refused(&d, dir, "16M", "No such file or directory (create it");
+	snprintf(file, sizeof(file), "%s/afile", d.dir);
+	ck_assert_int_eq(close(open(file, O_CREAT | O_WRONLY, 0600)), 0);
+	refused(&d, file, "16M", "not a directory");
+	/* no file system has a petabyte free here: refused, nothing made */
+	snprintf(dir, sizeof(dir), "%s/spill", d.dir);
+	ck_assert_int_eq(mkdir(dir, 0700), 0);
+	refused(&d, dir, "1P", "--spill-size 1.0 PiB does not fit in");
+	refused(&d, dir, "1P", "free disk space or lower --spill-size");
+	ck_assert_int_eq(rmdir(dir), 0);	/* empty: nothing was left */
+	/* a read-only file system */
+	if (small_fs(dir, "size=8M,mode=0700")) {
+		ck_assert_int_eq(mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+		refused(&d, dir, "1M", "the file system is read-only");
+		ck_assert_int_eq(umount(dir), 0);
+	}
+	daemon_cleanup(&d);
+}
+END_TEST
+
+START_TEST(test_startup_a_tier_file_that_does_not_fit_leaves_nothing_behind)
+{
+	static const char *a[10];
+	char dir[128], path[256], log[8192];
+	struct statvfs before, after;
+	struct daemon d;
+	kvp_client *c, *c2;
+	kvp_page pg;
+	int rc;
+
+	daemon_dir(&d);
+	snprintf(dir, sizeof(dir), "%s/spill", d.dir);
+	if (!small_fs(dir, "size=8M,mode=0700")) {
+		daemon_cleanup(&d);
+		return;
+	}
+	a[0] = "--pool-size"; a[1] = "4M"; a[2] = "--slab-size"; a[3] = "1M";
+	a[4] = "--spill-dir"; a[5] = dir; a[6] = "--spill-size"; a[7] = "5M"; a[8] = NULL;
+	daemon_restart(&d, a);
+	/* tmpfs is memory, not a disk: said at start-up */
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "is on tmpfs: the NVMe tier's files live in RAM"), "%s", log);
+	ck_assert_msg(strstr(log, "room for 1 tier files of 5.0 MiB"), "%s", log);
+	c = join(d.sock);			/* takes 5 of the 8 MiB */
+	ck_assert_int_eq(statvfs(dir, &before), 0);
+	/* a second namespace's file does not fit: refused, nothing left */
+	rc = kvp_connect(d.sock, "second", &geo, &c2);
+	ck_assert_int_lt(rc, 0);
+	ck_assert_msg(strstr(kvp_last_error(), "its NVMe tier cannot be used"), "%s",
+		      kvp_last_error());
+	snprintf(path, sizeof(path), "%s/second.kvspill", dir);
+	ck_assert_int_eq(access(path, F_OK), -1);
+	ck_assert_int_eq(statvfs(dir, &after), 0);
+	ck_assert_uint_eq(after.f_bfree, before.f_bfree);
+	wait_log(&d, "cannot make the spill file");
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "has 3.0 MiB free; free disk space or lower --spill-size"),
+		      "%s", log);
+	/* the first namespace is served as before */
+	ck_assert_int_eq(kvp_alloc(c, 1, &pg), 0);
+	ck_assert_int_eq(kvp_release(c, &pg, 1), 0);
+	kvp_close(c);
+	daemon_halt(&d);
+	ck_assert_int_eq(umount(dir), 0);
+	daemon_cleanup(&d);
+}
+END_TEST
+
 static Suite *spill_suite(void)
 {
 	Suite *s = suite_create("spill");
@@ -1074,6 +1189,12 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_round_trip_is_byte_exact);
 	tcase_add_test(tc, test_spill_warm_restart_keeps_prefixes);
 	tcase_add_test(tc, test_spill_changed_geometry_starts_cold_and_says_why);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("start-up");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_startup_refuses_a_spill_dir_it_cannot_use);
+	tcase_add_test(tc, test_startup_a_tier_file_that_does_not_fit_leaves_nothing_behind);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("host tier");
