@@ -72,12 +72,6 @@ int cli_no_args(struct cli *cli, int argc, char **argv, const char *help);
 /* cli_parse_u64() - a whole decimal number; false when s is not one. */
 bool cli_parse_u64(const char *s, uint64_t *out);
 
-/*
- * cli_parse_size() - "80G", "80GiB" (binary), "80GB" (decimal), "512M",
- * "1073741824". Bare K/M/G/T are binary, as in kvpoold's --pool-size.
- * false when s is not a size.
- */
-bool cli_parse_size(const char *s, uint64_t *out);
 
 /* --- cli_util.c: the daemon ------------------------------------------------ */
 

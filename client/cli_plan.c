@@ -16,6 +16,7 @@
 #include <strings.h>
 
 #include "client/cli.h"
+#include "client/size.h"
 
 /*
  * Built-in models. Every figure is the one in the model's config.json on
@@ -371,9 +372,13 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 			p.have_mean = true;
 			break;
 		case 'g':
-			if (!cli_parse_size(optarg, &p.gpu_mem) || !p.gpu_mem)
+			if (!size_parse(optarg, &p.gpu_mem))
 				return cli_usage_error(argv[0], "--gpu-mem: '%s' is not a size "
-						       "(80GB, 80GiB, 81920M)", optarg);
+						       "(" SIZE_HELP ": 80G, 80GB, 81920M)", optarg);
+			if (p.gpu_mem < (1ull << 20) || p.gpu_mem > (1ull << 50))
+				return cli_usage_error(argv[0], "--gpu-mem: '%s' is %" PRIu64
+						       " bytes, which no GPU has: give its memory "
+						       "with a unit (80G)", optarg, p.gpu_mem);
 			p.have_gpu = true;
 			break;
 		case 'l':

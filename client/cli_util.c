@@ -89,42 +89,6 @@ bool cli_parse_u64(const char *s, uint64_t *out)
 	return !errno && !*end;
 }
 
-bool cli_parse_size(const char *s, uint64_t *out)
-{
-	static const char units[] = "KMGT";
-	uint64_t v, mult = 1, base = 1024;
-	const char *u;
-	char *end;
-	int i;
-
-	if (!s || !isdigit((unsigned char)*s))
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return false;
-	u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
-	if (u) {
-		end++;
-		if (end[0] == 'B' && !end[1])
-			base = 1000;		/* GB: decimal */
-		else if (end[0] == 'i' && end[1] == 'B' && !end[2])
-			end += 2;		/* GiB: binary */
-		else if (*end)
-			return false;
-		if (base == 1000)
-			end++;
-		for (i = 0; i <= u - units; i++)
-			mult *= base;
-	} else if (end[0] == 'B' && !end[1]) {
-		end++;
-	}
-	if (*end || (v && mult > UINT64_MAX / v))
-		return false;
-	*out = v * mult;
-	return true;
-}
-
 /* --- the daemon --------------------------------------------------------------- */
 
 const char *cli_socket_path(const struct cli *cli)

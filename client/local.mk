@@ -6,7 +6,8 @@
 # each namespace's root key; kvp_key_* are exported by libkvpool).
 noinst_LTLIBRARIES += client/libkvpshared.la
 client_libkvpshared_la_SOURCES = client/wire.c client/wire.h \
-	client/hset.c client/hset.h client/keys.c client/keys.h
+	client/hset.c client/hset.h client/keys.c client/keys.h \
+	client/size.c client/size.h
 client_libkvpshared_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 client_libkvpshared_la_LIBADD = $(XXHASH_LIBS)
 
@@ -39,4 +40,4 @@ bin_PROGRAMS += client/kvpool
 client_kvpool_SOURCES = client/kvpool.c client/cli.h client/cli_util.c \
 	client/cli_status.c client/cli_list.c client/cli_admin.c \
 	client/cli_plan.c client/cli_metrics.c client/cli_top.c
-client_kvpool_LDADD = client/libkvpool.la
+client_kvpool_LDADD = client/libkvpshared.la client/libkvpool.la

@@ -17,12 +17,13 @@
 #include <string.h>
 
 #include "kvpool_wire.h"
+#include "client/size.h"
 #include "daemon/options.h"
 
 enum opt_type {
 	OPT_STRING,	/* copied into a char array of size bytes */
 	OPT_UINT,	/* decimal unsigned within [min, max] */
-	OPT_SIZE,	/* bytes with an optional K, M or G suffix (powers of 1024) */
+	OPT_SIZE,	/* bytes: client/size.h */
 	OPT_BOOL,	/* flag: no argument; file: true/false/yes/no/1/0 */
 	OPT_LOG_LEVEL,	/* error, warn, info, debug */
 	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
@@ -202,32 +203,6 @@ static const struct opt_def *opt_find(const char *key)
 	return NULL;
 }
 
-/* parse_size() - "64", "256K", "4M", "1G" (binary multiples) into *out. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	unsigned shift = 0;
-	char *end;
-	uint64_t v;
-
-	if (!isdigit((unsigned char)*s))
-		return -EINVAL;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return -EINVAL;
-	switch (toupper((unsigned char)*end)) {
-	case 'K': shift = 10; end++; break;
-	case 'M': shift = 20; end++; break;
-	case 'G': shift = 30; end++; break;
-	case 'T': shift = 40; end++; break;
-	}
-	if (*end == 'i' || *end == 'B')	/* accept 4MiB, 4MB as 4M */
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end || (shift && v > (UINT64_MAX >> shift)))
-		return -EINVAL;
-	*out = v << shift;
-	return 0;
-}
 
 /*
  * opt_set() - check value against d and store it in o. On failure writes
@@ -262,9 +237,9 @@ static int opt_set(struct options *o, const struct opt_def *d,
 		}
 		goto check_range;
 	case OPT_SIZE:
-		if (parse_size(value, &v) < 0) {
+		if (!size_parse(value, &v)) {
 			snprintf(why, whylen,
-				 "'%s' is not a size (a number with an optional K, M or G suffix)",
+				 "'%s' is not a size (" SIZE_HELP ")",
 				 value);
 			return -EINVAL;
 		}

@@ -706,7 +706,10 @@ START_TEST(test_cli_plan_reproduces_llama_70b_figures)
 			     "4,096 tokens, 256 pages"), "%s", out);
 	ck_assert_msg(strstr(out, "all users     343,597,383,680 bytes (343.6 GB, 320 GiB): "
 			     "256 users"), "%s", out);
-	ck_assert_msg(strstr(out, "more than 4 GPUs of 80 GB hold (320 GB); 5 are needed"),
+	/* 80GB is 80 GiB, as every size kvpool reads */
+	ck_assert_msg(strstr(out, "GPU memory    85,899,345,920 bytes (85.9 GB, 80 GiB)"),
+		      "%s", out);
+	ck_assert_msg(strstr(out, "more than 3 GPUs of 85.9 GB hold (257.7 GB); 4 are needed"),
 		      "%s", out);
 	ck_assert_msg(strstr(out, "per page      5,242,880 bytes (5.24 MB, 5 MiB): 16 tokens"),
 		      "%s", out);
@@ -715,8 +718,8 @@ START_TEST(test_cli_plan_reproduces_llama_70b_figures)
 	ck_assert_uint_eq(json_u64(out, "bytes_per_token"), 327680);
 	ck_assert_uint_eq(json_u64(out, "bytes_per_sequence"), 1342177280ull);
 	ck_assert_uint_eq(json_u64(out, "bytes_all_users"), 343597383680ull);
-	ck_assert_uint_eq(json_u64(out, "gpus_needed"), 5);
-	ck_assert_uint_eq(json_u64(out, "contiguous_sequences"), 59);	/* 80e9 / 1.342e9 */
+	ck_assert_uint_eq(json_u64(out, "gpus_needed"), 4);
+	ck_assert_uint_eq(json_u64(out, "contiguous_sequences"), 64);	/* 80 GiB / 1.25 GiB */
 	ck_assert(json_str_is(out, "source", "meta-llama/Llama-3.1-70B"));
 }
 END_TEST
@@ -780,6 +783,10 @@ START_TEST(test_cli_plan_rejects_what_it_cannot_plan)
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--tokens", "100", "--mean-tokens",
 			     "200", "--gpu-mem", "1G"), 2);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--gpu-mem", "lots"), 2);
+	/* 80 is 80 bytes: no GPU has that little, so it is a mistake */
+	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--gpu-mem", "80"), 2);
+	ck_assert_msg(strstr(out, "'80' is 80 bytes, which no GPU has"), "%s", out);
+	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--gpu-mem", "79.5gib"), 0);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--dtype", "int4"), 2);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--layers", "2"), 2);
 }

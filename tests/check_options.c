@@ -13,6 +13,7 @@
 #include <check.h>
 
 #include "daemon/access.h"
+#include "client/size.h"
 #include "daemon/options.h"
 #include "suites.h"
 
@@ -179,6 +180,42 @@ START_TEST(test_options_sizes_take_binary_suffixes)
 	ck_assert_uint_eq(o.pool_size, 3ull << 30);
 	ck_assert_int_eq(parse("--max-msg-size", "12Q"), -EINVAL);
 	ck_assert_int_eq(parse("--max-msg-size", "-1"), -EINVAL);
+	ck_assert_msg(strstr(err, "powers of 1024"), "message was: %s", err);
+	/* one reading everywhere: case, KB, KiB and decimals */
+	ck_assert_msg(parse("--pool-size", "8gb", "--slab-size", "64M") == 0, "%s", err);
+	ck_assert_uint_eq(o.pool_size, 8ull << 30);
+	ck_assert_int_eq(parse("--pool-size", "1.5G", "--slab-size", "64M"), 0);
+	ck_assert_uint_eq(o.pool_size, 3ull << 29);
+	ck_assert_int_eq(parse("--pool-size", "1PiB", "--slab-size", "1T"), 0);
+	ck_assert_uint_eq(o.pool_size, 1ull << 50);
+}
+END_TEST
+
+START_TEST(test_size_parse_reads_every_spelling_alike)
+{
+	static const struct { const char *s; uint64_t v; } ok[] = {
+		{ "0", 0 }, { "512", 512 }, { "512b", 512 }, { "8k", 8192 },
+		{ "8K", 8192 }, { "8KB", 8192 }, { "8kib", 8192 }, { "8KiB", 8192 },
+		{ "4M", 4u << 20 }, { "4mb", 4u << 20 }, { "80GB", 80ull << 30 },
+		{ "80G", 80ull << 30 }, { "1.5G", 3ull << 29 }, { "0.5k", 512 },
+		{ "2T", 2ull << 40 }, { "1P", 1ull << 50 }, { "1.25m", 1310720 },
+		{ "0.3k", 307 },	/* 307.2 bytes: the fraction of a byte goes */
+	};
+	static const char *const bad[] = {
+		"", "G", ".5G", "1.", "1.2.3", "1e3", "-1", " 1", "1 G", "8XB", "8KBB",
+		"8Kb2", "8bb", "16384P", "99999999999999999999",
+	};
+	uint64_t v;
+	size_t i;
+
+	for (i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		ck_assert_msg(size_parse(ok[i].s, &v), "'%s' was refused", ok[i].s);
+		ck_assert_msg(v == ok[i].v, "'%s' read as %llu, not %llu", ok[i].s,
+			      (unsigned long long)v, (unsigned long long)ok[i].v);
+	}
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ck_assert_msg(!size_parse(bad[i], &v), "'%s' was taken as %llu", bad[i],
+			      (unsigned long long)v);
 }
 END_TEST
 
@@ -261,6 +298,7 @@ Suite *options_suite(void)
 	tcase_add_test(tc, test_options_flags_set_values);
 	tcase_add_test(tc, test_options_out_of_range_is_refused_with_bounds);
 	tcase_add_test(tc, test_options_sizes_take_binary_suffixes);
+	tcase_add_test(tc, test_size_parse_reads_every_spelling_alike);
 	tcase_add_test(tc, test_options_unknown_flag_and_stray_argument_are_refused);
 	tcase_add_test(tc, test_options_too_long_socket_path_is_refused);
 	tcase_add_test(tc, test_options_bad_log_level_lists_the_levels);
