@@ -100,33 +100,6 @@ const char *cli_socket_path(const struct cli *cli)
 	return p && *p ? p : KVP_SOCKET_DEFAULT;
 }
 
-/* explain_access() - who may use the socket at path: its mode, owner and
- * group, and what to do about it. */
-static void explain_access(const char *path)
-{
-	struct group *gr;
-	struct passwd *pw;
-	struct stat st;
-	char gname[64], uname[64];
-
-	if (stat(path, &st) < 0) {
-		fprintf(stderr, "The socket or a directory above it is not open to user %u: "
-			"the socket is mode 0660 and kvpoold's --socket-group may use it.\n",
-			(unsigned)getuid());
-		return;
-	}
-	gr = getgrgid(st.st_gid);
-	pw = getpwuid(st.st_uid);
-	snprintf(gname, sizeof(gname), "%s", gr ? gr->gr_name : "?");
-	snprintf(uname, sizeof(uname), "%s", pw ? pw->pw_name : "?");
-	fprintf(stderr, "The socket is mode %04o, owner %s, group %s (gid %u): join "
-		"group '%s' (usermod -aG %s $USER, then log in again), run kvpool as "
-		"%s%s, or start kvpoold with --socket-group=GROUP for a group you "
-		"are in.\n", (unsigned)(st.st_mode & 07777), uname, gname,
-		(unsigned)st.st_gid, gname, gname, st.st_uid ? uname : "root",
-		st.st_uid ? " or root" : "");
-}
-
 int cli_connect(const struct cli *cli, kvp_client **c)
 {
 	const char *path = cli_socket_path(cli), *why;
@@ -137,23 +110,6 @@ int cli_connect(const struct cli *cli, kvp_client **c)
 		return 0;
 	why = kvp_last_error();
 	switch (rc) {
-	case -ENOENT:
-		fprintf(stderr, "kvpool: cannot connect to kvpoold at %s: no such file. "
-			"Is kvpoold running? Start it, or name its socket with --socket "
-			"or KVPOOL_SOCKET.\n", path);
-		break;
-	case -ECONNREFUSED:
-		fprintf(stderr, "kvpool: cannot connect to kvpoold at %s: nothing "
-			"listens there (a socket left by a daemon that died, or not a "
-			"socket). Is kvpoold running? Start it, or name its socket with "
-			"--socket or KVPOOL_SOCKET.\n", path);
-		break;
-	case -EACCES:
-	case -EPERM:
-		fprintf(stderr, "kvpool: cannot connect to kvpoold at %s: permission "
-			"denied.\n", path);
-		explain_access(path);
-		break;
 	case -EPROTONOSUPPORT:
 		fprintf(stderr, "kvpool: protocol version mismatch: kvpoold at %s does not "
 			"speak protocol version %u of this kvpool %s%s%s. Use the kvpool "
@@ -161,19 +117,9 @@ int cli_connect(const struct cli *cli, kvp_client **c)
 			"release.\n", path, KVP_WIRE_VERSION, PACKAGE_VERSION,
 			*why ? "; it says: " : "", why);
 		break;
-	case -EPROTO:
-		fprintf(stderr, "kvpool: %s answered with a message that is not kvpool "
-			"protocol version %u: a kvpoold of another release (protocol version "
-			"mismatch), or not a kvpoold socket.\n", path, KVP_WIRE_VERSION);
-		break;
-	case -ENAMETOOLONG:
-		fprintf(stderr, "kvpool: socket path %s is too long (at most 107 bytes).\n",
-			path);
-		break;
 	default:
-		fprintf(stderr, "kvpool: cannot connect to kvpoold at %s: %s%s%s. Is "
-			"kvpoold running? Name its socket with --socket or KVPOOL_SOCKET.\n",
-			path, kvp_strerror(rc), *why ? ": " : "", why);
+		/* the library's diagnosis: which path, what is wrong, what to do */
+		fprintf(stderr, "kvpool: %s\n", *why ? why : kvp_strerror(rc));
 	}
 	return rc;
 }

@@ -10,7 +10,9 @@
  * handle it does not hold before anything reaches the daemon.
  */
 #include <errno.h>
+#include <grp.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -246,6 +249,131 @@ static int grow_buf(struct kvp_client *c, size_t size)
 	return 0;
 }
 
+/* user_name() / group_name() - a name for messages, or the number. */
+static const char *user_name(uid_t uid, char *buf, size_t len)
+{
+	struct passwd pw, *r = NULL;
+	char tmp[1024];
+
+	if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &r) == 0 && r)
+		snprintf(buf, len, "%s", r->pw_name);
+	else
+		snprintf(buf, len, "uid %u", (unsigned)uid);
+	return buf;
+}
+
+static const char *group_name(gid_t gid, char *buf, size_t len)
+{
+	struct group gr, *r = NULL;
+	char tmp[4096];
+
+	if (getgrgid_r(gid, &gr, tmp, sizeof(tmp), &r) == 0 && r)
+		snprintf(buf, len, "%s", r->gr_name);
+	else
+		snprintf(buf, len, "gid %u", (unsigned)gid);
+	return buf;
+}
+
+/*
+ * explain_denied() - the first part of path this process may not pass
+ * (a directory it may not search, or the socket it may not write), its
+ * owner, group and mode, and what to do.
+ */
+static void explain_denied(const char *path)
+{
+	char part[sizeof(((struct sockaddr_un *)0)->sun_path)], me[64], u[64], g[64];
+	const char *what = "the socket";
+	struct stat st;
+	size_t i, n = strlen(path);
+
+	snprintf(part, sizeof(part), "%s", path);
+	for (i = 1; i <= n; i++) {
+		if (i < n && path[i] != '/')
+			continue;
+		part[i] = '\0';
+		if (i < n ? access(part, X_OK) < 0 : access(part, W_OK) < 0)
+			break;
+		part[i] = path[i];
+	}
+	if (i > n || stat(part, &st) < 0) {
+		set_error("cannot connect to kvpoold at %s: permission denied (check the "
+			  "socket's and its directories' modes)", path);
+		return;
+	}
+	if (i < n)
+		what = "its directory";
+	user_name(getuid(), me, sizeof(me));
+	user_name(st.st_uid, u, sizeof(u));
+	group_name(st.st_gid, g, sizeof(g));
+	if (!(st.st_mode & (i < n ? 010 : 020))) {
+		/* not even its group may pass */
+		set_error("cannot connect to kvpoold at %s: permission denied: %s %s is mode "
+			  "%04o, owner %s, group %s, which lets user %s (uid %u) %s: give "
+			  "kvpoold a socket in a directory of mode 0750 or 0755 (the one it "
+			  "makes itself is 0750, in the group of --socket-group), or connect "
+			  "as %s%s.", path, what, part, (unsigned)(st.st_mode & 07777), u, g,
+			  me, (unsigned)getuid(), i < n ? "not search it" : "not write it",
+			  st.st_uid ? u : "root", st.st_uid ? " or root" : "");
+		return;
+	}
+	set_error("cannot connect to kvpoold at %s: permission denied: %s %s is mode %04o, "
+		  "owner %s, group %s, and user %s (uid %u) is not in group %s: start "
+		  "kvpoold with --socket-group=GROUP for a group the user is in (it gives "
+		  "the socket, and the directory it makes for it, to that group)%s%s%s, "
+		  "or connect as %s%s.", path, what, part, (unsigned)(st.st_mode & 07777),
+		  u, g, me, (unsigned)getuid(), g,
+		  st.st_gid ? ", or add the user to group " : "", st.st_gid ? g : "",
+		  st.st_gid ? " (usermod -aG GROUP USER, then log in again)" : "",
+		  st.st_uid ? u : "root", st.st_uid ? " or root" : "");
+}
+
+/* connect_error() - say why connecting to path failed with rc, and what
+ * to do, in last_error (as `kvpool` says it). */
+static void connect_error(int rc, const char *path)
+{
+	const char *daemon_hint = "is kvpoold running? Start it, or name its socket "
+				  "(the path given to kvp_connect, KVPOOL_SOCKET, or "
+				  "kvpool --socket)";
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)], *slash;
+	struct stat st;
+
+	switch (rc) {
+	case -ENOENT:
+		snprintf(dir, sizeof(dir), "%s", path);
+		slash = strrchr(dir, '/');
+		if (slash && slash != dir)
+			*slash = '\0';
+		if (slash && slash != dir && stat(dir, &st) < 0)
+			set_error("cannot connect to kvpoold at %s: no such file, nor the "
+				  "directory %s: %s", path, dir, daemon_hint);
+		else
+			set_error("cannot connect to kvpoold at %s: no such file: %s", path,
+				  daemon_hint);
+		break;
+	case -ECONNREFUSED:
+		set_error("cannot connect to kvpoold at %s: nothing listens there (a "
+			  "socket left by a daemon that died, or not a socket): %s", path,
+			  daemon_hint);
+		break;
+	case -EACCES:
+	case -EPERM:
+		explain_denied(path);
+		break;
+	case -ENAMETOOLONG:
+		set_error("socket path %s is too long (%zu bytes; at most %zu)", path,
+			  strlen(path), sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+		break;
+	case -ENOTSOCK:
+	case -EPROTOTYPE:
+		set_error("cannot connect to kvpoold at %s: %s: not a kvpoold socket (it "
+			  "listens on a SOCK_SEQPACKET socket)", path, strerror(-rc));
+		break;
+	default:
+		set_error("cannot connect to kvpoold at %s: %s: %s", path, strerror(-rc),
+			  daemon_hint);
+	}
+}
+
 KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out)
 {
@@ -260,8 +388,10 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 		socket_path = getenv("KVPOOL_SOCKET");
 	if (!socket_path || !*socket_path)
 		socket_path = KVP_SOCKET_DEFAULT;
-	if (strlen(socket_path) >= sizeof(sa.sun_path))
+	if (strlen(socket_path) >= sizeof(sa.sun_path)) {
+		connect_error(-ENAMETOOLONG, socket_path);
 		return -ENAMETOOLONG;
+	}
 	memcpy(sa.sun_path, socket_path, strlen(socket_path) + 1);
 
 	c = calloc(1, sizeof(*c));
@@ -281,9 +411,14 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 	}
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
+		connect_error(rc, socket_path);
 		goto out_free;
 	}
 	rc = hello(c, ns, g);
+	if (rc == -EPROTO && !last_error[0])
+		set_error("%s answered with a message that is not kvpool protocol version "
+			  "%u: a kvpoold of another release, or not a kvpoold socket",
+			  socket_path, KVP_WIRE_VERSION);
 	if (rc < 0)
 		goto out_free;
 	rc = grow_buf(c, c->hello.max_msg);

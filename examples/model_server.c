@@ -555,10 +555,8 @@ int main(int argc, char **argv)
 		return 1;
 	rc = kvp_connect(srv.o.socket, MODEL_NAMESPACE, &geo, &srv.c);
 	if (rc < 0) {
-		fprintf(stderr, "kvpool-model-server: cannot join namespace '%s' at %s: "
-			"%s%s%s; is kvpoold running there?\n", MODEL_NAMESPACE,
-			srv.o.socket ? srv.o.socket : "the default socket",
-			kvp_strerror(rc), *kvp_last_error() ? ": " : "", kvp_last_error());
+		fprintf(stderr, "kvpool-model-server: cannot join namespace '%s': %s\n",
+			MODEL_NAMESPACE, *kvp_last_error() ? kvp_last_error() : kvp_strerror(rc));
 		rc = 1;
 		goto out_free;
 	}

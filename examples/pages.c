@@ -23,8 +23,18 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 's' },
 		{ "pages", required_argument, NULL, 'n' },
 		{ "hold", no_argument, NULL, 'H' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	static const char usage[] =
+		"usage: %s [--socket PATH] [--pages N] [--hold]\n"
+		"Lease N pages (default 8) of a Llama-3.1-8B namespace, write and read\n"
+		"them through the shared mapping, show the daemon's counts, give them\n"
+		"back.\n"
+		"  -s, --socket PATH  kvpoold's socket (default $KVPOOL_SOCKET, else\n"
+		"                     /run/kvpool/kvpool.sock)\n"
+		"  -n, --pages N      pages to lease\n"
+		"  -H, --hold         keep them until stdin closes (watch kvpool status)\n";
 	/* Llama-3.1-8B: 32 layers, 8 KV heads of 128, fp16, 16-token pages */
 	const kvp_geometry geo = {
 		.layers = 32, .kv_heads = 8, .head_dim = 128, .block_tokens = 16,
@@ -37,19 +47,20 @@ int main(int argc, char **argv)
 	kvp_stats_t st;
 	kvp_client *cl;
 
-	while ((c = getopt_long(argc, argv, "s:n:H", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "s:n:Hh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's': sock = optarg; break;
 		case 'n': n = strtoul(optarg, NULL, 10); break;
 		case 'H': hold = 1; break;
+		case 'h': printf(usage, argv[0]); return 0;
 		default:
-			fprintf(stderr, "usage: %s [--socket PATH] [--pages N] [--hold]\n", argv[0]);
+			fprintf(stderr, usage, argv[0]);
 			return 2;
 		}
 	}
 	rc = kvp_connect(sock, "llama-3.1-8b", &geo, &cl);
 	if (rc < 0) {
-		fprintf(stderr, "connect: %s %s\n", kvp_strerror(rc), kvp_last_error());
+		fprintf(stderr, "%s: %s\n", argv[0], kvp_last_error());
 		return 1;
 	}
 	printf("joined namespace llama-3.1-8b: %zu bytes per page (16 tokens)\n",

@@ -20,8 +20,16 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	static const char usage[] =
+		"usage: %s [--socket PATH] SYSTEM-PROMPT USER-TEXT\n"
+		"Serve one prompt as a model server would: find the system prompt's\n"
+		"pages in the pool (published by an earlier run), publish the rest.\n"
+		"Run it twice with the same SYSTEM-PROMPT: the second run hits.\n"
+		"  -s, --socket PATH  kvpoold's socket (default $KVPOOL_SOCKET, else\n"
+		"                     /run/kvpool/kvpool.sock)\n";
 	const kvp_geometry geo = {
 		.layers = 32, .kv_heads = 8, .head_dim = 128, .block_tokens = 16,
 		.dtype = KVP_DTYPE_F16, .model = "meta-llama/Llama-3.1-8B",
@@ -34,15 +42,19 @@ int main(int argc, char **argv)
 	kvp_key *keys;
 	int hits, rc, opt;
 
-	while ((opt = getopt_long(argc, argv, "s:", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+		if (opt == 'h') {
+			printf(usage, argv[0]);
+			return 0;
+		}
 		if (opt != 's') {
-			fprintf(stderr, "usage: %s [--socket PATH] SYSTEM-PROMPT USER-TEXT\n", argv[0]);
+			fprintf(stderr, usage, argv[0]);
 			return 2;
 		}
 		sock = optarg;
 	}
 	if (argc - optind != 2) {
-		fprintf(stderr, "usage: %s [--socket PATH] SYSTEM-PROMPT USER-TEXT\n", argv[0]);
+		fprintf(stderr, usage, argv[0]);
 		return 2;
 	}
 	/* a byte-level tokenizer: one token per byte */
@@ -60,7 +72,7 @@ int main(int argc, char **argv)
 
 	rc = kvp_connect(sock, "llama-3.1-8b", &geo, &c);
 	if (rc < 0) {
-		fprintf(stderr, "connect: %s %s\n", kvp_strerror(rc), kvp_last_error());
+		fprintf(stderr, "%s: %s\n", argv[0], kvp_last_error());
 		return 1;
 	}
 	nb = (size_t)kvp_block_keys(c, NULL, tokens, n, NULL, 0, keys);

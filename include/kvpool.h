@@ -189,7 +189,11 @@ KVP_API const char *kvp_last_error(void);
  * long), -ENOENT or -ECONNREFUSED (no daemon there), -EACCES (socket
  * permissions), -EBADE (geometry differs from the namespace's; see
  * kvp_last_error()), -EDQUOT (the daemon is at max-clients), -ENOMEM, or
- * another -errno of socket(2)/connect(2).
+ * another -errno of socket(2)/connect(2). On every failure
+ * kvp_last_error() says what failed and what to do: the path tried, and
+ * for -EACCES the directory or socket that refused, its owner, group and
+ * mode, and the kvpoold option (--socket-group) that would let this user
+ * in.
  */
 KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out);

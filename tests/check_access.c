@@ -267,6 +267,64 @@ START_TEST(test_access_bad_rules_stop_start_up_with_the_reason)
 }
 END_TEST
 
+/* connect_as_nobody() - kvp_connect to sock as nobody in a child: the
+ * error it returned and kvp_last_error() into why. */
+static int connect_as_nobody(const char *sock, char *why, size_t len)
+{
+	int p[2], rc = 0;
+	kvp_client *c;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char buf[1024];
+
+		close(p[0]);
+		become_nobody();
+		rc = kvp_connect(sock, NULL, NULL, &c);
+		snprintf(buf, sizeof(buf), "%d %s", rc, kvp_last_error());
+		if (write(p[1], buf, strlen(buf) + 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(p[1]);
+	memset(why, 0, len);
+	ck_assert_int_gt(read(p[0], why, len - 1), 0);
+	close(p[0]);
+	child_wait(pid);
+	sscanf(why, "%d", &rc);
+	return rc;
+}
+
+START_TEST(test_access_a_refused_connection_names_the_path_its_mode_and_what_to_do)
+{
+	char why[1024], want[256];
+	struct daemon d;
+
+	daemon_dir(&d);
+	daemon_restart(&d, NULL);
+	/* the test's directory is 0700: nobody may not even search it */
+	ck_assert_int_eq(connect_as_nobody(d.sock, why, sizeof(why)), -EACCES);
+	snprintf(want, sizeof(want), "its directory %s is mode 0700, owner root, group root, "
+		 "which lets user nobody (uid %u) not search it", d.dir,
+		 (unsigned)harness_nobody_uid);
+	ck_assert_msg(strstr(why, want), "%s", why);
+	ck_assert_msg(strstr(why, d.sock), "%s", why);
+	/* searchable: the socket, 0660 in group root, is what stops it; joining
+	 * group root is never the advice */
+	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	ck_assert_int_eq(connect_as_nobody(d.sock, why, sizeof(why)), -EACCES);
+	ck_assert_msg(strstr(why, "the socket") && strstr(why, "is mode 0660, owner root, "
+		      "group root, and user nobody") && strstr(why, "--socket-group=GROUP"),
+		      "%s", why);
+	ck_assert_msg(!strstr(why, "usermod"), "%s", why);
+	ck_assert_int_eq(chmod(d.dir, 0700), 0);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *access_suite(void)
 {
 	Suite *s = suite_create("access");
@@ -287,6 +345,7 @@ static Suite *access_suite(void)
 	tcase_add_test(tc, test_access_rules_allow_and_refuse_a_real_peer);
 	tcase_add_test(tc, test_access_broken_file_on_sighup_keeps_the_rules);
 	tcase_add_test(tc, test_access_admin_group_counts_a_supplementary_group);
+	tcase_add_test(tc, test_access_a_refused_connection_names_the_path_its_mode_and_what_to_do);
 	suite_add_tcase(s, tc);
 	return s;
 }

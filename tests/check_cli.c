@@ -578,7 +578,9 @@ START_TEST(test_cli_admin_commands_refused_without_admin_rights)
 	/* outside the group: the socket's mode says no, and which group to join */
 	ck_assert_int_eq(cli_as_nobody(65533, "-s", d.sock, "status"), 1);
 	ck_assert_msg(strstr(out, "permission denied") && strstr(out, "mode 0660") &&
-		      strstr(out, "join group 'nogroup'"), "%s", out);
+		      strstr(out, "group nogroup, and user nobody") &&
+		      strstr(out, "add the user to group nogroup") &&
+		      strstr(out, "--socket-group=GROUP"), "%s", out);
 	kvp_close(c);
 	daemon_stop(&d);
 }
@@ -798,8 +800,8 @@ START_TEST(test_cli_explains_a_missing_daemon)
 {
 	ck_assert_int_eq(cli("--socket", "/tmp/kvpool-none/kvpool.sock", "status"), 1);
 	ck_assert_msg(strstr(out, "cannot connect to kvpoold at /tmp/kvpool-none/kvpool.sock: "
-			     "no such file") && strstr(out, "Is kvpoold running?") &&
-		      strstr(out, "--socket or KVPOOL_SOCKET"), "%s", out);
+			     "no such file") && strstr(out, "is kvpoold running?") &&
+		      strstr(out, "KVPOOL_SOCKET, or kvpool --socket"), "%s", out);
 	/* KVPOOL_SOCKET names the socket when --socket does not */
 	setenv("KVPOOL_SOCKET", "/tmp/kvpool-none/env.sock", 1);
 	ck_assert_int_eq(cli("clients"), 1);
@@ -828,12 +830,12 @@ START_TEST(test_cli_explains_a_bad_socket_path)
 	close(fd);
 	ck_assert_int_eq(cli("--socket", file, "status"), 1);
 	ck_assert_msg(strstr(out, "nothing listens there") &&
-		      strstr(out, "Is kvpoold running?"), "%s", out);
+		      strstr(out, "is kvpoold running?"), "%s", out);
 	memset(longp, 'x', sizeof(longp) - 1);
 	longp[0] = '/';
 	longp[sizeof(longp) - 1] = '\0';
 	ck_assert_int_eq(cli("--socket", longp, "status"), 1);
-	ck_assert_msg(strstr(out, "is too long (at most 107 bytes)"), "%s", out);
+	ck_assert_msg(strstr(out, "is too long (199 bytes; at most 107)"), "%s", out);
 	unlink(file);
 	rmdir(dir);
 }

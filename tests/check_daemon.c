@@ -198,11 +198,44 @@ START_TEST(test_daemon_cli_without_daemon_explains)
 	st = run_cmd((const char *[]){ harness_cli(), "--socket", "/tmp/kvpool-none.sock",
 				 "status", NULL }, out, sizeof(out));
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-	ck_assert_msg(strstr(out, "cannot connect to kvpoold at /tmp/kvpool-none.sock") &&
-		      strstr(out, "Is kvpoold running?"), "%s", out);
+	ck_assert_msg(strstr(out, "kvpool: cannot connect to kvpoold at /tmp/kvpool-none.sock: "
+			      "no such file: is kvpoold running?"), "%s", out);
 	st = run_cmd((const char *[]){ harness_cli(), "frobnicate", NULL }, out, sizeof(out));
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
 	ck_assert_msg(strstr(out, "unknown command 'frobnicate'"), "%s", out);
+}
+END_TEST
+
+START_TEST(test_daemon_library_explains_a_failed_connection)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[128];
+	kvp_client *c;
+	int fd;
+
+	/* no daemon, no directory */
+	ck_assert_int_eq(kvp_connect("/tmp/kvpool-none/x.sock", NULL, NULL, &c), -ENOENT);
+	ck_assert_msg(strstr(kvp_last_error(), "cannot connect to kvpoold at "
+			     "/tmp/kvpool-none/x.sock: no such file, nor the directory "
+			     "/tmp/kvpool-none: is kvpoold running?"), "%s", kvp_last_error());
+	/* a socket nobody listens on */
+	snprintf(path, sizeof(path), "/tmp/kvpool-stale-%d.sock", (int)getpid());
+	fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	ck_assert_int_ge(fd, 0);
+	strcpy(sa.sun_path, path);
+	unlink(path);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	ck_assert_int_eq(kvp_connect(path, NULL, NULL, &c), -ECONNREFUSED);
+	ck_assert_msg(strstr(kvp_last_error(), "nothing listens there") &&
+		      strstr(kvp_last_error(), path), "%s", kvp_last_error());
+	unlink(path);
+	/* KVPOOL_SOCKET names it when the caller does not */
+	setenv("KVPOOL_SOCKET", "/tmp/kvpool-none/env.sock", 1);
+	ck_assert_int_eq(kvp_connect(NULL, NULL, NULL, &c), -ENOENT);
+	ck_assert_msg(strstr(kvp_last_error(), "/tmp/kvpool-none/env.sock"), "%s",
+		      kvp_last_error());
+	unsetenv("KVPOOL_SOCKET");
 }
 END_TEST
 
@@ -706,6 +739,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_daemon_cli_status);
 	tcase_add_test(tc, test_daemon_cli_without_daemon_explains);
+	tcase_add_test(tc, test_daemon_library_explains_a_failed_connection);
 	suite_add_tcase(s, tc);
 	return s;
 }
