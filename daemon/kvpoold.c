@@ -62,6 +62,7 @@ static void sigwatch_done(struct loop_op *op, int res)
 		server_shutdown(w->srv);
 		return;	/* no more reads: the loop is draining */
 	case SIGHUP:
+		log_reopen();
 		server_reload(w->srv);
 		break;
 	}
@@ -137,7 +138,8 @@ static void ready(int ready_fd)
 	notify("READY=1");
 	if (ready_fd < 0)
 		return;
-	log_use_syslog();
+	if (!log_to_file())
+		log_use_syslog();
 	nul = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	if (nul >= 0) {
 		dup2(nul, STDERR_FILENO);
@@ -225,6 +227,20 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level(opt.log_level);
+	if (opt.log_file[0] && log_open_file(opt.log_file, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kvpoold: %s\n", err);
+		return 1;
+	}
+	if (!opt.foreground && !opt.log_file[0]) {
+		char why[256];
+
+		/* a detached daemon logs to syslog: where there is none (a
+		 * container without /dev/log) say so while a terminal listens */
+		if (log_syslog_reachable(why, sizeof(why)) < 0)
+			fprintf(stderr, "kvpoold: warn: syslog is not reachable (%s): once "
+				"detached, the log is lost; give --log-file PATH, or run with "
+				"--foreground\n", why);
+	}
 
 	if (!opt.foreground)
 		ready_fd = detach();

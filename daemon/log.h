@@ -2,10 +2,14 @@
 /*
  * log.h - kvpoold's log: one line per event, to stderr, with a level.
  * Under systemd (JOURNAL_STREAM set) each line carries a <N> priority
- * prefix that journald understands; a detached daemon logs to syslog.
+ * prefix that journald understands; a detached daemon logs to syslog;
+ * with --log-file, lines go to that file (time-stamped) instead.
  */
 #ifndef KVP_LOG_H
 #define KVP_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
 
 enum log_level {
 	LOG_LVL_ERROR = 0,
@@ -20,6 +24,21 @@ void log_set_level(enum log_level level);
 /* log_use_syslog() - send lines to syslog (facility daemon) from now on,
  * for a daemon that detached from its terminal. */
 void log_use_syslog(void);
+
+/* log_open_file() - append lines to path from now on (made 0640, never
+ * through a link). 0, or -errno with err saying why. */
+int log_open_file(const char *path, char *err, size_t errlen);
+
+/* log_reopen() - open the log file again (SIGHUP, after logrotate moved
+ * it); a failure is logged to the old one. */
+void log_reopen(void);
+
+/* log_to_file() - lines go to a --log-file. */
+bool log_to_file(void);
+
+/* log_syslog_reachable() - 0 when syslog's socket takes a connection,
+ * else -errno with why naming it. */
+int log_syslog_reachable(char *why, size_t len);
 
 /* log_level_parse() - "error", "warn", "info" or "debug" into *level;
  * returns 0 or -EINVAL. */

@@ -56,7 +56,7 @@ const char *options_backend_name(unsigned backend)
 
 static const struct opt_def opt_table[] = {
 	{ "socket", 's', OPT_STRING, OFF(socket_path), SZ(socket_path), 0, 0,
-	  "PATH", "Unix socket to listen on (default " "/run/kvpool/kvpool.sock)", NULL },
+	  "PATH", "Unix socket to listen on (default $KVPOOL_SOCKET, else /run/kvpool/kvpool.sock)", NULL },
 	{ "socket-group", 'g', OPT_STRING, OFF(socket_group), SZ(socket_group), 0, 0,
 	  "GROUP", "group that may use the socket (mode 0660; default: the daemon's)", NULL },
 	{ "admin-group", 0, OPT_STRING, OFF(admin_group), SZ(admin_group), 0, 0,
@@ -128,6 +128,9 @@ static const struct opt_def opt_table[] = {
 	{ "access", 'a', OPT_RULE, 0, 0, 0, 0,
 	  "RULE", "'NAMESPACE RIGHTS WHO,...': who may read, write or admin a "
 	  "namespace (repeatable; none: everyone may read and write)", NULL },
+	{ "log-file", 0, OPT_STRING, OFF(log_file), SZ(log_file), 0, 0,
+	  "PATH", "append the log to PATH (reopened on SIGHUP, for logrotate) instead "
+	  "of stderr, or syslog once detached", NULL },
 	{ "log-level", 'l', OPT_LOG_LEVEL, OFF(log_level), 0, 0, 0,
 	  "LEVEL", "error, warn, info or debug (default info)", NULL },
 	{ "foreground", 'f', OPT_BOOL, OFF(foreground), 0, 0, 0,
@@ -138,8 +141,11 @@ static const struct opt_def opt_table[] = {
 void options_defaults(struct options *o)
 {
 	memset(o, 0, sizeof(*o));
+	/* as the library and the CLI: KVPOOL_SOCKET names the socket when
+	 * neither --socket nor the config file does */
 	snprintf(o->socket_path, sizeof(o->socket_path), "%s",
-		 "/run/kvpool/kvpool.sock");
+		 getenv("KVPOOL_SOCKET") && *getenv("KVPOOL_SOCKET") ?
+		 getenv("KVPOOL_SOCKET") : "/run/kvpool/kvpool.sock");
 	o->pool_size = 1ull << 30;
 	o->slab_size = 64ull << 20;
 	o->backend = BACKEND_AUTO;
@@ -329,7 +335,8 @@ int options_load_file(struct options *o, const char *path,
 	}
 	while (fgets(line, sizeof(line), f)) {
 		const struct opt_def *d;
-		char *key, *value, *eq, *hash;
+		char *key, *value, *eq, *hash, quote;
+		size_t n;
 
 		lineno++;
 		if (!strchr(line, '\n') && !feof(f)) {
@@ -338,9 +345,14 @@ int options_load_file(struct options *o, const char *path,
 			rc = -EINVAL;
 			break;
 		}
-		hash = strchr(line, '#');
-		if (hash)
-			*hash = '\0';
+		/* a comment starts at a # outside quotes */
+		for (hash = line, quote = 0; *hash; hash++) {
+			if (quote ? *hash == quote : *hash == '"' || *hash == '\'')
+				quote = quote ? 0 : *hash;
+			else if (!quote && *hash == '#')
+				break;
+		}
+		*hash = '\0';
 		key = trim(line);
 		if (!*key)
 			continue;
@@ -354,6 +366,17 @@ int options_load_file(struct options *o, const char *path,
 		*eq = '\0';
 		value = trim(eq + 1);
 		key = trim(key);
+		/* "value" or 'value': the quotes are not part of it */
+		n = strlen(value);
+		if (n >= 2 && (value[0] == '"' || value[0] == '\'') && value[n - 1] == value[0]) {
+			value[n - 1] = '\0';
+			value++;
+		} else if (value[0] == '"' || value[0] == '\'') {
+			snprintf(err, errlen, "%s:%u: %s: the quote %c is not closed", path,
+				 lineno, key, value[0]);
+			rc = -EINVAL;
+			break;
+		}
 		d = opt_find(key);
 		if (!d) {
 			snprintf(err, errlen,

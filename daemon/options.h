@@ -30,6 +30,7 @@ struct options {
 	char socket_group[64];		/* "" keeps the daemon's group */
 	char admin_group[64];		/* "" : only root and the daemon's user */
 	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
+	char log_file[OPTIONS_PATH_MAX];	/* "": stderr, or syslog once detached */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */

@@ -5,6 +5,7 @@
  * test that starts a daemon ends with daemon_stop(), which checks the
  * conservation invariant and a clean shutdown.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -474,6 +475,100 @@ START_TEST(test_daemon_background_mode_is_ready_when_the_parent_exits)
 }
 END_TEST
 
+START_TEST(test_daemon_detached_logs_to_its_log_file_and_reopens_it_on_sighup)
+{
+	char dir[] = "/tmp/kvpool-log-XXXXXX", sock[108], pidf[128], logf[128], old[128];
+	char buf[128], out[OUT_MAX], log[8192];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	bool have_syslog;
+	kvp_stats_t st;
+	int status, fd;
+
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(sock, sizeof(sock), "%s/kvpool.sock", dir);
+	snprintf(pidf, sizeof(pidf), "%s/kvpoold.pid", dir);
+	snprintf(logf, sizeof(logf), "%s/kvpoold.log", dir);
+	snprintf(old, sizeof(old), "%s/kvpoold.log.1", dir);
+	/* without --log-file a detached daemon logs to syslog: where syslog
+	 * does not answer, it says so before it detaches */
+	strcpy(sa.sun_path, "/dev/log");
+	fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+	have_syslog = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	close(fd);
+	status = run_cmd((const char *[]){ harness_kvpoold(), "--socket", sock, "--pid-file",
+				     pidf, NULL }, out, sizeof(out));
+	ck_assert_msg(status == 0, "kvpoold exited 0x%x: %s", status, out);
+	ck_assert_msg(have_syslog != !!strstr(out, "syslog is not reachable (/dev/log: ") &&
+		      (have_syslog || strstr(out, "give --log-file PATH")), "%s", out);
+	stats_of(sock, &st);
+	fd = harness_pidfd_open((pid_t)st.pid);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(kill((pid_t)st.pid, SIGTERM), 0);
+	{
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
+	}
+	close(fd);
+	/* with --log-file, every line goes there, time-stamped */
+	status = run_cmd((const char *[]){ harness_kvpoold(), "--socket", sock, "--pid-file",
+				     pidf, "--log-file", logf, NULL }, out, sizeof(out));
+	ck_assert_msg(status == 0 && !strstr(out, "syslog"), "kvpoold exited 0x%x: %s",
+		      status, out);
+	stats_of(sock, &st);
+	read_file(logf, log, sizeof(log));
+	snprintf(buf, sizeof(buf), " kvpoold[%u]: info: kvpoold ", st.pid);
+	ck_assert_msg(strstr(log, buf) && strstr(log, "listening on"), "%s", log);
+	/* logrotate moves it away and sends SIGHUP: a new file */
+	ck_assert_int_eq(rename(logf, old), 0);
+	ck_assert_int_eq(kill((pid_t)st.pid, SIGHUP), 0);
+	for (int i = 0; i < 500 && access(logf, F_OK) < 0; i++)
+		usleep(10000);
+	fd = harness_pidfd_open((pid_t)st.pid);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(kill((pid_t)st.pid, SIGTERM), 0);
+	{
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+
+		ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
+	}
+	close(fd);
+	read_file(logf, log, sizeof(log));
+	ck_assert_msg(strstr(log, "SIGTERM from pid") && strstr(log, "stopped") &&
+		      !strstr(log, "listening on"), "%s", log);
+	unlink(logf);
+	unlink(old);
+	snprintf(buf, sizeof(buf), "%s.lock", sock);
+	unlink(buf);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Every option kvpoold --help shows is a key of contrib/kvpoold.conf. */
+START_TEST(test_daemon_sample_config_has_every_option)
+{
+	char out[OUT_MAX], conf[16384], path[512], want[80], *p, *e;
+	const char *src = getenv("KVPOOL_SRCDIR");
+	int st;
+
+	st = run_cmd((const char *[]){ harness_kvpoold(), "--help", NULL }, out, sizeof(out));
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	snprintf(path, sizeof(path), "%s/contrib/kvpoold.conf", src ? src : "..");
+	read_file(path, conf, sizeof(conf));
+	for (p = out; (p = strstr(p, " --")); p = e) {
+		p += 3;
+		for (e = p; *e && (isalnum((unsigned char)*e) || *e == '-'); e++)
+			;
+		snprintf(want, sizeof(want), "\n# %.*s =", (int)(e - p), p);
+		if (!strncmp(p, "config", 6) || !strncmp(p, "help", 4) ||
+		    !strncmp(p, "version", 7) || e == p)
+			continue;
+		ck_assert_msg(strstr(conf, want), "contrib/kvpoold.conf lacks the key '%.*s'",
+			      (int)(e - p), p);
+	}
+}
+END_TEST
+
 static const kvp_geometry small_geo = {
 	.layers = 1, .kv_heads = 1, .head_dim = 64, .block_tokens = 16,
 	.dtype = KVP_DTYPE_F16, .model = "test/limits",
@@ -690,6 +785,7 @@ static Suite *daemon_suite(void)
 
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_daemon_help_and_version);
+	tcase_add_test(tc, test_daemon_sample_config_has_every_option);
 	tcase_add_test(tc, test_daemon_bad_flag_exits_2_and_says_why);
 	tcase_add_test(tc, test_daemon_bad_config_names_file_and_line);
 	tcase_add_test(tc, test_daemon_backend_cuda_says_why_it_cannot_start);
@@ -705,6 +801,7 @@ static Suite *daemon_suite(void)
 	tcase_set_timeout(tc, 30);
 	tcase_set_tags(tc, "no-valgrind");
 	tcase_add_test(tc, test_daemon_background_mode_is_ready_when_the_parent_exits);
+	tcase_add_test(tc, test_daemon_detached_logs_to_its_log_file_and_reopens_it_on_sighup);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("protocol");

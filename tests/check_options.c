@@ -122,6 +122,68 @@ START_TEST(test_options_file_is_read_and_flags_override_it)
 }
 END_TEST
 
+START_TEST(test_options_file_values_may_be_quoted)
+{
+	write_cfg("socket = \"/tmp/with # hash.sock\"  # a comment after it\n"
+		  "key-seed = 'vllm-none-hash'\n"
+		  "spill-dir = /tmp/plain\n");
+	ck_assert_msg(parse("-c", cfg) == 0, "%s", err);
+	ck_assert_str_eq(o.socket_path, "/tmp/with # hash.sock");
+	ck_assert_str_eq(o.key_seed, "vllm-none-hash");
+	ck_assert_str_eq(o.spill_dir, "/tmp/plain");
+	write_cfg("socket = \"/tmp/open.sock\n");
+	ck_assert_int_eq(parse("-c", cfg), -EINVAL);
+	ck_assert_msg(strstr(err, ":1: socket: the quote \" is not closed"), "%s", err);
+}
+END_TEST
+
+START_TEST(test_options_socket_comes_from_kvpool_socket_unless_given)
+{
+	setenv("KVPOOL_SOCKET", "/tmp/from-env.sock", 1);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--max-clients", "3"), 0);
+	ck_assert_str_eq(o.socket_path, "/tmp/from-env.sock");
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--socket", "/tmp/flag.sock"), 0);
+	ck_assert_str_eq(o.socket_path, "/tmp/flag.sock");
+	unsetenv("KVPOOL_SOCKET");
+	options_defaults(&o);
+	ck_assert_str_eq(o.socket_path, "/run/kvpool/kvpool.sock");
+}
+END_TEST
+
+/* contrib/kvpoold.conf lists the options with their defaults: with every
+ * "# key = value" line taken in, it parses to exactly the defaults. */
+START_TEST(test_options_sample_config_gives_the_defaults)
+{
+	char line[512], key[64], rest[400];
+	struct options def;
+	unsigned keys = 0;
+	FILE *in, *out;
+
+	in = fopen(KVP_SRCDIR "/contrib/kvpoold.conf", "r");
+	ck_assert_msg(in != NULL, "contrib/kvpoold.conf: %s", strerror(errno));
+	out = fopen(cfg, "w");
+	ck_assert_ptr_nonnull(out);
+	while (fgets(line, sizeof(line), in)) {
+		/* a value, not a note: "# key = value   # note" */
+		if (sscanf(line, "# %63[a-z_-] = %399[^#\n]", key, rest) == 2 &&
+		    strcmp(key, "access") && rest[0] != '#') {
+			fprintf(out, "%s = %s\n", key, rest);
+			keys++;
+		}
+	}
+	fclose(in);
+	fclose(out);
+	ck_assert_uint_gt(keys, 20);
+	ck_assert_msg(parse("-c", cfg) == 0, "%s", err);
+	options_defaults(&def);
+	memcpy(def.config_file, o.config_file, sizeof(def.config_file));
+	ck_assert_msg(memcmp(&def, &o, sizeof(o)) == 0,
+		      "a value in contrib/kvpoold.conf is not kvpoold's default");
+}
+END_TEST
+
 START_TEST(test_options_unknown_key_names_file_and_line)
 {
 	char want[128];
@@ -309,6 +371,9 @@ Suite *options_suite(void)
 	tc = tcase_create("config file");
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_options_file_is_read_and_flags_override_it);
+	tcase_add_test(tc, test_options_file_values_may_be_quoted);
+	tcase_add_test(tc, test_options_sample_config_gives_the_defaults);
+	tcase_add_test(tc, test_options_socket_comes_from_kvpool_socket_unless_given);
 	tcase_add_test(tc, test_options_unknown_key_names_file_and_line);
 	tcase_add_test(tc, test_options_bad_value_in_file_names_key_value_and_reason);
 	tcase_add_test(tc, test_options_line_without_equals_is_refused);

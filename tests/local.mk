@@ -35,7 +35,8 @@ tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_hset.c tests/check_pool.c tests/check_prefix.c \
 	tests/check_keys.c tests/kv_elem.h
 tests_check_unit_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DKVP_GOLDEN_DIR='"$(abs_top_srcdir)/tests/golden"'
+	-DKVP_GOLDEN_DIR='"$(abs_top_srcdir)/tests/golden"' \
+	-DKVP_SRCDIR='"$(abs_top_srcdir)"'
 tests_check_unit_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(XXHASH_CFLAGS)
 tests_check_unit_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
 	$(XXHASH_LIBS)
