@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* size.c - see size.h. */
 #include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "client/size.h"
@@ -53,4 +54,18 @@ bool size_parse(const char *s, uint64_t *out)
 		return false;
 	*out = whole + frac;
 	return true;
+}
+
+const char *size_text(uint64_t b, char *buf, size_t len)
+{
+	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)b;
+	int u = 0;
+
+	while (v >= 1024 && u < 6) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+	return buf;
 }

@@ -10,6 +10,7 @@
 #define KVPOOL_CLIENT_SIZE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The text to show after "is not a size": what is accepted. */
@@ -19,5 +20,9 @@
 /* size_parse() - s as bytes into *out (a fraction of a byte is dropped).
  * false when s is not a size or does not fit in 64 bits. */
 bool size_parse(const char *s, uint64_t *out);
+
+/* size_text() - b as "512.0 MiB" (or "512 bytes") into buf, for
+ * messages; returns buf. */
+const char *size_text(uint64_t b, char *buf, size_t len);
 
 #endif /* KVPOOL_CLIENT_SIZE_H */

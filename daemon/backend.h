@@ -10,6 +10,7 @@
 #ifndef KVP_BACKEND_H
 #define KVP_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,6 +62,7 @@ struct backend_ops {
 struct backend {
 	const struct backend_ops *ops;
 	void *priv;
+	bool prefault;		/* host: a slab's memory is taken when it is made */
 };
 
 /*

@@ -25,7 +25,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "client/size.h"
 #include "daemon/backend.h"
+#include "daemon/meminfo.h"
 
 #define HOST_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
@@ -155,6 +157,30 @@ static int host_slab_create(struct backend *be, size_t bytes,
 			 bytes, strerror(e), host_hint_size(e));
 		rc = -e;
 		goto out_close_fd;
+	}
+	if (be->prefault) {
+		/* the memory now, charged to the daemon: a slab that memory
+		 * cannot hold is refused here, not by the OOM killer later */
+		char what[256];
+		uint64_t room = mem_room(what, sizeof(what));
+
+		if (bytes > room) {
+			char a[32], b[32];
+
+			host_err(err, errlen, "no memory for another slab of %s "
+				 "(--prefault): %s left under %s; lower --pool-size or "
+				 "raise the limit", size_text(bytes, a, sizeof(a)),
+				 size_text(room, b, sizeof(b)), what);
+			rc = -ENOSPC;
+			goto out_close_fd;
+		}
+		if (fallocate(fd, 0, 0, (off_t)bytes) < 0) {
+			e = errno;
+			host_err(err, errlen, "cannot take the memory of a %zu-byte slab "
+				 "(--prefault): %s; lower --pool-size", bytes, strerror(e));
+			rc = e == ENOMEM ? -ENOSPC : -e;
+			goto out_close_fd;
+		}
 	}
 	base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (base == MAP_FAILED) {

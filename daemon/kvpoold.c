@@ -16,7 +16,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "client/size.h"
 #include "daemon/log.h"
+#include "daemon/meminfo.h"
 #include "daemon/loop.h"
 #include "daemon/options.h"
 #include "daemon/pool.h"
@@ -269,6 +271,19 @@ int main(int argc, char **argv)
 	if (rc < 0) {
 		log_error("%s", err);
 		goto out_loop;
+	}
+	if (be.ops->kind == KVP_BACKEND_HOST) {
+		char what[256], a[32], b[32];
+		uint64_t room = mem_room(what, sizeof(what));
+
+		be.prefault = opt.prefault;
+		if (opt.pool_size > room)
+			log_warn("--pool-size %s is more than the %s of memory left to "
+				 "kvpoold (%s): a client that writes that many pages would be "
+				 "killed by the OOM killer; lower --pool-size, or give "
+				 "--prefault so that a slab memory cannot hold is refused "
+				 "(-ENOSPC) instead", size_text(opt.pool_size, a, sizeof(a)),
+				 size_text(room, b, sizeof(b)), what);
 	}
 	rc = pool_init(&pool, &be, opt.pool_size, opt.slab_size);
 	if (rc < 0) {

@@ -7,12 +7,13 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/access.c daemon/loop.c \
 	daemon/loop_sync.c \
 	daemon/server.c daemon/sockfile.c daemon/requests.c daemon/share.c daemon/admin.c \
 	daemon/lease.c daemon/ns.c daemon/prefix.c daemon/siphash.c daemon/pool.c \
-	daemon/backend_host.c daemon/spill.c daemon/hosttier.c daemon/save.c
+	daemon/backend_host.c daemon/spill.c daemon/hosttier.c daemon/save.c \
+	daemon/meminfo.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/access.h daemon/loop.h \
 	daemon/loop_sync.h \
 	daemon/server.h daemon/sockfile.h daemon/conn.h daemon/requests.h daemon/lease.h daemon/ns.h \
 	daemon/prefix.h daemon/siphash.h daemon/pool.h daemon/backend.h daemon/spill.h \
-	daemon/hosttier.h
+	daemon/hosttier.h daemon/meminfo.h
 
 noinst_LTLIBRARIES += daemon/libkvpoold.la
 daemon_libkvpoold_la_SOURCES = $(KVPOOLD_SRCS)

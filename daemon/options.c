@@ -71,6 +71,9 @@ static const struct opt_def opt_table[] = {
 	{ "backend", 'b', OPT_CHOICE, OFF(backend), 0, 0, 0,
 	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
 	  backend_names },
+	{ "prefault", 0, OPT_BOOL, OFF(prefault), 0, 0, 0,
+	  NULL, "host backend: take each slab's memory when the slab is made, so that "
+	  "an allocation memory cannot hold fails instead of a client being killed", NULL },
 	{ "io", 0, OPT_CHOICE, OFF(io), 0, 0, 0,
 	  "HOW", "auto, uring or sync (default auto: io_uring, else epoll and I/O "
 	  "threads; KVPOOL_IO=sync forces the latter)", io_names },

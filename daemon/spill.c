@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "client/size.h"
 #include "daemon/log.h"
 #include "daemon/spill.h"
 
@@ -220,21 +221,6 @@ int spill_dir_check(const char *dir, char *err, size_t errlen)
 	 * and as resolved */
 	rc = dir[0] == '/' ? path_trusted(dir, err, errlen) : 0;
 	return rc == 0 && strcmp(real, dir) ? path_trusted(real, err, errlen) : rc;
-}
-
-/* size_text() - bytes as "512 MiB" into buf (for messages). */
-static const char *size_text(uint64_t b, char *buf, size_t len)
-{
-	static const char *const unit[] = { "bytes", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)b;
-	int u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
-	return buf;
 }
 
 /* tier_files_bytes() - the most disk any one tier file in dir holds now

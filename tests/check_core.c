@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -722,6 +723,117 @@ START_TEST(test_core_stats_count_namespaces_and_states)
 }
 END_TEST
 
+/* --- memory: a pool larger than memory ------------------------------------- */
+
+/* memory_cgroup() - move this process into a new memory cgroup limited to
+ * limit bytes (v2 or v1, below the one it is in); its path into dir.
+ * false (the test skips, saying why) where none can be made. */
+static bool memory_cgroup(uint64_t limit, char *dir, size_t len)
+{
+	static const struct { const char *root, *max; } kinds[] = {
+		{ "/sys/fs/cgroup", "memory.max" },
+		{ "/sys/fs/cgroup/unified", "memory.max" },
+		{ "/sys/fs/cgroup/memory", "memory.limit_in_bytes" },
+	};
+	char line[256], path[1024], *cg = NULL;
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	size_t k;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = '\0';
+		for (k = 0; k < 3; k++) {
+			const char *p = k < 2 ? (strncmp(line, "0::", 3) ? NULL : line + 3)
+					      : (strstr(line, ":memory:") ? strstr(line, ":memory:") + 8
+									 : NULL);
+
+			if (!p)
+				continue;
+			if ((size_t)snprintf(dir, len, "%s%.200s/kvpool-test-%d", kinds[k].root,
+					     strcmp(p, "/") ? p : "", (int)getpid()) >= len)
+				continue;
+			if (mkdir(dir, 0755) < 0)
+				continue;
+			snprintf(path, sizeof(path), "%s/%s", dir, kinds[k].max);
+			f = freopen(path, "w", f);
+			if (f && fprintf(f, "%llu\n", (unsigned long long)limit) > 0 &&
+			    fflush(f) == 0) {
+				snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+				f = freopen(path, "w", f);
+				if (f && fprintf(f, "%d\n", (int)getpid()) > 0 && fflush(f) == 0)
+					cg = dir;
+			}
+			if (!cg)
+				rmdir(dir);
+			break;
+		}
+		if (cg || !f)
+			break;
+	}
+	if (f)
+		fclose(f);
+	if (!cg)
+		fprintf(stderr, "%s: skipped: no memory cgroup could be made (needs root and "
+			"a writable memory controller)\n", __FILE__);
+	return cg != NULL;
+}
+
+/* leave_cgroup() - back to the parent cgroup; remove dir. */
+static void leave_cgroup(const char *dir)
+{
+	char parent[1024], path[1100];
+	FILE *f;
+
+	snprintf(parent, sizeof(parent), "%s", dir);
+	*strrchr(parent, '/') = '\0';
+	snprintf(path, sizeof(path), "%s/cgroup.procs", parent);
+	f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%d\n", (int)getpid());
+		fclose(f);
+	}
+	rmdir(dir);
+}
+
+START_TEST(test_core_prefault_refuses_what_a_memory_limit_cannot_hold)
+{
+	static const char *const args[] = {
+		"--pool-size", "512M", "--slab-size", "16M", "--prefault", NULL,
+	};
+	enum { BATCH = 1024 };		/* a slab of 16 KiB pages */
+	static kvp_page pages[32 * BATCH];
+	char cg[512], log[8192];
+	struct daemon d;
+	size_t n = 0, i;
+	kvp_client *c;
+	int rc;
+
+	if (!memory_cgroup(96u << 20, cg, sizeof(cg)))
+		return;
+	daemon_start(&d, args);		/* in the cgroup, with this process */
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "--pool-size 512.0 MiB is more than the") &&
+		      strstr(log, "the memory limit of cgroup"), "%s", log);
+	connect_ok(d.sock, &c);
+	/* slabs come while the limit has room; then -ENOSPC, not a kill */
+	while ((rc = kvp_alloc(c, BATCH, pages + n)) == 0)
+		n += BATCH;
+	ck_assert_int_eq(rc, -ENOSPC);
+	ck_assert_msg(strstr(kvp_last_error(), "no memory for another slab of 16.0 MiB "
+			     "(--prefault)"), "%s", kvp_last_error());
+	ck_assert_uint_gt(n, 0);
+	ck_assert_uint_lt(n * PAGE_BYTES, 96u << 20);
+	/* every page it got is memory it can write */
+	for (i = 0; i < n; i++)
+		fill(kvp_page_ptr(c, pages[i]), 1, (uint32_t)i);
+	for (i = 0; i < n; i++)
+		ck_assert(holds(kvp_page_ptr(c, pages[i]), 1, (uint32_t)i));
+	ck_assert_int_eq(kvp_release(c, pages, n), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+	leave_cgroup(cg);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -751,6 +863,11 @@ static Suite *core_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_core_geometry_mismatch_names_the_field);
 	tcase_add_test(tc, test_core_page_larger_than_a_slab_is_refused);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("memory");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_core_prefault_refuses_what_a_memory_limit_cannot_hold);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");
