@@ -160,7 +160,10 @@ int backend_cuda_init(struct backend *be, int device, char *err, size_t errlen)
 	e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess || n == 0) {
 		snprintf(err, errlen, "no CUDA device answers (cudaGetDeviceCount: %s)",
-			 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+			 n == 0 && e == cudaSuccess ? "0 devices" :
+			 e == cudaErrorInsufficientDriver ? "no NVIDIA driver, or one older "
+			 "than this CUDA runtime" :
+			 e == cudaErrorNoDevice ? "no device" : cudaGetErrorString(e));
 		return -ENODEV;
 	}
 	if (device < 0 || device >= n) {

@@ -173,7 +173,11 @@ static int backend_open(const struct options *o, struct backend *be,
 			snprintf(err, errlen, "--backend cuda: %s", why);
 			return rc;
 		}
-		log_info("backend auto: %s; taking the host backend", why);
+		if (rc == -ENODEV)
+			log_info("backend auto: no CUDA device; using the host backend (%s)",
+				 why);
+		else
+			log_info("backend auto: %s; using the host backend", why);
 	}
 	rc = backend_host_init(be, err, errlen);
 	if (rc == 0)
@@ -267,6 +271,12 @@ int main(int argc, char **argv)
 	}
 	if (note)
 		log_warn("%s", note);
+	/* a socket another daemon holds: say so before probing the GPU */
+	rc = sockfile_busy(opt.socket_path, err, sizeof(err));
+	if (rc < 0) {
+		log_error("%s", err);
+		goto out_loop;
+	}
 	rc = backend_open(&opt, &be, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);

@@ -107,6 +107,28 @@ static int lock_socket(const char *path, char *err, size_t errlen)
 	return fd;
 }
 
+int sockfile_busy(const char *path, char *err, size_t errlen)
+{
+	char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], pid[32];
+	ssize_t n;
+	int fd, rc = 0;
+
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	fd = open(lock, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return 0;	/* none, or not ours: sockfile_open() says */
+	if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+		n = pread(fd, pid, sizeof(pid) - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		snprintf(err, errlen, "another kvpoold (pid %s) is listening on %s; stop it "
+			 "first or choose another --socket", pid[0] ? pid : "?", path);
+		rc = -EADDRINUSE;
+	}
+	close(fd);	/* a shared lock taken goes with it */
+	return rc;
+}
+
 /*
  * bind_socket() - bind and listen on path; the caller holds its lock, so
  * a socket file already there is stale and replaced. Returns the

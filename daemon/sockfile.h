@@ -20,6 +20,11 @@
 int sockfile_open(const char *path, const char *group, int *lock_fd, int *listen_fd,
 		  char *err, size_t errlen);
 
+/* sockfile_busy() - -EADDRINUSE (err says which pid) when a daemon holds
+ * path's lock now, else 0; takes nothing. For an early, cheap refusal
+ * before the backend is probed; sockfile_open() decides. */
+int sockfile_busy(const char *path, char *err, size_t errlen);
+
 /*
  * sockfile_own() - open or create (mode) a file of the daemon's own at
  * path, never through a link, and only if it is a plain file of the

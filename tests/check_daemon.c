@@ -127,7 +127,7 @@ START_TEST(test_daemon_backend_auto_says_which_and_why)
 	daemon_start(&d, NULL);
 	read_file(d.log, log, sizeof(log));
 	ck_assert_msg(strstr(log, "backend cuda: ") ||
-		      (strstr(log, "backend auto: ") && strstr(log, "taking the host backend")),
+		      (strstr(log, "backend auto: ") && strstr(log, "using the host backend")),
 		      "%s", log);
 	daemon_stop(&d);
 }
@@ -426,6 +426,8 @@ START_TEST(test_daemon_refuses_a_live_socket_and_replaces_a_stale_one)
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1);
 	snprintf(want, sizeof(want), "another kvpoold (pid %d) is listening on", (int)d.pid);
 	ck_assert_msg(strstr(out, want), "%s", out);
+	/* said before anything else is tried: no backend probed */
+	ck_assert_msg(!strstr(out, "backend"), "%s", out);
 	check_conservation(d.sock);	/* the first daemon is unharmed */
 
 	/* A crashed daemon leaves a socket file that nobody listens on. */
