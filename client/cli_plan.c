@@ -10,6 +10,7 @@
  * bytes per element; every figure below follows from it exactly (integer
  * arithmetic, overflow checked).
  */
+#include <ctype.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,14 +74,62 @@ struct figures {
 	uint64_t contiguous_fit, paged_fit, gpus_needed;
 };
 
-static const struct model *model_find(const char *name)
+/* variant_word() - a part of a model name that fine-tunes and quantized
+ * releases add without changing the geometry: -Instruct, -Chat, -hf,
+ * -it, -Base, -v0.3, -2407, -AWQ, -FP8 and the like. */
+static bool variant_word(const char *w, size_t n)
 {
+	static const char *const words[] = { "instruct", "chat", "hf", "it", "base",
+					     "awq", "gptq", "fp8", "int4", "int8", "bnb",
+					     "4bit", "8bit" };
 	size_t i;
 
+	for (i = 0; i < sizeof(words) / sizeof(words[0]); i++)
+		if (n == strlen(words[i]) && strncasecmp(w, words[i], n) == 0)
+			return true;
+	if (n >= 2 && (w[0] == 'v' || w[0] == 'V') && isdigit((unsigned char)w[1]))
+		return true;	/* v0.3 */
+	for (i = 0; i < n && isdigit((unsigned char)w[i]); i++)
+		;
+	return n && i == n;	/* 2407 */
+}
+
+/* model_find() - the built-in model name is (its short name or its
+ * repository, any case), or the one it is a variant of: the name then
+ * goes on with variant words only (Llama-3.1-8B-Instruct is Llama-3.1-8B;
+ * a repository's owner may be left out or changed). *variant says so. */
+static const struct model *model_find(const char *name, bool *variant)
+{
+	const char *base = strrchr(name, '/') ? strrchr(name, '/') + 1 : name;
+	size_t i, n;
+
+	*variant = false;
 	for (i = 0; i < NMODELS; i++)
 		if (strcasecmp(name, models[i].name) == 0 ||
 		    strcasecmp(name, models[i].repo) == 0)
 			return &models[i];
+	for (i = 0; i < NMODELS; i++) {
+		const char *cand[2] = { models[i].name, strrchr(models[i].repo, '/') + 1 };
+		int k;
+
+		for (k = 0; k < 2; k++) {
+			const char *rest, *end;
+
+			n = strlen(cand[k]);
+			if (strncasecmp(base, cand[k], n) || (base[n] && base[n] != '-'))
+				continue;
+			for (rest = base + n; *rest; rest = end) {
+				rest++;
+				end = strchr(rest, '-') ? strchr(rest, '-') : rest + strlen(rest);
+				if (!variant_word(rest, (size_t)(end - rest)))
+					break;
+			}
+			if (!*rest) {
+				*variant = base[n] != '\0' || base != name;
+				return &models[i];
+			}
+		}
+	}
 	return NULL;
 }
 
@@ -272,7 +321,9 @@ static const char plan_help[] =
 	"Plan KV-cache capacity without a daemon: K/V bytes per token, per page,\n"
 	"per sequence and for all users; with --gpu-mem, how many sequences fit\n"
 	"with paging (the mean length rounded up to pages) against contiguous\n"
-	"max-length reservation. GB = 10^9 bytes, GiB = 2^30 bytes.\n"
+	"max-length reservation. Figures are shown in GB (10^9 bytes) and GiB\n"
+	"(2^30 bytes); a SIZE given reads as all of kvpool's sizes do: 80G, 80GB\n"
+	"and 80GiB are all 80 x 2^30 bytes.\n"
 	"  -m, --model=NAME        a built-in model (--list shows them)\n"
 	"      --layers=N          num_hidden_layers\n"
 	"      --kv-heads=N        num_key_value_heads\n"
@@ -281,9 +332,9 @@ static const char plan_help[] =
 	"  -t, --tokens=N          tokens per sequence, its maximum (default 4096)\n"
 	"  -u, --users=N           sequences at once (default 1)\n"
 	"      --block-tokens=N    tokens per page (default 16)\n"
-	"  -g, --gpu-mem=SIZE      memory for KV: 80GB (10^9), 80GiB or 80G (2^30)\n"
+	"  -g, --gpu-mem=SIZE      memory of one GPU for K/V, e.g. 80G or 79.6GiB\n"
 	"      --mean-tokens=N     mean sequence length (default --tokens)\n"
-	"  -l, --list              the built-in models and where their figures\n"
+	"      --list              the built-in models and where their figures\n"
 	"                          come from\n";
 
 enum { OPT_LAYERS = 256, OPT_KV_HEADS, OPT_HEAD_DIM, OPT_BLOCK, OPT_MEAN };
@@ -319,19 +370,23 @@ int cmd_plan(struct cli *cli, int argc, char **argv)
 			  .dtype = &dtypes[0] };
 	const uint64_t big = 1ull << 32;
 	struct figures f;
-	bool list = false, geo = false;
+	bool list = false, geo = false, variant;
 	int o;
 
 	optind = 0;
-	while ((o = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS "m:d:t:u:g:l", longopts,
+	while ((o = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS "m:d:t:u:g:", longopts,
 				NULL)) != -1) {
 		switch (o) {
 		case 'm':
-			p.model = model_find(optarg);
+			p.model = model_find(optarg, &variant);
 			if (!p.model)
 				return cli_usage_error(argv[0], "no built-in model '%s' "
 						       "(kvpool plan --list shows them; or give "
 						       "--layers, --kv-heads and --head-dim)", optarg);
+			if (variant)
+				fprintf(stderr, "kvpool: plan: '%s' taken as %s (a fine-tune or "
+					"quantized release keeps its base model's KV geometry)\n",
+					optarg, p.model->name);
 			break;
 		case OPT_LAYERS:
 			if (!plan_count("layers", optarg, 1024, &p.layers))

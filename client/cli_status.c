@@ -180,13 +180,15 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 
 	printf("daemon        kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64
 	       "m%02" PRIu64 "s\n", st->version, st->pid, up / 3600, up / 60 % 60, up % 60);
-	printf("backend       %s, pool %s in slabs of %s, %" PRIu64 " slabs in use\n",
+	printf("backend       %s, pool %s in slabs of %s, %" PRIu64 " %s in use\n",
 	       cli_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
-	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs);
+	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs,
+	       st->slabs == 1 ? "slab" : "slabs");
 	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
-	       " connections since start, %" PRIu64 " refused, %" PRIu64
+	       " %s since start, %" PRIu64 " refused, %" PRIu64
 	       " disconnected with replies unread, %" PRIu64 " idle)\n",
 	       st->clients, st->max_clients, st->connections_total,
+	       st->connections_total == 1 ? "connection" : "connections",
 	       st->connections_refused, st->closed_output, st->closed_idle);
 	printf("requests      %" PRIu64 " (%" PRIu64 " pages allocated, %" PRIu64
 	       " released; errors: %" PRIu64 " no space, %" PRIu64 " stale, %" PRIu64
@@ -317,8 +319,10 @@ int cmd_namespaces(struct cli *cli, int argc, char **argv)
 	rc = cli_no_args(cli, argc, argv, "Usage: kvpool [OPTIONS] namespaces\n"
 		     "One row per namespace: geometry (layers x kv heads x head dim /\n"
 		     "tokens per page, dtype), page size, pages by state, hit rate,\n"
-		     "pinned pages of the pinned quota, key scheme, NVMe tier slots used\n"
-		     "of its slots, clients. See kvpool(1).\n");
+		     "pinned pages of the pinned quota (--pinned-quota %% of the pages the\n"
+		     "whole pool could give the namespace, not of the PAGES its slabs\n"
+		     "hold now), key scheme, tier slots used of its slots, clients.\n"
+		     "See kvpool(1).\n");
 	if (rc >= 0)
 		return rc;
 	nns = cli_snapshot(cli, "namespaces", &st, &ns);

@@ -118,21 +118,22 @@ static void frame_text(const struct cli *cli, const struct snap *s, const struct
 	int i;
 
 	strftime(clock, sizeof(clock), "%H:%M:%S", localtime(&now));
-	printf("kvpool top - kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64 "m%02"
-	       PRIu64 "s, %s backend, %s%s\n", st->version, st->pid, up / 3600, up / 60 % 60,
-	       up % 60, cli_backend_name(st->backend), clock, tty ? "   (q quits)" : "");
-	printf("clients   %" PRIu32 " of %" PRIu32 "   requests %.1f/s   pages allocated "
-	       "%.1f/s   released %.1f/s\n", st->clients, st->max_clients,
-	       rate(st->requests_total, p->requests_total, dt), rate(st->allocs, p->allocs, dt),
-	       rate(st->releases, p->releases, dt));
+	/* every line fits 80 columns (the tables aside) */
+	printf("kvpool top %s  kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64 "m%02"
+	       PRIu64 "s, %s%s\n", clock, st->version, st->pid, up / 3600, up / 60 % 60,
+	       up % 60, cli_backend_name(st->backend), tty ? " (q quits)" : "");
+	printf("clients   %" PRIu32 " of %" PRIu32 ", %.1f requests/s\n", st->clients,
+	       st->max_clients, rate(st->requests_total, p->requests_total, dt));
+	printf("rates     %.1f pages/s allocated, %.1f leases/s released\n",
+	       rate(st->allocs, p->allocs, dt), rate(st->releases, p->releases, dt));
 	printf("pool      %s of %s in use (%" PRIu64 " slab%s)\n",
 	       cli_fmt_size(cli, a, st->slabs * st->slab_bytes),
 	       cli_fmt_size(cli, b, st->pool_bytes), st->slabs, st->slabs == 1 ? "" : "s");
 	printf("pages     %" PRIu64 " total: %" PRIu64 " free, %" PRIu64 " private, %" PRIu64
-	       " shared, %" PRIu64 " cached, %" PRIu64 " in flight, %" PRIu64 " spilled\n",
-	       st->pages_total, st->pages_free, st->pages_private, st->pages_shared,
-	       st->pages_cached, st->pages_inflight, st->pages_spilled);
-	printf("sharing   hit rate %s, %.1f blocks/s hit, %.1f/s missed, %.1f evictions/s\n",
+	       " shared,\n          %" PRIu64 " cached, %" PRIu64 " in flight, %" PRIu64
+	       " spilled to a tier\n", st->pages_total, st->pages_free, st->pages_private,
+	       st->pages_shared, st->pages_cached, st->pages_inflight, st->pages_spilled);
+	printf("sharing   hit rate %s, blocks/s %.1f hit, %.1f missed, %.1f evicted\n",
 	       cli_fmt_rate(a, st->prefix.hits, st->prefix.hits + st->prefix.misses),
 	       rate(st->prefix.hits, p->prefix.hits, dt),
 	       rate(st->prefix.misses, p->prefix.misses, dt),

@@ -319,8 +319,14 @@ static int retire(struct server *srv, struct seq *s)
 	}
 	if (srv->o.quiet || srv->o.json)
 		return 0;
-	printf("req %zu: prompt %u tokens, %u from cache, %u computed; generated %u: \"",
-	       s->index, s->n_prompt, s->cached, s->computed, s->n_tokens - s->n_prompt);
+	if (s->cached == s->n_prompt)
+		printf("req %zu: prompt %u tokens, all from the cache (the last one run "
+		       "again for the first answer token); generated %u: \"", s->index,
+		       s->n_prompt, s->n_tokens - s->n_prompt);
+	else
+		printf("req %zu: prompt %u tokens, %u from the cache, %u computed; "
+		       "generated %u: \"", s->index, s->n_prompt, s->cached, s->computed,
+		       s->n_tokens - s->n_prompt);
 	print_text(stdout, s->tokens + s->n_prompt, s->n_tokens - s->n_prompt);
 	printf("\"\n");
 	fflush(stdout);
@@ -396,8 +402,9 @@ static void print_summary(const struct server *srv, double wall)
 	       (unsigned long long)t.cached, (unsigned long long)t.computed,
 	       (unsigned long long)t.generated);
 	printf("pages saved by sharing %llu (leased from the pool, not computed); "
-	       "pages published first %llu\n", (unsigned long long)t.saved,
-	       (unsigned long long)t.published);
+	       "pages this process added to the pool %llu (computed here and published; "
+	       "pages another process had published first are not counted)\n",
+	       (unsigned long long)t.saved, (unsigned long long)t.published);
 	printf("prefill %.1f tokens/s; decode %llu tokens in %.3f s: %.1f tokens/s "
 	       "(batch up to %u, %s, %s); wall %.3f s\n",
 	       rate(t.computed, srv->prefill_s), (unsigned long long)srv->decode_tokens,

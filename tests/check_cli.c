@@ -673,11 +673,19 @@ START_TEST(test_cli_top_prints_a_frame_a_second_without_a_tty)
 
 	world_start(&w);
 	ck_assert_int_eq(cli("-s", w.d.sock, "top", "--count", "2"), 0);
-	p = strstr(out, "kvpool top - kvpoold ");
-	ck_assert_msg(p, "%s", out);
-	second = strstr(p + 1, "kvpool top - kvpoold ");
-	ck_assert_msg(second && !strstr(second + 1, "kvpool top - "), "two frames: %s", out);
-	ck_assert_msg(strstr(out, "pages     ") && strstr(out, "6 shared, 4 cached") &&
+	p = strstr(out, "kvpool top ");
+	ck_assert_msg(p && strstr(p, "  kvpoold "), "%s", out);
+	second = strstr(p + 1, "kvpool top ");
+	ck_assert_msg(second && !strstr(second + 1, "kvpool top "), "two frames: %s", out);
+	/* the lines above the tables fit 80 columns */
+	for (p = out; *p && *p != '\n'; p = strchr(p, '\n') + 1) {
+		const char *nl = strchr(p, '\n');
+
+		ck_assert_ptr_nonnull(nl);
+		ck_assert_msg(nl - p <= 80, "a line of %d columns: %.*s", (int)(nl - p),
+			      (int)(nl - p), p);
+	}
+	ck_assert_msg(strstr(out, "pages     ") && strstr(out, "6 shared,\n          4 cached") &&
 		      strstr(out, "NAMESPACE") && strstr(out, "LEASES") &&
 		      !strstr(out, "q quits") && !strstr(out, "\033["), "%s", out);
 
@@ -789,6 +797,13 @@ START_TEST(test_cli_plan_rejects_what_it_cannot_plan)
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--gpu-mem", "80"), 2);
 	ck_assert_msg(strstr(out, "'80' is 80 bytes, which no GPU has"), "%s", out);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--gpu-mem", "79.5gib"), 0);
+	/* a fine-tune keeps its base model's geometry: taken, and said */
+	ck_assert_int_eq(cli("plan", "-m", "meta-llama/Llama-3.1-8B-Instruct"), 0);
+	ck_assert_msg(strstr(out, "'meta-llama/Llama-3.1-8B-Instruct' taken as Llama-3.1-8B") &&
+		      strstr(out, "32 layers, 8 KV heads, head dim 128"), "%s", out);
+	ck_assert_int_eq(cli("plan", "-m", "mistralai/Mistral-7B-Instruct-v0.3"), 0);
+	ck_assert_int_eq(cli("plan", "-m", "Llama-3.1-8B-Foo"), 2);
+	ck_assert_int_eq(cli("plan", "-m", "Llama-3.1-8"), 2);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--dtype", "int4"), 2);
 	ck_assert_int_eq(cli("plan", "-m", "Mistral-7B", "--layers", "2"), 2);
 }
