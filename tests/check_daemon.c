@@ -183,6 +183,9 @@ START_TEST(test_daemon_cli_status)
 	ck_assert_msg(st == 0, "status 0x%x: %s", st, out);
 	ck_assert_msg(strstr(out, "kvpoold " PACKAGE_VERSION), "%s", out);
 	ck_assert_msg(strstr(out, "conservation  ok"), "%s", out);
+	/* counts agree with their nouns */
+	ck_assert_msg(strstr(out, ", 0 slabs in use") && strstr(out, "(1 connection since start"),
+		      "%s", out);
 	st = run_cmd((const char *[]){ harness_cli(), "-s", d.sock, "--json", "status", NULL },
 		     out, sizeof(out));
 	ck_assert_msg(st == 0, "status 0x%x: %s", st, out);
