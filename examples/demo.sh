@@ -7,8 +7,9 @@
 # Starts kvpoold on a temporary socket, runs 4 model servers at once on
 # conversations that share a long system prompt, then their second turns
 # (turn 1 + its answer + a follow-up), prints each process's summary and
-# kvpool status, checks every answer against a run with --no-cache (which
-# computes everything privately), and stops the daemon.
+# kvpool status, checks every answer against the same processes run with
+# --no-cache (which computes everything privately), prints their prefill
+# and first-token times with the pool and without, and stops the daemon.
 set -eu
 
 build=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -96,11 +97,21 @@ say "kvpool status"
 "$kvpool" --socket "$sock" status
 
 say "checking every answer against --no-cache (everything computed privately)"
-same=0 total=0
+# the same four processes at once, as the cached runs were, so that their
+# times compare too
 for t in 1 2; do
 	for p in 1 2 3 4; do
 		"$server" --socket "$sock" --requests "$dir/turn$t.$p.txt" --max-tokens 24 \
-			--batch 1 --no-cache >"$dir/ref$t.$p" 2>&1
+			--batch 2 --no-cache >"$dir/ref$t.$p" 2>&1 &
+		eval "rpid$p=$!"
+	done
+	for p in 1 2 3 4; do
+		eval "wait \$rpid$p" || { cat "$dir/ref$t.$p"; echo "demo: reference $p failed" >&2; exit 1; }
+	done
+done
+same=0 total=0
+for t in 1 2; do
+	for p in 1 2 3 4; do
 		answers "$dir/out$t.$p" >"$dir/a"
 		answers "$dir/ref$t.$p" >"$dir/b"
 		while IFS= read -r line <&3 && IFS= read -r ref <&4; do
@@ -111,6 +122,26 @@ for t in 1 2; do
 done
 echo "$same of $total answers are identical with and without the cache"
 [ "$same" -eq "$total" ] && [ "$total" -eq 16 ] || { echo "demo: answers differ" >&2; exit 1; }
+
+# what sharing bought: the same prompts, four processes at once each time,
+# their prefill and first tokens with the pool and computed privately.
+# Turn 1 shares the system prompt among the processes (whoever computes a
+# block first publishes it); turn 2 finds all of turn 1 in the pool.
+say "time saved: prefill and time to first token, with the pool and without"
+# times_of FILE - a summary's figures: "PREFILL_S TTFT_MEAN_MS"
+times_of() {
+	sed -n 's/^time to first token: mean \([0-9.]*\) ms, max [0-9.]* ms; prefill \([0-9.]*\) s in all$/\2 \1/p' "$1"
+}
+printf '%-6s %-9s %14s %14s %18s %18s\n' turn process "prefill pool" "prefill alone" "first token pool" "first token alone"
+for t in 1 2; do
+	for p in 1 2 3 4; do
+		set -- $(times_of "$dir/out$t.$p") $(times_of "$dir/ref$t.$p")
+		printf '%-6s %-9s %12s s %12s s %15s ms %15s ms\n' "$t" "$p" "$1" "$3" "$2" "$4"
+	done
+done | tee "$dir/times"
+awk '$1 ~ /^[12]$/ { pool += $3; alone += $5 } END {
+	printf "prefill in all: %.3f s with the pool, %.3f s computed privately: %.1fx less\n",
+		pool, alone, (pool > 0 ? alone / pool : 0) }' "$dir/times"
 
 say "stopping kvpoold (SIGTERM)"
 kill -TERM "$pid"

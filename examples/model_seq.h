@@ -52,6 +52,8 @@ struct seq {
 	uint32_t hits;		/* full pages acquired from the pool */
 	uint32_t published;	/* pages this request published first */
 	uint32_t computed;	/* prompt tokens run through the model */
+	double prefill_s;	/* its admission: acquire, prefill, publish */
+	double ttft_s;		/* from the server's start to its first token */
 };
 
 /* seq_new() - a sequence for prompt[0..n) (n >= 1) that will generate
