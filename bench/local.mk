@@ -59,7 +59,7 @@ bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh BENCHMARKS.md
+	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -84,13 +84,19 @@ BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
 	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
 BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-ttft.sh: the example model server's time to first token with part
+# of its prompts in the pool against --no-cache (real compute on the CPU;
+# minutes). `make bench-ttft` runs it alone.
+BENCH_TTFT_RUN = $(SHELL) $(top_srcdir)/bench/run-ttft.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft
 bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
+		examples/kvpool-model-server$(EXEEXT)
 	bench/keys$(EXEEXT) --python /usr/bin/python3 \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -101,6 +107,7 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 	$(BENCH_FRAG_RUN)
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
+	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREFIX_RUN)
@@ -116,3 +123,6 @@ bench-serve: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_LIST_RUN)
+
+bench-ttft: examples/kvpool-model-server$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_TTFT_RUN)
