@@ -480,6 +480,18 @@ START_TEST(test_daemon_background_mode_is_ready_when_the_parent_exits)
 }
 END_TEST
 
+/* stop_detached() - SIGTERM a daemon that is not our child and wait up to
+ * 20 s until it has exited. */
+static void stop_detached(pid_t pid)
+{
+	struct pollfd pfd = { .fd = harness_pidfd_open(pid), .events = POLLIN };
+
+	ck_assert_int_ge(pfd.fd, 0);
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
+	close(pfd.fd);
+}
+
 START_TEST(test_daemon_detached_logs_to_its_log_file_and_reopens_it_on_sighup)
 {
 	char dir[] = "/tmp/kvpool-log-XXXXXX", sock[108], pidf[128], logf[128], old[128];
@@ -506,15 +518,7 @@ START_TEST(test_daemon_detached_logs_to_its_log_file_and_reopens_it_on_sighup)
 	ck_assert_msg(have_syslog != !!strstr(out, "syslog is not reachable (/dev/log: ") &&
 		      (have_syslog || strstr(out, "give --log-file PATH")), "%s", out);
 	stats_of(sock, &st);
-	fd = harness_pidfd_open((pid_t)st.pid);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(kill((pid_t)st.pid, SIGTERM), 0);
-	{
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-
-		ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
-	}
-	close(fd);
+	stop_detached((pid_t)st.pid);
 	/* with --log-file, every line goes there, time-stamped */
 	status = run_cmd((const char *[]){ harness_kvpoold(), "--socket", sock, "--pid-file",
 				     pidf, "--log-file", logf, NULL }, out, sizeof(out));
@@ -529,15 +533,7 @@ START_TEST(test_daemon_detached_logs_to_its_log_file_and_reopens_it_on_sighup)
 	ck_assert_int_eq(kill((pid_t)st.pid, SIGHUP), 0);
 	for (int i = 0; i < 500 && access(logf, F_OK) < 0; i++)
 		usleep(10000);
-	fd = harness_pidfd_open((pid_t)st.pid);
-	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(kill((pid_t)st.pid, SIGTERM), 0);
-	{
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-
-		ck_assert_int_eq(poll(&pfd, 1, 20000), 1);	/* it exited */
-	}
-	close(fd);
+	stop_detached((pid_t)st.pid);
 	read_file(logf, log, sizeof(log));
 	ck_assert_msg(strstr(log, "SIGTERM from pid") && strstr(log, "stopped") &&
 		      !strstr(log, "listening on"), "%s", log);
