@@ -209,8 +209,11 @@ const char *cli_dtype_name(uint32_t d)
 
 const char *cli_scheme_name(uint32_t k)
 {
-	return k == KVP_WIRE_KEYS_FAST ? "fast" : k == KVP_WIRE_KEYS_VLLM_SHA256_CBOR ?
-	       "vllm-sha256-cbor" : "?";
+	static const char *const names[] = {
+		"?", "vllm-sha256-cbor", "fast", "vllm-sha256", "vllm-xxhash", "vllm-xxhash-cbor",
+	};
+
+	return k <= KVP_WIRE_KEYS_MAX ? names[k] : "?";
 }
 
 static const char *const state_names[] = {

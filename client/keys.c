@@ -530,11 +530,359 @@ static int fast_block(const kvp_key *parent, const uint32_t *tokens,
 	return fast_end(&f, key);
 }
 
+/* --- vLLM's other algorithms: pickle, XXH3-128 ------------------------------
+ *
+ * vLLM's `sha256` hashes pickle.dumps(obj, protocol=5) with SHA-256, its
+ * `xxhash` the same pickle with XXH3-128, its `xxhash_cbor` the canonical
+ * CBOR of sha256_cbor with XXH3-128 (vllm/utils/hashing.py). obj is the
+ * root's seed (a str) or a block's (parent digest, tuple(token ids),
+ * None or tuple(extra keys)), the parent digest being 32 bytes for
+ * SHA-256 and 16 for XXH3-128 (xxhash's digest(): big-endian).
+ *
+ * The pickle is CPython's for exactly these shapes: PROTO 5, one FRAME
+ * (8-byte little-endian length of what follows), then
+ *   bytes  SHORT_BINBYTES 'C' n<256 / BINBYTES 'B' u32, then MEMOIZE
+ *   str    SHORT_BINUNICODE 0x8c n<256 / BINUNICODE 'X' u32, then MEMOIZE
+ *   int    BININT1 'K' (< 2^8), BININT2 'M' (< 2^16), BININT 'J' (< 2^31,
+ *          signed 32-bit little-endian), else LONG1 0x8a with the
+ *          shortest little-endian two's complement
+ *   None   'N'
+ *   tuple  ')' when empty (not memoized); 1..3 items then TUPLE1..3
+ *          (0x85..0x87); more: MARK '(' items TUPLE 't'; then MEMOIZE
+ * and STOP '.'. CPython starts a new frame at 64 KiB, so a pickle whose
+ * frame would reach that is refused (-EINVAL): a block of up to about
+ * 13,000 tokens fits. No object is repeated, so no memo is read back.
+ */
+#define PK_FRAME_MAX	65535u
+#define PK_MEMOIZE	0x94
+
+/* A byte sink into SHA-256 or XXH3-128, CBOR_STAGE bytes at a time. */
+struct hsink {
+	bool xxh;
+	struct keys_sha256 sha;
+	XXH3_state_t *st;	/* xxh: created on the first flush */
+	int err;
+	size_t len, total;
+	uint8_t buf[FAST_STAGE];
+};
+
+static void hs_begin(struct hsink *h, bool xxh)
+{
+	h->xxh = xxh;
+	h->st = NULL;
+	h->err = 0;
+	h->len = 0;
+	h->total = 0;
+	if (!xxh)
+		keys_sha256_init(&h->sha);
+}
+
+static void hs_flush(struct hsink *h)
+{
+	if (!h->xxh) {
+		keys_sha256_update(&h->sha, h->buf, h->len);
+	} else if (!h->err) {
+		if (!h->st) {
+			h->st = XXH3_createState();
+			if (!h->st || XXH3_128bits_reset(h->st) != XXH_OK)
+				h->err = -ENOMEM;
+		}
+		if (!h->err)
+			XXH3_128bits_update(h->st, h->buf, h->len);
+	}
+	h->len = 0;
+}
+
+static void hs_write(struct hsink *h, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+
+	h->total += n;
+	while (n > 0) {
+		size_t k = sizeof(h->buf) - h->len;
+
+		if (k == 0) {
+			hs_flush(h);
+			k = sizeof(h->buf);
+		}
+		if (k > n)
+			k = n;
+		memcpy(h->buf + h->len, p, k);
+		h->len += k;
+		p += k;
+		n -= k;
+	}
+}
+
+static inline void hs_byte(struct hsink *h, uint8_t b)
+{
+	if (h->len == sizeof(h->buf))
+		hs_flush(h);
+	h->buf[h->len++] = b;
+	h->total++;
+}
+
+/* hs_end() - the digest as a key: SHA-256's 32 bytes, or XXH3-128's 16
+ * (big-endian, as xxhash's digest()) and 16 zero bytes. 0 or -ENOMEM. */
+static int hs_end(struct hsink *h, kvp_key *key)
+{
+	XXH128_canonical_t c;
+	XXH128_hash_t d;
+
+	if (!h->xxh) {
+		hs_flush(h);
+		keys_sha256_final(&h->sha, key->b);
+		return 0;
+	}
+	if (!h->st) {
+		d = XXH3_128bits(h->buf, h->len);
+	} else {
+		hs_flush(h);
+		d = h->err ? (XXH128_hash_t){ 0, 0 } : XXH3_128bits_digest(h->st);
+	}
+	XXH3_freeState(h->st);
+	if (h->err)
+		return h->err;
+	XXH128_canonicalFromHash(&c, d);
+	memcpy(key->b, c.digest, 16);
+	memset(key->b + 16, 0, KVP_KEY_BYTES - 16);
+	return 0;
+}
+
+/* CBOR into an hsink (for xxhash_cbor): the same encoding as above. */
+static void hc_head(struct hsink *h, enum cbor_major major, uint64_t v)
+{
+	uint8_t p[CBOR_HEAD_MAX], ib = (uint8_t)(major << 5);
+	size_t n;
+
+	if (v < 24) {
+		p[0] = ib | (uint8_t)v;
+		n = 1;
+	} else if (v <= 0xff) {
+		p[0] = ib | 24;
+		p[1] = (uint8_t)v;
+		n = 2;
+	} else if (v <= 0xffff) {
+		p[0] = ib | 25;
+		p[1] = (uint8_t)(v >> 8);
+		p[2] = (uint8_t)v;
+		n = 3;
+	} else if (v <= 0xffffffff) {
+		p[0] = ib | 26;
+		store_be32(p + 1, (uint32_t)v);
+		n = 5;
+	} else {
+		p[0] = ib | 27;
+		store_be32(p + 1, (uint32_t)(v >> 32));
+		store_be32(p + 5, (uint32_t)v);
+		n = 9;
+	}
+	hs_write(h, p, n);
+}
+
+/* The pickle's pieces: their sizes (for the frame) and their bytes. */
+static size_t pk_int_size(uint64_t v)
+{
+	size_t n = 1;
+
+	if (v <= 0xff)
+		return 2;
+	if (v <= 0xffff)
+		return 3;
+	if (v < 0x80000000u)
+		return 5;
+	while (n < 9 && (v >> (8 * n - 1)) != 0)	/* room for a 0 sign bit */
+		n++;
+	return 2 + n;
+}
+
+static void pk_int(struct hsink *h, uint64_t v)
+{
+	uint8_t p[12];
+	size_t n, i;
+
+	if (v <= 0xff) {
+		p[0] = 'K';
+		p[1] = (uint8_t)v;
+		n = 2;
+	} else if (v <= 0xffff) {
+		p[0] = 'M';
+		p[1] = (uint8_t)v;
+		p[2] = (uint8_t)(v >> 8);
+		n = 3;
+	} else if (v < 0x80000000u) {
+		p[0] = 'J';
+		store_le32(p + 1, (uint32_t)v);
+		n = 5;
+	} else {
+		n = pk_int_size(v);
+		p[0] = 0x8a;
+		p[1] = (uint8_t)(n - 2);
+		for (i = 0; i < n - 2; i++)
+			p[2 + i] = i < 8 ? (uint8_t)(v >> (8 * i)) : 0;
+	}
+	hs_write(h, p, n);
+}
+
+static size_t pk_str_size(size_t n)
+{
+	return (n < 256 ? 2 : 5) + n + 1;
+}
+
+/* pk_str() - a str (op 0x8c / 'X') or bytes (op 'C' / 'B') and MEMOIZE. */
+static void pk_string(struct hsink *h, bool text, const void *data, size_t n)
+{
+	uint8_t p[5];
+
+	if (n < 256) {
+		p[0] = text ? 0x8c : 'C';
+		p[1] = (uint8_t)n;
+		hs_write(h, p, 2);
+	} else {
+		p[0] = text ? 'X' : 'B';
+		store_le32(p + 1, (uint32_t)n);
+		hs_write(h, p, 5);
+	}
+	hs_write(h, data, n);
+	hs_byte(h, PK_MEMOIZE);
+}
+
+static size_t pk_tuple_size(size_t n, size_t items)
+{
+	return n == 0 ? 1 : n <= 3 ? items + 2 : items + 3;
+}
+
+static void pk_tuple_open(struct hsink *h, size_t n)
+{
+	if (n > 3)
+		hs_byte(h, '(');
+}
+
+static void pk_tuple_close(struct hsink *h, size_t n)
+{
+	hs_byte(h, n == 0 ? ')' : n <= 3 ? (uint8_t)(0x84 + n) : 't');
+	if (n)
+		hs_byte(h, PK_MEMOIZE);
+}
+
+/* pk_begin() / pk_end() - PROTO 5 and a FRAME of len bytes, and STOP
+ * (counted in len). */
+static int pk_begin(struct hsink *h, size_t len)
+{
+	uint8_t p[11] = { 0x80, 5, 0x95 };
+
+	if (len > PK_FRAME_MAX)
+		return -EINVAL;
+	store_le64(p + 3, len);
+	hs_write(h, p, sizeof(p));
+	return 0;
+}
+
+static size_t pk_extras_size(const kvp_extra *extras, size_t nextras)
+{
+	size_t i, items = 0;
+
+	if (nextras == 0)
+		return 1;	/* None */
+	for (i = 0; i < nextras; i++)
+		items += extras[i].str ? pk_str_size(strlen(extras[i].str)) :
+					 pk_int_size(extras[i].num);
+	return pk_tuple_size(nextras, items);
+}
+
+/* vllm_any_root() / vllm_any_block() - vLLM's NONE_HASH and
+ * hash_block_tokens() with the sha256, xxhash and xxhash_cbor algorithms. */
+static int vllm_any_root(uint32_t scheme, const char *seed, kvp_key *root)
+{
+	size_t n = strlen(seed);
+	struct hsink h;
+	int rc;
+
+	hs_begin(&h, scheme != KVP_KEYS_VLLM_SHA256);
+	if (scheme == KVP_KEYS_VLLM_XXHASH_CBOR) {
+		hc_head(&h, CBOR_TEXT, n);
+		hs_write(&h, seed, n);
+	} else {
+		rc = pk_begin(&h, pk_str_size(n) + 1);
+		if (rc < 0) {
+			hs_end(&h, root);
+			return rc;
+		}
+		pk_string(&h, true, seed, n);
+		hs_byte(&h, '.');
+	}
+	return hs_end(&h, root);
+}
+
+static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			  size_t ntokens, const kvp_extra *extras, size_t nextras,
+			  kvp_key *key)
+{
+	size_t pb = scheme == KVP_KEYS_VLLM_SHA256 ? 32 : 16, i, items;
+	struct hsink h;
+	int rc;
+
+	hs_begin(&h, scheme != KVP_KEYS_VLLM_SHA256);
+	if (scheme == KVP_KEYS_VLLM_XXHASH_CBOR) {
+		hc_head(&h, CBOR_ARRAY, 3);
+		hc_head(&h, CBOR_BYTES, pb);
+		hs_write(&h, parent->b, pb);
+		hc_head(&h, CBOR_ARRAY, ntokens);
+		for (i = 0; i < ntokens; i++)
+			hc_head(&h, CBOR_UINT, tokens[i]);
+		if (nextras == 0) {
+			hs_byte(&h, CBOR_NULL);
+		} else {
+			hc_head(&h, CBOR_ARRAY, nextras);
+			for (i = 0; i < nextras; i++) {
+				if (extras[i].str) {
+					hc_head(&h, CBOR_TEXT, strlen(extras[i].str));
+					hs_write(&h, extras[i].str, strlen(extras[i].str));
+				} else {
+					hc_head(&h, CBOR_UINT, extras[i].num);
+				}
+			}
+		}
+		return hs_end(&h, key);
+	}
+	for (i = 0, items = 0; i < ntokens; i++)
+		items += pk_int_size(tokens[i]);
+	rc = pk_begin(&h, pk_tuple_size(3, pk_str_size(pb) + pk_tuple_size(ntokens, items) +
+					   pk_extras_size(extras, nextras)) + 1);
+	if (rc < 0) {
+		hs_end(&h, key);
+		return rc;
+	}
+	pk_tuple_open(&h, 3);
+	pk_string(&h, false, parent->b, pb);
+	pk_tuple_open(&h, ntokens);
+	for (i = 0; i < ntokens; i++)
+		pk_int(&h, tokens[i]);
+	pk_tuple_close(&h, ntokens);
+	if (nextras == 0) {
+		hs_byte(&h, 'N');
+	} else {
+		pk_tuple_open(&h, nextras);
+		for (i = 0; i < nextras; i++) {
+			if (extras[i].str)
+				pk_string(&h, true, extras[i].str, strlen(extras[i].str));
+			else
+				pk_int(&h, extras[i].num);
+		}
+		pk_tuple_close(&h, nextras);
+	}
+	pk_tuple_close(&h, 3);
+	hs_byte(&h, '.');
+	return hs_end(&h, key);
+}
+
 /* --- The API ----------------------------------------------------------- */
 
 static bool keys_scheme_known(uint32_t scheme)
 {
-	return scheme == KVP_KEYS_VLLM_SHA256_CBOR || scheme == KVP_KEYS_FAST;
+	return scheme == KVP_KEYS_VLLM_SHA256_CBOR || scheme == KVP_KEYS_FAST ||
+	       scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH ||
+	       scheme == KVP_KEYS_VLLM_XXHASH_CBOR;
 }
 
 /* keys_block() - one block's key, arguments already checked. Returns 0,
@@ -546,6 +894,8 @@ static int keys_block(uint32_t scheme, const kvp_key *parent,
 	if (scheme == KVP_KEYS_FAST)
 		return fast_block(parent, tokens, ntokens, extras, nextras,
 				  key);
+	if (scheme != KVP_KEYS_VLLM_SHA256_CBOR)
+		return vllm_any_block(scheme, parent, tokens, ntokens, extras, nextras, key);
 	vllm_block(parent, tokens, ntokens, extras, nextras, key);
 	return 0;
 }
@@ -556,6 +906,8 @@ KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root)
 		return -EINVAL;
 	if (scheme == KVP_KEYS_FAST)
 		return fast_root(seed, root);
+	if (scheme != KVP_KEYS_VLLM_SHA256_CBOR)
+		return vllm_any_root(scheme, seed, root);
 	vllm_root(seed, root);
 	return 0;
 }

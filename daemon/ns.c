@@ -244,9 +244,10 @@ static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h
 			 NS_MAX_HEAD_DIM, NS_MAX_BLOCK_TOKENS);
 		return -KVP_S_INVAL;
 	}
-	if (*scheme != KVP_WIRE_KEYS_VLLM_SHA256_CBOR && *scheme != KVP_WIRE_KEYS_FAST) {
+	if (*scheme < KVP_WIRE_KEYS_VLLM_SHA256_CBOR || *scheme > KVP_WIRE_KEYS_MAX) {
 		snprintf(err, errlen, "namespace '%s': key scheme %u is not 1 "
-			 "(vllm-sha256-cbor) or 2 (fast)", h->ns, *scheme);
+			 "(vllm-sha256-cbor), 2 (fast), 3 (vllm-sha256), 4 (vllm-xxhash) or "
+			 "5 (vllm-xxhash-cbor)", h->ns, *scheme);
 		return -KVP_S_INVAL;
 	}
 	return 0;

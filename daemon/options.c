@@ -44,7 +44,10 @@ struct opt_def {
 
 static const char *const backend_names[] = { "auto", "host", "cuda", NULL };
 static const char *const io_names[] = { "auto", "uring", "sync", NULL };
-static const char *const scheme_names[] = { "vllm-sha256-cbor", "fast", NULL };
+/* in the order of KVP_WIRE_KEYS_*, from 1 */
+static const char *const scheme_names[] = {
+	"vllm-sha256-cbor", "fast", "vllm-sha256", "vllm-xxhash", "vllm-xxhash-cbor", NULL,
+};
 
 const char *options_backend_name(unsigned backend)
 {
@@ -101,7 +104,8 @@ static const struct opt_def opt_table[] = {
 	  "SECONDS", "disconnect a client that sent no request for SECONDS (default 0: "
 	  "never)", NULL },
 	{ "key-scheme", 0, OPT_CHOICE, OFF(key_scheme), 0, 0, 0,
-	  "SCHEME", "prefix keys of new namespaces: vllm-sha256-cbor (default) or fast",
+	  "SCHEME", "prefix keys of new namespaces: vllm-sha256-cbor (default), fast, or "
+	  "vLLM's other algorithms vllm-sha256, vllm-xxhash, vllm-xxhash-cbor",
 	  scheme_names },
 	{ "key-seed", 0, OPT_STRING, OFF(key_seed), SZ(key_seed), 0, 0,
 	  "SEED", "root key seed, like vLLM's PYTHONHASHSEED (default kvpool)", NULL },
@@ -270,11 +274,13 @@ static int opt_set(struct options *o, const struct opt_def *d,
 				return 0;
 			}
 		}
-		snprintf(why, whylen, "'%s' is not one of %s%s%s%s%s", value,
-			 d->choices[0], d->choices[1] ? ", " : "",
-			 d->choices[1] ? d->choices[1] : "",
-			 d->choices[1] && d->choices[2] ? ", " : "",
-			 d->choices[1] && d->choices[2] ? d->choices[2] : "");
+		{
+			size_t at = (size_t)snprintf(why, whylen, "'%s' is not one of", value);
+
+			for (v = 0; d->choices[v] && at < whylen; v++)
+				at += (size_t)snprintf(why + at, whylen - at, "%s %s",
+						       v ? "," : "", d->choices[v]);
+		}
 		return -EINVAL;
 	case OPT_RULE: {
 		struct access_rule r;

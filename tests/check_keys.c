@@ -21,9 +21,13 @@
 #include "suites.h"
 
 #define GOLDEN_FILE KVP_GOLDEN_DIR "/keys_vllm.txt"
+#define GOLDEN_ALGOS KVP_GOLDEN_DIR "/keys_vllm_algos.txt"
 #define GOLDEN_MAX_FIELDS 8
 
-static const uint32_t schemes[] = { KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_FAST };
+static const uint32_t schemes[] = {
+	KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_FAST, KVP_KEYS_VLLM_SHA256, KVP_KEYS_VLLM_XXHASH,
+	KVP_KEYS_VLLM_XXHASH_CBOR,
+};
 
 /* --- Reading the golden file --------------------------------------------- */
 
@@ -36,13 +40,15 @@ struct golden {
 	char *field[GOLDEN_MAX_FIELDS];
 };
 
-static void golden_open(struct golden *g)
+static void golden_open_file(struct golden *g, const char *path)
 {
 	memset(g, 0, sizeof(*g));
-	g->f = fopen(GOLDEN_FILE, "r");
-	ck_assert_msg(g->f, "cannot open %s: %s (run tests/golden/gen_keys.py?)",
-		      GOLDEN_FILE, strerror(errno));
+	g->f = fopen(path, "r");
+	ck_assert_msg(g->f, "cannot open %s: %s (see tests/golden/gen_keys*.py)", path,
+		      strerror(errno));
 }
+
+#define golden_open(g) golden_open_file(g, GOLDEN_FILE)
 
 static void golden_close(struct golden *g)
 {
@@ -289,6 +295,86 @@ END_TEST
 
 /* --- vLLM's sha256_cbor ------------------------------------------------------ */
 
+/* vLLM's sha256, xxhash and xxhash_cbor (and sha256_cbor), vectors from
+ * vLLM's own hash functions (tests/golden/gen_keys_vllm.py). */
+static uint32_t algo_scheme(const char *algo, size_t *digest)
+{
+	*digest = strstr(algo, "xxhash") ? 16 : 32;
+	return !strcmp(algo, "sha256") ? KVP_KEYS_VLLM_SHA256 :
+	       !strcmp(algo, "xxhash") ? KVP_KEYS_VLLM_XXHASH :
+	       !strcmp(algo, "xxhash_cbor") ? KVP_KEYS_VLLM_XXHASH_CBOR :
+	       KVP_KEYS_VLLM_SHA256_CBOR;
+}
+
+/* digest_is() - key k holds the digest hex (and zeros after a short one) */
+static void digest_is(const kvp_key *k, const char *hex, size_t digest,
+		      const struct golden *g, int block)
+{
+	size_t n, i;
+	uint8_t *want = unhex(hex, &n);
+
+	ck_assert_uint_eq(n, digest);
+	ck_assert_msg(memcmp(k->b, want, n) == 0, "line %lu, block %d: another digest",
+		      g->lineno, block);
+	for (i = n; i < KVP_KEY_BYTES; i++)
+		ck_assert_msg(k->b[i] == 0, "line %lu: byte %zu after the digest is not 0",
+			      g->lineno, i);
+	free(want);
+}
+
+START_TEST(test_keys_every_vllm_algorithm_matches_vllm)
+{
+	int roots = 0, chains = 0, blocks = 0, schemes_seen = 0;
+	static kvp_key keys[64];
+	struct golden g;
+	kvp_key root;
+	size_t digest;
+
+	golden_open_file(&g, GOLDEN_ALGOS);
+	while (golden_next(&g, "vroot")) {
+		uint32_t scheme = algo_scheme(g.field[1], &digest);
+		size_t n;
+		char *seed = (char *)unhex(g.field[2], &n);
+
+		ck_assert_int_eq(kvp_key_root(scheme, seed, &root), 0);
+		digest_is(&root, g.field[3], digest, &g, -1);
+		free(seed);
+		roots++;
+	}
+	golden_close(&g);
+	golden_open_file(&g, GOLDEN_ALGOS);
+	while (golden_next(&g, "vchain")) {
+		uint32_t scheme = algo_scheme(g.field[1], &digest);
+		size_t ntok, nex, n;
+		char *seed = (char *)unhex(g.field[2], &n), *want, *save = NULL;
+		uint32_t bt = (uint32_t)strtoul(g.field[3], NULL, 10);
+		uint32_t *tok = parse_tokens(g.field[4], &ntok);
+		kvp_extra *ex = parse_extras(g.field[5], &nex);
+		int nb, i;
+
+		ck_assert_int_eq(g.n, 7);
+		ck_assert_int_eq(kvp_key_root(scheme, seed, &root), 0);
+		nb = kvp_key_chain(scheme, &root, tok, ntok, bt, ex, nex, keys);
+		ck_assert_int_eq(nb, (int)(ntok / bt));
+		for (i = 0, want = strtok_r(g.field[6], ":", &save); i < nb;
+		     i++, want = strtok_r(NULL, ":", &save)) {
+			ck_assert_ptr_nonnull(want);
+			digest_is(&keys[i], want, digest, &g, i);
+			blocks++;
+		}
+		free(seed);
+		free(tok);
+		free_extras(ex, nex);
+		chains++;
+	}
+	golden_close(&g);
+	schemes_seen = roots / 5;
+	ck_assert_int_eq(schemes_seen, 4);
+	ck_assert_int_ge(chains, 60);
+	ck_assert_int_ge(blocks, 120);
+}
+END_TEST
+
 START_TEST(test_keys_vllm_roots_match_golden)
 {
 	struct golden g;
@@ -474,12 +560,36 @@ START_TEST(test_keys_rejects_bad_arguments)
 		ck_assert_int_eq(kvp_key_chain(sc, &root, tok, 32, 0, NULL, 0, k), -EINVAL);
 	}
 	ck_assert_int_eq(kvp_key_root(0, "0", &root), -EINVAL);
-	ck_assert_int_eq(kvp_key_root(3, "0", &root), -EINVAL);
+	ck_assert_int_eq(kvp_key_root(6, "0", &root), -EINVAL);
 	ck_assert_int_eq(kvp_key_block(0, &root, tok, 16, NULL, 0, k), -EINVAL);
-	ck_assert_int_eq(kvp_key_block(3, &root, tok, 16, NULL, 0, k), -EINVAL);
+	ck_assert_int_eq(kvp_key_block(6, &root, tok, 16, NULL, 0, k), -EINVAL);
 	ck_assert_int_eq(kvp_key_chain(0, &root, tok, 32, 16, NULL, 0, k), -EINVAL);
 	ck_assert_int_eq(kvp_key_chain(UINT32_MAX, &root, tok, 32, 16, NULL, 0, k),
 			 -EINVAL);
+}
+END_TEST
+
+/* The pickle schemes hash one pickle frame, as CPython writes one below
+ * 64 KiB: a block whose pickle would be larger is refused, not hashed
+ * into a key vLLM would never compute. */
+START_TEST(test_keys_pickle_schemes_refuse_a_block_past_one_frame)
+{
+	static uint32_t tok[20000];
+	static const uint32_t pickled[] = { KVP_KEYS_VLLM_SHA256, KVP_KEYS_VLLM_XXHASH };
+	kvp_key root, k;
+	size_t i;
+
+	for (i = 0; i < 20000; i++)
+		tok[i] = 0x90000000u + (uint32_t)i;	/* LONG1: 7 bytes each */
+	for (i = 0; i < 2; i++) {
+		ck_assert_int_eq(kvp_key_root(pickled[i], "0", &root), 0);
+		ck_assert_int_eq(kvp_key_block(pickled[i], &root, tok, 9000, NULL, 0, &k), 0);
+		ck_assert_int_eq(kvp_key_block(pickled[i], &root, tok, 10000, NULL, 0, &k),
+				 -EINVAL);
+	}
+	/* the CBOR ones have no frame: any length */
+	ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_XXHASH_CBOR, &root, tok, 20000, NULL, 0,
+				       &k), 0);
 }
 END_TEST
 
@@ -686,6 +796,8 @@ Suite *keys_suite(void)
 	tcase_add_test(vllm, test_keys_vllm_roots_match_golden);
 	tcase_add_test(vllm, test_keys_vllm_blocks_match_golden);
 	tcase_add_test(vllm, test_keys_vllm_chains_match_golden);
+	tcase_add_test(vllm, test_keys_every_vllm_algorithm_matches_vllm);
+	tcase_add_test(vllm, test_keys_pickle_schemes_refuse_a_block_past_one_frame);
 	suite_add_tcase(s, vllm);
 
 	tcase_add_test(both, test_keys_chain_equals_repeated_block);

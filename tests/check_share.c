@@ -650,6 +650,49 @@ START_TEST(test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batche
 }
 END_TEST
 
+START_TEST(test_share_every_vllm_key_scheme_serves_its_own_keys)
+{
+	static const struct { const char *name; uint32_t scheme; } sch[] = {
+		{ "vllm-sha256", KVP_KEYS_VLLM_SHA256 },
+		{ "vllm-xxhash", KVP_KEYS_VLLM_XXHASH },
+		{ "vllm-xxhash-cbor", KVP_KEYS_VLLM_XXHASH_CBOR },
+	};
+	uint32_t tok[3 * BT];
+	kvp_key root, keys[3];
+	kvp_page out[3], got[3];
+	kvp_info_t in;
+	struct daemon d;
+	kvp_client *c;
+	size_t i;
+	int b;
+
+	for (i = 0; i < sizeof(sch) / sizeof(sch[0]); i++) {
+		const char *opts[] = { "--pool-size", "4M", "--slab-size", "1M", "--key-scheme",
+				       sch[i].name, "--key-seed", "42", NULL };
+
+		daemon_start(&d, opts);
+		c = join(d.sock);
+		ck_assert_int_eq(kvp_info(c, &in), 0);
+		ck_assert_uint_eq(in.key_scheme, sch[i].scheme);
+		ck_assert_int_eq(kvp_key_root(sch[i].scheme, "42", &root), 0);
+		ck_assert_msg(!memcmp(root.b, in.root.b, sizeof(root.b)), "%s: another root",
+			      sch[i].name);
+		tokens_of(tok, 3 * BT, 3 * BT, (uint32_t)i);
+		ck_assert_int_eq(serve(c, tok, 3 * BT, out), 0);
+		ck_assert_int_eq(kvp_block_keys(c, NULL, tok, 3 * BT, NULL, 0, keys), 3);
+		ck_assert_int_eq(kvp_key_chain(sch[i].scheme, &root, tok, 3 * BT, BT, NULL, 0,
+					       keys), 3);
+		ck_assert_int_eq(kvp_release(c, out, 3), 0);
+		ck_assert_int_eq(kvp_acquire(c, NULL, keys, 3, NULL, 0, got, NULL), 3);
+		for (b = 0; b < 3; b++)
+			ck_assert(holds_for(kvp_page_ptr(c, got[b]), &keys[b]));
+		ck_assert_int_eq(kvp_release(c, got, 3), 0);
+		kvp_close(c);
+		daemon_stop(&d);
+	}
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
 	Suite *s = suite_create("share");
@@ -670,6 +713,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_publish_refuses_what_it_must);
 	tcase_add_test(tc, test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties);
 	tcase_add_test(tc, test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches);
+	tcase_add_test(tc, test_share_every_vllm_key_scheme_serves_its_own_keys);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction");

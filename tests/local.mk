@@ -134,7 +134,8 @@ EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c tests/cuda_run.c tests
 	tests/cuda_pool.c
 # Golden vectors of the vLLM-compatible prefix keys and their generator
 # (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).
-EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt
+EXTRA_DIST += tests/golden/gen_keys.py tests/golden/keys_vllm.txt \
+	tests/golden/gen_keys_vllm.py tests/golden/keys_vllm_algos.txt
 
 # The example model server end to end: two servers sharing one pool
 # generate what --no-cache does (tests/check_demo.c).
