@@ -1,16 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * keys.c - bench/keys: throughput of the prefix keys, kvp_key_chain() of
- * both schemes over one long token sequence, against vLLM's own way of
- * computing the sha256_cbor keys in Python (cbor2 + hashlib) measured in
- * the same run on the same tokens.
+ * every scheme over one long token sequence, against vLLM computing the
+ * same keys in Python, measured in the same run on the same tokens: with
+ * --vllm, vLLM's own hash functions (vllm/utils/hashing.py of an installed
+ * vLLM or its wheel) for each of its four algorithms; without, vLLM's
+ * sha256_cbor as cbor2 + hashlib.
  *
  * The tokens are --tokens pseudo-random ids below 152064 (a Qwen2-size
  * vocabulary, so most take 3 CBOR bytes and some 5). For block sizes 16
  * and 128 and each scheme, one untimed run and then --runs timed runs of
  * kvp_key_root() + kvp_key_chain() over all tokens, one thread; the
  * median run gives tokens/s. The Python reference runs the loop of vLLM's
- * hash_block_tokens() with sha256_cbor, --py-runs times, from a file of
+ * hash_block_tokens() for each algorithm, --py-runs times, from a file of
  * the same tokens, and prints its last key, which must equal ours.
  *
  * Prints one key=value line per measurement; with --output FILE it also
@@ -35,6 +37,8 @@
 
 #define KEYS_VOCAB	152064
 #define KEYS_NBLOCKS	2
+#define KEYS_NALGOS	4	/* vLLM's algorithms */
+#define KEYS_NSCHEMES	5	/* those and fast */
 #define KEYS_MAX_RUNS	1000
 #define SECTION_BEGIN	"<!-- bench:keys:begin -->"
 #define SECTION_END	"<!-- bench:keys:end -->"
@@ -47,6 +51,7 @@ struct keys_opts {
 	size_t runs;
 	size_t py_runs;
 	const char *python;	/* NULL: no reference */
+	const char *vllm;	/* vLLM's wheel or tree; NULL: sha256_cbor by hand */
 	const char *output;	/* NULL: stdout only */
 };
 
@@ -58,26 +63,55 @@ struct keys_result {
 	kvp_key last;		/* key of the last full block */
 };
 
-/* The Python reference, one entry per block size. */
+/* vLLM's algorithms and their schemes, in the order of the tables. */
+static const char *const algo_names[KEYS_NALGOS] = {
+	"sha256_cbor", "sha256", "xxhash", "xxhash_cbor",
+};
+static const uint32_t schemes[KEYS_NSCHEMES] = {
+	KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_VLLM_SHA256, KVP_KEYS_VLLM_XXHASH,
+	KVP_KEYS_VLLM_XXHASH_CBOR, KVP_KEYS_FAST,
+};
+
+/* The Python reference, one entry per algorithm and block size (an
+ * algorithm it did not run has median_s 0). */
 struct keys_pyref {
 	bool ok;
 	char why[256];		/* when !ok: what is missing */
-	char version[256];	/* "Python 3.11.2, cbor2 5.4.6 (C), OpenSSL ..." */
-	double median_s[KEYS_NBLOCKS], min_s[KEYS_NBLOCKS];
-	char last[KEYS_NBLOCKS][2 * KVP_KEY_BYTES + 1];
+	char version[256];	/* "Python 3.11.2, vLLM 0.33.0, cbor2 5.4.6 (C), ..." */
+	double median_s[KEYS_NALGOS][KEYS_NBLOCKS], min_s[KEYS_NALGOS][KEYS_NBLOCKS];
+	char last[KEYS_NALGOS][KEYS_NBLOCKS][2 * KVP_KEY_BYTES + 1];
 };
 
 /* vLLM's way, as vllm/v1/core/kv_cache_utils.py hashes a request's full
- * blocks with sha256_cbor; argv: token file, runs, seed, block sizes. */
+ * blocks: h = hash_fn(seed), then h = hash_fn((h, tuple(block), None));
+ * argv: token file, runs, seed, vLLM path ("" for sha256_cbor by hand),
+ * block sizes. */
 static const char py_reference[] =
-	"import array, hashlib, importlib.metadata, platform, ssl, statistics, sys, time\n"
+	"import array, hashlib, importlib.metadata, importlib.util, platform, ssl\n"
+	"import statistics, sys, time, zipfile\n"
 	"try:\n"
 	"    import cbor2\n"
 	"except ImportError:\n"
 	"    print('error=no-cbor2')\n"
 	"    sys.exit(0)\n"
-	"def sha256_cbor(x):\n"
-	"    return hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()\n"
+	"path = sys.argv[4]\n"
+	"if path:\n"
+	"    if path.endswith('.whl'):\n"
+	"        z = zipfile.ZipFile(path)\n"
+	"        src = z.read('vllm/utils/hashing.py').decode()\n"
+	"        ver = next(n.split('.dist-info')[0].split('-', 1)[1] for n in z.namelist()\n"
+	"                   if n.endswith('.dist-info/METADATA'))\n"
+	"    else:\n"
+	"        f = path if path.endswith('.py') else path + '/vllm/utils/hashing.py'\n"
+	"        src, ver = open(f).read(), '?'\n"
+	"    m = importlib.util.module_from_spec(importlib.util.spec_from_loader('h', None))\n"
+	"    exec(compile(src, 'vllm/utils/hashing.py', 'exec'), m.__dict__)\n"
+	"    algos = ['sha256_cbor', 'sha256', 'xxhash', 'xxhash_cbor']\n"
+	"    fns = {a: m.get_hash_fn_by_name(a) for a in algos}\n"
+	"    who = 'vLLM %s hash functions' % ver\n"
+	"else:\n"
+	"    fns = {'sha256_cbor': lambda x: hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()}\n"
+	"    who = 'cbor2 + hashlib'\n"
 	"a = array.array('I')\n"
 	"with open(sys.argv[1], 'rb') as f:\n"
 	"    a.frombytes(f.read())\n"
@@ -86,19 +120,20 @@ static const char py_reference[] =
 	"toks = a.tolist()\n"
 	"runs, seed = int(sys.argv[2]), sys.argv[3]\n"
 	"cext = 'C' if cbor2.dumps.__module__ == '_cbor2' else 'pure Python'\n"
-	"print('version=Python %s, cbor2 %s (%s), %s' % (platform.python_version(),\n"
+	"print('version=Python %s, %s, cbor2 %s (%s), %s' % (platform.python_version(), who,\n"
 	"      importlib.metadata.version('cbor2'), cext, ssl.OPENSSL_VERSION))\n"
-	"for bt in map(int, sys.argv[4:]):\n"
-	"    n = len(toks) // bt * bt\n"
-	"    times = []\n"
-	"    for r in range(runs):\n"
-	"        t0 = time.perf_counter()\n"
-	"        h = sha256_cbor(seed)\n"
-	"        for i in range(0, n, bt):\n"
-	"            h = sha256_cbor((h, tuple(toks[i:i + bt]), None))\n"
-	"        times.append(time.perf_counter() - t0)\n"
-	"    print('block=%d median_s=%.9f min_s=%.9f last=%s' % (bt,\n"
-	"          statistics.median(times), min(times), h.hex()))\n";
+	"for algo, fn in fns.items():\n"
+	"    for bt in map(int, sys.argv[5:]):\n"
+	"        n = len(toks) // bt * bt\n"
+	"        times = []\n"
+	"        for r in range(runs):\n"
+	"            t0 = time.perf_counter()\n"
+	"            h = fn(seed)\n"
+	"            for i in range(0, n, bt):\n"
+	"                h = fn((h, tuple(toks[i:i + bt]), None))\n"
+	"            times.append(time.perf_counter() - t0)\n"
+	"        print('algo=%s block=%d median_s=%.9f min_s=%.9f last=%s' % (algo, bt,\n"
+	"              statistics.median(times), min(times), h.hex()))\n";
 
 static double now_s(void)
 {
@@ -117,7 +152,20 @@ static int cmp_double(const void *a, const void *b)
 
 static const char *scheme_name(uint32_t scheme)
 {
-	return scheme == KVP_KEYS_FAST ? "fast" : "vllm";
+	return scheme == KVP_KEYS_FAST ? "fast" : scheme == KVP_KEYS_VLLM_SHA256 ? "sha256" :
+	       scheme == KVP_KEYS_VLLM_XXHASH ? "xxhash" :
+	       scheme == KVP_KEYS_VLLM_XXHASH_CBOR ? "xxhash_cbor" : "sha256_cbor";
+}
+
+/* scheme_algo() - the index of a vLLM algorithm's scheme, -1 for fast. */
+static int scheme_algo(uint32_t scheme)
+{
+	int i;
+
+	for (i = 0; i < KEYS_NALGOS; i++)
+		if (schemes[i] == scheme)
+			return i;
+	return -1;
 }
 
 /* measure() - time root + chain over tok[0..n), 1 untimed + runs timed. */
@@ -178,7 +226,7 @@ static FILE *py_spawn(const struct keys_opts *o, const char *path, pid_t *pid)
 		close(fd[0]);
 		close(fd[1]);
 		execl(o->python, o->python, "-c", py_reference, path, runs,
-		      seed, b0, b1, (char *)NULL);
+		      seed, o->vllm ? o->vllm : "", b0, b1, (char *)NULL);
 		fprintf(stderr, "keys: cannot run %s: %s\n", o->python, strerror(errno));
 		_exit(127);
 	}
@@ -191,8 +239,8 @@ static void py_parse(char *line, struct keys_pyref *py)
 {
 	unsigned int bt;
 	double med, min;
-	char last[2 * KVP_KEY_BYTES + 1];
-	int i;
+	char last[2 * KVP_KEY_BYTES + 1], algo[32];
+	int i, a;
 
 	line[strcspn(line, "\n")] = 0;
 	if (strncmp(line, "version=", 8) == 0) {
@@ -200,14 +248,18 @@ static void py_parse(char *line, struct keys_pyref *py)
 	} else if (strcmp(line, "error=no-cbor2") == 0) {
 		snprintf(py->why, sizeof(py->why),
 			 "Python module cbor2 is missing (Debian: apt-get install python3-cbor2)");
-	} else if (sscanf(line, "block=%u median_s=%lf min_s=%lf last=%64s",
-			  &bt, &med, &min, last) == 4) {
-		for (i = 0; i < KEYS_NBLOCKS; i++) {
-			if (block_sizes[i] != bt)
+	} else if (sscanf(line, "algo=%31s block=%u median_s=%lf min_s=%lf last=%64s",
+			  algo, &bt, &med, &min, last) == 5) {
+		for (a = 0; a < KEYS_NALGOS; a++) {
+			if (strcmp(algo, algo_names[a]))
 				continue;
-			py->median_s[i] = med;
-			py->min_s[i] = min;
-			memcpy(py->last[i], last, sizeof(last));
+			for (i = 0; i < KEYS_NBLOCKS; i++) {
+				if (block_sizes[i] != bt)
+					continue;
+				py->median_s[a][i] = med;
+				py->min_s[a][i] = min;
+				memcpy(py->last[a][i], last, sizeof(last));
+			}
 		}
 	}
 }
@@ -239,8 +291,9 @@ static void run_python(const struct keys_opts *o, const uint32_t *tok, size_t n,
 		unlink(path);
 		return;
 	}
-	fprintf(stderr, "  %s -c <vLLM's sha256_cbor loop> TOKENS %zu %s %u %u\n",
-		o->python, o->py_runs, seed, block_sizes[0], block_sizes[1]);
+	fprintf(stderr, "  %s -c <vLLM's hash_block_tokens loop> TOKENS %zu %s %s %u %u\n",
+		o->python, o->py_runs, seed, o->vllm ? o->vllm : "''", block_sizes[0],
+		block_sizes[1]);
 	out = py_spawn(o, path, &pid);
 	if (!out) {
 		snprintf(py->why, sizeof(py->why), "cannot start %s: %s", o->python,
@@ -261,7 +314,7 @@ static void run_python(const struct keys_opts *o, const uint32_t *tok, size_t n,
 		return;
 	}
 	for (i = 0; i < KEYS_NBLOCKS; i++) {
-		if (py->median_s[i] <= 0) {
+		if (py->median_s[0][i] <= 0) {
 			snprintf(py->why, sizeof(py->why), "%s printed no result for block %u",
 				 o->python, block_sizes[i]);
 			return;
@@ -296,13 +349,15 @@ static void shell_line(const char *cmd, char *buf, size_t len)
 
 static void write_section(FILE *f, const struct keys_opts *o,
 			  const struct keys_result *r, size_t nr,
-			  const struct keys_pyref *py, const bool *agree)
+			  const struct keys_pyref *py, bool agree[KEYS_NALGOS][KEYS_NBLOCKS])
 {
 	char cpu[256], when[64], load[64], rev[128];
-	double fast16 = 0, vllm16 = 0, ratio;
+	double tps16[KEYS_NSCHEMES] = { 0 }, worst = 1e300;
+	bool all_agree = true, measured = false;
 	struct utsname u;
 	time_t t = time(NULL);
 	size_t i;
+	int a, b, k, worst_a = 0;
 
 	shell_line("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1",
 		   cpu, sizeof(cpu));
@@ -313,15 +368,10 @@ static void write_section(FILE *f, const struct keys_opts *o,
 		   rev, sizeof(rev));
 	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", gmtime(&t));
 	uname(&u);
-	for (i = 0; i < nr; i++) {
-		if (r[i].block != 16)
-			continue;
-		if (r[i].scheme == KVP_KEYS_FAST)
-			fast16 = (double)o->tokens / r[i].median_s;
-		else
-			vllm16 = (double)o->tokens / r[i].median_s;
-	}
-	ratio = fast16 / vllm16;
+	for (i = 0; i < nr; i++)
+		for (k = 0; k < KEYS_NSCHEMES; k++)
+			if (r[i].block == 16 && r[i].scheme == schemes[k])
+				tps16[k] = (double)o->tokens / r[i].median_s;
 
 	fprintf(f, SECTION_BEGIN "\n");
 	fprintf(f, "## Prefix keys: kvp_key_chain() throughput (bench/keys)\n\n");
@@ -331,56 +381,87 @@ static void write_section(FILE *f, const struct keys_opts *o,
 		u.sysname, u.release, load[0] ? load : "unknown", kvp_version(),
 		rev[0] ? rev : "no git");
 	if (py->ok)
-		fprintf(f, "Reference: vLLM's sha256_cbor in %s, measured in the same run on the same tokens.\n",
-			py->version);
+		fprintf(f, "Reference: vLLM's Python, %s, measured in the same run on the same "
+			   "tokens.\n", py->version);
 	else
 		fprintf(f, "**Reference missing:** %s. Only kvpool's figures are below.\n",
 			py->why);
 	fprintf(f, "\n%zu pseudo-random token ids below %u, keyed from the root of seed \"%s\"\n"
 		   "with no extra keys, one thread. kvpool: one untimed run, then the median\n"
 		   "of %zu runs of kvp_key_root() + kvp_key_chain() over all of them. Python:\n"
-		   "the median of %zu runs of vLLM's loop, `h = sha256(cbor2.dumps((h,\n"
-		   "tuple(block), None), canonical=True)).digest()` block after block.\n"
-		   "Ratios are tokens/s ÷ the reference's tokens/s at the same block size.\n"
-		   "kvpool's SHA-256 is portable C (FIPS 180-4, no SHA CPU extensions);\n"
-		   "hashlib's is OpenSSL's, which uses them where the CPU has them.\n\n",
+		   "the median of %zu runs of vLLM's loop, `h = hash_fn((h, tuple(block),\n"
+		   "None))` block after block, with vLLM's own hash functions when `--vllm`\n"
+		   "names an installed vLLM or its wheel (else sha256_cbor as cbor2 + hashlib).\n"
+		   "Ratios are tokens/s ÷ the reference's tokens/s for the same algorithm at\n"
+		   "the same block size. kvpool's SHA-256 is portable C (FIPS 180-4, no SHA\n"
+		   "CPU extensions); hashlib's is OpenSSL's, which uses them where the CPU has\n"
+		   "them.\n\n",
 		o->tokens, KEYS_VOCAB, seed, o->runs, o->py_runs);
 
+	for (a = 0; a < KEYS_NALGOS; a++) {
+		for (b = 0; b < KEYS_NBLOCKS; b++) {
+			if (py->ok && py->median_s[a][b] > 0) {
+				measured = true;
+				all_agree = all_agree && agree[a][b];
+			}
+		}
+		if (py->ok && py->median_s[a][0] > 0 &&
+		    tps16[a] * py->median_s[a][0] / (double)o->tokens < worst) {
+			worst = tps16[a] * py->median_s[a][0] / (double)o->tokens;
+			worst_a = a;
+		}
+	}
 	fprintf(f, "| goal | measured | result |\n| --- | --- | --- |\n");
-	fprintf(f, "| fast scheme several (≥ 3) times faster than the vLLM scheme (16-token blocks) | %.1fM vs %.1fM tokens/s | %s (×%.1f) |\n",
-		fast16 / 1e6, vllm16 / 1e6, ratio >= 3 ? "**met**" : "**not met**", ratio);
-	if (py->ok)
-		fprintf(f, "| vLLM scheme byte-identical to vLLM's Python (last key of every run compared) | %s | %s |\n",
-			agree[0] && agree[1] ? "equal at 16 and 128 tokens a block" : "**differs**",
-			agree[0] && agree[1] ? "**met**" : "**not met**");
-	fprintf(f, "\n| block tokens | scheme | median ms / run | tokens/s | blocks/s | ns/block | ÷ Python |\n");
+	if (measured) {
+		double x = py->median_s[3][0] > 0 ?
+			   tps16[3] * py->median_s[3][0] / (double)o->tokens : 0;
+
+		fprintf(f, "| every vLLM algorithm ≥ 10x vLLM's own tokens/s (16-token blocks) | "
+			   "slowest: %s at ×%.1f | %s |\n", algo_names[worst_a], worst,
+			worst >= 10 ? "**met**" : "**not met**");
+		if (x > 0)
+			fprintf(f, "| xxhash_cbor ≥ 100x vLLM's (16-token blocks) | ×%.1f | %s |\n",
+				x, x >= 100 ? "**met**" : "**not met**");
+		fprintf(f, "| every key byte-identical to vLLM's (last key of every run) | %s | %s |\n",
+			all_agree ? "equal for every algorithm and block size" : "**differs**",
+			all_agree ? "**met**" : "**not met**");
+	}
+	fprintf(f, "| kvpool's fast scheme against vllm-xxhash-cbor (16-token blocks) | "
+		   "%.1fM vs %.1fM tokens/s | ×%.2f |\n",
+		tps16[4] / 1e6, tps16[3] / 1e6, tps16[3] > 0 ? tps16[4] / tps16[3] : 0);
+	fprintf(f, "\n| block tokens | scheme | median ms / run | tokens/s | blocks/s | ns/block | ÷ vLLM's |\n");
 	fprintf(f, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
 	for (i = 0; i < nr; i++) {
 		double tps = (double)o->tokens / r[i].median_s;
 		double nb = (double)(o->tokens / r[i].block);
-		int b = r[i].block == block_sizes[0] ? 0 : 1;
 
-		fprintf(f, "| %u | %s | %.2f | %.2fM | %.2fM | %.0f | ",
-			r[i].block, r[i].scheme == KVP_KEYS_FAST ?
-			"KVP_KEYS_FAST (XXH3-128)" : "KVP_KEYS_VLLM_SHA256_CBOR",
-			r[i].median_s * 1e3, tps / 1e6, nb / r[i].median_s / 1e6,
-			r[i].median_s / nb * 1e9);
-		if (py->ok)
-			fprintf(f, "%.1f |\n", py->median_s[b] / r[i].median_s);
+		b = r[i].block == block_sizes[0] ? 0 : 1;
+		a = scheme_algo(r[i].scheme);
+		fprintf(f, "| %u | %s | %.2f | %.2fM | %.2fM | %.0f | ", r[i].block,
+			scheme_name(r[i].scheme), r[i].median_s * 1e3, tps / 1e6,
+			nb / r[i].median_s / 1e6, r[i].median_s / nb * 1e9);
+		if (py->ok && a >= 0 && py->median_s[a][b] > 0)
+			fprintf(f, "%.1f |\n", py->median_s[a][b] / r[i].median_s);
 		else
 			fprintf(f, "– |\n");
 	}
-	for (i = 0; py->ok && i < KEYS_NBLOCKS; i++) {
-		double nb = (double)(o->tokens / block_sizes[i]);
+	for (a = 0; py->ok && a < KEYS_NALGOS; a++) {
+		for (b = 0; b < KEYS_NBLOCKS; b++) {
+			double nb = (double)(o->tokens / block_sizes[b]);
 
-		fprintf(f, "| %u | Python cbor2 + hashlib (vLLM) | %.2f | %.2fM | %.2fM | %.0f | 1.0 |\n",
-			block_sizes[i], py->median_s[i] * 1e3,
-			(double)o->tokens / py->median_s[i] / 1e6,
-			nb / py->median_s[i] / 1e6, py->median_s[i] / nb * 1e9);
+			if (py->median_s[a][b] <= 0)
+				continue;
+			fprintf(f, "| %u | vLLM's Python %s | %.2f | %.2fM | %.2fM | %.0f | 1.0 |\n",
+				block_sizes[b], algo_names[a], py->median_s[a][b] * 1e3,
+				(double)o->tokens / py->median_s[a][b] / 1e6,
+				nb / py->median_s[a][b] / 1e6, py->median_s[a][b] / nb * 1e9);
+		}
 	}
-	fprintf(f, "\nCommand (`make bench` runs it; `--output` rewrites this section):\n\n```\n");
-	fprintf(f, "bench/keys --tokens %zu --runs %zu --py-runs %zu --python %s --output BENCHMARKS.md\n",
-		o->tokens, o->runs, o->py_runs, o->python ? o->python : "none");
+	fprintf(f, "\nCommand (`make bench` runs it, with `VLLM=` a vLLM wheel or tree for\n"
+		   "`--vllm`; `--output` rewrites this section):\n\n```\n");
+	fprintf(f, "bench/keys --tokens %zu --runs %zu --py-runs %zu --python %s%s%s --output BENCHMARKS.md\n",
+		o->tokens, o->runs, o->py_runs, o->python ? o->python : "none",
+		o->vllm ? " --vllm " : "", o->vllm ? o->vllm : "");
 	fprintf(f, "```\n" SECTION_END "\n");
 }
 
@@ -454,13 +535,16 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: keys [OPTION]...\n"
-		"Measure kvp_key_chain() of both key schemes in tokens/s against vLLM's\n"
-		"Python sha256_cbor (cbor2 + hashlib) on the same tokens.\n\n"
+		"Measure kvp_key_chain() of every key scheme in tokens/s against vLLM's\n"
+		"Python on the same tokens: its own hash functions with --vllm, else\n"
+		"sha256_cbor as cbor2 + hashlib.\n\n"
 		"  -n, --tokens=N     token ids in the sequence (default 1048576)\n"
 		"  -r, --runs=N       timed runs per scheme and block size (default 15)\n"
 		"  -p, --py-runs=N    timed runs of the Python reference (default 3)\n"
-		"  -P, --python=PATH  interpreter with cbor2 (default /usr/bin/python3;\n"
-		"                     'none' skips the reference)\n"
+		"  -P, --python=PATH  interpreter with cbor2 (and xxhash for --vllm;\n"
+		"                     default /usr/bin/python3; 'none' skips the reference)\n"
+		"  -V, --vllm=PATH    a vLLM wheel, install tree or vllm/utils/hashing.py:\n"
+		"                     its hash functions are the reference\n"
 		"  -o, --output=FILE  replace the keys section of this Markdown file\n"
 		"  -h, --help         show this help and exit\n");
 }
@@ -473,6 +557,7 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 		{ "runs", required_argument, NULL, 'r' },
 		{ "py-runs", required_argument, NULL, 'p' },
 		{ "python", required_argument, NULL, 'P' },
+		{ "vllm", required_argument, NULL, 'V' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -481,7 +566,7 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 
 	*o = (struct keys_opts){ .tokens = 1u << 20, .runs = 15, .py_runs = 3,
 				 .python = "/usr/bin/python3" };
-	while (rc == 0 && (ch = getopt_long(argc, argv, "n:r:p:P:o:h", longopts, NULL)) != -1) {
+	while (rc == 0 && (ch = getopt_long(argc, argv, "n:r:p:P:V:o:h", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 'n':
 			rc = bench_count("keys", "tokens", optarg, 128, 1u << 28, &o->tokens);
@@ -497,6 +582,9 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 			break;
 		case 'o':
 			o->output = optarg;
+			break;
+		case 'V':
+			o->vllm = optarg;
 			break;
 		case 'h':
 			usage(stdout);
@@ -515,7 +603,8 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 
 /* section_to_output() - render the section and put it into o->output. */
 static int section_to_output(const struct keys_opts *o, const struct keys_result *r,
-			     size_t nr, const struct keys_pyref *py, const bool *agree)
+			     size_t nr, const struct keys_pyref *py,
+			     bool agree[KEYS_NALGOS][KEYS_NBLOCKS])
 {
 	char *text = NULL, *dir, *slash;
 	size_t len = 0;
@@ -542,16 +631,15 @@ static int section_to_output(const struct keys_opts *o, const struct keys_result
 
 int main(int argc, char **argv)
 {
-	static const uint32_t schemes[] = { KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_FAST };
-	struct keys_result r[KEYS_NBLOCKS * 2];
-	bool agree[KEYS_NBLOCKS] = { false, false };
+	struct keys_result r[KEYS_NBLOCKS * KEYS_NSCHEMES];
+	bool agree[KEYS_NALGOS][KEYS_NBLOCKS] = { { false } }, bad = false;
 	struct keys_pyref py;
 	struct keys_opts o;
 	uint32_t *tok;
 	kvp_key *keys;
 	uint64_t x = 0x9e3779b97f4a7c15ull;
 	size_t i, s, nr = 0;
-	int rc, b;
+	int rc, b, a;
 
 	rc = parse_opts(argc, argv, &o);
 	if (rc)
@@ -569,7 +657,7 @@ int main(int argc, char **argv)
 		tok[i] = (uint32_t)((x >> 11) % KEYS_VOCAB);
 	}
 	for (b = 0; b < KEYS_NBLOCKS; b++) {
-		for (s = 0; s < 2; s++) {
+		for (s = 0; s < KEYS_NSCHEMES; s++) {
 			rc = measure(schemes[s], block_sizes[b], tok, o.tokens, keys,
 				     o.runs, &r[nr]);
 			if (rc)
@@ -583,15 +671,23 @@ int main(int argc, char **argv)
 	}
 	run_python(&o, tok, o.tokens, &py);
 	if (py.ok) {
-		for (b = 0; b < KEYS_NBLOCKS; b++) {
-			char hex[2 * KVP_KEY_BYTES + 1];
+		for (a = 0; a < KEYS_NALGOS; a++) {
+			for (b = 0; b < KEYS_NBLOCKS; b++) {
+				char hex[2 * KVP_KEY_BYTES + 1];
+				size_t n = strlen(py.last[a][b]);
 
-			key_hex(&r[2 * b].last, hex);
-			agree[b] = strcmp(hex, py.last[b]) == 0;
-			printf("scheme=python block=%u tokens=%zu runs=%zu median_ms=%.3f min_ms=%.3f tokens_per_s=%.0f same_last_key=%s\n",
-			       block_sizes[b], o.tokens, o.py_runs, py.median_s[b] * 1e3,
-			       py.min_s[b] * 1e3, (double)o.tokens / py.median_s[b],
-			       agree[b] ? "yes" : "no");
+				if (py.median_s[a][b] <= 0)
+					continue;
+				/* r holds block 0's schemes, then block 1's */
+				key_hex(&r[b * KEYS_NSCHEMES + a].last, hex);
+				agree[a][b] = n && strncmp(hex, py.last[a][b], n) == 0;
+				bad = bad || !agree[a][b];
+				printf("scheme=python-%s block=%u tokens=%zu runs=%zu median_ms=%.3f min_ms=%.3f tokens_per_s=%.0f same_last_key=%s\n",
+				       algo_names[a], block_sizes[b], o.tokens, o.py_runs,
+				       py.median_s[a][b] * 1e3, py.min_s[a][b] * 1e3,
+				       (double)o.tokens / py.median_s[a][b],
+				       agree[a][b] ? "yes" : "no");
+			}
 		}
 		printf("# %s\n", py.version);
 	} else {
@@ -602,8 +698,8 @@ int main(int argc, char **argv)
 		rc = section_to_output(&o, r, nr, &py, agree);
 	free(keys);
 	free(tok);
-	if (py.ok && !(agree[0] && agree[1])) {
-		fprintf(stderr, "keys: the vLLM scheme's keys differ from vLLM's Python\n");
+	if (bad) {
+		fprintf(stderr, "keys: a vLLM scheme's keys differ from vLLM's Python\n");
 		return EXIT_FAILURE;
 	}
 	return rc ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -12,9 +12,10 @@ bench_rpc_SOURCES = bench/rpc.c bench/opt.c bench/opt.h
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
 
-# bench/keys: tokens/s of kvp_key_chain() for both key schemes against
-# vLLM's Python sha256_cbor (cbor2 + hashlib, /usr/bin/python3) on the same
-# tokens; it rewrites its own section of BENCHMARKS.md. No daemon needed.
+# bench/keys: tokens/s of kvp_key_chain() for every key scheme against
+# vLLM's Python in the same run: its own hash functions when VLLM names a
+# vLLM wheel or install tree (PYTHON an interpreter with cbor2 and
+# xxhash), else sha256_cbor as cbor2 + hashlib.
 bench_keys_SOURCES = bench/keys.c bench/opt.c bench/opt.h
 bench_keys_LDADD = client/libkvpool.la
 bench_keys_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -97,8 +98,8 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
 		examples/kvpool-model-server$(EXEEXT)
-	bench/keys$(EXEEXT) --python /usr/bin/python3 \
-		--output $(abs_top_srcdir)/BENCHMARKS.md
+	bench/keys$(EXEEXT) --python $${PYTHON:-/usr/bin/python3} \
+		$${VLLM:+--vllm "$$VLLM"} --output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
 		--builddir $(abs_top_builddir) \
 		--output $(abs_top_srcdir)/BENCHMARKS.md
