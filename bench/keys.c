@@ -38,7 +38,7 @@
 #define KEYS_VOCAB	152064
 #define KEYS_NBLOCKS	2
 #define KEYS_NALGOS	4	/* vLLM's algorithms */
-#define KEYS_NSCHEMES	5	/* those and fast */
+#define KEYS_NSCHEMES	4	/* their schemes (fast is xxhash_cbor) */
 #define KEYS_MAX_RUNS	1000
 #define SECTION_BEGIN	"<!-- bench:keys:begin -->"
 #define SECTION_END	"<!-- bench:keys:end -->"
@@ -69,7 +69,7 @@ static const char *const algo_names[KEYS_NALGOS] = {
 };
 static const uint32_t schemes[KEYS_NSCHEMES] = {
 	KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_VLLM_SHA256, KVP_KEYS_VLLM_XXHASH,
-	KVP_KEYS_VLLM_XXHASH_CBOR, KVP_KEYS_FAST,
+	KVP_KEYS_VLLM_XXHASH_CBOR,
 };
 
 /* The Python reference, one entry per algorithm and block size (an
@@ -152,9 +152,9 @@ static int cmp_double(const void *a, const void *b)
 
 static const char *scheme_name(uint32_t scheme)
 {
-	return scheme == KVP_KEYS_FAST ? "fast" : scheme == KVP_KEYS_VLLM_SHA256 ? "sha256" :
+	return scheme == KVP_KEYS_VLLM_SHA256 ? "sha256" :
 	       scheme == KVP_KEYS_VLLM_XXHASH ? "xxhash" :
-	       scheme == KVP_KEYS_VLLM_XXHASH_CBOR ? "xxhash_cbor" : "sha256_cbor";
+	       scheme == KVP_KEYS_VLLM_XXHASH_CBOR ? "xxhash_cbor (fast)" : "sha256_cbor";
 }
 
 /* scheme_algo() - the index of a vLLM algorithm's scheme, -1 for fast. */
@@ -426,9 +426,7 @@ static void write_section(FILE *f, const struct keys_opts *o,
 			all_agree ? "equal for every algorithm and block size" : "**differs**",
 			all_agree ? "**met**" : "**not met**");
 	}
-	fprintf(f, "| kvpool's fast scheme against vllm-xxhash-cbor (16-token blocks) | "
-		   "%.1fM vs %.1fM tokens/s | ×%.2f |\n",
-		tps16[4] / 1e6, tps16[3] / 1e6, tps16[3] > 0 ? tps16[4] / tps16[3] : 0);
+
 	fprintf(f, "\n| block tokens | scheme | median ms / run | tokens/s | blocks/s | ns/block | ÷ vLLM's |\n");
 	fprintf(f, "| ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
 	for (i = 0; i < nr; i++) {

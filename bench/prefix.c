@@ -87,8 +87,10 @@ static void print_workload(const struct pfx_opts *o, const struct pfx_work *w,
 	       o->clients, o->requests, o->prompts, o->window, o->zipf, o->prompt_min,
 	       o->prompt_max, o->suffix_mean, o->suffix_sigma, o->seed, o->poll_us,
 	       pfx_geom.block_tokens, r->page_bytes,
-	       r->key_scheme == KVP_KEYS_FAST ? "fast" : r->key_scheme ==
-	       KVP_KEYS_VLLM_SHA256_CBOR ? "vllm-sha256-cbor" : "unknown",
+	       r->key_scheme == KVP_KEYS_VLLM_XXHASH_CBOR ? "vllm-xxhash-cbor" :
+	       r->key_scheme == KVP_KEYS_VLLM_SHA256_CBOR ? "vllm-sha256-cbor" :
+	       r->key_scheme == KVP_KEYS_VLLM_SHA256 ? "vllm-sha256" :
+	       r->key_scheme == KVP_KEYS_VLLM_XXHASH ? "vllm-xxhash" : "unknown",
 	       (double)r->sum.tokens / n, (double)r->sum.suffix_tokens / n,
 	       (double)r->sum.blocks / n);
 	for (i = 0; i < o->prompts; i++)

@@ -210,7 +210,7 @@ const char *cli_dtype_name(uint32_t d)
 const char *cli_scheme_name(uint32_t k)
 {
 	static const char *const names[] = {
-		"?", "vllm-sha256-cbor", "fast", "vllm-sha256", "vllm-xxhash", "vllm-xxhash-cbor",
+		"?", "vllm-sha256-cbor", "vllm-xxhash-cbor", "vllm-sha256", "vllm-xxhash",
 	};
 
 	return k <= KVP_WIRE_KEYS_MAX ? names[k] : "?";

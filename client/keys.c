@@ -2,7 +2,8 @@
 /*
  * keys.c - prefix keys: kvp_key_root(), kvp_key_block(), kvp_key_chain().
  *
- * Owns the two key schemes of kvpool.h and what they are built from:
+ * Owns the key schemes of kvpool.h, vLLM's four prefix-caching
+ * algorithms, and what they are built from:
  *
  * KVP_KEYS_VLLM_SHA256_CBOR, byte for byte vLLM's sha256_cbor prefix
  * hash: a block key is SHA-256 of the canonical CBOR (RFC 8949 section
@@ -13,8 +14,10 @@
  * encoding streams into the hash through a small staging buffer, never
  * a buffer the size of the block.
  *
- * KVP_KEYS_FAST: XXH3-128 (libxxhash) over a self-delimiting little-endian
- * serialization of the same inputs; see fast_block() for the bytes.
+ * KVP_KEYS_VLLM_SHA256 and KVP_KEYS_VLLM_XXHASH hash CPython's pickle of
+ * the same tuple, KVP_KEYS_VLLM_XXHASH_CBOR (also KVP_KEYS_FAST) its CBOR,
+ * with SHA-256 or XXH3-128 (libxxhash); see vllm_any_block(). SHA-256 uses
+ * the x86 SHA extensions where the CPU has them.
  *
  * Every function here is pure and thread-safe: all state is on the
  * caller's stack.
@@ -92,8 +95,8 @@ static inline void store_be32(uint8_t *p, uint32_t v)
 	p[3] = (uint8_t)v;
 }
 
-/* sha256_blocks() - hash n whole 64-byte blocks of p into st. */
-static void sha256_blocks(uint32_t st[8], const uint8_t *p, size_t n)
+/* sha256_blocks_c() - hash n whole 64-byte blocks of p into st. */
+static void sha256_blocks_c(uint32_t st[8], const uint8_t *p, size_t n)
 {
 	uint32_t w[64];
 	int i;
@@ -126,6 +129,96 @@ static void sha256_blocks(uint32_t st[8], const uint8_t *p, size_t n)
 		st[6] += g;
 		st[7] += h;
 	}
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define SHA_NI_TARGET __attribute__((target("sha,sse4.1,ssse3")))
+
+/*
+ * sha256_blocks_ni() - sha256_blocks_c() with the x86 SHA extensions:
+ * SHA256RNDS2 does two rounds on the state held as ABEF and CDGH (which
+ * swap roles after each call), SHA256MSG1/MSG2 the message schedule.
+ */
+SHA_NI_TARGET static void sha256_blocks_ni(uint32_t st[8], const uint8_t *p, size_t n)
+{
+	const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bll, 0x0405060700010203ll);
+	__m128i abef, cdgh, save0, save1, m[4], k, t;
+	int i;
+
+	t = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[0]), 0xb1);	/* B A D C */
+	cdgh = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&st[4]), 0x1b);	/* H G F E */
+	abef = _mm_alignr_epi8(t, cdgh, 8);						/* F E B A */
+	cdgh = _mm_blend_epi16(cdgh, t, 0xf0);						/* H G D C */
+	for (; n > 0; n--, p += 64) {
+		save0 = abef;
+		save1 = cdgh;
+		for (i = 0; i < 16; i++) {
+			__m128i *w = &m[i & 3];
+
+			if (i < 4)
+				*w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)),
+						      bswap);
+			else	/* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], 4 at a time */
+				*w = _mm_sha256msg2_epu32(
+					_mm_add_epi32(_mm_sha256msg1_epu32(*w, m[(i + 1) & 3]),
+						      _mm_alignr_epi8(m[(i + 3) & 3], m[(i + 2) & 3], 4)),
+					m[(i + 3) & 3]);
+			k = _mm_add_epi32(*w, _mm_loadu_si128((const __m128i *)&sha256_k[4 * i]));
+			cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);
+			abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0e));
+		}
+		abef = _mm_add_epi32(abef, save0);
+		cdgh = _mm_add_epi32(cdgh, save1);
+	}
+	t = _mm_shuffle_epi32(abef, 0x1b);		/* A B E F */
+	cdgh = _mm_shuffle_epi32(cdgh, 0xb1);		/* G H C D */
+	_mm_storeu_si128((__m128i *)&st[0], _mm_blend_epi16(t, cdgh, 0xf0));	/* A B C D */
+	_mm_storeu_si128((__m128i *)&st[4], _mm_alignr_epi8(cdgh, t, 8));	/* E F G H */
+}
+
+/* sha_ni() - the CPU has the SHA extensions, SSSE3 and SSE4.1 (CPUID
+ * leaf 7 EBX bit 29, leaf 1 ECX bits 9 and 19). */
+static bool sha_ni(void)
+{
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 9)) || !(c & (1u << 19)))
+		return false;
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
+}
+#else
+static bool sha_ni(void)
+{
+	return false;
+}
+#endif
+
+/* 0: not chosen yet, 1: portable C, 2: SHA extensions; keys_sha256_use()
+ * lets the tests run both. A race on the first choice writes the same. */
+static int sha_impl;
+
+int keys_sha256_use(int impl)
+{
+	if (impl == KEYS_SHA256_NI && !sha_ni())
+		return -ENOTSUP;
+	sha_impl = impl ? impl : (sha_ni() ? KEYS_SHA256_NI : KEYS_SHA256_C);
+	return sha_impl;
+}
+
+static inline void sha256_blocks(uint32_t st[8], const uint8_t *p, size_t n)
+{
+	if (!sha_impl)
+		keys_sha256_use(0);
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+	if (sha_impl == KEYS_SHA256_NI) {
+		sha256_blocks_ni(st, p, n);
+		return;
+	}
+#endif
+	sha256_blocks_c(st, p, n);
 }
 
 void keys_sha256_init(struct keys_sha256 *s)
@@ -300,6 +393,9 @@ static void vllm_root(const char *seed, kvp_key *root)
 	cbor_end(&c, root);
 }
 
+static bool vllm_block_direct(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			      size_t ntokens, kvp_key *key);
+
 /* vllm_block() - SHA-256(cbor2.dumps((parent, tuple(tokens), extras),
  * canonical=True)) where extras is None when nextras is 0: vLLM's
  * hash_block_tokens() with sha256_cbor. */
@@ -310,6 +406,9 @@ static void vllm_block(const kvp_key *parent, const uint32_t *tokens,
 	struct cbor_sink c;
 	size_t i;
 
+	if (nextras == 0 && vllm_block_direct(KVP_KEYS_VLLM_SHA256_CBOR, parent, tokens,
+					      ntokens, key))
+		return;
 	cbor_begin(&c);
 	cbor_head(&c, CBOR_ARRAY, 3);
 	cbor_string(&c, CBOR_BYTES, parent->b, KVP_KEY_BYTES);
@@ -331,46 +430,9 @@ static void vllm_block(const kvp_key *parent, const uint32_t *tokens,
 	cbor_end(&c, key);
 }
 
-/* --- The fast scheme: XXH3-128 ------------------------------------------- */
+/* --- Little-endian stores, the staging size ------------------------------ */
 
-/*
- * The bytes hashed (all integers little-endian):
- *
- *   root:  0x52 'R', "kvpool-fast-root", u64 seed length, the seed's bytes
- *   block: 0x42 'B', parent key (32 bytes), u64 token count, u32 per token,
- *          u64 extra count (0: vLLM's None), then per extra either
- *          0x01, u64 length, the string's bytes   (str != NULL)
- *          0x02, u64 num                          (str == NULL)
- *
- * Every field is fixed-size or preceded by its length, and the first byte
- * tells a root from a block, so two different inputs never give the same
- * bytes. The 128-bit hash h is stored as key bytes 0..7 = h.low64 and
- * 8..15 = h.high64, each little-endian; bytes 16..31 are zero.
- *
- * A block whose bytes fit in FAST_STAGE (a 16-token block is 113 bytes; up
- * to about 1000 tokens fit) is hashed with one-shot XXH3_128bits() over a
- * stack buffer, which for small inputs is several times faster than the
- * streaming API (whose state is 576 bytes to reset). A larger block falls
- * back to XXH3_128bits_update() in FAST_STAGE pieces; only then is memory
- * allocated (XXH3_createState(): a heap state, since libxxhash does not
- * promise the state's layout to programs that link it dynamically).
- */
-#define FAST_STAGE	4096
-#define FAST_ROOT_TAG	"kvpool-fast-root"
-
-enum fast_tag {
-	FAST_TAG_ROOT = 0x52,
-	FAST_TAG_BLOCK = 0x42,
-	FAST_TAG_STR = 0x01,
-	FAST_TAG_NUM = 0x02,
-};
-
-struct fast_sink {
-	XXH3_state_t *st;	/* NULL until the input outgrows buf */
-	int err;		/* -ENOMEM when the state could not be had */
-	size_t len;		/* bytes waiting in buf */
-	uint8_t buf[FAST_STAGE];
-};
+#define FAST_STAGE	4096	/* a block encoded into one stack buffer */
 
 static inline void store_le32(uint8_t *p, uint32_t v)
 {
@@ -384,150 +446,6 @@ static inline void store_le64(uint8_t *p, uint64_t v)
 {
 	store_le32(p, (uint32_t)v);
 	store_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-/* fast_begin() - an empty sink. Not an initializer: that would zero the
- * whole 4 KiB buffer, which costs as much as hashing a 16-token block. */
-static void fast_begin(struct fast_sink *f)
-{
-	f->st = NULL;
-	f->err = 0;
-	f->len = 0;
-}
-
-/* fast_flush() - move buf into the streaming state, creating it first. */
-static void fast_flush(struct fast_sink *f)
-{
-	if (!f->st && !f->err) {
-		f->st = XXH3_createState();
-		if (!f->st || XXH3_128bits_reset(f->st) != XXH_OK)
-			f->err = -ENOMEM;
-	}
-	if (!f->err)
-		XXH3_128bits_update(f->st, f->buf, f->len);
-	f->len = 0;
-}
-
-/* fast_room() - make room for n <= FAST_STAGE bytes; returns where. */
-static inline uint8_t *fast_room(struct fast_sink *f, size_t n)
-{
-	if (FAST_STAGE - f->len < n)
-		fast_flush(f);
-	return f->buf + f->len;
-}
-
-static void fast_u8(struct fast_sink *f, uint8_t v)
-{
-	*fast_room(f, 1) = v;
-	f->len += 1;
-}
-
-static void fast_u64(struct fast_sink *f, uint64_t v)
-{
-	store_le64(fast_room(f, 8), v);
-	f->len += 8;
-}
-
-static void fast_bytes(struct fast_sink *f, const void *data, size_t n)
-{
-	const uint8_t *p = data;
-
-	while (n > 0) {
-		size_t k = FAST_STAGE - f->len;
-
-		if (k == 0) {
-			fast_flush(f);
-			k = FAST_STAGE;
-		}
-		if (k > n)
-			k = n;
-		memcpy(f->buf + f->len, p, k);
-		f->len += k;
-		p += k;
-		n -= k;
-	}
-}
-
-static void fast_tokens(struct fast_sink *f, const uint32_t *tokens, size_t n)
-{
-	while (n > 0) {
-		size_t k = (FAST_STAGE - f->len) / 4, i;
-		uint8_t *p;
-
-		if (k == 0) {
-			fast_flush(f);
-			k = FAST_STAGE / 4;
-		}
-		if (k > n)
-			k = n;
-		p = f->buf + f->len;
-		for (i = 0; i < k; i++)
-			store_le32(p + 4 * i, tokens[i]);
-		f->len += 4 * k;
-		tokens += k;
-		n -= k;
-	}
-}
-
-/* fast_end() - the key of what was written; 0 or -ENOMEM. */
-static int fast_end(struct fast_sink *f, kvp_key *key)
-{
-	XXH128_hash_t h = { 0, 0 };
-
-	if (!f->st) {
-		h = XXH3_128bits(f->buf, f->len);
-	} else if (!f->err) {
-		XXH3_128bits_update(f->st, f->buf, f->len);
-		h = XXH3_128bits_digest(f->st);
-	}
-	XXH3_freeState(f->st);	/* accepts NULL */
-	if (f->err)
-		return f->err;
-	store_le64(key->b, h.low64);
-	store_le64(key->b + 8, h.high64);
-	memset(key->b + 16, 0, KVP_KEY_BYTES - 16);
-	return 0;
-}
-
-static int fast_root(const char *seed, kvp_key *root)
-{
-	struct fast_sink f;
-	size_t n = strlen(seed);
-
-	fast_begin(&f);
-	fast_u8(&f, FAST_TAG_ROOT);
-	fast_bytes(&f, FAST_ROOT_TAG, sizeof(FAST_ROOT_TAG) - 1);
-	fast_u64(&f, n);
-	fast_bytes(&f, seed, n);
-	return fast_end(&f, root);
-}
-
-static int fast_block(const kvp_key *parent, const uint32_t *tokens,
-		      size_t ntokens, const kvp_extra *extras, size_t nextras,
-		      kvp_key *key)
-{
-	struct fast_sink f;
-	size_t i;
-
-	fast_begin(&f);
-	fast_u8(&f, FAST_TAG_BLOCK);
-	fast_bytes(&f, parent->b, KVP_KEY_BYTES);
-	fast_u64(&f, ntokens);
-	fast_tokens(&f, tokens, ntokens);
-	fast_u64(&f, nextras);
-	for (i = 0; i < nextras; i++) {
-		if (extras[i].str) {
-			size_t n = strlen(extras[i].str);
-
-			fast_u8(&f, FAST_TAG_STR);
-			fast_u64(&f, n);
-			fast_bytes(&f, extras[i].str, n);
-		} else {
-			fast_u8(&f, FAST_TAG_NUM);
-			fast_u64(&f, extras[i].num);
-		}
-	}
-	return fast_end(&f, key);
 }
 
 /* --- vLLM's other algorithms: pickle, XXH3-128 ------------------------------
@@ -790,6 +708,107 @@ static size_t pk_extras_size(const kvp_extra *extras, size_t nextras)
 	return pk_tuple_size(nextras, items);
 }
 
+/*
+ * The common case, written straight into a buffer: a block without extra
+ * keys whose encoding fits in FAST_STAGE (up to about 800 tokens), then
+ * one-shot hashing. Byte for byte what the general path writes.
+ */
+/* pk_put_int() / cb_put_uint() - one token id, without a branch on its
+ * size (token ids are random to the branch predictor): every byte of the
+ * widest form is stored and the pointer moves by the right length. They
+ * write up to 9 and 5 bytes past what they keep. */
+static inline uint8_t *pk_put_int(uint8_t *p, uint32_t v)
+{
+	static const uint8_t op[4] = { 'K', 'M', 'J', 0x8a }, len[4] = { 2, 3, 5, 7 };
+	unsigned cls = (v > 0xff) + (v > 0xffff) + (v >= 0x80000000u);
+
+	uint64_t le = v;	/* x86 and every little-endian host: one store */
+
+	p[0] = op[cls];
+	p[1] = 5;		/* LONG1's length; the others' first byte */
+	if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+		memcpy(p + 1 + (cls == 3), &le, 8);
+	else
+		store_le64(p + 1 + (cls == 3), v);
+	return p + len[cls];
+}
+
+static inline uint8_t *cb_put_uint(uint8_t *p, uint32_t v)
+{
+	static const uint8_t shift[4] = { 0, 24, 16, 0 }, len[4] = { 1, 2, 3, 5 };
+	unsigned cls = (v >= 24) + (v > 0xff) + (v > 0xffff);
+
+	uint32_t w = v << shift[cls];
+	uint32_t be = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? __builtin_bswap32(w) : w;
+
+	p[0] = cls ? (uint8_t)(23 + cls) : (uint8_t)v;
+	memcpy(p + 1, &be, 4);	/* one store */
+	return p + len[cls];
+}
+
+/* cb_put_head() - a CBOR head of major with argument v (v < 2^32). */
+static inline uint8_t *cb_put_head(uint8_t *p, enum cbor_major major, uint32_t v)
+{
+	uint8_t *q = cb_put_uint(p, v);
+
+	*p |= (uint8_t)(major << 5);
+	return q;
+}
+
+/* vllm_block_direct() - the block's key when it has no extras and its
+ * encoding fits; false (nothing written) when it does not. */
+static bool vllm_block_direct(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			      size_t ntokens, kvp_key *key)
+{
+	size_t pb = scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_SHA256_CBOR ?
+		    32 : 16, i;
+	uint8_t buf[FAST_STAGE], *p = buf, *frame = NULL;
+	XXH128_canonical_t c;
+
+	/* at most 7 bytes a token, 64 of framing, tuples and parent */
+	if (ntokens > (sizeof(buf) - 64) / 7)
+		return false;
+	if (scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH) {
+		memcpy(p, "\x80\x05\x95", 3);
+		frame = p + 3;
+		p += 11;
+		*p++ = 'C';
+		*p++ = (uint8_t)pb;
+		memcpy(p, parent->b, pb);
+		p += pb;
+		*p++ = PK_MEMOIZE;
+		if (ntokens > 3)
+			*p++ = '(';
+		for (i = 0; i < ntokens; i++)
+			p = pk_put_int(p, tokens[i]);
+		*p++ = ntokens == 0 ? ')' : ntokens <= 3 ? (uint8_t)(0x84 + ntokens) : 't';
+		if (ntokens)
+			*p++ = PK_MEMOIZE;
+		*p++ = 'N';
+		*p++ = 0x87;
+		*p++ = PK_MEMOIZE;
+		*p++ = '.';
+		store_le64(frame, (uint64_t)(p - frame - 8));
+	} else {
+		*p++ = 0x83;			/* array of 3 */
+		p = cb_put_head(p, CBOR_BYTES, (uint32_t)pb);
+		memcpy(p, parent->b, pb);
+		p += pb;
+		p = cb_put_head(p, CBOR_ARRAY, (uint32_t)ntokens);
+		for (i = 0; i < ntokens; i++)
+			p = cb_put_uint(p, tokens[i]);
+		*p++ = CBOR_NULL;
+	}
+	if (pb == 32) {
+		keys_sha256(buf, (size_t)(p - buf), key->b);
+		return true;
+	}
+	XXH128_canonicalFromHash(&c, XXH3_128bits(buf, (size_t)(p - buf)));
+	memcpy(key->b, c.digest, 16);
+	memset(key->b + 16, 0, KVP_KEY_BYTES - 16);
+	return true;
+}
+
 /* vllm_any_root() / vllm_any_block() - vLLM's NONE_HASH and
  * hash_block_tokens() with the sha256, xxhash and xxhash_cbor algorithms. */
 static int vllm_any_root(uint32_t scheme, const char *seed, kvp_key *root)
@@ -822,6 +841,8 @@ static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t
 	struct hsink h;
 	int rc;
 
+	if (nextras == 0 && vllm_block_direct(scheme, parent, tokens, ntokens, key))
+		return 0;
 	hs_begin(&h, scheme != KVP_KEYS_VLLM_SHA256);
 	if (scheme == KVP_KEYS_VLLM_XXHASH_CBOR) {
 		hc_head(&h, CBOR_ARRAY, 3);
@@ -880,20 +901,17 @@ static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t
 
 static bool keys_scheme_known(uint32_t scheme)
 {
-	return scheme == KVP_KEYS_VLLM_SHA256_CBOR || scheme == KVP_KEYS_FAST ||
-	       scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH ||
-	       scheme == KVP_KEYS_VLLM_XXHASH_CBOR;
+	return scheme == KVP_KEYS_VLLM_SHA256_CBOR || scheme == KVP_KEYS_VLLM_XXHASH_CBOR ||
+	       scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH;
 }
 
 /* keys_block() - one block's key, arguments already checked. Returns 0,
- * or -ENOMEM from the fast scheme's streaming fallback. */
+ * -EINVAL (a pickle past one frame) or -ENOMEM (XXH3's streaming state,
+ * for a block too large for FAST_STAGE). */
 static int keys_block(uint32_t scheme, const kvp_key *parent,
 		      const uint32_t *tokens, size_t ntokens,
 		      const kvp_extra *extras, size_t nextras, kvp_key *key)
 {
-	if (scheme == KVP_KEYS_FAST)
-		return fast_block(parent, tokens, ntokens, extras, nextras,
-				  key);
 	if (scheme != KVP_KEYS_VLLM_SHA256_CBOR)
 		return vllm_any_block(scheme, parent, tokens, ntokens, extras, nextras, key);
 	vllm_block(parent, tokens, ntokens, extras, nextras, key);
@@ -904,8 +922,6 @@ KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root)
 {
 	if (!keys_scheme_known(scheme) || !seed || !root)
 		return -EINVAL;
-	if (scheme == KVP_KEYS_FAST)
-		return fast_root(seed, root);
 	if (scheme != KVP_KEYS_VLLM_SHA256_CBOR)
 		return vllm_any_root(scheme, seed, root);
 	vllm_root(seed, root);
@@ -913,8 +929,8 @@ KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root)
 }
 
 /*
- * kvp_key_block() - see kvpool.h. Besides 0 and -EINVAL, the fast scheme
- * returns -ENOMEM when a block too large for FAST_STAGE (over about 1000
+ * kvp_key_block() - see kvpool.h. Besides 0 and -EINVAL, the XXH3 schemes
+ * return -ENOMEM when a block too large for FAST_STAGE (over about 800
  * tokens) cannot get its streaming state; so does kvp_key_chain().
  */
 KVP_API int kvp_key_block(uint32_t scheme, const kvp_key *parent,

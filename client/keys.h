@@ -34,6 +34,14 @@ void keys_sha256_update(struct keys_sha256 *s, const void *data, size_t len);
  * initialised again before reuse. */
 void keys_sha256_final(struct keys_sha256 *s, uint8_t out[KEYS_SHA256_BYTES]);
 
+/* keys_sha256_use() - the compression function from now on: KEYS_SHA256_C
+ * (portable), KEYS_SHA256_NI (x86 SHA extensions; -ENOTSUP where the CPU
+ * has none) or 0 (the best there is, the default). Returns the one in
+ * use. For the tests, which hold both to the same vectors. */
+#define KEYS_SHA256_C	1
+#define KEYS_SHA256_NI	2
+int keys_sha256_use(int impl);
+
 /* keys_sha256() - the digest of one whole message. */
 void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES]);
 

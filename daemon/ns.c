@@ -246,8 +246,8 @@ static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h
 	}
 	if (*scheme < KVP_WIRE_KEYS_VLLM_SHA256_CBOR || *scheme > KVP_WIRE_KEYS_MAX) {
 		snprintf(err, errlen, "namespace '%s': key scheme %u is not 1 "
-			 "(vllm-sha256-cbor), 2 (fast), 3 (vllm-sha256), 4 (vllm-xxhash) or "
-			 "5 (vllm-xxhash-cbor)", h->ns, *scheme);
+			 "(vllm-sha256-cbor), 2 (vllm-xxhash-cbor, also called fast), 3 "
+			 "(vllm-sha256) or 4 (vllm-xxhash)", h->ns, *scheme);
 		return -KVP_S_INVAL;
 	}
 	return 0;

@@ -44,9 +44,9 @@ struct opt_def {
 
 static const char *const backend_names[] = { "auto", "host", "cuda", NULL };
 static const char *const io_names[] = { "auto", "uring", "sync", NULL };
-/* in the order of KVP_WIRE_KEYS_*, from 1 */
+/* KVP_WIRE_KEYS_* n is choice n - 1; "fast" is another name for 2 */
 static const char *const scheme_names[] = {
-	"vllm-sha256-cbor", "fast", "vllm-sha256", "vllm-xxhash", "vllm-xxhash-cbor", NULL,
+	"vllm-sha256-cbor", "vllm-xxhash-cbor", "vllm-sha256", "vllm-xxhash", "fast", NULL,
 };
 
 const char *options_backend_name(unsigned backend)
@@ -104,8 +104,8 @@ static const struct opt_def opt_table[] = {
 	  "SECONDS", "disconnect a client that sent no request for SECONDS (default 0: "
 	  "never)", NULL },
 	{ "key-scheme", 0, OPT_CHOICE, OFF(key_scheme), 0, 0, 0,
-	  "SCHEME", "prefix keys of new namespaces: vllm-sha256-cbor (default), fast, or "
-	  "vLLM's other algorithms vllm-sha256, vllm-xxhash, vllm-xxhash-cbor",
+	  "SCHEME", "prefix keys of new namespaces, vLLM's algorithms: vllm-sha256-cbor "
+	  "(default), vllm-sha256, vllm-xxhash, vllm-xxhash-cbor (also called fast)",
 	  scheme_names },
 	{ "key-seed", 0, OPT_STRING, OFF(key_seed), SZ(key_seed), 0, 0,
 	  "SEED", "root key seed, like vLLM's PYTHONHASHSEED (default kvpool)", NULL },

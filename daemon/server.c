@@ -750,7 +750,8 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->be = be;
 	s->pool = pool;
 	s->admin_gid = admin_gid;
-	s->keys.scheme = o->key_scheme + 1;	/* the option's names are 1.. */
+	/* the option's choices are the schemes from 1, then "fast" */
+	s->keys.scheme = o->key_scheme == 4 ? KVP_WIRE_KEYS_FAST : o->key_scheme + 1;
 	s->keys.seed = o->key_seed;
 	s->keys.salt = o->key_salt;
 	s->keys.pinned_pct = (unsigned)o->pinned_pct;

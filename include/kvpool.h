@@ -80,20 +80,19 @@ enum kvp_key_scheme {
 	 * [token ids as unsigned integers], null or [extra keys]]);
 	 * root = SHA-256(canonical CBOR text string of a seed) */
 	KVP_KEYS_VLLM_SHA256_CBOR = 1,
-	/* XXH3-128 over the same inputs (the last 16 key bytes are 0): many
-	 * times faster, not collision-resistant against an adversary; for
-	 * trusted single-tenant use */
-	KVP_KEYS_FAST = 2,
+	/* vLLM's xxhash_cbor: XXH3-128 of that canonical CBOR. Its 16-byte
+	 * digest (big-endian, as xxhash's digest() returns it) is key bytes
+	 * 0..15 and what is hashed as a parent; bytes 16..31 are zero. The
+	 * fastest scheme, and kvpool's "fast" one: not collision-resistant
+	 * against an adversary, so for trusted tenants (or a secret seed) */
+	KVP_KEYS_VLLM_XXHASH_CBOR = 2,
+	KVP_KEYS_FAST = KVP_KEYS_VLLM_XXHASH_CBOR,
 	/* vLLM's sha256 (its default algorithm): SHA-256 of the pickle
 	 * (protocol 5, as CPython writes it) of the same tuples; a block
 	 * whose pickle would pass one 64 KiB frame is -EINVAL */
 	KVP_KEYS_VLLM_SHA256 = 3,
-	/* vLLM's xxhash: XXH3-128 of that pickle; and xxhash_cbor: XXH3-128
-	 * of the canonical CBOR. Their 16-byte digest (big-endian, as
-	 * xxhash's digest() returns it) is key bytes 0..15, and what is
-	 * hashed as a parent; bytes 16..31 are zero. */
+	/* vLLM's xxhash: XXH3-128 of that pickle, 16 bytes as above */
 	KVP_KEYS_VLLM_XXHASH = 4,
-	KVP_KEYS_VLLM_XXHASH_CBOR = 5,
 };
 
 /* One extra key of a block (vLLM's extra_keys): a LoRA adapter's name, a

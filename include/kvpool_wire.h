@@ -80,11 +80,11 @@ enum kvp_op {
 
 /* Key schemes of a namespace (enum kvp_key_scheme in kvpool.h). */
 #define KVP_WIRE_KEYS_VLLM_SHA256_CBOR	1u
-#define KVP_WIRE_KEYS_FAST		2u
+#define KVP_WIRE_KEYS_VLLM_XXHASH_CBOR	2u
+#define KVP_WIRE_KEYS_FAST		KVP_WIRE_KEYS_VLLM_XXHASH_CBOR
 #define KVP_WIRE_KEYS_VLLM_SHA256	3u
 #define KVP_WIRE_KEYS_VLLM_XXHASH	4u
-#define KVP_WIRE_KEYS_VLLM_XXHASH_CBOR	5u
-#define KVP_WIRE_KEYS_MAX		5u
+#define KVP_WIRE_KEYS_MAX		4u
 
 /* Priority classes of published pages: evicted lowest first; PINNED
  * counts against the namespace's pinned quota. */

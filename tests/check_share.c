@@ -656,6 +656,7 @@ START_TEST(test_share_every_vllm_key_scheme_serves_its_own_keys)
 		{ "vllm-sha256", KVP_KEYS_VLLM_SHA256 },
 		{ "vllm-xxhash", KVP_KEYS_VLLM_XXHASH },
 		{ "vllm-xxhash-cbor", KVP_KEYS_VLLM_XXHASH_CBOR },
+		{ "fast", KVP_KEYS_VLLM_XXHASH_CBOR },	/* another name for it */
 	};
 	uint32_t tok[3 * BT];
 	kvp_key root, keys[3];
