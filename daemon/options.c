@@ -104,11 +104,13 @@ static const struct opt_def opt_table[] = {
 	  "SECONDS", "disconnect a client that sent no request for SECONDS (default 0: "
 	  "never)", NULL },
 	{ "key-scheme", 0, OPT_CHOICE, OFF(key_scheme), 0, 0, 0,
-	  "SCHEME", "prefix keys of new namespaces, vLLM's algorithms: vllm-sha256-cbor "
-	  "(default), vllm-sha256, vllm-xxhash, vllm-xxhash-cbor (also called fast)",
+	  "SCHEME", "prefix keys of new namespaces, vLLM's algorithms: vllm-sha256 "
+	  "(default, as vLLM's), vllm-sha256-cbor, vllm-xxhash, vllm-xxhash-cbor (also "
+	  "called fast)",
 	  scheme_names },
 	{ "key-seed", 0, OPT_STRING, OFF(key_seed), SZ(key_seed), 0, 0,
-	  "SEED", "root key seed, like vLLM's PYTHONHASHSEED (default kvpool)", NULL },
+	  "SEED", "root key seed, vLLM's NONE_HASH seed (default: $PYTHONHASHSEED, else "
+	  "vllm-none-hash, as vLLM)", NULL },
 	{ "key-salt", 0, OPT_STRING, OFF(key_salt), SZ(key_salt), 0, 0,
 	  "SALT", "secret mixed with each namespace's name into its root key", NULL },
 	{ "pinned-quota", 0, OPT_UINT, OFF(pinned_pct), 0, 0, 100,
@@ -159,7 +161,12 @@ void options_defaults(struct options *o)
 	o->max_clients = 256;
 	o->max_ns_per_uid = 16;
 	o->max_leases = 1u << 20;
-	snprintf(o->key_seed, sizeof(o->key_seed), "%s", "kvpool");
+	/* vLLM's defaults, so that a kvpoold and a vLLM that configure
+	 * nothing agree: its default algorithm, sha256, and its NONE_HASH
+	 * seed, PYTHONHASHSEED or else "vllm-none-hash" */
+	o->key_scheme = 2;	/* vllm-sha256: choice 2 of scheme_names */
+	snprintf(o->key_seed, sizeof(o->key_seed), "%s",
+		 getenv("PYTHONHASHSEED") ? getenv("PYTHONHASHSEED") : "vllm-none-hash");
 	o->pinned_pct = 10;
 	o->free_watermark_pct = 1;
 	o->free_watermark_high_pct = 2;

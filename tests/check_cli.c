@@ -292,7 +292,7 @@ START_TEST(test_cli_namespaces_shows_geometry_states_hit_rate_and_quota)
 	ck_assert_uint_eq(json_u64(out, "namespaces[0].clients"), 2);
 	ck_assert_double_eq_tol(json_num(out, "namespaces[0].hit_rate"), 8.0 / 18.0, 1e-4);
 	ck_assert_uint_gt(json_u64(out, "namespaces[0].pinned_quota"), 0);
-	ck_assert(json_str_is(out, "namespaces[0].key_scheme", "vllm-sha256-cbor"));
+	ck_assert(json_str_is(out, "namespaces[0].key_scheme", "vllm-sha256"));
 	ck_assert_uint_eq(json_u64(out, "namespaces[0].nvme.slots"), 0);
 	ck_assert(json_str_is(out, "namespaces[1].name", "qwen"));
 	ck_assert(json_str_is(out, "namespaces[1].dtype", "bf16"));
@@ -304,7 +304,7 @@ START_TEST(test_cli_namespaces_shows_geometry_states_hit_rate_and_quota)
 		      "%s", out);
 	ll = strstr(out, "\nllama ");
 	ck_assert_msg(ll && strstr(ll, "2x2x64/16t f16") && strstr(ll, "16 KiB") &&
-		      strstr(ll, "44.4%") && strstr(ll, "vllm-sha256-cbor"), "%s", out);
+		      strstr(ll, "44.4%") && strstr(ll, " vllm-sha256 "), "%s", out);
 	ck_assert_msg(strstr(out, "4x1x64/16t bf16"), "%s", out);
 	world_stop(&w);
 }

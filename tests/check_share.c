@@ -151,8 +151,7 @@ static void publishers(const char *sock, kvp_page got[2][ROUNDS])
 			for (r = 0; r < ROUNDS; r++) {
 				for (j = 0; j < (int)BT; j++)
 					tok[j] = (uint32_t)(r * BT + (unsigned)j);
-				if (kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT,
-						  NULL, 0, &k) < 0 || kvp_alloc(c, 1, &mine) < 0)
+				if (kvp_block_keys(c, &root, tok, BT, NULL, 0, &k) < 0 || kvp_alloc(c, 1, &mine) < 0)
 					_exit(1);
 				fill_for(kvp_page_ptr(c, mine), &k);
 				if (kvp_publish(c, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon) < 0)
@@ -247,7 +246,7 @@ START_TEST(test_share_cow_copies_exactly_and_independently)
 	a = join(d.sock);
 	b = join(d.sock);
 	ck_assert_int_eq(kvp_root_key(a, &root), 0);
-	ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT, NULL, 0, &k), 0);
+	ck_assert_int_eq(kvp_block_keys(a, &root, tok, BT, NULL, 0, &k), 1);
 	ck_assert_int_eq(kvp_alloc(a, 1, &mine), 0);
 	fill_for(kvp_page_ptr(a, mine), &k);
 	ck_assert_int_eq(kvp_publish(a, NULL, &mine, &k, 1, KVP_PRIO_NORMAL, &canon), 0);
@@ -484,7 +483,7 @@ START_TEST(test_share_retain_takes_a_second_lease)
 	daemon_start(&d, small_pool);
 	a = join(d.sock);
 	kvp_root_key(a, &root);
-	kvp_key_block(KVP_KEYS_VLLM_SHA256_CBOR, &root, tok, BT, NULL, 0, &k);
+	ck_assert_int_eq(kvp_block_keys(a, &root, tok, BT, NULL, 0, &k), 1);
 	ck_assert_int_eq(kvp_alloc(a, 1, &pg), 0);
 	ck_assert_int_eq(kvp_publish(a, NULL, &pg, &k, 1, KVP_PRIO_NORMAL, &canon), 0);
 	ck_assert_int_eq(kvp_retain(a, &pg, 1), 0);	/* a fork of the sequence */
@@ -613,7 +612,7 @@ START_TEST(test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batche
 	ck_assert_uint_eq(in.slab_bytes, 1u << 20);
 	ck_assert_uint_eq(in.pages_per_slab, (1u << 20) / in.page_stride);
 	ck_assert_uint_eq(in.block_tokens, BT);
-	ck_assert_uint_eq(in.key_scheme, KVP_KEYS_VLLM_SHA256_CBOR);
+	ck_assert_uint_eq(in.key_scheme, KVP_KEYS_VLLM_SHA256);	/* vLLM's default */
 	ck_assert_uint_eq(in.max_leases, 600);
 	ck_assert_uint_eq(in.max_msg, 4096);
 	ck_assert_uint_gt(in.max_batch, 0);
@@ -694,6 +693,43 @@ START_TEST(test_share_every_vllm_key_scheme_serves_its_own_keys)
 }
 END_TEST
 
+/* A kvpoold and a vLLM that configure nothing agree: vLLM's default
+ * algorithm (sha256) and NONE_HASH seed ("vllm-none-hash", or
+ * PYTHONHASHSEED when set). The root below is vLLM 0.33.0's NONE_HASH
+ * (tests/golden/keys_vllm_algos.txt). */
+START_TEST(test_share_the_defaults_are_vllms)
+{
+	static const uint8_t vllm_none_hash[32] = {
+		0x06, 0x6b, 0x1e, 0x89, 0x87, 0xe0, 0x27, 0x13, 0x8e, 0x98, 0x70, 0x1c,
+		0x46, 0x12, 0x89, 0x29, 0x37, 0x89, 0x35, 0xf9, 0xb6, 0xcd, 0x15, 0x49,
+		0x10, 0x5a, 0xe6, 0xb4, 0xf0, 0xd7, 0x11, 0x98,
+	};
+	kvp_key root;
+	kvp_info_t in;
+	struct daemon d;
+	kvp_client *c;
+
+	unsetenv("PYTHONHASHSEED");
+	daemon_start(&d, small_pool);
+	c = join(d.sock);
+	ck_assert_int_eq(kvp_info(c, &in), 0);
+	ck_assert_uint_eq(in.key_scheme, KVP_KEYS_VLLM_SHA256);
+	ck_assert_msg(!memcmp(in.root.b, vllm_none_hash, 32), "the root is not vLLM's NONE_HASH");
+	kvp_close(c);
+	daemon_stop(&d);
+	/* PYTHONHASHSEED, as vLLM reads it */
+	setenv("PYTHONHASHSEED", "42", 1);
+	daemon_start(&d, small_pool);
+	unsetenv("PYTHONHASHSEED");
+	c = join(d.sock);
+	ck_assert_int_eq(kvp_info(c, &in), 0);
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_VLLM_SHA256, "42", &root), 0);
+	ck_assert(!memcmp(in.root.b, root.b, 32));
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
 	Suite *s = suite_create("share");
@@ -715,6 +751,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties);
 	tcase_add_test(tc, test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches);
 	tcase_add_test(tc, test_share_every_vllm_key_scheme_serves_its_own_keys);
+	tcase_add_test(tc, test_share_the_defaults_are_vllms);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction");
