@@ -155,21 +155,34 @@ SHA_NI_TARGET static void sha256_blocks_ni(uint32_t st[8], const uint8_t *p, siz
 	for (; n > 0; n--, p += 64) {
 		save0 = abef;
 		save1 = cdgh;
-		for (i = 0; i < 16; i++) {
-			__m128i *w = &m[i & 3];
-
-			if (i < 4)
-				*w = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)),
-						      bswap);
-			else	/* W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16], 4 at a time */
-				*w = _mm_sha256msg2_epu32(
-					_mm_add_epi32(_mm_sha256msg1_epu32(*w, m[(i + 1) & 3]),
-						      _mm_alignr_epi8(m[(i + 3) & 3], m[(i + 2) & 3], 4)),
-					m[(i + 3) & 3]);
-			k = _mm_add_epi32(*w, _mm_loadu_si128((const __m128i *)&sha256_k[4 * i]));
-			cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);
-			abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0e));
+		/* four rounds with the message words m and constants K[4i..] */
+#define NI_ROUNDS(m, i)                                                              \
+	do {                                                                         \
+		k = _mm_add_epi32(m, _mm_loadu_si128((const __m128i *)&sha256_k[4 * (i)])); \
+		cdgh = _mm_sha256rnds2_epu32(cdgh, abef, k);                          \
+		abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(k, 0x0e)); \
+	} while (0)
+		/* the next 4 words of the schedule into a (the oldest), from a..d:
+		 * W[t] = s1(W[t-2]) + W[t-7] + s0(W[t-15]) + W[t-16] */
+#define NI_NEXT(a, b, c, d)                                                           \
+	(a = _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(a, b),            \
+						_mm_alignr_epi8(d, c, 4)), d))
+		m[0] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 0)), bswap);
+		m[1] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16)), bswap);
+		m[2] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 32)), bswap);
+		m[3] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 48)), bswap);
+		NI_ROUNDS(m[0], 0);
+		NI_ROUNDS(m[1], 1);
+		NI_ROUNDS(m[2], 2);
+		NI_ROUNDS(m[3], 3);
+		for (i = 4; i < 16; i += 4) {
+			NI_ROUNDS(NI_NEXT(m[0], m[1], m[2], m[3]), i);
+			NI_ROUNDS(NI_NEXT(m[1], m[2], m[3], m[0]), i + 1);
+			NI_ROUNDS(NI_NEXT(m[2], m[3], m[0], m[1]), i + 2);
+			NI_ROUNDS(NI_NEXT(m[3], m[0], m[1], m[2]), i + 3);
 		}
+#undef NI_NEXT
+#undef NI_ROUNDS
 		abef = _mm_add_epi32(abef, save0);
 		cdgh = _mm_add_epi32(cdgh, save1);
 	}
