@@ -95,9 +95,11 @@ enum kvp_key_scheme {
 	KVP_KEYS_VLLM_XXHASH = 4,
 };
 
-/* One extra key of a block (vLLM's extra_keys): a LoRA adapter's name, a
- * multimodal input's hash, a cache salt. Text when str is not NULL (a
- * CBOR text string), else the unsigned integer num. */
+/* One extra key of a block (vLLM's extra_keys, in the untagged form of
+ * vLLM before 0.33: a LoRA adapter's name, a multimodal input's hash, a
+ * cache salt). Text when str is not NULL (a CBOR text string, a Python
+ * str), else the unsigned integer num. vLLM 0.33's tagged tuples, such as
+ * ("lora", name, path), cannot be expressed with it yet. */
 typedef struct kvp_extra {
 	const char *str;
 	uint64_t num;
