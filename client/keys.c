@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -490,6 +491,7 @@ static inline void store_le64(uint8_t *p, uint64_t v)
 /* A byte sink into SHA-256 or XXH3-128, CBOR_STAGE bytes at a time. */
 struct hsink {
 	bool xxh;
+	bool dry;		/* only count what would be written */
 	struct keys_sha256 sha;
 	XXH3_state_t *st;	/* xxh: created on the first flush */
 	int err;
@@ -500,6 +502,7 @@ struct hsink {
 static void hs_begin(struct hsink *h, bool xxh)
 {
 	h->xxh = xxh;
+	h->dry = false;
 	h->st = NULL;
 	h->err = 0;
 	h->len = 0;
@@ -529,6 +532,8 @@ static void hs_write(struct hsink *h, const void *data, size_t n)
 	const uint8_t *p = data;
 
 	h->total += n;
+	if (h->dry)
+		return;
 	while (n > 0) {
 		size_t k = sizeof(h->buf) - h->len;
 
@@ -547,6 +552,10 @@ static void hs_write(struct hsink *h, const void *data, size_t n)
 
 static inline void hs_byte(struct hsink *h, uint8_t b)
 {
+	if (h->dry) {
+		h->total++;
+		return;
+	}
 	if (h->len == sizeof(h->buf))
 		hs_flush(h);
 	h->buf[h->len++] = b;
@@ -908,6 +917,283 @@ static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t
 	pk_tuple_close(&h, 3);
 	hs_byte(&h, '.');
 	return hs_end(&h, key);
+}
+
+static bool keys_scheme_known(uint32_t scheme);
+
+/* --- Extra keys as general values (kvp_value) ------------------------------
+ *
+ * A block's extras as vLLM builds them: ints, str, bytes and tuples of
+ * them. In the pickle, a str, bytes or non-empty tuple is memoized when
+ * written and a second occurrence of the same object is a memo reference
+ * (BINGET 'h' index < 256, else LONG_BINGET 'j'); here the same object is
+ * the same pointer (kvp_value.str, .bytes or .items), as vLLM's tag
+ * literals ("mm", "lora") are one object. The memo counts from the parent
+ * (0) and the token tuple (1 when it is not empty).
+ */
+#define VAL_MAX_ITEMS	1024	/* values in one block's extras */
+#define VAL_MAX_DEPTH	8
+
+struct pk_memo {
+	const void *ptr[VAL_MAX_ITEMS];
+	uint32_t idx[VAL_MAX_ITEMS];
+	uint32_t n, next;	/* entries, the next memo index */
+};
+
+static int memo_find(const struct pk_memo *m, const void *p)
+{
+	uint32_t i;
+
+	for (i = 0; i < m->n; i++)
+		if (m->ptr[i] == p)
+			return (int)m->idx[i];
+	return -1;
+}
+
+/* memo_add() - the object just written was memoized (MEMOIZE written). */
+static void memo_add(struct pk_memo *m, const void *p)
+{
+	if (m->n < VAL_MAX_ITEMS) {
+		m->ptr[m->n] = p;
+		m->idx[m->n++] = m->next;
+	}
+	m->next++;
+}
+
+static void pk_get(struct hsink *h, uint32_t idx)
+{
+	uint8_t p[5];
+
+	if (idx < 256) {
+		p[0] = 'h';
+		p[1] = (uint8_t)idx;
+		hs_write(h, p, 2);
+	} else {
+		p[0] = 'j';
+		store_le32(p + 1, idx);
+		hs_write(h, p, 5);
+	}
+}
+
+/* pk_sint() - a Python int: BININT1/2 for small non-negative ones, BININT
+ * from -2^31 to 2^31 - 1, else LONG1 of the shortest two's complement. */
+static void pk_sint(struct hsink *h, int64_t v)
+{
+	uint8_t p[12];
+	size_t n = 1, i;
+
+	if (v >= 0) {
+		pk_int(h, (uint64_t)v);
+		return;
+	}
+	if (v >= INT32_MIN) {
+		p[0] = 'J';
+		store_le32(p + 1, (uint32_t)v);
+		hs_write(h, p, 5);
+		return;
+	}
+	/* the fewest bytes whose top bit is the sign: -2^(8n-1) <= v */
+	while (n < 8 && v < -((int64_t)1 << (8 * n - 1)))
+		n++;
+	p[0] = 0x8a;
+	p[1] = (uint8_t)n;
+	for (i = 0; i < n; i++)
+		p[2 + i] = (uint8_t)((uint64_t)v >> (8 * i));
+	hs_write(h, p, 2 + n);
+}
+
+static int val_check(const kvp_value *v, int depth, uint32_t *count)
+{
+	uint32_t i;
+	int rc;
+
+	if (!v || depth > VAL_MAX_DEPTH || ++*count > VAL_MAX_ITEMS)
+		return -EINVAL;
+	switch (v->type) {
+	case KVP_VALUE_INT:
+	case KVP_VALUE_UINT:
+		return 0;
+	case KVP_VALUE_STR:
+		return v->str ? 0 : -EINVAL;
+	case KVP_VALUE_BYTES:
+		return v->bytes || !v->n ? 0 : -EINVAL;
+	case KVP_VALUE_TUPLE:
+		if (v->n && !v->items)
+			return -EINVAL;
+		for (i = 0; i < v->n; i++) {
+			rc = val_check(&v->items[i], depth + 1, count);
+			if (rc < 0)
+				return rc;
+		}
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static size_t val_strlen(const kvp_value *v)
+{
+	return v->n ? v->n : strlen(v->str);
+}
+
+static void pk_value(struct hsink *h, struct pk_memo *m, const kvp_value *v)
+{
+	const void *id = v->type == KVP_VALUE_STR ? (const void *)v->str :
+			 v->type == KVP_VALUE_BYTES ? v->bytes :
+			 v->type == KVP_VALUE_TUPLE ? (const void *)v->items : NULL;
+	int got = id && (v->type != KVP_VALUE_TUPLE || v->n) ? memo_find(m, id) : -1;
+	uint32_t i;
+
+	if (got >= 0) {
+		pk_get(h, (uint32_t)got);
+		return;
+	}
+	switch (v->type) {
+	case KVP_VALUE_INT:
+		pk_sint(h, v->i);
+		break;
+	case KVP_VALUE_UINT:
+		pk_int(h, v->u);
+		break;
+	case KVP_VALUE_STR:
+	case KVP_VALUE_BYTES:
+		pk_string(h, v->type == KVP_VALUE_STR, id,
+			  v->type == KVP_VALUE_STR ? val_strlen(v) : v->n);
+		memo_add(m, id);
+		break;
+	case KVP_VALUE_TUPLE:
+		pk_tuple_open(h, v->n);
+		for (i = 0; i < v->n; i++)
+			pk_value(h, m, &v->items[i]);
+		pk_tuple_close(h, v->n);
+		if (v->n)
+			memo_add(m, id);
+		break;
+	}
+}
+
+/* hc_value() - the same value in canonical CBOR (ints major 0 or 1). */
+static void hc_value(struct hsink *h, const kvp_value *v)
+{
+	uint32_t i;
+
+	switch (v->type) {
+	case KVP_VALUE_INT:
+		if (v->i >= 0)
+			hc_head(h, CBOR_UINT, (uint64_t)v->i);
+		else
+			hc_head(h, (enum cbor_major)1, (uint64_t)(-(v->i + 1)));
+		break;
+	case KVP_VALUE_UINT:
+		hc_head(h, CBOR_UINT, v->u);
+		break;
+	case KVP_VALUE_STR:
+		hc_head(h, CBOR_TEXT, val_strlen(v));
+		hs_write(h, v->str, val_strlen(v));
+		break;
+	case KVP_VALUE_BYTES:
+		hc_head(h, CBOR_BYTES, v->n);
+		hs_write(h, v->bytes, v->n);
+		break;
+	case KVP_VALUE_TUPLE:
+		hc_head(h, CBOR_ARRAY, v->n);
+		for (i = 0; i < v->n; i++)
+			hc_value(h, &v->items[i]);
+		break;
+	}
+}
+
+/* pk_block_values() - the block tuple's pickle (after the frame). */
+static void pk_block_values(struct hsink *h, struct pk_memo *m, const kvp_key *parent,
+			    size_t pb, const uint32_t *tokens, size_t ntokens,
+			    const kvp_value *extras, size_t nextras)
+{
+	size_t i;
+
+	memset(m, 0, sizeof(*m));
+	pk_tuple_open(h, 3);
+	pk_string(h, false, parent->b, pb);
+	m->next = 1;
+	pk_tuple_open(h, ntokens);
+	for (i = 0; i < ntokens; i++)
+		pk_int(h, tokens[i]);
+	pk_tuple_close(h, ntokens);
+	if (ntokens)
+		m->next++;
+	if (nextras == 0) {
+		hs_byte(h, 'N');
+	} else {
+		pk_tuple_open(h, nextras);
+		for (i = 0; i < nextras; i++)
+			pk_value(h, m, &extras[i]);
+		pk_tuple_close(h, nextras);
+	}
+	pk_tuple_close(h, 3);
+	hs_byte(h, '.');
+}
+
+static int values_block(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			size_t ntokens, const kvp_value *extras, size_t nextras, kvp_key *key)
+{
+	size_t pb = scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_SHA256_CBOR ?
+		    32 : 16, i;
+	struct pk_memo *m;
+	struct hsink h;
+	int rc;
+
+	hs_begin(&h, pb == 16);
+	if (scheme == KVP_KEYS_VLLM_SHA256_CBOR || scheme == KVP_KEYS_VLLM_XXHASH_CBOR) {
+		hc_head(&h, CBOR_ARRAY, 3);
+		hc_head(&h, CBOR_BYTES, pb);
+		hs_write(&h, parent->b, pb);
+		hc_head(&h, CBOR_ARRAY, ntokens);
+		for (i = 0; i < ntokens; i++)
+			hc_head(&h, CBOR_UINT, tokens[i]);
+		if (nextras == 0) {
+			hs_byte(&h, CBOR_NULL);
+		} else {
+			hc_head(&h, CBOR_ARRAY, nextras);
+			for (i = 0; i < nextras; i++)
+				hc_value(&h, &extras[i]);
+		}
+		return hs_end(&h, key);
+	}
+	m = malloc(sizeof(*m));
+	if (!m) {
+		hs_end(&h, key);
+		return -ENOMEM;
+	}
+	/* the frame's length first: the same writing, counted */
+	h.dry = true;
+	pk_block_values(&h, m, parent, pb, tokens, ntokens, extras, nextras);
+	h.dry = false;
+	i = h.total;
+	h.total = 0;
+	rc = pk_begin(&h, i);
+	if (rc == 0)
+		pk_block_values(&h, m, parent, pb, tokens, ntokens, extras, nextras);
+	free(m);
+	if (rc < 0) {
+		hs_end(&h, key);
+		return rc;
+	}
+	return hs_end(&h, key);
+}
+
+KVP_API int kvp_key_block_values(uint32_t scheme, const kvp_key *parent,
+				 const uint32_t *tokens, size_t ntokens,
+				 const kvp_value *extras, size_t nextras, kvp_key *key)
+{
+	uint32_t count = 0;
+	size_t i;
+
+	if (!keys_scheme_known(scheme) || !parent || !key || (ntokens && !tokens) ||
+	    (nextras && !extras) || nextras > VAL_MAX_ITEMS)
+		return -EINVAL;
+	for (i = 0; i < nextras; i++)
+		if (val_check(&extras[i], 1, &count) < 0)
+			return -EINVAL;
+	return values_block(scheme, parent, tokens, ntokens, extras, nextras, key);
 }
 
 /* --- The API ----------------------------------------------------------- */

@@ -99,11 +99,41 @@ enum kvp_key_scheme {
  * vLLM before 0.33: a LoRA adapter's name, a multimodal input's hash, a
  * cache salt). Text when str is not NULL (a CBOR text string, a Python
  * str), else the unsigned integer num. vLLM 0.33's tagged tuples, such as
- * ("lora", name, path), cannot be expressed with it yet. */
+ * ("lora", name, path), take kvp_value and kvp_key_block_values(). */
 typedef struct kvp_extra {
 	const char *str;
 	uint64_t num;
 } kvp_extra;
+
+/*
+ * An extra key as vLLM 0.33 builds them: a Python int (INT signed, UINT
+ * unsigned), str (STR: str, n bytes or 0 for strlen), bytes (BYTES: bytes,
+ * n) or tuple (TUPLE: n items). vLLM's extras of a block are a tuple of
+ * such values, e.g. ("mm", identifier, offset - block_start) or
+ * ("lora", name, path). For the pickle schemes, the same object twice in
+ * one block is pickled once and then referred to, as CPython does: give
+ * it the same pointer (as vLLM's tag literals "mm", "lora" are one
+ * object), and equal but distinct objects different pointers.
+ */
+enum kvp_value_type {
+	KVP_VALUE_INT = 1,
+	KVP_VALUE_UINT = 2,
+	KVP_VALUE_STR = 3,
+	KVP_VALUE_BYTES = 4,
+	KVP_VALUE_TUPLE = 5,
+};
+
+typedef struct kvp_value {
+	uint32_t type;		/* enum kvp_value_type */
+	uint32_t n;		/* STR: bytes (0: strlen), BYTES: bytes, TUPLE: items */
+	union {
+		int64_t i;
+		uint64_t u;
+		const char *str;
+		const void *bytes;
+		const struct kvp_value *items;
+	};
+} kvp_value;
 
 /*
  * kvp_key_root() - the root parent key of a scheme for a seed (vLLM: the
@@ -121,6 +151,17 @@ KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root);
 KVP_API int kvp_key_block(uint32_t scheme, const kvp_key *parent,
 			  const uint32_t *tokens, size_t ntokens,
 			  const kvp_extra *extras, size_t nextras, kvp_key *key);
+
+/*
+ * kvp_key_block_values() - kvp_key_block() with extras[0..nextras) as
+ * general values (the block's extra-key tuple; none: vLLM's None), for
+ * vLLM 0.33's tagged extras. Returns 0, -EINVAL (unknown scheme or type,
+ * NULL where a value is needed, more than 1024 values or nesting deeper
+ * than 8, a pickle past one frame), -ENOMEM.
+ */
+KVP_API int kvp_key_block_values(uint32_t scheme, const kvp_key *parent,
+				 const uint32_t *tokens, size_t ntokens,
+				 const kvp_value *extras, size_t nextras, kvp_key *key);
 
 /*
  * kvp_key_chain() - keys of the full blocks of tokens: keys[i] is the key

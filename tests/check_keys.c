@@ -7,6 +7,7 @@
  * algorithms against tests/golden/keys_vllm_algos.txt (vLLM's own hash
  * functions), the fast scheme's properties, and the argument checks.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -392,6 +393,190 @@ START_TEST(test_keys_every_vllm_algorithm_matches_vllm)
 }
 END_TEST
 
+/* --- vLLM 0.33's tagged extras as kvp_value trees --------------------------- */
+
+struct vparse {
+	kvp_value vals[4096];
+	size_t nvals;
+	char *tags[64];		/* S strings: one pointer per text */
+	size_t ntags;
+};
+
+static char *vp_text(struct vparse *vp, const char **p, bool tag, uint32_t *len)
+{
+	const char *e = *p;
+	size_t n, i;
+	uint8_t *b;
+	char hex[1024];
+
+	while (isxdigit((unsigned char)*e))
+		e++;
+	ck_assert_uint_lt((size_t)(e - *p), sizeof(hex));
+	memcpy(hex, *p, (size_t)(e - *p));
+	hex[e - *p] = '\0';
+	*p = e;
+	b = unhex(hex, &n);
+	if (len)
+		*len = (uint32_t)n;
+	if (!tag)
+		return (char *)b;
+	for (i = 0; i < vp->ntags; i++)
+		if (!strcmp(vp->tags[i], (char *)b)) {
+			free(b);
+			return vp->tags[i];
+		}
+	ck_assert_uint_lt(vp->ntags, 64);
+	return vp->tags[vp->ntags++] = (char *)b;
+}
+
+/* vp_value() - one value of the vector syntax at *p into *v. */
+static void vp_value(struct vparse *vp, const char **p, kvp_value *v)
+{
+	kvp_value tmp[64];
+	size_t n = 0;
+	char c = *(*p)++;
+
+	memset(v, 0, sizeof(*v));
+	switch (c) {
+	case 'i':
+		v->type = KVP_VALUE_INT;
+		v->i = strtoll(*p, (char **)p, 10);
+		break;
+	case 's':
+	case 'S':
+		v->type = KVP_VALUE_STR;
+		v->str = vp_text(vp, p, c == 'S', NULL);
+		break;
+	case 'b':
+		v->type = KVP_VALUE_BYTES;
+		v->bytes = vp_text(vp, p, false, &v->n);
+		break;
+	case 't':
+		ck_assert_int_eq(*(*p)++, '(');
+		while (**p != ')') {
+			ck_assert_uint_lt(n, 64);
+			vp_value(vp, p, &tmp[n++]);
+			if (**p == ',')
+				(*p)++;
+		}
+		(*p)++;
+		v->type = KVP_VALUE_TUPLE;
+		v->n = (uint32_t)n;
+		ck_assert_uint_le(vp->nvals + n, 4096);
+		v->items = &vp->vals[vp->nvals];
+		memcpy(&vp->vals[vp->nvals], tmp, n * sizeof(*tmp));
+		vp->nvals += n;
+		break;
+	default:
+		ck_abort_msg("bad value syntax at '%c'", c);
+	}
+}
+
+/* vp_free() - the strings and bytes of vp's values. */
+static void vp_free_value(const kvp_value *v, const struct vparse *vp)
+{
+	uint32_t i;
+	size_t t;
+
+	if (v->type == KVP_VALUE_TUPLE) {
+		for (i = 0; i < v->n; i++)
+			vp_free_value(&v->items[i], vp);
+	} else if (v->type == KVP_VALUE_STR || v->type == KVP_VALUE_BYTES) {
+		for (t = 0; t < vp->ntags; t++)
+			if ((const void *)vp->tags[t] == (const void *)v->str)
+				return;
+		free((void *)v->str);
+	}
+}
+
+START_TEST(test_keys_tagged_extras_match_vllm)
+{
+	static struct vparse vp;
+	struct golden g;
+	kvp_key parent, k;
+	size_t digest;
+	int chains = 0, blocks = 0;
+
+	if (!sha_impl_or_skip(_i))
+		return;
+	golden_open_file(&g, GOLDEN_ALGOS);
+	while (golden_next(&g, "vvchain")) {
+		uint32_t scheme = algo_scheme(g.field[1], &digest);
+		size_t ntok, n;
+		char *seed = (char *)unhex(g.field[2], &n), *want, *save = NULL;
+		uint32_t bt = (uint32_t)strtoul(g.field[3], NULL, 10);
+		uint32_t *tok = parse_tokens(g.field[4], &ntok);
+		const char *p = g.field[5];
+		int b;
+
+		ck_assert_int_eq(g.n, 7);
+		ck_assert_int_eq(kvp_key_root(scheme, seed, &parent), 0);
+		want = strtok_r(g.field[6], ":", &save);
+		for (b = 0; (size_t)(b + 1) * bt <= ntok; b++, want = strtok_r(NULL, ":", &save)) {
+			kvp_value v;
+
+			memset(&vp, 0, sizeof(vp));
+			if (*p == '-') {
+				p++;
+				ck_assert_int_eq(kvp_key_block_values(scheme, &parent, tok + b * bt,
+								      bt, NULL, 0, &k), 0);
+			} else {
+				vp_value(&vp, &p, &v);
+				ck_assert_uint_eq(v.type, KVP_VALUE_TUPLE);
+				ck_assert_int_eq(kvp_key_block_values(scheme, &parent, tok + b * bt,
+								      bt, v.items, v.n, &k), 0);
+				vp_free_value(&v, &vp);
+			}
+			for (n = 0; n < vp.ntags; n++)
+				free(vp.tags[n]);
+			if (*p == '|')
+				p++;
+			ck_assert_ptr_nonnull(want);
+			digest_is(&k, want, digest, &g, b);
+			parent = k;
+			blocks++;
+		}
+		free(seed);
+		free(tok);
+		chains++;
+	}
+	golden_close(&g);
+	ck_assert_int_eq(chains, 40);
+	ck_assert_int_eq(blocks, 160);
+}
+END_TEST
+
+START_TEST(test_keys_values_refuse_what_vllm_does_not_hash)
+{
+	kvp_value bad = { .type = 99 }, nul = { .type = KVP_VALUE_STR, .str = NULL };
+	kvp_value deep[10], ok = { .type = KVP_VALUE_INT, .i = -1 };
+	uint32_t tok[16] = { 0 };
+	kvp_key root, k, k2;
+	kvp_extra ex = { NULL, 7 };
+	kvp_value v7 = { .type = KVP_VALUE_UINT, .u = 7 };
+	int i;
+
+	ck_assert_int_eq(kvp_key_root(KVP_KEYS_VLLM_SHA256, "0", &root), 0);
+	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, &bad, 1, &k),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, &nul, 1, &k),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_key_block_values(5, &root, tok, 16, &ok, 1, &k), -EINVAL);
+	for (i = 0; i < 10; i++)	/* ten tuples deep: past the limit */
+		deep[i] = (kvp_value){ .type = KVP_VALUE_TUPLE, .n = i < 9 ? 1 : 0,
+				       .items = i < 9 ? &deep[i + 1] : NULL };
+	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, deep, 1, &k),
+			 -EINVAL);
+	/* the same block through either call: the same key */
+	for (i = 1; i <= 4; i++) {
+		ck_assert_int_eq(kvp_key_root((uint32_t)i, "0", &root), 0);
+		ck_assert_int_eq(kvp_key_block((uint32_t)i, &root, tok, 16, &ex, 1, &k), 0);
+		ck_assert_int_eq(kvp_key_block_values((uint32_t)i, &root, tok, 16, &v7, 1, &k2), 0);
+		ck_assert_mem_eq(k.b, k2.b, KVP_KEY_BYTES);
+	}
+}
+END_TEST
+
 START_TEST(test_keys_vllm_roots_match_golden)
 {
 	struct golden g;
@@ -748,6 +933,8 @@ Suite *keys_suite(void)
 	tcase_add_loop_test(vllm, test_keys_vllm_chains_match_golden, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
 	tcase_add_loop_test(vllm, test_keys_every_vllm_algorithm_matches_vllm, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
 	tcase_add_test(vllm, test_keys_pickle_schemes_refuse_a_block_past_one_frame);
+	tcase_add_loop_test(vllm, test_keys_tagged_extras_match_vllm, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
+	tcase_add_test(vllm, test_keys_values_refuse_what_vllm_does_not_hash);
 	suite_add_tcase(s, vllm);
 
 	tcase_add_test(both, test_keys_chain_equals_repeated_block);

@@ -26,6 +26,11 @@ one space, "-" for an empty string or no extras:
 
     vroot  <algo> <seed hex> <key hex>
     vchain <algo> <seed hex> <block_tokens> <tokens> <extras> <key>:<key>:...
+    vvchain <algo> <seed hex> <block_tokens> <tokens> <per-block extras> <keys>
+
+vvchain lines carry vLLM 0.33's tagged extras, one value per block joined
+by "|": - for None, i<int>, S<hex> a tag literal (the same object
+wherever it appears), s<hex> a fresh str, b<hex> bytes, t(<v>,...) a tuple.
 
 <tokens> is a comma-separated list of decimal token ids; <extras> a
 comma-separated list of s:<hex of the text> or n:<decimal integer>. A key
@@ -68,6 +73,33 @@ def extras_field(extras):
                     for x in extras)
 
 
+TAGS = ("lora", "mm", "cache_salt", "prompt_embeds")
+
+
+def fresh(text):
+    """A new str object (not the interned literal): as vLLM's names and
+    identifiers, computed at run time. Two or more characters: CPython
+    keeps one object for each single character."""
+    assert len(text) >= 2
+    return "".join(list(text))
+
+
+def value_field(v):
+    """The vector syntax of a value: - None, i<int>, S<hex> a tag literal
+    (one object), s<hex> a fresh str, b<hex> bytes, t(<v>,...) a tuple."""
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        raise TypeError(v)
+    if isinstance(v, int):
+        return "i%d" % v
+    if isinstance(v, str):
+        return ("S" if v in TAGS and any(v is t for t in TAGS) else "s") + v.encode().hex()
+    if isinstance(v, bytes):
+        return "b" + v.hex()
+    return "t(" + ",".join(value_field(x) for x in v) + ")"
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: gen_keys_vllm.py VLLM-WHEEL-OR-DIR > keys_vllm_algos.txt")
@@ -101,6 +133,43 @@ def main():
                     out.write("vchain %s %s %d %s %s %s\n" % (
                         algo, hexs(seed), bt, ",".join(map(str, toks)),
                         extras_field(extras), ":".join(keys)))
+    # vLLM 0.33's tagged extra keys, one tuple (or None) per block, built as
+    # vllm/v1/core/kv_cache_utils.py builds them: the tags are literals
+    # (one object each: the pickle refers back to a repeated one), the
+    # identifiers and names fresh strings.
+    for algo in algos:
+        fn = h.get_hash_fn_by_name(algo)
+        for bt in (16, 128):
+            for case in range(5):
+                nblocks = 4
+                toks = [rng.choice((rng.randrange(256), rng.randrange(2**32)))
+                        for _ in range(bt * nblocks)]
+                per_block = []
+                for b in range(nblocks):
+                    keys = []
+                    if case in (1, 4):
+                        keys.append(("lora", fresh("sql-adapter"), fresh("/srv/lora/sql-v2")))
+                    if case in (2, 4):
+                        # two images: one from before the block (negative offset)
+                        # into it, one starting inside it
+                        keys.append(("mm", fresh("img-%08x" % rng.randrange(2**32)),
+                                     -rng.randrange(1, 3 * bt)))
+                        keys.append(("mm", fresh("img-%08x" % rng.randrange(2**32)),
+                                     rng.randrange(bt)))
+                    if case in (3, 4) and b == 0:
+                        keys.append(("cache_salt", fresh("tenant-7-salt")))
+                    if case == 3:
+                        keys.append(("prompt_embeds", bytes(rng.randrange(256)
+                                                            for _ in range(32))))
+                    per_block.append(tuple(keys) if keys else None)
+                parent = fn(seed := ("vllm-none-hash" if case % 2 else "42"))
+                out_keys = []
+                for b in range(nblocks):
+                    parent = fn((parent, tuple(toks[b * bt:(b + 1) * bt]), per_block[b]))
+                    out_keys.append(parent.hex())
+                out.write("vvchain %s %s %d %s %s %s\n" % (
+                    algo, hexs(seed), bt, ",".join(map(str, toks)),
+                    "|".join(value_field(x) for x in per_block), ":".join(out_keys)))
     sys.stdout.write(out.getvalue())
 
 
