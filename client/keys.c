@@ -1196,6 +1196,99 @@ KVP_API int kvp_key_block_values(uint32_t scheme, const kvp_key *parent,
 	return values_block(scheme, parent, tokens, ntokens, extras, nextras, key);
 }
 
+/* --- A request's keys, as vLLM 0.33 derives them ----------------------------
+ *
+ * vllm/v1/core/kv_cache_utils.py: generate_block_hash_extra_keys() gives
+ * each full block the extras LoRA + multimodal + cache salt + prompt
+ * embeddings, in that order, each a tagged tuple; a block with none has
+ * None. The tags are one object each (their pointers below).
+ */
+static const char tag_lora[] = "lora", tag_mm[] = "mm", tag_salt[] = "cache_salt",
+		  tag_embeds[] = "prompt_embeds";
+
+static kvp_value v_str(const char *str)
+{
+	return (kvp_value){ .type = KVP_VALUE_STR, .str = str };
+}
+
+static kvp_value v_int(int64_t i)
+{
+	return (kvp_value){ .type = KVP_VALUE_INT, .i = i };
+}
+
+KVP_API int kvp_request_keys(uint32_t scheme, const kvp_key *root, uint32_t block_tokens,
+			     const kvp_request *r, kvp_key *keys)
+{
+	kvp_value *items, *tuples;
+	size_t nblocks, b, mm_idx = 0, cap;
+	int rc = 0;
+
+	if (!keys_scheme_known(scheme) || !root || !r || block_tokens == 0 ||
+	    (r->ntokens && !r->tokens) || (r->nmm && !r->mm) ||
+	    (r->lora_name && !r->lora_path))
+		return -EINVAL;
+	nblocks = r->ntokens / block_tokens;
+	if (nblocks > INT_MAX || (nblocks && !keys) || r->nmm > VAL_MAX_ITEMS / 4)
+		return -EINVAL;
+	for (b = 0; b < r->nmm; b++)
+		if (!r->mm[b].identifier || (b && r->mm[b].offset < r->mm[b - 1].offset))
+			return -EINVAL;	/* vLLM keeps them sorted by offset */
+	cap = 3 + r->nmm;	/* extras a block may have */
+	items = malloc(cap * 3 * sizeof(*items));
+	tuples = malloc(cap * sizeof(*tuples));
+	if (!items || !tuples) {
+		free(items);
+		free(tuples);
+		return -ENOMEM;
+	}
+	for (b = 0; b < nblocks && rc == 0; b++) {
+		int64_t start = (int64_t)(b * block_tokens), end = start + block_tokens;
+		size_t nt = 0, ni = 0;
+
+#define ADD_TUPLE(...)                                                               \
+	do {                                                                         \
+		const kvp_value tv[] = { __VA_ARGS__ };                              \
+		memcpy(&items[ni], tv, sizeof(tv));                                  \
+		tuples[nt++] = (kvp_value){ .type = KVP_VALUE_TUPLE,                 \
+					    .n = sizeof(tv) / sizeof(tv[0]),         \
+					    .items = &items[ni] };                   \
+		ni += sizeof(tv) / sizeof(tv[0]);                                    \
+	} while (0)
+		if (r->lora_name)
+			ADD_TUPLE(v_str(tag_lora), v_str(r->lora_name), v_str(r->lora_path));
+		/* _gen_mm_extra_hash_keys(): the features the block overlaps, from
+		 * the first one the last block did not finish */
+		if (r->nmm && r->mm[r->nmm - 1].offset + (int64_t)r->mm[r->nmm - 1].length > start) {
+			while (mm_idx < r->nmm) {
+				const kvp_mm_feature *f = &r->mm[mm_idx];
+				int64_t fend = f->offset + (int64_t)f->length;
+
+				if (end <= f->offset)
+					break;		/* not reached yet */
+				if (start >= fend) {
+					mm_idx++;	/* passed */
+					continue;
+				}
+				ADD_TUPLE(v_str(tag_mm), v_str(f->identifier), v_int(f->offset - start));
+				if (end < fend)
+					break;		/* it goes on in the next block */
+				mm_idx++;
+			}
+		}
+		if (start == 0 && r->cache_salt && r->cache_salt[0])
+			ADD_TUPLE(v_str(tag_salt), v_str(r->cache_salt));
+		if (r->embeds)
+			ADD_TUPLE(v_str(tag_embeds), ((kvp_value){ .type = KVP_VALUE_BYTES, .n = 32,
+								  .bytes = r->embeds[b] }));
+#undef ADD_TUPLE
+		rc = values_block(scheme, b ? &keys[b - 1] : root,
+				  r->tokens + b * block_tokens, block_tokens, tuples, nt, &keys[b]);
+	}
+	free(items);
+	free(tuples);
+	return rc < 0 ? rc : (int)nblocks;
+}
+
 /* --- The API ----------------------------------------------------------- */
 
 static bool keys_scheme_known(uint32_t scheme)

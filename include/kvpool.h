@@ -152,6 +152,40 @@ KVP_API int kvp_key_block(uint32_t scheme, const kvp_key *parent,
 			  const uint32_t *tokens, size_t ntokens,
 			  const kvp_extra *extras, size_t nextras, kvp_key *key);
 
+/* A multimodal input of a request: vLLM's mm_feature.identifier and its
+ * placeholder tokens' mm_position (offset, length). */
+typedef struct kvp_mm_feature {
+	const char *identifier;
+	int64_t offset;
+	uint64_t length;
+} kvp_mm_feature;
+
+/* The parts of a request vLLM's block keys come from. */
+typedef struct kvp_request {
+	const uint32_t *tokens;
+	size_t ntokens;
+	const char *lora_name;		/* NULL: no LoRA; then lora_path too */
+	const char *lora_path;
+	const kvp_mm_feature *mm;	/* sorted by offset, as vLLM keeps them */
+	size_t nmm;
+	const char *cache_salt;		/* NULL or "": none */
+	const uint8_t (*embeds)[32];	/* prompt embeddings: SHA-256 of each
+					 * full block's, or NULL */
+} kvp_request;
+
+/*
+ * kvp_request_keys() - the keys of the full blocks of request r, as vLLM
+ * 0.33's request block hasher computes them (get_request_block_hasher()):
+ * each block's extras are ("lora", name, path), then ("mm", identifier,
+ * offset - block start) for every input the block overlaps, then
+ * ("cache_salt", salt) on the first block, then ("prompt_embeds", digest);
+ * none: None. The chain starts at root. Distinct strings must be distinct
+ * pointers (see kvp_value). Returns the number of keys, or -EINVAL (bad
+ * arguments, unsorted inputs), -ENOMEM.
+ */
+KVP_API int kvp_request_keys(uint32_t scheme, const kvp_key *root, uint32_t block_tokens,
+			     const kvp_request *r, kvp_key *keys);
+
 /*
  * kvp_key_block_values() - kvp_key_block() with extras[0..nextras) as
  * general values (the block's extra-key tuple; none: vLLM's None), for

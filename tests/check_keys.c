@@ -24,7 +24,7 @@
 
 #define GOLDEN_FILE KVP_GOLDEN_DIR "/keys_vllm.txt"
 #define GOLDEN_ALGOS KVP_GOLDEN_DIR "/keys_vllm_algos.txt"
-#define GOLDEN_MAX_FIELDS 8
+#define GOLDEN_MAX_FIELDS 10
 
 static const uint32_t schemes[] = {
 	KVP_KEYS_VLLM_SHA256_CBOR, KVP_KEYS_VLLM_XXHASH_CBOR, KVP_KEYS_VLLM_SHA256,
@@ -577,6 +577,100 @@ START_TEST(test_keys_values_refuse_what_vllm_does_not_hash)
 }
 END_TEST
 
+/* split() - s cut at each sep into out (at most max); the count */
+static int split(char *s, const char *sep, char **out, int max)
+{
+	char *save = NULL, *t;
+	int n = 0;
+
+	for (t = strtok_r(s, sep, &save); t && n < max; t = strtok_r(NULL, sep, &save))
+		out[n++] = t;
+	return n;
+}
+
+/* Whole requests against vLLM 0.33's own request block hasher. */
+START_TEST(test_keys_request_keys_match_vllms_request_hasher)
+{
+	static kvp_key keys[64];
+	static uint8_t embeds[64][32];
+	struct golden g;
+	kvp_key root;
+	size_t digest;
+	int reqs = 0, blocks = 0;
+
+	golden_open_file(&g, GOLDEN_ALGOS);
+	while (golden_next(&g, "vreq")) {
+		uint32_t scheme = algo_scheme(g.field[1], &digest);
+		char *seed, *lora[2] = { NULL, NULL }, *part[16], *kw[64], *ew[64];
+		uint32_t bt = (uint32_t)strtoul(g.field[3], NULL, 10);
+		kvp_mm_feature mm[8];
+		kvp_request r = { 0 };
+		size_t n, ntok;
+		int i, nk, nb, nm = 0;
+
+		ck_assert_int_eq(g.n, GOLDEN_MAX_FIELDS);	/* 10 fields */
+		seed = (char *)unhex(g.field[2], &n);
+		r.tokens = parse_tokens(g.field[4], &ntok);
+		r.ntokens = ntok;
+		if (strcmp(g.field[5], "-")) {
+			ck_assert_int_eq(split(g.field[5], ":", part, 2), 2);
+			lora[0] = (char *)unhex(part[0], &n);
+			lora[1] = (char *)unhex(part[1], &n);
+			r.lora_name = lora[0];
+			r.lora_path = lora[1];
+		}
+		if (strcmp(g.field[6], "-")) {
+			char *f[8];
+
+			nm = split(g.field[6], ";", f, 8);
+			for (i = 0; i < nm; i++) {
+				char *x[3];
+
+				ck_assert_int_eq(split(f[i], ":", x, 3), 3);
+				mm[i].identifier = (char *)unhex(x[0], &n);
+				mm[i].offset = strtoll(x[1], NULL, 10);
+				mm[i].length = strtoull(x[2], NULL, 10);
+			}
+			r.mm = mm;
+			r.nmm = (size_t)nm;
+		}
+		if (strcmp(g.field[7], "-"))
+			r.cache_salt = (char *)unhex(g.field[7], &n);
+		if (strcmp(g.field[8], "-")) {
+			int ne = split(g.field[8], ":", ew, 64);
+
+			for (i = 0; i < ne; i++) {
+				uint8_t *d = unhex(ew[i], &n);
+
+				ck_assert_uint_eq(n, 32);
+				memcpy(embeds[i], d, 32);
+				free(d);
+			}
+			r.embeds = (const uint8_t (*)[32])embeds;
+		}
+		nk = split(g.field[9], ":", kw, 64);
+		ck_assert_int_eq(kvp_key_root(scheme, seed, &root), 0);
+		nb = kvp_request_keys(scheme, &root, bt, &r, keys);
+		ck_assert_int_eq(nb, nk);
+		for (i = 0; i < nb; i++) {
+			digest_is(&keys[i], kw[i], digest, &g, i);
+			blocks++;
+		}
+		for (i = 0; i < nm; i++)
+			free((void *)mm[i].identifier);
+		free((void *)r.cache_salt);
+		free(lora[0]);
+		free(lora[1]);
+		free((void *)r.tokens);
+		free(seed);
+		reqs++;
+	}
+	golden_close(&g);
+	ck_assert_int_eq(reqs, 48);
+	ck_assert_int_ge(blocks, 240);
+}
+END_TEST
+
 START_TEST(test_keys_vllm_roots_match_golden)
 {
 	struct golden g;
@@ -935,6 +1029,7 @@ Suite *keys_suite(void)
 	tcase_add_test(vllm, test_keys_pickle_schemes_refuse_a_block_past_one_frame);
 	tcase_add_loop_test(vllm, test_keys_tagged_extras_match_vllm, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
 	tcase_add_test(vllm, test_keys_values_refuse_what_vllm_does_not_hash);
+	tcase_add_test(vllm, test_keys_request_keys_match_vllms_request_hasher);
 	suite_add_tcase(s, vllm);
 
 	tcase_add_test(both, test_keys_chain_equals_repeated_block);

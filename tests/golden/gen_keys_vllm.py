@@ -28,7 +28,13 @@ one space, "-" for an empty string or no extras:
     vchain <algo> <seed hex> <block_tokens> <tokens> <extras> <key>:<key>:...
     vvchain <algo> <seed hex> <block_tokens> <tokens> <per-block extras> <keys>
 
-vvchain lines carry vLLM 0.33's tagged extras, one value per block joined
+    vreq   <algo> <seed hex> <block_tokens> <tokens> <lora name hex>:<lora path hex>
+           <mm features: id hex:offset:length;...> <cache salt hex> <embedding
+           digests per block, hex, ':'-separated> <keys>  (- for none)
+
+vreq lines are whole requests, keyed by vLLM's own request block hasher
+(get_request_block_hasher() and what it calls, run out of
+vllm/v1/core/kv_cache_utils.py). vvchain lines carry vLLM 0.33's tagged extras, one value per block joined
 by "|": - for None, i<int>, S<hex> a tag literal (the same object
 wherever it appears), s<hex> a fresh str, b<hex> bytes, t(<v>,...) a tuple.
 
@@ -41,6 +47,32 @@ import io
 import random
 import sys
 import zipfile
+
+
+def load_request_hasher(path, hashing):
+    """vLLM's get_request_block_hasher() and the functions it calls, taken
+    out of vllm/v1/core/kv_cache_utils.py (the module itself imports torch)
+    and run as they are, with the hash functions of hashing."""
+    import ast
+    import hashlib
+    import typing
+    if path.endswith(".whl"):
+        with zipfile.ZipFile(path) as z:
+            src = z.read("vllm/v1/core/kv_cache_utils.py").decode()
+    else:
+        with open(path.rstrip("/") + "/vllm/v1/core/kv_cache_utils.py") as f:
+            src = f.read()
+    want = {"get_request_block_hasher", "generate_block_hash_extra_keys",
+            "_gen_mm_extra_hash_keys", "_gen_lora_extra_hash_keys",
+            "_gen_prompt_embeds_extra_hash_keys", "hash_block_tokens"}
+    tree = ast.parse(src)
+    body = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in want]
+    assert {n.name for n in body} == want, "kv_cache_utils.py lacks one of %s" % want
+    ns = {"Any": typing.Any, "Callable": typing.Callable, "Sequence": typing.Sequence,
+          "Request": object, "BlockHash": bytes, "hashlib": hashlib,
+          "xxhash": hashing.xxhash, "xxhash_cbor": hashing.xxhash_cbor}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "kv_cache_utils.py", "exec"), ns)
+    return ns
 
 
 def load_hashing(path):
@@ -170,6 +202,43 @@ def main():
                 out.write("vvchain %s %s %d %s %s %s\n" % (
                     algo, hexs(seed), bt, ",".join(map(str, toks)),
                     "|".join(value_field(x) for x in per_block), ":".join(out_keys)))
+    # whole requests, keyed by vLLM's own request block hasher
+    from types import SimpleNamespace as NS
+    kv = load_request_hasher(sys.argv[1], h)
+    for algo in algos:
+        fn = h.get_hash_fn_by_name(algo)
+        for bt in (16, 128):
+            for case in range(6):
+                n = bt * 5 + rng.randrange(bt)
+                toks = [rng.choice((rng.randrange(256), rng.randrange(2**32))) for _ in range(n)]
+                lora = (NS(lora_name=fresh("sql-adapter"), lora_path=fresh("/srv/lora/sql"))
+                        if case in (1, 5) else None)
+                mm = []
+                if case in (2, 5):
+                    # three images: one across a block boundary, two in one block
+                    for off, ln in ((bt // 2, bt + 3), (2 * bt + 1, 2), (2 * bt + 5, 3)):
+                        mm.append(NS(identifier=fresh("img-%08x" % rng.randrange(2**32)),
+                                     mm_position=NS(offset=off, length=ln)))
+                salt = fresh("tenant-salt") if case in (3, 5) else None
+                embeds = {}
+                if case in (4, 5):
+                    for b in range(n // bt):
+                        embeds[(b * bt, (b + 1) * bt)] = bytes(rng.randrange(256) for _ in range(32))
+                req = NS(block_hashes=[], num_tokens=n, mm_features=mm, lora_request=lora,
+                         cache_salt=salt, prompt_embeds=object() if embeds else None,
+                         _prompt_embeds_per_block_hashes=embeds, all_token_ids=toks)
+                seed = "vllm-none-hash" if case % 2 else "0"
+                kv["NONE_HASH"] = fn(seed)
+                keys = kv["get_request_block_hasher"](bt, fn)(req)
+                out.write("vreq %s %s %d %s %s %s %s %s %s\n" % (
+                    algo, hexs(seed), bt, ",".join(map(str, toks)),
+                    (hexs(lora.lora_name) + ":" + hexs(lora.lora_path)) if lora else "-",
+                    ";".join("%s:%d:%d" % (hexs(f.identifier), f.mm_position.offset,
+                                            f.mm_position.length) for f in mm) or "-",
+                    hexs(salt) if salt else "-",
+                    ":".join(embeds[(b * bt, (b + 1) * bt)].hex() for b in range(n // bt))
+                    if embeds else "-",
+                    ":".join(k.hex() for k in keys)))
     sys.stdout.write(out.getvalue())
 
 
