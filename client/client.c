@@ -28,6 +28,7 @@
 #include "client/cuda_ipc.h"
 #include "client/errors.h"
 #include "client/hset.h"
+#include "client/keys.h"
 #include "client/wire.h"
 
 struct slab_map {
@@ -47,7 +48,9 @@ struct kvp_client {
 	struct hset held;	/* page handle -> leases held */
 };
 
-static __thread char last_error[KVP_WIRE_ERRMSG_MAX + 1];
+/* The thread's error text, shared with the key functions (client/keys.c). */
+#define last_error keys_error_buf
+_Static_assert(KEYS_ERROR_MAX >= KVP_WIRE_ERRMSG_MAX + 1, "the error buffer holds a reply");
 
 KVP_API const char *kvp_last_error(void)
 {

@@ -24,6 +24,8 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,6 +35,26 @@
 
 #include "kvpool.h"
 #include "client/keys.h"
+
+/* What the last key call of this thread found wrong (kvp_last_error()). */
+__thread char keys_error_buf[KEYS_ERROR_MAX];
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(keys_error_buf, sizeof(keys_error_buf), fmt, ap);
+	va_end(ap);
+	return -EINVAL;
+}
+
+static int bad_scheme(uint32_t scheme)
+{
+	return bad("key scheme %u is not one of 1 (vllm-sha256-cbor), 2 (vllm-xxhash-cbor, "
+		   "also fast), 3 (vllm-sha256), 4 (vllm-xxhash)", scheme);
+}
 
 /* --- SHA-256 (FIPS 180-4) ------------------------------------------------ */
 
@@ -712,7 +734,9 @@ static int pk_begin(struct hsink *h, size_t len)
 	uint8_t p[11] = { 0x80, 5, 0x95 };
 
 	if (len > PK_FRAME_MAX)
-		return -EINVAL;
+		return bad("the block's pickle would be %zu bytes, past the 64 KiB frame CPython "
+			   "writes whole: vLLM's sha256 and xxhash algorithms take at most "
+			   "about 9,000 large token ids a block", len);
 	store_le64(p + 3, len);
 	hs_write(h, p, sizeof(p));
 	return 0;
@@ -1007,19 +1031,26 @@ static int val_check(const kvp_value *v, int depth, uint32_t *count)
 	uint32_t i;
 	int rc;
 
-	if (!v || depth > VAL_MAX_DEPTH || ++*count > VAL_MAX_ITEMS)
-		return -EINVAL;
+	if (!v)
+		return bad("an extra key's tuple has items NULL");
+	if (depth > VAL_MAX_DEPTH)
+		return bad("extra keys nest deeper than %d tuples", VAL_MAX_DEPTH);
+	if (++*count > VAL_MAX_ITEMS)
+		return bad("a block's extra keys hold more than %d values", VAL_MAX_ITEMS);
 	switch (v->type) {
 	case KVP_VALUE_INT:
 	case KVP_VALUE_UINT:
 		return 0;
 	case KVP_VALUE_STR:
-		return v->str ? 0 : -EINVAL;
+		return v->str ? 0 : bad("value %u of the extra keys is a str with str NULL",
+					 *count);
 	case KVP_VALUE_BYTES:
-		return v->bytes || !v->n ? 0 : -EINVAL;
+		return v->bytes || !v->n ? 0 : bad("value %u of the extra keys is %u bytes at "
+						   "NULL", *count, v->n);
 	case KVP_VALUE_TUPLE:
 		if (v->n && !v->items)
-			return -EINVAL;
+			return bad("value %u of the extra keys is a tuple of %u items at NULL",
+				   *count, v->n);
 		for (i = 0; i < v->n; i++) {
 			rc = val_check(&v->items[i], depth + 1, count);
 			if (rc < 0)
@@ -1027,7 +1058,8 @@ static int val_check(const kvp_value *v, int depth, uint32_t *count)
 		}
 		return 0;
 	default:
-		return -EINVAL;
+		return bad("value %u of the extra keys has type %u, which vLLM does not hash "
+			   "(int, str, bytes and tuple: KVP_VALUE_*)", *count, v->type);
 	}
 }
 
@@ -1187,9 +1219,14 @@ KVP_API int kvp_key_block_values(uint32_t scheme, const kvp_key *parent,
 	uint32_t count = 0;
 	size_t i;
 
-	if (!keys_scheme_known(scheme) || !parent || !key || (ntokens && !tokens) ||
-	    (nextras && !extras) || nextras > VAL_MAX_ITEMS)
-		return -EINVAL;
+	keys_error_buf[0] = '\0';
+	if (!keys_scheme_known(scheme))
+		return bad_scheme(scheme);
+	if (!parent || !key || (ntokens && !tokens) || (nextras && !extras))
+		return bad("kvp_key_block_values: parent and key must not be NULL, nor tokens "
+			   "or extras when there are some");
+	if (nextras > VAL_MAX_ITEMS)
+		return bad("%zu extra keys for one block: at most %d", nextras, VAL_MAX_ITEMS);
 	for (i = 0; i < nextras; i++)
 		if (val_check(&extras[i], 1, &count) < 0)
 			return -EINVAL;
@@ -1223,16 +1260,29 @@ KVP_API int kvp_request_keys(uint32_t scheme, const kvp_key *root, uint32_t bloc
 	size_t nblocks, b, mm_idx = 0, cap;
 	int rc = 0;
 
-	if (!keys_scheme_known(scheme) || !root || !r || block_tokens == 0 ||
-	    (r->ntokens && !r->tokens) || (r->nmm && !r->mm) ||
-	    (r->lora_name && !r->lora_path))
-		return -EINVAL;
+	keys_error_buf[0] = '\0';
+	if (!keys_scheme_known(scheme))
+		return bad_scheme(scheme);
+	if (!root || !r || block_tokens == 0 || (r->ntokens && !r->tokens) ||
+	    (r->nmm && !r->mm))
+		return bad("kvp_request_keys: root and r must not be NULL, block_tokens 0, nor "
+			   "tokens or mm NULL when there are some");
+	if (r->lora_name && !r->lora_path)
+		return bad("LoRA adapter '%.64s' without its path: vLLM keys both", r->lora_name);
 	nblocks = r->ntokens / block_tokens;
-	if (nblocks > INT_MAX || (nblocks && !keys) || r->nmm > VAL_MAX_ITEMS / 4)
-		return -EINVAL;
-	for (b = 0; b < r->nmm; b++)
-		if (!r->mm[b].identifier || (b && r->mm[b].offset < r->mm[b - 1].offset))
-			return -EINVAL;	/* vLLM keeps them sorted by offset */
+	if (nblocks > INT_MAX || (nblocks && !keys))
+		return bad("kvp_request_keys: keys NULL, or %zu blocks", nblocks);
+	if (r->nmm > VAL_MAX_ITEMS / 4)
+		return bad("%zu multimodal inputs: at most %d", r->nmm, VAL_MAX_ITEMS / 4);
+	for (b = 0; b < r->nmm; b++) {
+		if (!r->mm[b].identifier)
+			return bad("multimodal input %zu has no identifier", b);
+		if (b && r->mm[b].offset < r->mm[b - 1].offset)	/* as vLLM keeps them */
+			return bad("multimodal input %zu (offset %lld) comes before input %zu "
+				   "(offset %lld): give them sorted by offset", b,
+				   (long long)r->mm[b].offset, b - 1,
+				   (long long)r->mm[b - 1].offset);
+	}
 	cap = 3 + r->nmm;	/* extras a block may have */
 	items = malloc(cap * 3 * sizeof(*items));
 	tuples = malloc(cap * sizeof(*tuples));
@@ -1312,8 +1362,11 @@ static int keys_block(uint32_t scheme, const kvp_key *parent,
 
 KVP_API int kvp_key_root(uint32_t scheme, const char *seed, kvp_key *root)
 {
-	if (!keys_scheme_known(scheme) || !seed || !root)
-		return -EINVAL;
+	keys_error_buf[0] = '\0';
+	if (!keys_scheme_known(scheme))
+		return bad_scheme(scheme);
+	if (!seed || !root)
+		return bad("kvp_key_root: seed and root must not be NULL");
 	if (scheme != KVP_KEYS_VLLM_SHA256_CBOR)
 		return vllm_any_root(scheme, seed, root);
 	vllm_root(seed, root);
@@ -1329,9 +1382,12 @@ KVP_API int kvp_key_block(uint32_t scheme, const kvp_key *parent,
 			  const uint32_t *tokens, size_t ntokens,
 			  const kvp_extra *extras, size_t nextras, kvp_key *key)
 {
-	if (!keys_scheme_known(scheme) || !parent || !key ||
-	    (ntokens && !tokens) || (nextras && !extras))
-		return -EINVAL;
+	keys_error_buf[0] = '\0';
+	if (!keys_scheme_known(scheme))
+		return bad_scheme(scheme);
+	if (!parent || !key || (ntokens && !tokens) || (nextras && !extras))
+		return bad("kvp_key_block: parent and key must not be NULL, nor tokens or "
+			   "extras when there are some");
 	return keys_block(scheme, parent, tokens, ntokens, extras, nextras,
 			  key);
 }
@@ -1350,14 +1406,16 @@ KVP_API int kvp_key_chain(uint32_t scheme, const kvp_key *parent,
 	size_t nblocks, i;
 	int rc;
 
-	if (!keys_scheme_known(scheme) || !parent || block_tokens == 0 ||
-	    (nextras && !extras))
-		return -EINVAL;
+	keys_error_buf[0] = '\0';
+	if (!keys_scheme_known(scheme))
+		return bad_scheme(scheme);
+	if (!parent || block_tokens == 0 || (nextras && !extras))
+		return bad("kvp_key_chain: parent NULL, block_tokens 0, or extras NULL");
 	nblocks = ntokens / block_tokens;
 	if (nblocks > INT_MAX)
-		return -EINVAL;
+		return bad("%zu blocks in one call: at most %d", nblocks, INT_MAX);
 	if (nblocks && (!tokens || !keys))
-		return -EINVAL;
+		return bad("kvp_key_chain: tokens and keys must not be NULL");
 	for (i = 0; i < nblocks; i++) {
 		rc = keys_block(scheme, i ? &keys[i - 1] : parent,
 				tokens + i * (size_t)block_tokens, block_tokens,

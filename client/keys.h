@@ -34,6 +34,11 @@ void keys_sha256_update(struct keys_sha256 *s, const void *data, size_t len);
  * initialised again before reuse. */
 void keys_sha256_final(struct keys_sha256 *s, uint8_t out[KEYS_SHA256_BYTES]);
 
+/* The message of the last key function that failed on this thread, which
+ * kvp_last_error() returns (the library's one error buffer). */
+#define KEYS_ERROR_MAX 513
+extern __thread char keys_error_buf[KEYS_ERROR_MAX];
+
 /* keys_sha256_use() - the compression function from now on: KEYS_SHA256_C
  * (portable), KEYS_SHA256_NI (x86 SHA extensions; -ENOTSUP where the CPU
  * has none) or 0 (the best there is, the default). Returns the one in

@@ -559,14 +559,22 @@ START_TEST(test_keys_values_refuse_what_vllm_does_not_hash)
 	ck_assert_int_eq(kvp_key_root(KVP_KEYS_VLLM_SHA256, "0", &root), 0);
 	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, &bad, 1, &k),
 			 -EINVAL);
+	/* (kvp_last_error() returns this buffer; the test links the key code
+	 * statically, beside the library's own copy) */
+	ck_assert_msg(strstr(keys_error_buf, "has type 99, which vLLM does not hash"), "%s",
+		      keys_error_buf);
 	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, &nul, 1, &k),
 			 -EINVAL);
 	ck_assert_int_eq(kvp_key_block_values(5, &root, tok, 16, &ok, 1, &k), -EINVAL);
+	ck_assert_msg(strstr(keys_error_buf, "key scheme 5 is not one of 1 (vllm-sha256-cbor)"),
+		      "%s", keys_error_buf);
 	for (i = 0; i < 10; i++)	/* ten tuples deep: past the limit */
 		deep[i] = (kvp_value){ .type = KVP_VALUE_TUPLE, .n = i < 9 ? 1 : 0,
 				       .items = i < 9 ? &deep[i + 1] : NULL };
 	ck_assert_int_eq(kvp_key_block_values(KVP_KEYS_VLLM_SHA256, &root, tok, 16, deep, 1, &k),
 			 -EINVAL);
+	ck_assert_msg(strstr(keys_error_buf, "nest deeper than 8 tuples"), "%s",
+		      keys_error_buf);
 	/* the same block through either call: the same key */
 	for (i = 1; i <= 4; i++) {
 		ck_assert_int_eq(kvp_key_root((uint32_t)i, "0", &root), 0);
@@ -888,6 +896,8 @@ START_TEST(test_keys_pickle_schemes_refuse_a_block_past_one_frame)
 		ck_assert_int_eq(kvp_key_block(pickled[i], &root, tok, 9000, NULL, 0, &k), 0);
 		ck_assert_int_eq(kvp_key_block(pickled[i], &root, tok, 10000, NULL, 0, &k),
 				 -EINVAL);
+		ck_assert_msg(strstr(keys_error_buf, "past the 64 KiB frame"), "%s",
+			      keys_error_buf);
 	}
 	/* the CBOR ones have no frame: any length */
 	ck_assert_int_eq(kvp_key_block(KVP_KEYS_VLLM_XXHASH_CBOR, &root, tok, 20000, NULL, 0,
