@@ -709,11 +709,6 @@ static void pk_string(struct hsink *h, bool text, const void *data, size_t n)
 	hs_byte(h, PK_MEMOIZE);
 }
 
-static size_t pk_tuple_size(size_t n, size_t items)
-{
-	return n == 0 ? 1 : n <= 3 ? items + 2 : items + 3;
-}
-
 static void pk_tuple_open(struct hsink *h, size_t n)
 {
 	if (n > 3)
@@ -740,18 +735,6 @@ static int pk_begin(struct hsink *h, size_t len)
 	store_le64(p + 3, len);
 	hs_write(h, p, sizeof(p));
 	return 0;
-}
-
-static size_t pk_extras_size(const kvp_extra *extras, size_t nextras)
-{
-	size_t i, items = 0;
-
-	if (nextras == 0)
-		return 1;	/* None */
-	for (i = 0; i < nextras; i++)
-		items += extras[i].str ? pk_str_size(strlen(extras[i].str)) :
-					 pk_int_size(extras[i].num);
-	return pk_tuple_size(nextras, items);
 }
 
 /*
@@ -879,68 +862,34 @@ static int vllm_any_root(uint32_t scheme, const char *seed, kvp_key *root)
 	return hs_end(&h, root);
 }
 
+static int values_block(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			size_t ntokens, const kvp_value *extras, size_t nextras, kvp_key *key);
+
+/* vllm_any_block() - the common case straight into a buffer, else the
+ * general encoder with the kvp_extra items as values (a str or an
+ * unsigned int each). */
 static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
 			  size_t ntokens, const kvp_extra *extras, size_t nextras,
 			  kvp_key *key)
 {
-	size_t pb = scheme == KVP_KEYS_VLLM_SHA256 ? 32 : 16, i, items;
-	struct hsink h;
+	kvp_value stack[8] = { { 0 } }, *v = stack;
+	size_t i;
 	int rc;
 
 	if (nextras == 0 && vllm_block_direct(scheme, parent, tokens, ntokens, key))
 		return 0;
-	hs_begin(&h, scheme != KVP_KEYS_VLLM_SHA256);
-	if (scheme == KVP_KEYS_VLLM_XXHASH_CBOR) {
-		hc_head(&h, CBOR_ARRAY, 3);
-		hc_head(&h, CBOR_BYTES, pb);
-		hs_write(&h, parent->b, pb);
-		hc_head(&h, CBOR_ARRAY, ntokens);
-		for (i = 0; i < ntokens; i++)
-			hc_head(&h, CBOR_UINT, tokens[i]);
-		if (nextras == 0) {
-			hs_byte(&h, CBOR_NULL);
-		} else {
-			hc_head(&h, CBOR_ARRAY, nextras);
-			for (i = 0; i < nextras; i++) {
-				if (extras[i].str) {
-					hc_head(&h, CBOR_TEXT, strlen(extras[i].str));
-					hs_write(&h, extras[i].str, strlen(extras[i].str));
-				} else {
-					hc_head(&h, CBOR_UINT, extras[i].num);
-				}
-			}
-		}
-		return hs_end(&h, key);
+	if (nextras > sizeof(stack) / sizeof(stack[0])) {
+		v = malloc(nextras * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
 	}
-	for (i = 0, items = 0; i < ntokens; i++)
-		items += pk_int_size(tokens[i]);
-	rc = pk_begin(&h, pk_tuple_size(3, pk_str_size(pb) + pk_tuple_size(ntokens, items) +
-					   pk_extras_size(extras, nextras)) + 1);
-	if (rc < 0) {
-		hs_end(&h, key);
-		return rc;
-	}
-	pk_tuple_open(&h, 3);
-	pk_string(&h, false, parent->b, pb);
-	pk_tuple_open(&h, ntokens);
-	for (i = 0; i < ntokens; i++)
-		pk_int(&h, tokens[i]);
-	pk_tuple_close(&h, ntokens);
-	if (nextras == 0) {
-		hs_byte(&h, 'N');
-	} else {
-		pk_tuple_open(&h, nextras);
-		for (i = 0; i < nextras; i++) {
-			if (extras[i].str)
-				pk_string(&h, true, extras[i].str, strlen(extras[i].str));
-			else
-				pk_int(&h, extras[i].num);
-		}
-		pk_tuple_close(&h, nextras);
-	}
-	pk_tuple_close(&h, 3);
-	hs_byte(&h, '.');
-	return hs_end(&h, key);
+	for (i = 0; i < nextras; i++)
+		v[i] = extras[i].str ? (kvp_value){ .type = KVP_VALUE_STR, .str = extras[i].str } :
+			(kvp_value){ .type = KVP_VALUE_UINT, .u = extras[i].num };
+	rc = values_block(scheme, parent, tokens, ntokens, v, nextras, key);
+	if (v != stack)
+		free(v);
+	return rc;
 }
 
 static bool keys_scheme_known(uint32_t scheme);
