@@ -294,13 +294,58 @@ static void hold_tiers(struct ns *n, const uint32_t *ents, const uint64_t *pages
 }
 
 /*
- * start_restores() - lease the entries ents[0..*got) that are in the pool,
- * copy those of the host tier back, and start reading the NVMe tier's back
- * into fresh INFLIGHT pages. Returns the pending request, or NULL when
- * nothing needs reading (all leased; *got may have shrunk if the pool had
- * no room for the restores or a copy failed). *err is -ENOMEM, or -EAGAIN
- * when making room waits for the tiers: then nothing is leased, for the
- * request to wait and be served again.
+ * pin_plan() - lease c the planned entries ents[0..got) that are in the
+ * pool (their pages into pages[], 0 for the others) and hold the others
+ * in their tiers. From here until unpin_plan() or start_restores(), no
+ * eviction takes or moves one: not the back-pressure that frees pages
+ * ahead of the reads, not the making of room for them. Returns 0, or
+ * -ENOMEM with nothing pinned.
+ */
+static int pin_plan(struct conn *c, const uint32_t *ents, uint64_t *pages, uint32_t got)
+{
+	struct pool *p = c->srv->pool;
+	struct ns *n = c->ns;
+	uint32_t i;
+
+	for (i = 0; i < got; i++) {
+		pages[i] = 0;
+		if (prefix_where(n->idx, ents[i]) != PREFIX_IN_POOL)
+			continue;
+		pages[i] = prefix_page(n->idx, ents[i]);
+		if (lease_take(&c->leases, p, n, pages[i]) < 0) {
+			while (i--)
+				if (pages[i])
+					lease_drop(&c->leases, p, n, pages[i]);
+			return -ENOMEM;
+		}
+	}
+	hold_tiers(n, ents, pages, got, true);
+	return 0;
+}
+
+/* unpin_plan() - undo pin_plan(): the request waits and is planned again. */
+static void unpin_plan(struct conn *c, const uint32_t *ents, uint64_t *pages, uint32_t got)
+{
+	struct ns *n = c->ns;
+	uint32_t i;
+
+	hold_tiers(n, ents, pages, got, false);
+	for (i = got; i-- > 0;)
+		if (pages[i]) {
+			lease_drop(&c->leases, c->srv->pool, n, pages[i]);
+			pages[i] = 0;
+		}
+}
+
+/*
+ * start_restores() - for the pinned plan ents[0..*got) (see pin_plan()),
+ * copy the host tier's entries back and start reading the NVMe tier's
+ * back into fresh INFLIGHT pages. Returns the pending request, or NULL
+ * when nothing needs reading (all leased; *got may have shrunk if the
+ * pool had no room for the restores or a copy failed). *err is -ENOMEM,
+ * or -EAGAIN when making room waits for the tiers: then the plan is
+ * unpinned and nothing is leased, for the request to wait and be served
+ * again.
  */
 static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint64_t *pages,
 				      uint32_t *got, uint32_t hosted, uint32_t restores,
@@ -311,22 +356,14 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 	struct spill_stats ts;
 	struct pending *pd = NULL;
 	uint64_t *fresh = NULL;
-	uint32_t i, r = 0, cut;
+	uint32_t i, r = 0, nfresh = restores + hosted, cut;
 	char msg[256];
 	int rc;
 
 	*err = 0;
-	for (i = 0; i < *got; i++) {	/* first the pool's: then no eviction takes them */
-		pages[i] = 0;
-		if (prefix_where(n->idx, ents[i]) != PREFIX_IN_POOL)
-			continue;
-		pages[i] = prefix_page(n->idx, ents[i]);
-		if (lease_take(&c->leases, p, n, pages[i]) < 0)
-			goto out_nomem;
-	}
-	if (!restores && !hosted)
+	if (!nfresh)
 		goto out_touch;
-	fresh = calloc(restores + hosted, sizeof(*fresh));
+	fresh = calloc(nfresh, sizeof(*fresh));
 	if (!fresh)
 		goto out_nomem;
 	if (restores) {
@@ -342,19 +379,15 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 		if (!pd->restored || !pd->slot_index)
 			goto out_nomem;
 	}
-	/* making room must not move or drop the entries about to come back */
-	hold_tiers(n, ents, pages, *got, true);
-	rc = lease_make_room(p, n, restores + hosted);
+	/* the held entries stay where they are while room is made */
+	rc = lease_make_room(p, n, nfresh);
 	if (rc == -EAGAIN) {
 		/* the tiers take the evictions later: let go of everything */
-		hold_tiers(n, ents, pages, *got, false);
-		for (i = *got; i-- > 0;)
-			if (pages[i])
-				lease_drop(&c->leases, p, n, pages[i]);
+		unpin_plan(c, ents, pages, *got);
 		*err = -EAGAIN;
 		goto out_free;
 	}
-	if (rc < 0 || pool_alloc(p, n->pool_ns, restores + hosted, fresh, msg, sizeof(msg)) < 0) {
+	if (rc < 0 || pool_alloc(p, n->pool_ns, nfresh, fresh, msg, sizeof(msg)) < 0) {
 		/* no room to restore into: serve the prefix that is in the pool */
 		hold_tiers(n, ents, pages, *got, false);
 		for (i = 0; i < *got && pages[i]; i++)
@@ -368,20 +401,25 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 		prefix_touch(n->idx, ents[i], true);
 	cut = *got;
 	for (i = 0; i < *got; i++) {
-		bool ok;
+		unsigned where;
+		bool ok = false;
 
 		if (pages[i])
 			continue;
-		if (prefix_where(n->idx, ents[i]) == PREFIX_HOST)
-			ok = restore_host(c, n, ents[i], fresh[r]);
-		else
-			ok = restore_nvme(pd, i, ents[i], fresh[r]);
+		where = prefix_where(n->idx, ents[i]);
+		if (r < nfresh && where == PREFIX_HOST)
+			ok = restore_host(c, n, ents[i], fresh[r++]);
+		else if (pd && r < nfresh && where == PREFIX_SPILLED)
+			ok = restore_nvme(pd, i, ents[i], fresh[r++]);
+		else	/* a key named twice (restoring already), or no page left */
+			prefix_unhold(n->idx, ents[i]);
 		if (ok)
-			pages[i] = fresh[r];
+			pages[i] = fresh[r - 1];
 		else if (i < cut)
 			cut = i;
-		r++;
 	}
+	while (r < nfresh)
+		pool_unref(p, fresh[r++]);	/* PRIVATE, unused: free again */
 	free(fresh);
 	if (pd) {
 		pd->planned = *got;
@@ -397,9 +435,7 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 
 out_nomem:
 	*err = -ENOMEM;
-	while (i--)
-		if (pages[i])
-			lease_drop(&c->leases, p, n, pages[i]);
+	unpin_plan(c, ents, pages, *got);
 	goto out_free;
 out_touch:
 	for (i = 0; i < *got; i++)
@@ -474,9 +510,15 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	}
 	if (!requests_room_for_leases(c, req, got))
 		goto out;
-	/* reads need free pages: wait for the tier rather than serve less */
-	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores))
+	if (pin_plan(c, ents, pages, got) < 0) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory recording leases");
 		goto out;
+	}
+	/* reads need free pages: wait for the tier rather than serve less */
+	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores)) {
+		unpin_plan(c, ents, pages, got);
+		goto out;
+	}
 	pd = start_restores(c, ents, pages, &got, hosted, restores, &err);
 	if (err == -EAGAIN) {
 		/* the tiers cannot take what would make room yet: wait */

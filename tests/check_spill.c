@@ -581,6 +581,108 @@ START_TEST(test_spill_rate_cap_slows_evictions_without_losing_pages)
 }
 END_TEST
 
+/*
+ * An ACQUIRE whose chain is half in the pool and half in the tier, when
+ * the pool is full and --spill-rate holds writes back: the back-pressure
+ * that frees pages ahead of the read must not take the chain's own pool
+ * pages (a clean copy goes back to its slot at once), or the daemon read
+ * past its restore plan and died.
+ */
+START_TEST(test_spill_rate_wait_never_evicts_the_prefix_being_acquired)
+{
+	uint32_t t[CHAIN * BT], u[CHAIN * BT];
+	kvp_key keys[2];
+	kvp_page a[2], b, fill[255], got[2];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c, *other;
+	uint32_t i;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	seq(t, 900);
+	ck_assert_int_eq(harness_serve(c, t, 2 * BT, a), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, 2 * BT, NULL, 0, keys), 2);
+	ck_assert_int_eq(kvp_release(c, a, 2), 0);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 2);
+	settle(d.sock);
+	kvp_close(c);
+	daemon_halt(&d);
+
+	/* 2 KiB/s of 20 KiB slots: after one write, none for about 9 s */
+	daemon_restart(&d, args(&d, "64M", "--spill-rate=2K"));
+	c = join(d.sock);
+	seq(u, 901);
+	ck_assert_int_eq(harness_serve(c, u, BT, &b), 0);
+	ck_assert_int_eq(kvp_release(c, &b, 1), 0);
+	/* both blocks back from the tier, each keeping its slot */
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys, 2, NULL, 0, a, NULL), 2);
+	ck_assert_int_eq(kvp_release(c, a, 2), 0);
+	/* the oldest (the other block) is written, spending the rate; then
+	 * block 1 goes back to its slot without a write */
+	ck_assert_int_eq(kvp_evict(c, "spill", 2), 2);
+	settle(d.sock);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_cached, 1);
+	ck_assert_uint_eq(st.nvme.spills, 1);
+	/* every other page leased */
+	for (i = 0; i < 255; i += 51)
+		ck_assert_int_eq(kvp_alloc(c, 51, fill + i), 0);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_free, 0);
+
+	/* block 0 in the pool, block 1 in the tier, no free page and no
+	 * write allowed: block 0 is served, block 1 waits for room */
+	other = join(d.sock);
+	ck_assert_int_eq(kvp_acquire(other, NULL, keys, 2, NULL, 0, got, NULL), 1);
+	ck_assert(harness_holds(kvp_page_ptr(other, got[0]), PAGE_BYTES, &keys[0]));
+	ck_assert_int_eq(kvp_release(other, got, 1), 0);
+	/* with room, both come back */
+	ck_assert_int_eq(kvp_release(c, fill, 255), 0);
+	ck_assert_int_eq(kvp_acquire(other, NULL, keys, 2, NULL, 0, got, NULL), 2);
+	for (i = 0; i < 2; i++)
+		ck_assert(harness_holds(kvp_page_ptr(other, got[i]), PAGE_BYTES, &keys[i]));
+	ck_assert_int_eq(kvp_release(other, got, 2), 0);
+	kvp_close(other);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* A forged ACQUIRE that names one key in the tier twice: one read, one
+ * hit, no page left behind in flight (daemon_stop() checks the counts). */
+START_TEST(test_spill_a_key_named_twice_is_read_back_once)
+{
+	uint32_t t[CHAIN * BT];
+	kvp_key keys[2];
+	kvp_page a[2], got[2];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "64M", NULL));
+	c = join(d.sock);
+	seq(t, 910);
+	ck_assert_int_eq(harness_serve(c, t, BT, a), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BT, NULL, 0, keys), 1);
+	ck_assert_int_eq(kvp_release(c, a, 1), 0);
+	ck_assert_int_eq(kvp_evict(c, "spill", 0), 1);
+	settle(d.sock);
+	keys[1] = keys[0];
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys, 2, NULL, 0, got, NULL), 1);
+	ck_assert(harness_holds(kvp_page_ptr(c, got[0]), PAGE_BYTES, &keys[0]));
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.nvme.restores, 1);
+	ck_assert_uint_eq(st.pages_inflight, 0);
+	ck_assert_uint_eq(st.pages_shared, 1);
+	ck_assert_int_eq(kvp_release(c, got, 1), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_spill_rate_evict_waits_for_the_rate_and_moves_every_page)
 {
 	kvp_stats_t st;
@@ -1217,6 +1319,8 @@ static Suite *spill_suite(void)
 	tcase_add_test(tc, test_spill_small_file_fills_up_and_drops);
 	tcase_add_test(tc, test_spill_rate_cap_slows_evictions_without_losing_pages);
 	tcase_add_test(tc, test_spill_rate_evict_waits_for_the_rate_and_moves_every_page);
+	tcase_add_test(tc, test_spill_rate_wait_never_evicts_the_prefix_being_acquired);
+	tcase_add_test(tc, test_spill_a_key_named_twice_is_read_back_once);
 	tcase_add_test(tc, test_spill_client_killed_during_restore);
 	tcase_add_test(tc, test_spill_daemon_killed_during_heavy_spill_serves_nothing_corrupt);
 	suite_add_tcase(s, tc);
