@@ -225,10 +225,18 @@ static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
 		h.block_tokens = g->block_tokens;
 		h.dtype = g->dtype;
 		h.key_scheme = g->key_scheme;
+		if (g->key_seed)
+			keys_seed_id(g->key_seed, h.key_seed_id);
 	}
 	snprintf(h.client_name, sizeof(h.client_name), "%s",
 		 program_invocation_short_name);
 	rc = call(c, KVP_OP_HELLO, &h, sizeof(h), NULL, 0, &len, NULL);
+	if (rc == -EBADE && g && g->key_seed && strstr(last_error, "key_seed")) {
+		size_t at = strlen(last_error);
+
+		snprintf(last_error + at, sizeof(last_error) - at,
+			 " (this client's key seed is '%.64s')", g->key_seed);
+	}
 	if (rc < 0)
 		return rc;
 	if (wire_fixed_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &c->hello,

@@ -323,6 +323,18 @@ void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES])
 	keys_sha256_final(&s, out);
 }
 
+void keys_seed_id(const char *seed, uint8_t id[KEYS_SEED_ID_BYTES])
+{
+	uint8_t d[KEYS_SHA256_BYTES];
+	unsigned i, any = 0;
+
+	keys_sha256(seed, strlen(seed), d);
+	for (i = 0; i < KEYS_SEED_ID_BYTES; i++)
+		any |= id[i] = d[i];
+	if (!any)
+		id[KEYS_SEED_ID_BYTES - 1] = 1;
+}
+
 /* --- Canonical CBOR into SHA-256 (RFC 8949) ------------------------------ */
 
 enum cbor_major {

@@ -50,4 +50,10 @@ int keys_sha256_use(int impl);
 /* keys_sha256() - the digest of one whole message. */
 void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES]);
 
+/* keys_seed_id() - what HELLO's key_seed_id carries for a key seed: the
+ * first 8 bytes of SHA-256 of its text, never all zero (that means no
+ * seed asked). The seed itself never goes over the socket. */
+#define KEYS_SEED_ID_BYTES 8
+void keys_seed_id(const char *seed, uint8_t id[KEYS_SEED_ID_BYTES]);
+
 #endif /* KVP_KEYS_H */

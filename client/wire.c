@@ -81,8 +81,7 @@ int wire_hello_decode(const void *payload, size_t len, struct kvp_wire_hello *h)
 		return rc;
 	if (!terminated(h->ns, sizeof(h->ns)) ||
 	    !terminated(h->model, sizeof(h->model)) ||
-	    !terminated(h->client_name, sizeof(h->client_name)) ||
-	    h->reserved[0] || h->reserved[1])
+	    !terminated(h->client_name, sizeof(h->client_name)))
 		return -KVP_S_INVAL;
 	return 0;
 }

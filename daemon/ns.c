@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "kvpool.h"
+#include "client/keys.h"
 #include "client/wire.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
@@ -400,6 +401,38 @@ static int may_create(const struct ns_table *t, const struct ns_config *k,
 	return 0;
 }
 
+/*
+ * seed_differs() - true when the client derives keys from a key seed of
+ * its own (HELLO key_seed_id) that is not the daemon's --key-seed: its
+ * keys would never meet the namespace's. err says so without telling
+ * the seed, which may be a secret.
+ */
+static bool seed_differs(const struct ns_config *k, const struct kvp_wire_hello *h,
+			 char *err, size_t errlen)
+{
+	static const uint8_t none[sizeof(h->key_seed_id)];
+	uint8_t mine[KEYS_SEED_ID_BYTES];
+
+	if (!memcmp(h->key_seed_id, none, sizeof(none)))
+		return false;
+	if (k->salt && k->salt[0]) {
+		snprintf(err, errlen, "namespace '%s': key_seed cannot be matched: kvpoold "
+			 "salts every namespace's root (--key-salt), so keys this client "
+			 "derives from a seed never meet the namespace's; key from the root "
+			 "the daemon gives (no key seed), or run kvpoold without --key-salt",
+			 h->ns);
+		return true;
+	}
+	keys_seed_id(k->seed, mine);
+	if (!memcmp(h->key_seed_id, mine, sizeof(mine)))
+		return false;
+	snprintf(err, errlen, "namespace '%s': key_seed differs: kvpoold derives keys "
+		 "from another seed than this client (--key-seed, not told here); "
+		 "give both the same one (vLLM: PYTHONHASHSEED, \"vllm-none-hash\" "
+		 "when it is unset)", h->ns);
+	return true;
+}
+
 int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	    const struct kvp_wire_hello *h, const struct ns_joiner *j, struct ns **out,
 	    char *err, size_t errlen)
@@ -415,6 +448,8 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 			 "digits or . _ - : / @", h->ns);
 		return -KVP_S_INVAL;
 	}
+	if (seed_differs(k, h, err, errlen))
+		return -KVP_S_MISMATCH;
 	n = ns_find(t, h->ns);
 	if (!n) {
 		rc = may_create(t, k, j, h->ns, err, errlen);

@@ -288,7 +288,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 	}
 	if (rc < 0) {
 		conn_error(c, req, KVP_S_INVAL, "HELLO: a name is not NUL-terminated "
-			   "within its field, or a reserved field is not 0");
+			   "within its field");
 		return;
 	}
 	if (h.ns[0]) {

@@ -62,6 +62,11 @@ typedef struct kvp_geometry {
 	uint32_t dtype;			/* enum kvp_dtype */
 	const char *model;		/* model identity, e.g. "meta-llama/Llama-3.1-8B" */
 	uint32_t key_scheme;		/* enum kvp_key_scheme; 0: the daemon's default */
+	/* the key seed this client derives keys from itself (vLLM: its
+	 * PYTHONHASHSEED, else "vllm-none-hash"), or NULL: none, it keys
+	 * from the root key the daemon gives. When set, kvp_connect() is
+	 * refused (-EBADE) unless kvpoold's --key-seed is the same. */
+	const char *key_seed;
 } kvp_geometry;
 
 /* --- Prefix keys ----------------------------------------------------------

@@ -161,7 +161,10 @@ struct kvp_wire_hello {
 	uint32_t block_tokens;
 	uint32_t dtype;		/* enum kvp_wire_dtype */
 	uint32_t key_scheme;	/* KVP_WIRE_KEYS_*; 0: the daemon's default */
-	uint32_t reserved[2];
+	/* the first 8 bytes of SHA-256 of the key seed the client derives
+	 * its own keys from (vLLM: PYTHONHASHSEED, else "vllm-none-hash");
+	 * all zero: none asked, the client keys from the namespace's root */
+	uint8_t key_seed_id[8];
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 256, "kvp_wire_hello is 256 bytes");
 

@@ -730,6 +730,61 @@ START_TEST(test_share_the_defaults_are_vllms)
 }
 END_TEST
 
+/* A client that keys from a seed of its own (as an engine computing
+ * vLLM's hashes does) is refused unless kvpoold's is the same: its keys
+ * would never meet the namespace's. So is one naming another scheme.
+ * Neither refusal creates anything, nor tells the daemon's seed. */
+START_TEST(test_share_a_client_keyed_from_another_seed_or_scheme_is_refused)
+{
+	const char *opts[] = { "--pool-size", "4M", "--slab-size", "1M", "--key-seed", "s3cr3t",
+			       NULL, NULL };
+	kvp_geometry g = geo;
+	kvp_ns_stats_t ns[4];
+	kvp_stats_t st;
+	kvp_info_t in;
+	kvp_key root;
+	struct daemon d;
+	kvp_client *c, *probe;
+
+	daemon_start(&d, opts);
+	probe = join(d.sock);
+	g.key_seed = "7";
+	ck_assert_int_eq(kvp_connect(d.sock, "seeded", &g, &c), -EBADE);
+	ck_assert_msg(strstr(kvp_last_error(), "key_seed") &&
+		      strstr(kvp_last_error(), "PYTHONHASHSEED") &&
+		      strstr(kvp_last_error(), "'7'") && !strstr(kvp_last_error(), "s3cr3t"),
+		      "%s", kvp_last_error());
+	ck_assert_int_eq(kvp_stats(probe, &st, ns, 4), 1);	/* only "share" */
+	/* the same seed: joined, and the root is H(seed) of the scheme */
+	g.key_seed = "s3cr3t";
+	ck_assert_int_eq(kvp_connect(d.sock, "seeded", &g, &c), 0);
+	ck_assert_int_eq(kvp_info(c, &in), 0);
+	ck_assert_int_eq(kvp_key_root(in.key_scheme, "s3cr3t", &root), 0);
+	ck_assert(!memcmp(in.root.b, root.b, sizeof(root.b)));
+	kvp_close(c);
+	/* another scheme than the namespace's: the field, both values */
+	g.key_seed = NULL;
+	g.key_scheme = KVP_KEYS_VLLM_XXHASH;
+	ck_assert_int_eq(kvp_connect(d.sock, "share", &g, &c), -EBADE);
+	ck_assert_msg(strstr(kvp_last_error(), "key_scheme 3, this client sent 4"), "%s",
+		      kvp_last_error());
+	kvp_close(probe);
+	daemon_stop(&d);
+
+	/* salted roots never equal H(seed): a seeded client cannot match */
+	opts[6] = "--key-salt=pepper";
+	daemon_start(&d, opts);
+	g.key_scheme = 0;
+	g.key_seed = "s3cr3t";
+	ck_assert_int_eq(kvp_connect(d.sock, "seeded", &g, &c), -EBADE);
+	ck_assert_msg(strstr(kvp_last_error(), "--key-salt"), "%s", kvp_last_error());
+	g.key_seed = NULL;
+	ck_assert_int_eq(kvp_connect(d.sock, "seeded", &g, &c), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *share_suite(void)
 {
 	Suite *s = suite_create("share");
@@ -752,6 +807,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches);
 	tcase_add_test(tc, test_share_every_vllm_key_scheme_serves_its_own_keys);
 	tcase_add_test(tc, test_share_the_defaults_are_vllms);
+	tcase_add_test(tc, test_share_a_client_keyed_from_another_seed_or_scheme_is_refused);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("eviction");

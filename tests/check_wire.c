@@ -204,9 +204,11 @@ START_TEST(test_wire_hello_unterminated_strings_are_inval)
 	h = good_hello();
 	memset(h.client_name, 'c', sizeof(h.client_name));
 	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+	/* the last 8 bytes are the key seed id now: any value decodes */
 	h = good_hello();
-	h.reserved[1] = 1;
-	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), -KVP_S_INVAL);
+	memset(h.key_seed_id, 0xff, sizeof(h.key_seed_id));
+	ck_assert_int_eq(wire_hello_decode(&h, sizeof(h), &out), 0);
+	ck_assert(!memcmp(out.key_seed_id, h.key_seed_id, sizeof(h.key_seed_id)));
 }
 END_TEST
 
