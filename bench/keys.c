@@ -35,6 +35,31 @@
 #include "kvpool.h"
 #include "bench/opt.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+
+/* cpu_has() - what libkvpool's key code picks up on this CPU, for the
+ * report: the SHA extensions (CPUID 7.0 EBX 29) and AVX-512 VBMI2 with
+ * BW and VL (ECX 6, EBX 30, EBX 31), as client/keys.c checks them. */
+static void cpu_has(bool *sha, bool *vbmi2)
+{
+	unsigned a, b, c, d;
+
+	*sha = *vbmi2 = false;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
+		return;
+	*sha = b & (1u << 29);
+	__builtin_cpu_init();
+	*vbmi2 = __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512bw") &&
+		 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("bmi2");
+}
+#else
+static void cpu_has(bool *sha, bool *vbmi2)
+{
+	*sha = *vbmi2 = false;
+}
+#endif
+
 #define KEYS_VOCAB	152064
 #define KEYS_NBLOCKS	2
 #define KEYS_NALGOS	4	/* vLLM's algorithms */
@@ -119,7 +144,7 @@ static const char py_reference[] =
 	"    a.byteswap()\n"
 	"toks = a.tolist()\n"
 	"runs, seed = int(sys.argv[2]), sys.argv[3]\n"
-	"cext = 'C' if cbor2.dumps.__module__ == '_cbor2' else 'pure Python'\n"
+	"cext = 'C' if cbor2.dumps.__module__ in ('_cbor2', 'cbor2._cbor2') else 'pure Python'\n"
 	"print('version=Python %s, %s, cbor2 %s (%s), %s' % (platform.python_version(), who,\n"
 	"      importlib.metadata.version('cbor2'), cext, ssl.OPENSSL_VERSION))\n"
 	"for algo, fn in fns.items():\n"
@@ -353,11 +378,13 @@ static void write_section(FILE *f, const struct keys_opts *o,
 {
 	char cpu[256], when[64], load[64], rev[128];
 	double tps16[KEYS_NSCHEMES] = { 0 }, worst = 1e300;
-	bool all_agree = true, measured = false;
+	bool all_agree = true, measured = false, sha, vbmi2;
 	struct utsname u;
 	time_t t = time(NULL);
 	size_t i;
 	int a, b, k, worst_a = 0;
+
+	cpu_has(&sha, &vbmi2);
 
 	shell_line("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1",
 		   cpu, sizeof(cpu));
@@ -393,10 +420,11 @@ static void write_section(FILE *f, const struct keys_opts *o,
 		   "None))` block after block, with vLLM's own hash functions when `--vllm`\n"
 		   "names an installed vLLM or its wheel (else sha256_cbor as cbor2 + hashlib).\n"
 		   "Ratios are tokens/s ÷ the reference's tokens/s for the same algorithm at\n"
-		   "the same block size. kvpool's SHA-256 is portable C (FIPS 180-4, no SHA\n"
-		   "CPU extensions); hashlib's is OpenSSL's, which uses them where the CPU has\n"
-		   "them.\n\n",
-		o->tokens, KEYS_VOCAB, seed, o->runs, o->py_runs);
+		   "the same block size. kvpool's SHA-256 uses the x86 SHA extensions, and its\n"
+		   "token encoders AVX-512 VBMI2, where the CPU has them (this one: %s, %s);\n"
+		   "hashlib's SHA-256 is OpenSSL's, which uses the SHA extensions too.\n\n",
+		o->tokens, KEYS_VOCAB, seed, o->runs, o->py_runs,
+		sha ? "SHA yes" : "SHA no", vbmi2 ? "VBMI2 yes" : "VBMI2 no");
 
 	for (a = 0; a < KEYS_NALGOS; a++) {
 		for (b = 0; b < KEYS_NBLOCKS; b++) {
@@ -537,8 +565,8 @@ static void usage(FILE *f)
 		"Python on the same tokens: its own hash functions with --vllm, else\n"
 		"sha256_cbor as cbor2 + hashlib.\n\n"
 		"  -n, --tokens=N     token ids in the sequence (default 1048576)\n"
-		"  -r, --runs=N       timed runs per scheme and block size (default 15)\n"
-		"  -p, --py-runs=N    timed runs of the Python reference (default 3)\n"
+		"  -r, --runs=N       timed runs per scheme and block size (default 101)\n"
+		"  -p, --py-runs=N    timed runs of the Python reference (default 5)\n"
 		"  -P, --python=PATH  interpreter with cbor2 (and xxhash for --vllm;\n"
 		"                     default /usr/bin/python3; 'none' skips the reference)\n"
 		"  -V, --vllm=PATH    a vLLM wheel, install tree or vllm/utils/hashing.py:\n"
@@ -562,7 +590,7 @@ static int parse_opts(int argc, char **argv, struct keys_opts *o)
 	};
 	int ch, rc = 0;
 
-	*o = (struct keys_opts){ .tokens = 1u << 20, .runs = 15, .py_runs = 3,
+	*o = (struct keys_opts){ .tokens = 1u << 20, .runs = 101, .py_runs = 5,
 				 .python = "/usr/bin/python3" };
 	while (rc == 0 && (ch = getopt_long(argc, argv, "n:r:p:P:V:o:h", longopts, NULL)) != -1) {
 		switch (ch) {

@@ -112,10 +112,10 @@ static inline uint32_t load_be32(const uint8_t *p)
 
 static inline void store_be32(uint8_t *p, uint32_t v)
 {
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	v = __builtin_bswap32(v);	/* one store */
+#endif
+	memcpy(p, &v, 4);
 }
 
 /* sha256_blocks_c() - hash n whole 64-byte blocks of p into st. */
@@ -225,31 +225,54 @@ static bool sha_ni(void)
 		return false;
 	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
 }
+
+/* avx512_enc() - the CPU (and the OS) has what the token encoders below
+ * use: AVX-512 F, BW, VL and VBMI2 (VPCOMPRESSB), and BMI2 (PDEP). */
+static bool avx512_enc(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") &&
+	       __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2");
+}
 #else
 static bool sha_ni(void)
 {
 	return false;
 }
+
+static bool avx512_enc(void)
+{
+	return false;
+}
 #endif
 
-/* 0: not chosen yet, 1: portable C, 2: SHA extensions; keys_sha256_use()
- * lets the tests run both. A race on the first choice writes the same. */
-static int sha_impl;
+/* What keys_cpu_use() chose: 0 not yet, else KEYS_CPU_*; and whether the
+ * SHA extensions and the AVX-512 encoders are on. A race on the first
+ * choice writes the same. */
+static int cpu_impl;
+static bool use_sha_ni, use_avx512;
 
-int keys_sha256_use(int impl)
+int keys_cpu_use(int impl)
 {
-	if (impl == KEYS_SHA256_NI && !sha_ni())
+	bool ni = sha_ni(), enc = avx512_enc();
+
+	if (impl == KEYS_CPU_X86 && !ni && !enc)
 		return -ENOTSUP;
-	sha_impl = impl ? impl : (sha_ni() ? KEYS_SHA256_NI : KEYS_SHA256_C);
-	return sha_impl;
+	if (!impl)
+		impl = ni || enc ? KEYS_CPU_X86 : KEYS_CPU_C;
+	use_sha_ni = impl == KEYS_CPU_X86 && ni;
+	use_avx512 = impl == KEYS_CPU_X86 && enc;
+	cpu_impl = impl;
+	return impl;
 }
 
 static inline void sha256_blocks(uint32_t st[8], const uint8_t *p, size_t n)
 {
-	if (!sha_impl)
-		keys_sha256_use(0);
+	if (!cpu_impl)
+		keys_cpu_use(0);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-	if (sha_impl == KEYS_SHA256_NI) {
+	if (use_sha_ni) {
 		sha256_blocks_ni(st, p, n);
 		return;
 	}
@@ -312,6 +335,25 @@ void keys_sha256_final(struct keys_sha256 *s, uint8_t out[KEYS_SHA256_BYTES])
 	sha256_blocks(s->h, s->buf, 1);
 	for (i = 0; i < 8; i++)
 		store_be32(out + 4 * i, s->h[i]);
+}
+
+/* sha256_padded() - the digest of msg[0..len), padded in place: msg must
+ * have 72 bytes of room past len. One pass, nothing copied. */
+static void sha256_padded(uint8_t *msg, size_t len, uint8_t out[KEYS_SHA256_BYTES])
+{
+	size_t nblocks = (len + 9 + 63) / 64, end = nblocks * 64;
+	uint64_t bits = (uint64_t)len << 3;
+	uint32_t h[8];
+	int i;
+
+	msg[len] = 0x80;
+	memset(msg + len + 1, 0, end - 8 - len - 1);
+	store_be32(msg + end - 8, (uint32_t)(bits >> 32));
+	store_be32(msg + end - 4, (uint32_t)bits);
+	memcpy(h, sha256_h0, sizeof(h));
+	sha256_blocks(h, msg, nblocks);
+	for (i = 0; i < 8; i++)
+		store_be32(out + 4 * i, h[i]);
 }
 
 void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES])
@@ -492,8 +534,22 @@ static inline void store_le32(uint8_t *p, uint32_t v)
 
 static inline void store_le64(uint8_t *p, uint64_t v)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	memcpy(p, &v, 8);	/* one store */
+#else
 	store_le32(p, (uint32_t)v);
 	store_le32(p + 4, (uint32_t)(v >> 32));
+#endif
+}
+
+static inline void store_be64(uint8_t *p, uint64_t v)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	v = __builtin_bswap64(v);
+	memcpy(p, &v, 8);
+#else
+	memcpy(p, &v, 8);
+#endif
 }
 
 /* --- vLLM's other algorithms: pickle, XXH3-128 ------------------------------
@@ -796,57 +852,322 @@ static inline uint8_t *cb_put_head(uint8_t *p, enum cbor_major major, uint32_t v
 	return q;
 }
 
+static uint8_t *pk_put_ints(uint8_t *p, const uint32_t *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		p = pk_put_int(p, v[i]);
+	return p;
+}
+
+static uint8_t *cb_put_uints(uint8_t *p, const uint32_t *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		p = cb_put_uint(p, v[i]);
+	return p;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+/*
+ * The same with AVX-512, eight token ids at a time: each is widened to a
+ * 64-bit lane holding every byte of its widest form, a byte mask (built
+ * with PDEP from the size comparisons) keeps the bytes its size needs,
+ * and VPCOMPRESSB packs the kept bytes of all eight together. They write
+ * up to 64 bytes past what they keep.
+ */
+#define ENC_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi2,bmi2,popcnt")))
+#define LANE_BYTES(b) (0x0101010101010101ull * (b))
+
+/* enc_load8() - v[0..k) (k <= 8) zero-extended into eight 64-bit lanes. */
+ENC_TARGET static inline __m512i enc_load8(const uint32_t *v, size_t k)
+{
+	return _mm512_cvtepu32_epi64(_mm256_maskz_loadu_epi32((__mmask8)((1u << k) - 1), v));
+}
+
+/* enc_pack() - store the bytes of w that k keeps (those of the first
+ * lanes lanes only) at p; p past them. */
+ENC_TARGET static inline uint8_t *enc_pack(uint8_t *p, __m512i w, uint64_t k, size_t lanes)
+{
+	if (lanes < 8)
+		k &= (1ull << (8 * lanes)) - 1;
+	_mm512_storeu_si512(p, _mm512_maskz_compress_epi8(k, w));
+	return p + _mm_popcnt_u64(k);
+}
+
+/* Pickle: a lane is [op, 5, v0, v1, v2, v3, 0, -]; K keeps bytes 0 and 2,
+ * M also 3, J also 4 and 5, LONG1 0 to 6. */
+ENC_TARGET static uint8_t *pk_put_ints_avx512(uint8_t *p, const uint32_t *v, size_t n)
+{
+	const __m512i le = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)0x80800b0a09088080ull,
+								  (long long)0x8080030201008080ull));
+	size_t i, k;
+
+	for (i = 0; i < n; i += 8) {
+		__m512i x, op;
+		__mmask8 m2, m4, m5;
+
+		k = n - i < 8 ? n - i : 8;
+		x = enc_load8(v + i, k);
+		m2 = _mm512_cmpgt_epu64_mask(x, _mm512_set1_epi64(0xff));
+		m4 = _mm512_cmpgt_epu64_mask(x, _mm512_set1_epi64(0xffff));
+		m5 = _mm512_cmpgt_epu64_mask(x, _mm512_set1_epi64(0x7fffffff));
+		op = _mm512_set1_epi64(0x0500 | 'K');
+		op = _mm512_mask_mov_epi64(op, m2, _mm512_set1_epi64(0x0500 | 'M'));
+		op = _mm512_mask_mov_epi64(op, m4, _mm512_set1_epi64(0x0500 | 'J'));
+		op = _mm512_mask_mov_epi64(op, m5, _mm512_set1_epi64(0x0500 | 0x8a));
+		p = enc_pack(p, _mm512_or_si512(_mm512_shuffle_epi8(x, le), op),
+			     LANE_BYTES(0x05) | _pdep_u64(m2, LANE_BYTES(0x08)) |
+			     _pdep_u64(m4, LANE_BYTES(0x10)) * 3 | _pdep_u64(m5, LANE_BYTES(0x02)) * 0x21,
+			     k);
+	}
+	return p;
+}
+
+/* CBOR: a lane is [head, v3, v2, v1, v0] (big-endian); v < 24 keeps byte
+ * 0 (the head is v), one byte more bytes 0 and 4, two 0, 3 and 4, four 0
+ * to 4. */
+ENC_TARGET static uint8_t *cb_put_uints_avx512(uint8_t *p, const uint32_t *v, size_t n)
+{
+	const __m512i be = _mm512_broadcast_i32x4(_mm_set_epi64x((long long)0x80808008090a0b80ull,
+								  (long long)0x8080800001020380ull));
+	size_t i, k;
+
+	for (i = 0; i < n; i += 8) {
+		__m512i x, head;
+		__mmask8 m1, m2, m4;
+
+		k = n - i < 8 ? n - i : 8;
+		x = enc_load8(v + i, k);
+		m1 = _mm512_cmpge_epu64_mask(x, _mm512_set1_epi64(24));
+		m2 = _mm512_cmpgt_epu64_mask(x, _mm512_set1_epi64(0xff));
+		m4 = _mm512_cmpgt_epu64_mask(x, _mm512_set1_epi64(0xffff));
+		head = _mm512_mask_mov_epi64(x, m1, _mm512_set1_epi64(24));
+		head = _mm512_mask_mov_epi64(head, m2, _mm512_set1_epi64(25));
+		head = _mm512_mask_mov_epi64(head, m4, _mm512_set1_epi64(26));
+		p = enc_pack(p, _mm512_or_si512(_mm512_shuffle_epi8(x, be), head),
+			     LANE_BYTES(0x01) | _pdep_u64(m1, LANE_BYTES(0x10)) |
+			     _pdep_u64(m2, LANE_BYTES(0x08)) | _pdep_u64(m4, LANE_BYTES(0x02)) * 3,
+			     k);
+	}
+	return p;
+}
+#undef LANE_BYTES
+#define ENC_X86 1
+#endif
+
+/* pk_tokens() / cb_tokens() - the token ids of a block, by the code
+ * keys_cpu_use() chose; up to 64 bytes written past what is kept. */
+static inline uint8_t *pk_tokens(uint8_t *p, const uint32_t *v, size_t n)
+{
+	if (!cpu_impl)
+		keys_cpu_use(0);
+#ifdef ENC_X86
+	if (use_avx512)
+		return pk_put_ints_avx512(p, v, n);
+#endif
+	return pk_put_ints(p, v, n);
+}
+
+static inline uint8_t *cb_tokens(uint8_t *p, const uint32_t *v, size_t n)
+{
+	if (!cpu_impl)
+		keys_cpu_use(0);
+#ifdef ENC_X86
+	if (use_avx512)
+		return cb_put_uints_avx512(p, v, n);
+#endif
+	return cb_put_uints(p, v, n);
+}
+
+/*
+ * A block's encoding without extras, in three steps, so that a chain can
+ * encode the next block's token ids (which do not depend on the parent)
+ * while the current block is hashed: direct_plan() lays the encoding
+ * out for a block size (the parent's place, the tokens', what is fixed),
+ * direct_fill() writes the tokens and what follows them, direct_hash()
+ * puts the parent in and hashes. Byte for byte what the general path
+ * writes.
+ */
+struct direct {
+	bool sha;		/* SHA-256, else XXH3-128 */
+	bool pickle;		/* pickle, else CBOR */
+	size_t pb;		/* parent bytes: 32 or 16 */
+	size_t parent_at;	/* where the parent goes */
+	size_t tokens_at;	/* where the token ids go */
+	size_t ntokens;
+	uint8_t head[64];	/* bytes 0..tokens_at, the parent's zero */
+};
+
+/* direct_plan() - the layout for blocks of ntokens; false when the
+ * encoding may not fit in FAST_STAGE: at most 7 bytes a token, 64 of
+ * framing, tuples and parent, 72 written past the end (the token
+ * encoders' 64, SHA-256's padding). */
+static bool direct_plan(uint32_t scheme, size_t ntokens, struct direct *d)
+{
+	uint8_t *p = d->head;
+
+	if (ntokens > (FAST_STAGE - 136) / 7)
+		return false;
+	d->sha = scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_SHA256_CBOR;
+	d->pickle = scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH;
+	d->pb = d->sha ? 32 : 16;
+	d->ntokens = ntokens;
+	memset(d->head, 0, sizeof(d->head));
+	if (d->pickle) {
+		memcpy(p, "\x80\x05\x95", 3);	/* PROTO 5, FRAME (length later) */
+		p += 11;
+		*p++ = 'C';
+		*p++ = (uint8_t)d->pb;
+		d->parent_at = (size_t)(p - d->head);
+		p += d->pb;
+		*p++ = PK_MEMOIZE;
+		if (ntokens > 3)
+			*p++ = '(';
+	} else {
+		*p++ = 0x83;			/* array of 3 */
+		p = cb_put_head(p, CBOR_BYTES, (uint32_t)d->pb);
+		d->parent_at = (size_t)(p - d->head);
+		p += d->pb;
+		p = cb_put_head(p, CBOR_ARRAY, (uint32_t)ntokens);
+	}
+	d->tokens_at = (size_t)(p - d->head);
+	return true;
+}
+
+/* direct_fill() - the fixed bytes (once per buffer: fresh), the token
+ * ids and what follows them into buf; the encoding's length. */
+static size_t direct_fill(const struct direct *d, uint8_t *buf, const uint32_t *tokens,
+			  bool fresh)
+{
+	uint8_t *p = buf + d->tokens_at;
+	size_t n = d->ntokens;
+
+	if (fresh)
+		memcpy(buf, d->head, d->tokens_at);
+	if (!d->pickle) {
+		p = cb_tokens(p, tokens, n);
+		*p++ = CBOR_NULL;
+		return (size_t)(p - buf);
+	}
+	p = pk_tokens(p, tokens, n);
+	*p++ = n == 0 ? ')' : n <= 3 ? (uint8_t)(0x84 + n) : 't';
+	if (n)
+		*p++ = PK_MEMOIZE;
+	*p++ = 'N';
+	*p++ = 0x87;			/* TUPLE3 */
+	*p++ = PK_MEMOIZE;
+	*p++ = '.';
+	store_le64(buf + 3, (uint64_t)(p - buf - 11));	/* the frame's length */
+	return (size_t)(p - buf);
+}
+
+static void direct_hash(const struct direct *d, uint8_t *buf, size_t len,
+			const kvp_key *parent, kvp_key *key)
+{
+	XXH128_hash_t h;
+
+	memcpy(buf + d->parent_at, parent->b, d->pb);
+	if (d->sha) {
+		sha256_padded(buf, len, key->b);	/* FAST_STAGE has the room */
+		return;
+	}
+	h = XXH3_128bits(buf, len);
+	store_be64(key->b, h.high64);	/* xxhash's canonical form */
+	store_be64(key->b + 8, h.low64);
+	memset(key->b + 16, 0, KVP_KEY_BYTES - 16);
+}
+
 /* vllm_block_direct() - the block's key when it has no extras and its
  * encoding fits; false (nothing written) when it does not. */
 static bool vllm_block_direct(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
 			      size_t ntokens, kvp_key *key)
 {
-	size_t pb = scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_SHA256_CBOR ?
-		    32 : 16, i;
-	uint8_t buf[FAST_STAGE], *p = buf, *frame = NULL;
-	XXH128_canonical_t c;
+	uint8_t buf[FAST_STAGE];
+	struct direct d;
 
-	/* at most 7 bytes a token, 64 of framing, tuples and parent */
-	if (ntokens > (sizeof(buf) - 64) / 7)
+	if (!direct_plan(scheme, ntokens, &d))
 		return false;
-	if (scheme == KVP_KEYS_VLLM_SHA256 || scheme == KVP_KEYS_VLLM_XXHASH) {
-		memcpy(p, "\x80\x05\x95", 3);
-		frame = p + 3;
-		p += 11;
-		*p++ = 'C';
-		*p++ = (uint8_t)pb;
-		memcpy(p, parent->b, pb);
-		p += pb;
-		*p++ = PK_MEMOIZE;
-		if (ntokens > 3)
-			*p++ = '(';
-		for (i = 0; i < ntokens; i++)
-			p = pk_put_int(p, tokens[i]);
-		*p++ = ntokens == 0 ? ')' : ntokens <= 3 ? (uint8_t)(0x84 + ntokens) : 't';
-		if (ntokens)
-			*p++ = PK_MEMOIZE;
-		*p++ = 'N';
-		*p++ = 0x87;
-		*p++ = PK_MEMOIZE;
-		*p++ = '.';
-		store_le64(frame, (uint64_t)(p - frame - 8));
-	} else {
-		*p++ = 0x83;			/* array of 3 */
-		p = cb_put_head(p, CBOR_BYTES, (uint32_t)pb);
-		memcpy(p, parent->b, pb);
-		p += pb;
-		p = cb_put_head(p, CBOR_ARRAY, (uint32_t)ntokens);
-		for (i = 0; i < ntokens; i++)
-			p = cb_put_uint(p, tokens[i]);
-		*p++ = CBOR_NULL;
+	direct_hash(&d, buf, direct_fill(&d, buf, tokens, true), parent, key);
+	return true;
+}
+
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+static inline uint64_t load_le64(const uint8_t *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, 8);
+	return v;
+}
+
+/*
+ * chain_xxh_cbor() - chain_direct() for xxhash_cbor, whose chain is short
+ * enough that how the parent reaches the hash counts: it stays in
+ * registers (the last digest's halves), and the first 24 bytes of the
+ * encoding (array head, byte-string head, parent, token array head) are
+ * written as three 8-byte words, which XXH3's 8-byte reads take straight
+ * from the store buffer rather than waiting for bytes stored piecemeal.
+ */
+static void chain_xxh_cbor(const struct direct *d, uint8_t (*buf)[FAST_STAGE],
+			   const kvp_key *parent, const uint32_t *tokens, size_t nblocks,
+			   uint32_t block_tokens, kvp_key *keys)
+{
+	uint64_t bh = load_le64(parent->b), bl = load_le64(parent->b + 8);	/* as stored */
+	size_t len[2], i;
+	XXH128_hash_t h;
+	uint8_t *b;
+
+	len[0] = direct_fill(d, buf[0], tokens, true);
+	for (i = 0; i < nblocks; i++) {
+		if (i + 1 < nblocks)
+			len[(i + 1) & 1] = direct_fill(d, buf[(i + 1) & 1],
+						      tokens + (i + 1) * (size_t)block_tokens,
+						      i == 0);
+		b = buf[i & 1];
+		store_le64(b + 16, bl >> 48 | (load_le64(b + 16) & ~(uint64_t)0xffff));
+		store_le64(b + 8, bh >> 48 | bl << 16);
+		store_le64(b, 0x5083 | bh << 16);	/* 0x83 0x50, parent bytes 0..5 */
+		h = XXH3_128bits(b, len[i & 1]);
+		bh = __builtin_bswap64(h.high64);
+		bl = __builtin_bswap64(h.low64);
+		memcpy(keys[i].b, &bh, 8);
+		memcpy(keys[i].b + 8, &bl, 8);
+		memset(keys[i].b + 16, 0, KVP_KEY_BYTES - 16);
 	}
-	if (pb == 32) {
-		keys_sha256(buf, (size_t)(p - buf), key->b);
+}
+#endif
+
+/* chain_direct() - kvp_key_chain() without extras, blocks that fit: two
+ * buffers, the next block's ids encoded before this block is hashed.
+ * False (nothing written) when the blocks do not fit. */
+static bool chain_direct(uint32_t scheme, const kvp_key *parent, const uint32_t *tokens,
+			 size_t nblocks, uint32_t block_tokens, kvp_key *keys)
+{
+	uint8_t buf[2][FAST_STAGE];
+	size_t len[2], i;
+	struct direct d;
+
+	if (!direct_plan(scheme, block_tokens, &d))
+		return false;
+	if (!nblocks)
+		return true;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	if (!d.sha && !d.pickle && d.parent_at == 2 && d.tokens_at <= 24) {
+		chain_xxh_cbor(&d, buf, parent, tokens, nblocks, block_tokens, keys);
 		return true;
 	}
-	XXH128_canonicalFromHash(&c, XXH3_128bits(buf, (size_t)(p - buf)));
-	memcpy(key->b, c.digest, 16);
-	memset(key->b + 16, 0, KVP_KEY_BYTES - 16);
+#endif
+	len[0] = direct_fill(&d, buf[0], tokens, true);
+	for (i = 0; i < nblocks; i++) {
+		if (i + 1 < nblocks)
+			len[(i + 1) & 1] = direct_fill(&d, buf[(i + 1) & 1],
+						      tokens + (i + 1) * (size_t)block_tokens,
+						      i == 0);
+		direct_hash(&d, buf[i & 1], len[i & 1], i ? &keys[i - 1] : parent, &keys[i]);
+	}
 	return true;
 }
 
@@ -884,12 +1205,13 @@ static int vllm_any_block(uint32_t scheme, const kvp_key *parent, const uint32_t
 			  size_t ntokens, const kvp_extra *extras, size_t nextras,
 			  kvp_key *key)
 {
-	kvp_value stack[8] = { { 0 } }, *v = stack;
+	kvp_value stack[8], *v = stack;
 	size_t i;
 	int rc;
 
-	if (nextras == 0 && vllm_block_direct(scheme, parent, tokens, ntokens, key))
-		return 0;
+	if (nextras == 0)	/* the common case: no copy of the extras */
+		return vllm_block_direct(scheme, parent, tokens, ntokens, key) ? 0 :
+		       values_block(scheme, parent, tokens, ntokens, NULL, 0, key);
 	if (nextras > sizeof(stack) / sizeof(stack[0])) {
 		v = malloc(nextras * sizeof(*v));
 		if (!v)
@@ -1377,6 +1699,8 @@ KVP_API int kvp_key_chain(uint32_t scheme, const kvp_key *parent,
 		return bad("%zu blocks in one call: at most %d", nblocks, INT_MAX);
 	if (nblocks && (!tokens || !keys))
 		return bad("kvp_key_chain: tokens and keys must not be NULL");
+	if (!nextras && chain_direct(scheme, parent, tokens, nblocks, block_tokens, keys))
+		return (int)nblocks;
 	for (i = 0; i < nblocks; i++) {
 		rc = keys_block(scheme, i ? &keys[i - 1] : parent,
 				tokens + i * (size_t)block_tokens, block_tokens,

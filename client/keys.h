@@ -39,13 +39,15 @@ void keys_sha256_final(struct keys_sha256 *s, uint8_t out[KEYS_SHA256_BYTES]);
 #define KEYS_ERROR_MAX 513
 extern __thread char keys_error_buf[KEYS_ERROR_MAX];
 
-/* keys_sha256_use() - the compression function from now on: KEYS_SHA256_C
- * (portable), KEYS_SHA256_NI (x86 SHA extensions; -ENOTSUP where the CPU
- * has none) or 0 (the best there is, the default). Returns the one in
- * use. For the tests, which hold both to the same vectors. */
-#define KEYS_SHA256_C	1
-#define KEYS_SHA256_NI	2
-int keys_sha256_use(int impl);
+/* keys_cpu_use() - the code the key functions run from now on: KEYS_CPU_C
+ * (portable C), KEYS_CPU_X86 (every x86 extension the CPU has of those
+ * kvpool uses: SHA for SHA-256, AVX-512 VBMI2 for encoding token ids;
+ * -ENOTSUP where it has neither) or 0 (the best there is, the default).
+ * Returns the one in use. For the tests, which hold both to the same
+ * vectors. */
+#define KEYS_CPU_C	1
+#define KEYS_CPU_X86	2
+int keys_cpu_use(int impl);
 
 /* keys_sha256() - the digest of one whole message. */
 void keys_sha256(const void *data, size_t len, uint8_t out[KEYS_SHA256_BYTES]);

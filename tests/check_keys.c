@@ -31,13 +31,15 @@ static const uint32_t schemes[] = {
 	KVP_KEYS_VLLM_XXHASH,
 };
 
-/* sha_impl_or_skip() - run the test with SHA-256 implementation impl
- * (the loop tests run each); false, saying so, where the CPU lacks it. */
-static bool sha_impl_or_skip(int impl)
+/* impl_or_skip() - run the test with the key code impl (KEYS_CPU_*: the
+ * loop tests run each); false, saying so, where the CPU has none of the
+ * x86 extensions kvpool uses. */
+static bool impl_or_skip(int impl)
 {
-	if (keys_sha256_use(impl) == impl)
+	if (keys_cpu_use(impl) == impl)
 		return true;
-	fprintf(stderr, "check_keys: the CPU has no SHA extensions; their run skipped\n");
+	fprintf(stderr, "check_keys: the CPU has neither the SHA extensions nor AVX-512 "
+		"VBMI2; the run of the x86 code is skipped\n");
 	return false;
 }
 
@@ -237,7 +239,7 @@ START_TEST(test_keys_sha256_fips_examples)
 	struct keys_sha256 s;
 	char hex[65];
 	size_t left;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	keys_sha256("abc", 3, d);
@@ -274,7 +276,7 @@ START_TEST(test_keys_sha256_matches_hashlib_at_every_length)
 {
 	struct golden g;
 	int vectors = 0;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	golden_open(&g);
@@ -345,7 +347,7 @@ START_TEST(test_keys_every_vllm_algorithm_matches_vllm)
 	struct golden g;
 	kvp_key root;
 	size_t digest;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	golden_open_file(&g, GOLDEN_ALGOS);
@@ -497,7 +499,7 @@ START_TEST(test_keys_tagged_extras_match_vllm)
 	size_t digest;
 	int chains = 0, blocks = 0;
 
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 	golden_open_file(&g, GOLDEN_ALGOS);
 	while (golden_next(&g, "vvchain")) {
@@ -683,7 +685,7 @@ START_TEST(test_keys_vllm_roots_match_golden)
 {
 	struct golden g;
 	int vectors = 0;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	golden_open(&g);
@@ -706,7 +708,7 @@ START_TEST(test_keys_vllm_blocks_match_golden)
 {
 	struct golden g;
 	int vectors = 0;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	golden_open(&g);
@@ -735,7 +737,7 @@ START_TEST(test_keys_vllm_chains_match_golden)
 {
 	struct golden g;
 	int vectors = 0;
-	if (!sha_impl_or_skip(_i))
+	if (!impl_or_skip(_i))
 		return;
 
 	golden_open(&g);
@@ -1020,6 +1022,44 @@ START_TEST(test_keys_fast_changes_with_every_input)
 }
 END_TEST
 
+/* The x86 token encoders write what the portable ones do, for every size
+ * class and its edges, at every length around their 8-id steps and
+ * around the direct path's limit (566 ids), for all four schemes. */
+START_TEST(test_keys_x86_encoders_equal_the_portable_ones)
+{
+	static const uint32_t edge[] = { 0, 1, 23, 24, 25, 255, 256, 257, 65535, 65536, 65537,
+					 0x7fffffffu, 0x80000000u, 0x80000001u, 0xfffffffeu,
+					 0xffffffffu };
+	static uint32_t tok[600];
+	kvp_key root, a, b;
+	size_t len, i, s;
+	unsigned seed = 7;
+
+	if (keys_cpu_use(KEYS_CPU_X86) != KEYS_CPU_X86) {
+		fprintf(stderr, "check_keys: no x86 extensions; nothing to compare\n");
+		return;
+	}
+	for (i = 0; i < 600; i++) {
+		seed = seed * 1103515245u + 12345u;
+		tok[i] = edge[(seed >> 8) % (sizeof(edge) / sizeof(edge[0]))];
+	}
+	for (s = 0; s < sizeof(schemes) / sizeof(schemes[0]); s++) {
+		ck_assert_int_eq(kvp_key_root(schemes[s], "0", &root), 0);
+		for (len = 0; len <= 600; len++) {
+			if (len > 40 && (len < 126 || len > 130) && (len < 560 || len > 572))
+				continue;
+			ck_assert_int_eq(keys_cpu_use(KEYS_CPU_C), KEYS_CPU_C);
+			ck_assert_int_eq(kvp_key_block(schemes[s], &root, tok, len, NULL, 0, &a), 0);
+			ck_assert_int_eq(keys_cpu_use(KEYS_CPU_X86), KEYS_CPU_X86);
+			ck_assert_int_eq(kvp_key_block(schemes[s], &root, tok, len, NULL, 0, &b), 0);
+			ck_assert_msg(!memcmp(a.b, b.b, sizeof(a.b)), "scheme %u, %zu ids: the x86 "
+				      "encoding differs", schemes[s], len);
+		}
+	}
+	keys_cpu_use(0);
+}
+END_TEST
+
 Suite *keys_suite(void)
 {
 	Suite *s = suite_create("keys");
@@ -1028,16 +1068,17 @@ Suite *keys_suite(void)
 	TCase *both = tcase_create("schemes");
 	TCase *fast = tcase_create("fast");
 
-	tcase_add_loop_test(sha, test_keys_sha256_fips_examples, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
-	tcase_add_loop_test(sha, test_keys_sha256_matches_hashlib_at_every_length, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
+	tcase_add_loop_test(sha, test_keys_sha256_fips_examples, KEYS_CPU_C, KEYS_CPU_X86 + 1);
+	tcase_add_loop_test(sha, test_keys_sha256_matches_hashlib_at_every_length, KEYS_CPU_C, KEYS_CPU_X86 + 1);
 	suite_add_tcase(s, sha);
 
-	tcase_add_loop_test(vllm, test_keys_vllm_roots_match_golden, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
-	tcase_add_loop_test(vllm, test_keys_vllm_blocks_match_golden, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
-	tcase_add_loop_test(vllm, test_keys_vllm_chains_match_golden, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
-	tcase_add_loop_test(vllm, test_keys_every_vllm_algorithm_matches_vllm, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
+	tcase_add_loop_test(vllm, test_keys_vllm_roots_match_golden, KEYS_CPU_C, KEYS_CPU_X86 + 1);
+	tcase_add_loop_test(vllm, test_keys_vllm_blocks_match_golden, KEYS_CPU_C, KEYS_CPU_X86 + 1);
+	tcase_add_loop_test(vllm, test_keys_vllm_chains_match_golden, KEYS_CPU_C, KEYS_CPU_X86 + 1);
+	tcase_add_loop_test(vllm, test_keys_every_vllm_algorithm_matches_vllm, KEYS_CPU_C, KEYS_CPU_X86 + 1);
 	tcase_add_test(vllm, test_keys_pickle_schemes_refuse_a_block_past_one_frame);
-	tcase_add_loop_test(vllm, test_keys_tagged_extras_match_vllm, KEYS_SHA256_C, KEYS_SHA256_NI + 1);
+	tcase_add_test(vllm, test_keys_x86_encoders_equal_the_portable_ones);
+	tcase_add_loop_test(vllm, test_keys_tagged_extras_match_vllm, KEYS_CPU_C, KEYS_CPU_X86 + 1);
 	tcase_add_test(vllm, test_keys_values_refuse_what_vllm_does_not_hash);
 	tcase_add_test(vllm, test_keys_request_keys_match_vllms_request_hasher);
 	suite_add_tcase(s, vllm);
