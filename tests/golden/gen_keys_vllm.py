@@ -156,7 +156,7 @@ def main():
                    (2**64 - 1, "x" * 300)]
     for algo in algos:
         fn = h.get_hash_fn_by_name(algo)
-        for seed in ["vllm-none-hash", "42"]:
+        for seed in ["vllm-none-hash", "0", "42"]:  # PYTHONHASHSEED unset, 0, 42
             for bt in (16, 128):
                 for extras in extras_sets:
                     n = bt * 2 + rng.randrange(bt)  # two full blocks and a part
@@ -200,7 +200,7 @@ def main():
                         keys.append(("prompt_embeds", bytes(rng.randrange(256)
                                                             for _ in range(32))))
                     per_block.append(tuple(keys) if keys else None)
-                parent = fn(seed := ("vllm-none-hash" if case % 2 else "42"))
+                parent = fn(seed := ("vllm-none-hash", "0", "42")[case % 3])
                 out_keys = []
                 for b in range(nblocks):
                     parent = fn((parent, tuple(toks[b * bt:(b + 1) * bt]), per_block[b]))
@@ -233,7 +233,7 @@ def main():
                 req = NS(block_hashes=[], num_tokens=n, mm_features=mm, lora_request=lora,
                          cache_salt=salt, prompt_embeds=object() if embeds else None,
                          _prompt_embeds_per_block_hashes=embeds, all_token_ids=toks)
-                seed = "vllm-none-hash" if case % 2 else "0"
+                seed = ("vllm-none-hash", "0", "42")[case % 3]
                 kv["NONE_HASH"] = fn(seed)
                 keys = kv["get_request_block_hasher"](bt, fn)(req)
                 out.write("vreq %s %s %d %s %s %s %s %s %s\n" % (
