@@ -152,6 +152,23 @@ tests_check_demo_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS
 EXTRA_tests_check_demo_DEPENDENCIES = examples/kvpool-model-server
 endif
 
+# The Python package (python/): pytest against a real kvpoold and real C
+# clients (tests/python/kvpool-xlang); tests/python/run.sh builds the
+# extension first and skips, saying why, without a Python that has pytest.
+if HAVE_CHECK
+check_PROGRAMS += tests/python/kvpool-xlang
+tests_python_kvpool_xlang_SOURCES = tests/python/xlang.c tests/harness.c tests/harness.h
+tests_python_kvpool_xlang_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_python_kvpool_xlang_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+tests_python_kvpool_xlang_LDFLAGS = $(AM_LDFLAGS) -no-install
+endif
+dist_check_SCRIPTS += tests/python/run.sh
+TESTS += tests/python/run.sh
+EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py \
+	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
+	python/README.md python/src/_kvpool.c python/kvpool/__init__.py \
+	python/kvpool/py.typed
+
 # libFuzzer harnesses (tests/fuzz/), built with clang when configure found
 # one that links -fsanitize=fuzzer, from the same sources as the daemon
 # (the CUDA backend's stub in place of CUDA). tests/fuzz/run.sh runs each

@@ -1,0 +1,189 @@
+# SPDX-License-Identifier: MIT
+"""kvpool: a client of kvpoold, the machine-wide KV-cache page service.
+
+A Client joins a namespace (one model's KV geometry), leases pages,
+shares prefixes by their block keys (byte-compatible with vLLM's
+prefix-caching hashes) and sees each page's bytes in place: as a
+memoryview, a NumPy array or a torch tensor shaped
+(layers, 2, kv_heads, block_tokens, head_dim), never copied.
+
+    import kvpool
+    g = kvpool.Geometry(layers=32, kv_heads=8, head_dim=128, block_tokens=16,
+                        dtype=kvpool.DType.BF16, model="meta-llama/Llama-3.1-8B")
+    with kvpool.Client(namespace="llama", geometry=g) as c:
+        keys = c.block_keys(prompt_token_ids)
+        hit = c.acquire(keys)
+        ...
+
+Every call that waits on the daemon releases the GIL; one Client may be
+used from several threads. Errors are kvpool.Error (an OSError: errno
+and the daemon's explanation) or one of its subclasses.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _kvpool
+from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpace,
+                      NotConnected, PageView, PermissionDenied, Stale, library_version)
+
+__all__ = [
+    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "key_root",
+    "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
+    "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
+    "InvalidArgument", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
+]
+__version__ = "0.1.0"
+
+PRIO_LOW, PRIO_NORMAL, PRIO_HIGH, PRIO_PINNED = 0, 1, 2, 3
+
+Key = Union[bytes, bytearray, memoryview]
+Tokens = Any  # a sequence of ints, array('I') or a uint32 NumPy array
+
+
+class DType(enum.IntEnum):
+    """A namespace's element type (kvpool.h enum kvp_dtype)."""
+    F16 = 1
+    BF16 = 2
+    F32 = 3
+    FP8 = 4
+
+    @property
+    def size(self) -> int:
+        return {1: 2, 2: 2, 3: 4, 4: 1}[int(self)]
+
+
+class Scheme(enum.IntEnum):
+    """Block key schemes: vLLM's four --prefix-caching-hash-algo values."""
+    DEFAULT = 0  # the namespace's, or kvpoold's --key-scheme
+    VLLM_SHA256_CBOR = _kvpool.KEYS_VLLM_SHA256_CBOR
+    VLLM_XXHASH_CBOR = _kvpool.KEYS_VLLM_XXHASH_CBOR
+    FAST = _kvpool.KEYS_VLLM_XXHASH_CBOR
+    VLLM_SHA256 = _kvpool.KEYS_VLLM_SHA256
+    VLLM_XXHASH = _kvpool.KEYS_VLLM_XXHASH
+
+
+_VLLM_ALGOS = {"sha256": Scheme.VLLM_SHA256, "sha256_cbor": Scheme.VLLM_SHA256_CBOR,
+               "xxhash": Scheme.VLLM_XXHASH, "xxhash_cbor": Scheme.VLLM_XXHASH_CBOR}
+
+
+def scheme_of_vllm(algo: str) -> Scheme:
+    """The scheme of a vLLM --prefix-caching-hash-algo value ("sha256", ...)."""
+    try:
+        return _VLLM_ALGOS[algo]
+    except KeyError:
+        raise ValueError("vLLM hash algorithm %r is not one of %s" %
+                         (algo, ", ".join(sorted(_VLLM_ALGOS)))) from None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One model's KV layout: what a namespace holds. A page is
+    (layers, 2, kv_heads, block_tokens, head_dim) elements of dtype, K then V
+    for every layer (docs/kv-layout.md)."""
+    layers: int
+    kv_heads: int
+    head_dim: int
+    block_tokens: int
+    dtype: DType
+    model: str
+
+    @property
+    def page_shape(self) -> Tuple[int, int, int, int, int]:
+        return (self.layers, 2, self.kv_heads, self.block_tokens, self.head_dim)
+
+    @property
+    def page_bytes(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.block_tokens * self.head_dim * \
+            DType(self.dtype).size
+
+
+class Acquired(NamedTuple):
+    """What acquire() leased: the pages of the cached prefix's full blocks,
+    and the partly filled page after them as (page, tokens) or None."""
+    pages: List[int]
+    partial: Optional[Tuple[int, int]]
+
+
+class Client(_kvpool.Client):
+    """A connection to kvpoold, joined to a namespace (or, with namespace
+    None, an inspection session for stats). Closing it (close(), the end
+    of a with block, or garbage collection) drops every lease at once.
+
+    socket: the daemon's socket (None: $KVPOOL_SOCKET, else
+    /run/kvpool/kvpool.sock). key_seed: the seed this process derives keys
+    from itself (an engine computing vLLM's hashes: its PYTHONHASHSEED, or
+    "vllm-none-hash"): the connect fails with Mismatch unless kvpoold's is
+    the same. readonly: page views are read-only (a reader's slabs are
+    mapped read-only by the daemon's access rules anyway).
+    """
+
+    def __init__(self, socket: Optional[str] = None, namespace: Optional[str] = None,
+                 geometry: Optional[Geometry] = None, *, key_scheme: int = 0,
+                 key_seed: Optional[str] = None, readonly: bool = False) -> None:
+        if namespace is not None and geometry is None:
+            raise TypeError("Client(namespace=%r) needs geometry=kvpool.Geometry(...)"
+                            % namespace)
+        self.geometry = geometry
+        if geometry is None:
+            super().__init__(socket, None, readonly=readonly)
+            return
+        super().__init__(socket, namespace, layers=geometry.layers,
+                         kv_heads=geometry.kv_heads, head_dim=geometry.head_dim,
+                         block_tokens=geometry.block_tokens, dtype=int(geometry.dtype),
+                         model=geometry.model, key_scheme=int(key_scheme),
+                         key_seed=key_seed, readonly=readonly)
+
+    def __enter__(self) -> "Client":
+        return super().__enter__()
+
+    def acquire(self, keys: Union[Key, Sequence[Key]], tokens: Optional[Tokens] = None,
+                parent: Optional[Key] = None) -> Acquired:
+        """Lease the longest cached prefix of keys. With tokens (the token ids
+        from the first key's block on), also the partial page after it whose
+        tokens they continue. The caller releases what it got."""
+        pages, partial = super().acquire(keys, tokens, parent)
+        return Acquired(pages, partial)
+
+    def page_view(self, page: int) -> memoryview:
+        """The page's bytes in place, as a memoryview (no copy)."""
+        return memoryview(self.page(page))
+
+    def page_array(self, page: int):
+        """The page as a NumPy array (layers, 2, kv_heads, block_tokens,
+        head_dim), in place. NumPy has no bfloat16 or fp8: those pages come
+        as uint16 and uint8 arrays of the same shape."""
+        import numpy as np
+        g = self._need_geometry()
+        dt = {DType.F16: np.float16, DType.BF16: np.uint16, DType.F32: np.float32,
+              DType.FP8: np.uint8}[DType(g.dtype)]
+        return np.frombuffer(self.page(page), dtype=dt).reshape(g.page_shape)
+
+    def page_tensor(self, page: int):
+        """The page as a torch tensor (layers, 2, kv_heads, block_tokens,
+        head_dim) in the namespace's dtype, in place (CPU: the host backend)."""
+        import torch
+        g = self._need_geometry()
+        dt = {DType.F16: torch.float16, DType.BF16: torch.bfloat16,
+              DType.F32: torch.float32,
+              DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(g.dtype)]
+        return torch.frombuffer(self.page(page), dtype=dt).view(g.page_shape)
+
+    def _need_geometry(self) -> Geometry:
+        if self.geometry is None:
+            raise NotConnected("an inspection session has no pages")
+        return self.geometry
+
+
+def key_root(scheme: int, seed: str) -> bytes:
+    """The root key of a scheme for a seed: vLLM's NONE_HASH for
+    PYTHONHASHSEED=seed (16 bytes for the XXH3 schemes, as vLLM's)."""
+    return _kvpool.key_root(int(scheme), seed)
+
+
+def key_chain(scheme: int, parent: Key, tokens: Tokens, block_tokens: int) -> List[bytes]:
+    """The keys of the full blocks of tokens chained from parent, as vLLM's
+    hash_block_tokens() computes them without extra keys."""
+    return _kvpool.key_chain(int(scheme), parent, tokens, int(block_tokens))

@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+"""Build kvpool._kvpool against libkvpool.
+
+Found, in this order: KVPOOL_PREFIX (an install prefix), the kvpool build
+tree this directory sits in (../include, ../client/.libs; the module then
+records that library directory as its run path), or pkg-config kvpool.
+KVPOOL_WERROR=1 makes compiler warnings errors (the test suite sets it).
+"""
+import os
+import shlex
+import subprocess
+
+from setuptools import Extension, setup
+
+here = os.path.dirname(os.path.abspath(__file__))
+tree = os.path.dirname(here)
+cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
+          "-Wno-cast-function-type"]
+if os.environ.get("KVPOOL_WERROR") == "1":
+    cflags.append("-Werror")
+include_dirs, library_dirs, runtime_dirs, extra_link = [], [], [], []
+
+prefix = os.environ.get("KVPOOL_PREFIX")
+if prefix:
+    include_dirs.append(os.path.join(prefix, "include"))
+    library_dirs.append(os.path.join(prefix, "lib"))
+elif os.path.exists(os.path.join(tree, "include", "kvpool.h")) and \
+        os.path.exists(os.path.join(tree, "client", ".libs")):
+    include_dirs.append(os.path.join(tree, "include"))
+    library_dirs.append(os.path.join(tree, "client", ".libs"))
+    runtime_dirs.append(os.path.join(tree, "client", ".libs"))
+else:
+    try:
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", "kvpool"], check=True,
+                             capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise SystemExit("kvpool: libkvpool not found: build kvpool first (its tree "
+                         "above this directory), install it (pkg-config kvpool), or set "
+                         "KVPOOL_PREFIX (%s)" % e)
+    for f in shlex.split(out):
+        if f.startswith("-I"):
+            include_dirs.append(f[2:])
+        elif f.startswith("-L"):
+            library_dirs.append(f[2:])
+        elif not f.startswith("-l"):
+            extra_link.append(f)
+
+setup(ext_modules=[Extension(
+    "kvpool._kvpool", ["src/_kvpool.c"], include_dirs=include_dirs,
+    library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
+    extra_compile_args=cflags, extra_link_args=extra_link)])

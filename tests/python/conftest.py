@@ -1,0 +1,103 @@
+# SPDX-License-Identifier: MIT
+"""Fixtures of the Python package's tests: a real kvpoold on a temporary
+socket (the build tree's, or $KVPOOLD), started in the foreground and
+awaited through NOTIFY_SOCKET as the C harness does. After every test it
+checks the conservation invariant (free + private + shared + cached +
+spilled + in flight = total, and the daemon's own recount), stops it with
+SIGTERM and requires a clean exit."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(TOP, "python"))
+
+import kvpool  # noqa: E402
+
+GEO = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
+                      dtype=kvpool.DType.F16, model="test/python")
+BUILD = os.environ.get("KVPOOL_BUILDDIR", TOP)
+
+
+def tool(name):
+    """A program of the build tree."""
+    return os.path.join(BUILD, name)
+
+
+class Daemon:
+    def __init__(self, args=()):
+        self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
+        self.sock = os.path.join(self.dir, "kvpool.sock")
+        self.log = os.path.join(self.dir, "kvpoold.log")
+        notify = os.path.join(self.dir, "notify")
+        ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ns.bind(notify)
+        ns.settimeout(20)
+        exe = os.environ.get("KVPOOLD") or tool("daemon/kvpoold")
+        env = dict(os.environ, NOTIFY_SOCKET=notify)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [exe, "--foreground", "--socket", self.sock, "--pool-size", "8M",
+                 "--slab-size", "1M", *args], stderr=log, env=env)
+        try:
+            while b"READY=1" not in ns.recv(256):
+                pass
+        except socket.timeout:
+            self.proc.kill()
+            raise RuntimeError("kvpoold did not become ready: " + self.read_log())
+        finally:
+            ns.close()
+
+    def read_log(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def stats(self):
+        with kvpool.Client(self.sock) as c:
+            return c.stats()
+
+    def wait_for(self, cond, what, seconds=10):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            st = self.stats()
+            if cond(st):
+                return st
+            time.sleep(0.02)
+        raise AssertionError("%s did not happen in %d s: %s" % (what, seconds, st))
+
+    def stop(self):
+        st = self.stats()
+        total = sum(st[k] for k in ("pages_free", "pages_private", "pages_shared",
+                                    "pages_cached", "pages_spilled", "pages_inflight"))
+        assert total == st["pages_total"], "conservation: %s" % st
+        assert st["conserved"], "the daemon's recount disagrees: %s" % st
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(20)
+        assert rc == 0, "kvpoold exited with %d; log:\n%s" % (rc, self.read_log())
+        assert not os.path.exists(self.sock)
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    try:
+        yield d
+        d.stop()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait()
+        subprocess.run(["rm", "-rf", d.dir], check=False)
+
+
+@pytest.fixture
+def client(daemon):
+    with kvpool.Client(daemon.sock, "py", GEO) as c:
+        yield c

@@ -1,0 +1,38 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# run.sh - the Python package's tests (pytest, tests/python/), as `make
+# check` runs them: builds kvpool._kvpool in python/ against the build
+# tree's libkvpool (warnings are errors), then runs pytest against the
+# build tree's kvpoold.
+#
+# The interpreter is $KVPOOL_PYTHON, else .venv/bin/python in the source
+# tree (contrib/quickstart test makes it, with pytest, numpy and
+# setuptools from PyPI). Exit status: pytest's, or 77 (skip) when there is
+# no interpreter with pytest, numpy and setuptools, saying so.
+set -u
+src=${KVPOOL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+build=${KVPOOL_BUILDDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
+py=${KVPOOL_PYTHON:-$src/.venv/bin/python}
+
+if [ ! -x "$py" ]; then
+	echo "SKIP: no Python for the package's tests: $py does not exist (contrib/quickstart" \
+	     "test makes it; or set KVPOOL_PYTHON to an interpreter with pytest and numpy)"
+	exit 77
+fi
+if ! "$py" -c 'import pytest, numpy, setuptools' 2>/dev/null; then
+	echo "SKIP: $py lacks pytest, numpy or setuptools ($py -m pip install pytest numpy" \
+	     "setuptools)"
+	exit 77
+fi
+work=$(mktemp -d /tmp/kvpool-pybuild.XXXXXX) || exit 1
+trap 'rm -rf "$work"' EXIT INT TERM
+# build out of the source tree's python/ when it is not writable (distcheck)
+(cd "$src/python" && KVPOOL_WERROR=1 "$py" setup.py -q build_ext --build-temp "$work" \
+	--inplace) >"$work/build.log" 2>&1 || {
+	cat "$work/build.log"
+	echo "FAIL: building kvpool._kvpool"
+	exit 1
+}
+cd "$src/tests/python" || exit 1
+KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
+	-o console_output_style=classic .

@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""The Python package against a real kvpoold: pages, sharing, views
+without copies, errors, threads, fork, garbage collection."""
+import gc
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import kvpool
+from conftest import GEO, TOP
+
+GOLDEN = os.path.join(TOP, "tests", "golden", "keys_vllm_algos.txt")
+
+
+def fill(arr, key):
+    """harness_fill()'s bytes for key: word i = key[0:8] ^ (i * golden ratio)."""
+    w = arr.reshape(-1).view(np.uint64)
+    x = np.uint64(int.from_bytes(key[:8], "little"))
+    w[:] = x ^ (np.arange(w.size, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+
+
+def holds(arr, key):
+    w = np.ascontiguousarray(arr).reshape(-1).view(np.uint64)
+    x = np.uint64(int.from_bytes(key[:8], "little"))
+    return bool(np.array_equal(w, x ^ (np.arange(w.size, dtype=np.uint64) *
+                                        np.uint64(0x9E3779B97F4A7C15))))
+
+
+def test_info_and_geometry(client):
+    info = client.info()
+    assert info["page_bytes"] == GEO.page_bytes == 16384
+    assert info["block_tokens"] == 16
+    assert info["key_scheme"] == kvpool.Scheme.VLLM_SHA256  # vLLM's default
+    assert info["root"] == kvpool.key_root(kvpool.Scheme.VLLM_SHA256,
+                                           os.environ.get("PYTHONHASHSEED", "vllm-none-hash"))
+
+
+def test_page_views_are_the_mapping_itself(client):
+    (p,) = client.alloc(1)
+    view = client.page(p)
+    a = client.page_array(p)
+    assert a.shape == GEO.page_shape and a.dtype == np.float16
+    assert a.ctypes.data == view.address  # no copy
+    b = client.page_array(p)
+    a[1, 0, 1, 3, 5] = 2.5  # layer 1, K, head 1, token 3, d 5
+    assert b[1, 0, 1, 3, 5] == 2.5
+    m = client.page_view(p)
+    assert m.nbytes == GEO.page_bytes and not m.readonly
+    # the element sits where docs/kv-layout.md puts it
+    idx = (((1 * 2 + 0) * 2 + 1) * 16 + 3) * 64 + 5
+    assert np.frombuffer(m, dtype=np.float16)[idx] == 2.5
+    del a, b, m
+    client.release([p])
+
+
+def test_publish_acquire_dedup_and_partial(client, daemon):
+    toks = np.arange(40, dtype=np.uint32)  # two blocks and 8 tokens
+    keys = client.block_keys(toks)
+    assert len(keys) == 2 and all(len(k) == 32 for k in keys)
+    pages = client.alloc(3)
+    for p, k in zip(pages, keys):
+        fill(client.page_array(p), k)
+    assert client.publish(pages[:2], keys) == pages[:2]
+    assert client.publish_partial(pages[2], toks[32:], parent=keys[1]) == pages[2]
+    client.release(pages)
+    got = client.acquire(keys, toks)
+    assert len(got.pages) == 2
+    assert got.partial is not None and got.partial[1] == 8
+    for p, k in zip(got.pages, keys):
+        assert holds(client.page_array(p), k)
+    # a second copy of the same keys is stored once
+    mine = client.alloc(2)
+    assert client.publish(mine, keys) == got.pages
+    client.release(mine + got.pages + [got.partial[0]] + got.pages)
+    st = daemon.stats()
+    assert st["pages_cached"] == 3 and st["pages_private"] == 0
+
+
+def test_cow_and_retain(client):
+    (p,) = client.alloc(1)
+    client.page_array(p)[:] = 1.0
+    (q,) = client.cow([p])
+    assert q != p and np.all(client.page_array(q) == 1.0)
+    client.page_array(q)[:] = 3.0
+    assert np.all(client.page_array(p) == 1.0)
+    client.retain([p])
+    client.release([p, p, q])
+    with pytest.raises(kvpool.Stale):
+        client.release([p])
+
+
+def test_keys_match_vllms_vectors():
+    """Every plain chain of the golden file (vLLM 0.33.0's own hashes),
+    through the binding, token ids given as a NumPy array."""
+    algos = {"sha256": kvpool.Scheme.VLLM_SHA256, "sha256_cbor": kvpool.Scheme.VLLM_SHA256_CBOR,
+             "xxhash": kvpool.Scheme.VLLM_XXHASH, "xxhash_cbor": kvpool.Scheme.VLLM_XXHASH_CBOR}
+    n = 0
+    with open(GOLDEN) as f:
+        for line in f:
+            fields = line.split()
+            if fields[0] == "vroot":
+                seed = "" if fields[2] == "-" else bytes.fromhex(fields[2]).decode()
+                assert kvpool.key_root(algos[fields[1]], seed).hex() == fields[3]
+            if fields[0] != "vchain" or fields[5] != "-":
+                continue
+            scheme = algos[fields[1]]
+            root = kvpool.key_root(scheme, bytes.fromhex(fields[2]).decode())
+            toks = np.array([int(t) for t in fields[4].split(",")], dtype=np.uint32)
+            keys = kvpool.key_chain(scheme, root, toks, int(fields[3]))
+            assert [k.hex() for k in keys] == fields[6].split(":")
+            n += 1
+    assert n >= 24
+    assert kvpool.scheme_of_vllm("xxhash_cbor") == kvpool.Scheme.FAST
+
+
+def test_bad_input_is_refused_and_changes_nothing(client, daemon):
+    before = daemon.stats()
+    with pytest.raises(kvpool.Stale) as e:
+        client.release([0x12345678])
+    assert e.value.errno == 116 and "0x12345678" in str(e.value)
+    with pytest.raises(kvpool.Stale):
+        client.page(0x12345678)
+    with pytest.raises(TypeError, match="uint32"):
+        client.block_keys(np.zeros(32, dtype=np.float32))
+    with pytest.raises(ValueError, match="token id 1"):
+        client.block_keys([1, -5])
+    with pytest.raises(ValueError, match="32 bytes"):
+        client.acquire([b"short"])
+    with pytest.raises(kvpool.InvalidArgument):
+        client.alloc(-1)
+    with pytest.raises(kvpool.NoSpace) as e:
+        client.alloc(10 ** 6)
+    assert "pages" in str(e.value)
+    after = daemon.stats()
+    for k in ("pages_private", "pages_shared", "pages_cached", "pages_free"):
+        assert after[k] == before[k], k
+    # another geometry in the same namespace
+    other = kvpool.Geometry(3, 2, 64, 16, kvpool.DType.F16, "test/python")
+    with pytest.raises(kvpool.Mismatch, match="layers"):
+        kvpool.Client(daemon.sock, "py", other)
+
+
+def test_no_daemon_says_where_it_looked(tmp_path):
+    path = str(tmp_path / "nothing.sock")
+    with pytest.raises(kvpool.DaemonGone) as e:
+        kvpool.Client(path, "py", GEO)
+    assert path in str(e.value)
+
+
+def test_closed_client_and_live_views(daemon):
+    c = kvpool.Client(daemon.sock, "py", GEO)
+    (p,) = c.alloc(1)
+    a = c.page_array(p)
+    with pytest.raises(BufferError, match="1 page view"):
+        c.close()
+    assert not c.closed
+    del a
+    c.close()
+    assert c.closed
+    with pytest.raises(kvpool.NotConnected):
+        c.alloc(1)
+    c.close()  # twice is fine
+    daemon.wait_for(lambda st: st["pages_private"] == 0, "the closed client's leases going")
+
+
+def test_garbage_collection_closes_the_connection(daemon):
+    c = kvpool.Client(daemon.sock, "py", GEO)
+    c.alloc(5)
+    assert daemon.stats()["pages_private"] == 5
+    del c
+    gc.collect()
+    daemon.wait_for(lambda st: st["pages_private"] == 0 and
+                    st["namespaces"][0]["clients"] == 0, "the collected client's disconnect")
+
+
+def test_threads_share_one_client(client, daemon):
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                client.release(client.alloc(3))
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    assert daemon.stats()["pages_private"] == 0
+
+
+def test_a_client_is_refused_after_fork(client):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            client.alloc(1)
+            os._exit(1)
+        except RuntimeError as e:
+            os._exit(0 if "fork" in str(e) else 2)
+        except BaseException:  # noqa: BLE001
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    client.release(client.alloc(1))  # the parent's still works
+
+
+def test_sigkill_loses_the_leases_at_once(daemon):
+    code = ("import sys, time, kvpool\n"
+            "from conftest import GEO\n"
+            "c = kvpool.Client(sys.argv[1], 'py', GEO)\n"
+            "c.alloc(7)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    p = subprocess.Popen([sys.executable, "-c", code, daemon.sock], stdout=subprocess.PIPE,
+                         env=env, cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert p.stdout.readline().strip() == b"ready"
+    assert daemon.stats()["pages_private"] == 7
+    p.kill()
+    p.wait()
+    daemon.wait_for(lambda st: st["pages_private"] == 0, "the killed client's leases going",
+                    seconds=2)
+
+
+def test_readonly_views(daemon):
+    with kvpool.Client(daemon.sock, "py", GEO, readonly=True) as c:
+        (p,) = c.alloc(1)
+        assert c.page_view(p).readonly
+        assert not c.page_array(p).flags.writeable
+        c.release([p])
