@@ -6,8 +6,11 @@
 # An EXTRA_PROGRAM is built only when named; -no-install links it against
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
-EXTRA_PROGRAMS = bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
+EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
 	bench/list
+bench_pyref_SOURCES = bench/pyref.c
+bench_pyref_LDADD = client/libkvpool.la
+bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_rpc_SOURCES = bench/rpc.c bench/opt.c bench/opt.h
 bench_rpc_LDADD = client/libkvpool.la
 bench_rpc_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -60,7 +63,8 @@ bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh BENCHMARKS.md
+	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
+	bench/run-python.sh bench/python.py BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -90,11 +94,18 @@ BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve.sh \
 # minutes). `make bench-ttft` runs it alone.
 BENCH_TTFT_RUN = $(SHELL) $(top_srcdir)/bench/run-ttft.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-python.sh: the Python package against libkvpool from C (seconds;
+# PYTHON= an interpreter with NumPy, default the tree's .venv). `make
+# bench-python` runs it alone.
+BENCH_PYTHON_RUN = $(SHELL) $(top_srcdir)/bench/run-python.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${PYTHON:+--python "$$PYTHON"}
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft
-bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
+	bench-python
+bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
 		examples/kvpool-model-server$(EXEEXT)
@@ -108,6 +119,7 @@ bench: bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 	$(BENCH_FRAG_RUN)
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
+	$(BENCH_PYTHON_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -127,3 +139,6 @@ bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-ttft: examples/kvpool-model-server$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_TTFT_RUN)
+
+bench-python: bench/pyref$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_PYTHON_RUN)

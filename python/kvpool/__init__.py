@@ -155,11 +155,15 @@ class Client(_kvpool.Client):
         """The page as a NumPy array (layers, 2, kv_heads, block_tokens,
         head_dim), in place. NumPy has no bfloat16 or fp8: those pages come
         as uint16 and uint8 arrays of the same shape."""
-        import numpy as np
-        g = self._need_geometry()
-        dt = {DType.F16: np.float16, DType.BF16: np.uint16, DType.F32: np.float32,
-              DType.FP8: np.uint8}[DType(g.dtype)]
-        return np.frombuffer(self.page(page), dtype=dt).reshape(g.page_shape)
+        try:
+            make, shape, dt = self._np
+        except AttributeError:
+            import numpy as np
+            g = self._need_geometry()
+            dt = np.dtype({DType.F16: np.float16, DType.BF16: np.uint16,
+                           DType.F32: np.float32, DType.FP8: np.uint8}[DType(g.dtype)])
+            self._np = make, shape, dt = np.ndarray, g.page_shape, dt
+        return make(shape, dt, self.page(page))
 
     def page_tensor(self, page: int):
         """The page as a torch tensor (layers, 2, kv_heads, block_tokens,

@@ -13,6 +13,11 @@ set -u
 src=${KVPOOL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${KVPOOL_BUILDDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 py=${KVPOOL_PYTHON:-$src/.venv/bin/python}
+case $py in
+/*) ;;
+*/*) py=$(cd "$(dirname "$py")" 2>/dev/null && pwd)/$(basename "$py") ;;
+*) py=$(command -v "$py" || echo "$py") ;;
+esac
 
 if [ ! -x "$py" ]; then
 	echo "SKIP: no Python for the package's tests: $py does not exist (contrib/quickstart" \
