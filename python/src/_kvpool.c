@@ -102,7 +102,7 @@ typedef struct {
 	kvp_client *c;
 	kvp_info_t info;
 	unsigned long gen;	/* fork_gen when connected */
-	Py_ssize_t views;	/* PageView buffers exported and not released */
+	Py_ssize_t views;	/* PageView objects alive (arrays keep theirs) */
 	bool readonly;		/* views are read-only */
 } ClientObject;
 
@@ -186,8 +186,10 @@ static int client_close(ClientObject *self)
 		return 0;
 	if (self->views) {
 		PyErr_Format(PyExc_BufferError, "cannot close the Client: %zd page view%s still "
-			     "exported (release them: del, or memoryview.release())",
-			     self->views, self->views == 1 ? " is" : "s are");
+			     "alive, the page's memory would go under %s (del the arrays, tensors "
+			     "and memoryviews made from %s first)", self->views,
+			     self->views == 1 ? " is" : "s are", self->views == 1 ? "it" : "them",
+			     self->views == 1 ? "it" : "them");
 		return -1;
 	}
 	self->c = NULL;
@@ -947,8 +949,10 @@ static PyTypeObject ClientType = {
 
 /*
  * One page's bytes, exported in place through the buffer protocol. It
- * holds its Client (so the mapping stays while it lives) and counts in
- * the Client's views while a buffer of it is exported.
+ * holds its Client, and counts in the Client's views while it lives:
+ * what is made from it (a memoryview, a NumPy array, a torch tensor)
+ * keeps it, and with it the mapping, alive; the Client refuses to close
+ * under it.
  */
 typedef struct {
 	PyObject_HEAD
@@ -989,6 +993,7 @@ static PyObject *Client_page(ClientObject *self, PyObject *arg)
 	v->addr = addr;
 	v->len = (Py_ssize_t)self->info.page_bytes;
 	v->exports = 0;
+	self->views++;
 	return (PyObject *)v;
 }
 
@@ -1003,10 +1008,8 @@ static int PageView_getbuffer(PageViewObject *self, Py_buffer *view, int flags)
 	}
 	rc = PyBuffer_FillInfo(view, (PyObject *)self, self->addr, self->len,
 			       self->client->readonly, flags);
-	if (rc == 0) {
+	if (rc == 0)
 		self->exports++;
-		self->client->views++;
-	}
 	return rc;
 }
 
@@ -1014,11 +1017,12 @@ static void PageView_releasebuffer(PageViewObject *self, Py_buffer *view)
 {
 	(void)view;
 	self->exports--;
-	self->client->views--;
 }
 
 static void PageView_dealloc(PageViewObject *self)
 {
+	if (self->client)
+		self->client->views--;
 	Py_XDECREF(self->client);
 	PyObject_Free(self);
 }

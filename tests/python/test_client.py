@@ -235,3 +235,17 @@ def test_readonly_views(daemon):
         assert c.page_view(p).readonly
         assert not c.page_array(p).flags.writeable
         c.release([p])
+
+
+def test_an_array_keeps_its_pages_mapping_alive(daemon):
+    c = kvpool.Client(daemon.sock, "py", GEO)
+    (p,) = c.alloc(1)
+    a = c.page_array(p)
+    del c
+    gc.collect()
+    a[:] = 7.0  # the mapping is still there: the array holds its Client
+    assert float(a[0, 0, 0, 0, 0]) == 7.0
+    assert daemon.stats()["pages_private"] == 1
+    del a
+    gc.collect()
+    daemon.wait_for(lambda st: st["pages_private"] == 0, "the last view's client closing")
