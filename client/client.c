@@ -46,6 +46,16 @@ struct kvp_client {
 	struct kvp_wire_hello_reply hello;
 	struct slab_map *slabs;	/* [KVP_MAX_SLABS], when has_ns */
 	struct hset held;	/* page handle -> leases held */
+	/* The namespace's view (host backend): every slab the pool may have
+	 * mapped at view + slab x span, in one reserved range of view_slabs
+	 * spans, so that a page's address is view + index x page_stride. */
+	uint8_t *view;		/* NULL: no view (CUDA, inspection, no room) */
+	uint32_t view_slabs;	/* the pool's most slabs */
+	uint64_t span;		/* bytes a slab takes in the view */
+	uint32_t per_slab;	/* indices a slab takes: span / page_stride */
+	uint32_t **gens;	/* [KVP_MAX_SLABS][per_slab]: generation held at
+				 * each index, 0 none; a slab's row made with
+				 * its first lease */
 };
 
 /* The thread's error text, shared with the key functions (client/keys.c). */
@@ -55,6 +65,39 @@ _Static_assert(KEYS_ERROR_MAX >= KVP_WIRE_ERRMSG_MAX + 1, "the error buffer hold
 KVP_API const char *kvp_last_error(void)
 {
 	return last_error;
+}
+
+/*
+ * held_add() / held_sub() - one lease more or fewer on h in c->held, and
+ * the generation held at h's index when the count goes from 0 or to 0.
+ * Return hset_add()'s and hset_sub()'s values.
+ */
+static int held_add(struct kvp_client *c, kvp_page h)
+{
+	uint32_t slab = KVP_HANDLE_SLAB(h), idx = KVP_HANDLE_INDEX(h);
+	bool fresh = !hset_count(&c->held, h);
+	int rc;
+
+	if (fresh && c->gens && idx < c->per_slab && !c->gens[slab]) {
+		c->gens[slab] = calloc(c->per_slab, sizeof(**c->gens));
+		if (!c->gens[slab])
+			return -ENOMEM;
+	}
+	rc = hset_add(&c->held, h, 1);
+	if (rc == 0 && fresh && c->gens && idx < c->per_slab)
+		c->gens[slab][idx] = KVP_HANDLE_GEN(h);
+	return rc;
+}
+
+static int held_sub(struct kvp_client *c, kvp_page h)
+{
+	uint32_t slab = KVP_HANDLE_SLAB(h), idx = KVP_HANDLE_INDEX(h);
+	int rc = hset_sub(&c->held, h, 1);
+
+	if (rc == 0 && !hset_count(&c->held, h) && c->gens && c->gens[slab] &&
+	    idx < c->per_slab)
+		c->gens[slab][idx] = 0;
+	return rc;
 }
 
 static void set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -112,6 +155,19 @@ static ssize_t recv_msg(struct kvp_client *c, int *fd)
 	return n;
 }
 
+static void reserve_view(struct kvp_client *c);
+
+/* forget_gens() - no index holds a page any more. */
+static void forget_gens(struct kvp_client *c)
+{
+	uint32_t i;
+
+	for (i = 0; c->gens && i < KVP_MAX_SLABS; i++) {
+		free(c->gens[i]);
+		c->gens[i] = NULL;
+	}
+}
+
 /*
  * lost() - the connection broke (err from send or recv): the daemon has
  * dropped every lease of this client, so the library forgets them too
@@ -124,6 +180,7 @@ static int lost(struct kvp_client *c, int err)
 		err = -EPIPE;
 	hset_fini(&c->held);
 	hset_init(&c->held);
+	forget_gens(c);
 	set_error("the connection to kvpoold is gone (%s): the daemon exited or "
 		  "disconnected this client (see its log: idle, unread replies, an "
 		  "admin); its leases are released. Connect again with kvp_connect()",
@@ -448,6 +505,8 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			rc = -ENOMEM;
 			goto out_free;
 		}
+		if (c->hello.backend == KVP_BACKEND_HOST)
+			reserve_view(c);
 	}
 	*out = c;
 	return 0;
@@ -463,7 +522,7 @@ KVP_API void kvp_close(kvp_client *c)
 
 	if (!c)
 		return;
-	for (i = 0; c->slabs && i < KVP_MAX_SLABS; i++) {
+	for (i = 0; c->slabs && !c->view && i < KVP_MAX_SLABS; i++) {
 		if (!c->slabs[i].base)
 			continue;
 		if (c->hello.backend == KVP_BACKEND_CUDA)
@@ -471,6 +530,10 @@ KVP_API void kvp_close(kvp_client *c)
 		else
 			munmap(c->slabs[i].base, c->slabs[i].bytes);
 	}
+	if (c->view)	/* the slabs' mappings with it */
+		munmap(c->view, (size_t)c->view_slabs * c->span);
+	forget_gens(c);
+	free(c->gens);
 	free(c->slabs);
 	if (c->fd >= 0)
 		close(c->fd);
@@ -511,14 +574,59 @@ KVP_API size_t kvp_page_bytes(const kvp_client *c)
 	return c && c->has_ns ? (size_t)c->hello.page_bytes : 0;
 }
 
+/*
+ * reserve_view() - reserve the namespace's view: as many slab spans as the
+ * pool may have slabs (STATS: pool_bytes / slab_bytes), PROT_NONE until
+ * map_slab() maps a slab into its span. A span is the slab rounded up to
+ * a multiple of both the page stride and the system page, so that every
+ * page of every slab is at view + index x page_stride. Without the room
+ * (or the STATS), no view: slabs are mapped wherever mmap puts them.
+ */
+static void reserve_view(struct kvp_client *c)
+{
+	uint64_t stride = c->hello.page_stride, sys = (uint64_t)sysconf(_SC_PAGESIZE), unit, a, b,
+		 t, nslabs;
+	struct kvp_wire_stats st;
+	size_t len = 0;
+	void *v;
+
+	if (!stride || !c->hello.slab_bytes ||
+	    call(c, KVP_OP_STATS, NULL, 0, NULL, 0, &len, NULL) < 0 ||
+	    wire_stats_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &st, NULL, 0) < 0 ||
+	    !st.slab_bytes)
+		return;
+	for (a = stride, b = sys; b; t = a % b, a = b, b = t)
+		;
+	unit = stride / a * sys;	/* lcm(stride, system page) */
+	nslabs = st.pool_bytes / st.slab_bytes;
+	if (nslabs > KVP_MAX_SLABS)
+		nslabs = KVP_MAX_SLABS;
+	c->span = (c->hello.slab_bytes + unit - 1) / unit * unit;
+	if (!nslabs || c->span / stride > KVP_MAX_SLAB_PAGES || nslabs > SIZE_MAX / c->span)
+		return;
+	c->gens = calloc(KVP_MAX_SLABS, sizeof(*c->gens));
+	if (!c->gens)
+		return;
+	v = mmap(NULL, (size_t)(nslabs * c->span), PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (v == MAP_FAILED) {
+		free(c->gens);
+		c->gens = NULL;
+		return;
+	}
+	c->view = v;
+	c->view_slabs = (uint32_t)nslabs;
+	c->per_slab = (uint32_t)(c->span / stride);
+}
+
 /* map_slab() - map slab number slab of this namespace, once. */
 static int map_slab(struct kvp_client *c, uint32_t slab)
 {
 	struct kvp_wire_map_slab req = { .slab = slab };
 	struct kvp_wire_map_slab_reply rep;
 	size_t len = 0;
-	void *base;
-	int fd = -1, rc;
+	void *base, *at;
+	int fd = -1, rc, fixed;
 
 	if (c->slabs[slab].base)
 		return 0;
@@ -541,9 +649,17 @@ static int map_slab(struct kvp_client *c, uint32_t slab)
 	}
 	if (fd < 0)
 		goto out_close;
-	base = mmap(NULL, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (c->view && (slab >= c->view_slabs || rep.bytes > c->span)) {
+		set_error("slab %u (%llu bytes) does not fit the view of %u slabs of %llu "
+			  "bytes", slab, (unsigned long long)rep.bytes, c->view_slabs,
+			  (unsigned long long)c->span);
+		goto out_close;
+	}
+	at = c->view ? c->view + (size_t)slab * c->span : NULL;
+	fixed = c->view ? MAP_FIXED : 0;
+	base = mmap(at, rep.bytes, PROT_READ | PROT_WRITE, MAP_SHARED | fixed, fd, 0);
 	if (base == MAP_FAILED && errno == EACCES)	/* read rights only */
-		base = mmap(NULL, rep.bytes, PROT_READ, MAP_SHARED, fd, 0);
+		base = mmap(at, rep.bytes, PROT_READ, MAP_SHARED | fixed, fd, 0);
 	if (base == MAP_FAILED) {
 		rc = -errno;
 		set_error("cannot map slab %u (%llu bytes): %s", slab,
@@ -579,7 +695,7 @@ static int release_batch(struct kvp_client *c, const kvp_page *pages, size_t n)
 	if (rc < 0)
 		return rc;
 	for (i = 0; i < n; i++)
-		hset_sub(&c->held, pages[i], 1);
+		held_sub(c, pages[i]);
 	return 0;
 }
 
@@ -602,10 +718,10 @@ static int alloc_batch(struct kvp_client *c, size_t n, kvp_page *pages)
 	for (i = 0; i < n; i++)
 		pages[i] = wire_handle_at(handles, i);
 	for (i = 0; i < n; i++) {
-		rc = hset_add(&c->held, pages[i], 1);
+		rc = held_add(c, pages[i]);
 		if (rc < 0) {
 			for (j = 0; j < i; j++)
-				hset_sub(&c->held, pages[j], 1);
+				held_sub(c, pages[j]);
 			send_release(c, pages, n);
 			return rc;
 		}
@@ -659,11 +775,11 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 	 * takes a second lease), and put them back on the first one we do
 	 * not hold; nothing has reached the daemon then. */
 	for (i = 0; i < n; i++) {
-		if (hset_sub(&c->held, pages[i], 1) < 0) {
+		if (held_sub(c, pages[i]) < 0) {
 			set_error("page handle %#llx (entry %zu) is not leased by this client",
 				  (unsigned long long)pages[i], i);
 			while (i--)
-				hset_add(&c->held, pages[i], 1);
+				held_add(c, pages[i]);
 			rc = -ESTALE;
 			goto out;
 		}
@@ -674,7 +790,7 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 		if (rc < 0) {
 			/* the daemon kept these and the ones after them */
 			for (; i < n; i++)
-				hset_add(&c->held, pages[i], 1);
+				held_add(c, pages[i]);
 			goto out;
 		}
 	}
@@ -698,6 +814,58 @@ KVP_API void *kvp_page_ptr(kvp_client *c, kvp_page p)
 		ptr = m->base + off;
 	pthread_mutex_unlock(&c->mu);
 	return ptr;
+}
+
+KVP_API int kvp_view(const kvp_client *c, kvp_view_t *out)
+{
+	if (!c || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if (!c->has_ns)
+		return -ENOTCONN;
+	if (c->hello.backend != KVP_BACKEND_HOST)
+		return -ENOTSUP;
+	if (!c->view)
+		return -ENOMEM;
+	out->base = c->view;
+	out->stride = c->hello.page_stride;
+	out->pages = (uint64_t)c->view_slabs * c->per_slab;
+	out->per_slab = c->per_slab;
+	return 0;
+}
+
+KVP_API int64_t kvp_page_index(kvp_client *c, kvp_page p)
+{
+	int64_t idx = -ESTALE;
+
+	if (!c || !c->has_ns)
+		return -ENOTCONN;
+	if (!c->view)
+		return c->hello.backend == KVP_BACKEND_HOST ? -ENOMEM : -ENOTSUP;
+	pthread_mutex_lock(&c->mu);
+	if (hset_count(&c->held, p) && KVP_HANDLE_SLAB(p) < c->view_slabs &&
+	    KVP_HANDLE_INDEX(p) < c->per_slab)
+		idx = (int64_t)KVP_HANDLE_SLAB(p) * c->per_slab + KVP_HANDLE_INDEX(p);
+	pthread_mutex_unlock(&c->mu);
+	return idx;
+}
+
+KVP_API kvp_page kvp_page_at(kvp_client *c, uint64_t index)
+{
+	uint64_t slab, idx;
+	kvp_page h = 0;
+
+	if (!c || !c->view || !c->per_slab)
+		return 0;
+	slab = index / c->per_slab;
+	idx = index % c->per_slab;
+	if (slab >= c->view_slabs)
+		return 0;
+	pthread_mutex_lock(&c->mu);
+	if (c->gens[slab] && c->gens[slab][idx])
+		h = KVP_HANDLE(c->gens[slab][idx], slab, idx);
+	pthread_mutex_unlock(&c->mu);
+	return h;
 }
 
 /* --- sharing ------------------------------------------------------------- */
@@ -748,9 +916,9 @@ static int remember(struct kvp_client *c, const kvp_page *pages, size_t n)
 	size_t i;
 
 	for (i = 0; i < n; i++) {
-		if (hset_add(&c->held, pages[i], 1) < 0) {
+		if (held_add(c, pages[i]) < 0) {
 			while (i--)
-				hset_sub(&c->held, pages[i], 1);
+				held_sub(c, pages[i]);
 			return -ENOMEM;
 		}
 	}
@@ -916,7 +1084,7 @@ KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pa
 			canonical[done + i] = wire_handle_at(handles, i);
 			/* a dedup hit is one more lease of ours */
 			if (canonical[done + i] != pages[done + i] &&
-			    hset_add(&c->held, canonical[done + i], 1) < 0)
+			    held_add(c, canonical[done + i]) < 0)
 				rc = -ENOMEM;
 		}
 		if (rc == 0)
@@ -973,7 +1141,7 @@ KVP_API int kvp_publish_partial(kvp_client *c, const kvp_key *parent, kvp_page p
 	if (rc == 0) {
 		*canonical = wire_handle_at(handles, 0);
 		if (*canonical != page)
-			rc = hset_add(&c->held, *canonical, 1);
+			rc = held_add(c, *canonical);
 		if (rc == 0)
 			rc = map_all(c, canonical, 1);
 	}

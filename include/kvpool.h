@@ -347,6 +347,41 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n);
  */
 KVP_API void *kvp_page_ptr(kvp_client *c, kvp_page p);
 
+/*
+ * The namespace's view: with the host backend, the library maps every
+ * slab of the client's namespace into one reserved address range, so that
+ * all its pages form one array indexed by page number, as engines index
+ * one KV tensor with integer block tables:
+ *
+ *     kvp_page_ptr(c, p) == (char *)view.base + kvp_page_index(c, p) * view.stride
+ *
+ * index = slab x per_slab + page in slab; an index past a slab's last
+ * page, or of a slab not mapped, is a hole (PROT_NONE: touching it
+ * faults), as is any page this client holds no lease on (its bytes may be
+ * another client's). The view spans as many slabs as the pool may have
+ * (kvpoold's --pool-size / --slab-size), reserved, not allocated. See
+ * docs/kv-layout.md.
+ */
+typedef struct kvp_view {
+	void *base;		/* the address of index 0 */
+	uint64_t stride;	/* bytes from one index to the next (page_stride) */
+	uint64_t pages;		/* indices the view spans */
+	uint32_t per_slab;	/* indices a slab spans (its pages, then holes) */
+} kvp_view_t;
+
+/* kvp_view() - the view into *out. Returns 0, -ENOTCONN (an inspection
+ * session), -ENOTSUP (the CUDA backend: each page's device pointer comes
+ * from kvp_page_ptr()) or -ENOMEM (no address range could be reserved). */
+KVP_API int kvp_view(const kvp_client *c, kvp_view_t *out);
+
+/* kvp_page_index() - the index in the view of page p, which this client
+ * holds; -ESTALE when it holds no lease on p, else kvp_view()'s errors. */
+KVP_API int64_t kvp_page_index(kvp_client *c, kvp_page p);
+
+/* kvp_page_at() - the handle of the page this client holds at index in
+ * the view; 0 when it holds none there. */
+KVP_API kvp_page kvp_page_at(kvp_client *c, uint64_t index);
+
 /* --- Sharing prefixes ------------------------------------------------------
  *
  * A model server computes the keys of a prompt's full blocks, ACQUIREs

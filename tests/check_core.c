@@ -834,6 +834,78 @@ START_TEST(test_core_prefault_refuses_what_a_memory_limit_cannot_hold)
 }
 END_TEST
 
+/*
+ * The view: all the namespace's pages as one array, across slabs, also
+ * when a slab is not a whole number of pages (24 KiB pages in 1 MiB
+ * slabs: 42 pages, then a hole); index <-> handle both ways; another
+ * process sees the same bytes at the same index; released pages leave
+ * no handle behind.
+ */
+START_TEST(test_core_the_view_is_one_array_of_every_page)
+{
+	static const kvp_geometry g24 = {
+		.layers = 3, .kv_heads = 2, .head_dim = 64, .block_tokens = 16,
+		.dtype = KVP_DTYPE_F16, .model = "test/view24",
+	};
+	const kvp_geometry *gs[2] = { &geo, &g24 };
+	kvp_page pages[150];
+	kvp_view_t v, v2;
+	struct daemon d;
+	kvp_client *c, *c2;
+	int64_t idx;
+	size_t i, k;
+	int rc;
+
+	static const char *const pool8[] = { "--pool-size", "8M", "--slab-size", "1M", NULL };
+
+	daemon_start(&d, pool8);
+	for (k = 0; k < 2; k++) {
+		const char *ns = k ? "view24" : "tiny";
+
+		rc = kvp_connect(d.sock, ns, gs[k], &c);
+		ck_assert_msg(rc == 0, "%s", kvp_last_error());
+		ck_assert_int_eq(kvp_view(c, &v), 0);
+		ck_assert_uint_eq(v.stride, k ? 24576 : PAGE_BYTES);
+		ck_assert_uint_eq(v.per_slab, k ? 43 : 64);	/* 1 MiB + a 24 KiB hole */
+		ck_assert_uint_eq(v.pages, 8 * (uint64_t)v.per_slab);	/* 8 slabs at most */
+		ck_assert_int_eq(kvp_alloc(c, k ? 100 : 150, pages), 0);	/* 3 slabs */
+		for (i = 0; i < (k ? 100u : 150u); i++) {
+			idx = kvp_page_index(c, pages[i]);
+			ck_assert_int_ge(idx, 0);
+			ck_assert_uint_lt((uint64_t)idx, v.pages);
+			ck_assert_uint_lt((uint64_t)idx % v.per_slab, k ? 42 : 64);
+			ck_assert_ptr_eq(kvp_page_ptr(c, pages[i]),
+					 (char *)v.base + (uint64_t)idx * v.stride);
+			ck_assert_uint_eq(kvp_page_at(c, (uint64_t)idx), pages[i]);
+			if (!k)
+				fill((char *)v.base + (uint64_t)idx * v.stride, 7, (uint32_t)i);
+		}
+		if (!k) {
+			/* another process's view: the same bytes at the same index */
+			connect_ok(d.sock, &c2);
+			ck_assert_int_eq(kvp_view(c2, &v2), 0);
+			ck_assert_int_eq(kvp_retain(c, pages, 1), 0);
+			for (i = 0; i < 150; i++)
+				ck_assert(holds((char *)v.base + (uint64_t)kvp_page_index(c, pages[i]) *
+						v.stride, 7, (uint32_t)i));
+			kvp_close(c2);
+			ck_assert_int_eq(kvp_release(c, pages, 1), 0);
+		}
+		idx = kvp_page_index(c, pages[0]);
+		ck_assert_int_eq(kvp_release(c, pages, k ? 100 : 150), 0);
+		ck_assert_int_eq(kvp_page_index(c, pages[0]), -ESTALE);
+		ck_assert_uint_eq(kvp_page_at(c, (uint64_t)idx), 0);
+		ck_assert_uint_eq(kvp_page_at(c, v.pages + 5), 0);
+		kvp_close(c);
+	}
+	/* an inspection session has no view */
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), 0);
+	ck_assert_int_eq(kvp_view(c, &v), -ENOTCONN);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *core_suite(void)
 {
 	Suite *s = suite_create("core");
@@ -880,6 +952,7 @@ static Suite *core_suite(void)
 	tc = tcase_create("library");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_core_library_refuses_pages_it_does_not_hold);
+	tcase_add_test(tc, test_core_the_view_is_one_array_of_every_page);
 	tcase_add_test(tc, test_core_stats_count_namespaces_and_states);
 	suite_add_tcase(s, tc);
 	return s;

@@ -30,7 +30,7 @@ from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpa
                       NotConnected, PageView, PermissionDenied, Stale, library_version)
 
 __all__ = [
-    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "key_root",
+    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "CudaPage", "key_root",
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
     "InvalidArgument", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
@@ -175,10 +175,70 @@ class Client(_kvpool.Client):
               DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(g.dtype)]
         return torch.frombuffer(self.page(page), dtype=dt).view(g.page_shape)
 
+    def kv_array(self):
+        """Every page of the namespace as one NumPy array indexed by page
+        number: (pages, layers, 2, kv_heads, block_tokens, head_dim), in
+        place. Index it with page_index(handle). Only the pages this
+        client holds may be touched: the others are holes (unmapped, or
+        another client's), so never read the whole array (no print, no
+        sum)."""
+        import numpy as np
+        g = self._need_geometry()
+        buf, stride, pages, _ = self.view()
+        dtype = np.dtype({DType.F16: np.float16, DType.BF16: np.uint16,
+                          DType.F32: np.float32, DType.FP8: np.uint8}[DType(g.dtype)])
+        shape = (pages,) + g.page_shape
+        inner = [dtype.itemsize]
+        for n in reversed(g.page_shape[1:]):
+            inner.insert(0, inner[0] * n)
+        return np.ndarray(shape, dtype, buf, strides=(stride, *inner))
+
+    def kv_tensor(self):
+        """kv_array() as a torch tensor in the namespace's dtype (CPU),
+        (pages, layers, 2, kv_heads, block_tokens, head_dim); its layer
+        slices [:, l] are strided views, no copy. The same care: touch only
+        the pages this client holds."""
+        import torch
+        g = self._need_geometry()
+        buf, stride, pages, _ = self.view()
+        dt = {DType.F16: torch.float16, DType.BF16: torch.bfloat16,
+              DType.F32: torch.float32,
+              DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(g.dtype)]
+        size = DType(g.dtype).size
+        flat = torch.frombuffer(buf, dtype=dt)
+        inner = [1]
+        for n in reversed(g.page_shape[1:]):
+            inner.insert(0, inner[0] * n)
+        return flat.as_strided((pages,) + g.page_shape, (stride // size, *inner))
+
+    def page_cuda(self, page: int) -> "CudaPage":
+        """With the CUDA backend: the page on the GPU, for
+        torch.as_tensor(..., device="cuda") or CuPy through
+        __cuda_array_interface__ (version 3), in place."""
+        g = self._need_geometry()
+        if self.info()["backend"] != _kvpool.BACKEND_CUDA:
+            raise NotImplementedError("page_cuda(): the pool is host memory; use "
+                                      "page_array() or page_tensor()")
+        return CudaPage(self, page, self.page_address(page), g)
+
     def _need_geometry(self) -> Geometry:
         if self.geometry is None:
             raise NotConnected("an inspection session has no pages")
         return self.geometry
+
+
+_TYPESTR = {DType.F16: "<f2", DType.BF16: "<V2", DType.F32: "<f4", DType.FP8: "|u1"}
+
+
+class CudaPage:
+    """A device page: __cuda_array_interface__ over the pointer the CUDA
+    IPC mapping gives. It keeps its Client (and the mapping) alive."""
+
+    def __init__(self, client: Client, page: int, ptr: int, g: Geometry) -> None:
+        self.client, self.page, self.ptr = client, page, ptr
+        self.__cuda_array_interface__ = {
+            "shape": g.page_shape, "typestr": _TYPESTR[DType(g.dtype)],
+            "data": (ptr, False), "version": 3, "strides": None}
 
 
 def key_root(scheme: int, seed: str) -> bytes:

@@ -870,6 +870,80 @@ static PyObject *Client_evict(ClientObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *Client_page(ClientObject *self, PyObject *arg);
 
+/* make_view() - a PageView of len bytes at addr for handle h (0: the
+ * whole view). */
+static PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_t len);
+
+static PyObject *Client_view(ClientObject *self, PyObject *unused)
+{
+	kvp_view_t v;
+	int rc;
+
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	rc = kvp_view(self->c, &v);
+	if (rc < 0)
+		return raise_kvp(rc, "view", rc == -ENOTSUP ? "the pool is GPU memory: each "
+				 "page's device pointer comes on its own" : NULL);
+	return Py_BuildValue("(NKKI)", make_view(self, 0, v.base, (Py_ssize_t)(v.pages * v.stride)),
+			     (unsigned long long)v.stride, (unsigned long long)v.pages, v.per_slab);
+}
+
+static PyObject *Client_page_index(ClientObject *self, PyObject *arg)
+{
+	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+	int64_t idx;
+
+	if (h == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	idx = kvp_page_index(self->c, h);
+	if (idx < 0) {
+		if (idx == -ESTALE) {
+			PyErr_Format(Stale, "page_index: page handle %#llx is not leased by this "
+				     "client", h);
+			return NULL;
+		}
+		return raise_kvp((int)idx, "page_index", NULL);
+	}
+	return PyLong_FromLongLong(idx);
+}
+
+static PyObject *Client_page_at(ClientObject *self, PyObject *arg)
+{
+	unsigned long long i = PyLong_AsUnsignedLongLong(arg);
+	kvp_page h;
+
+	if (i == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	h = kvp_page_at(self->c, i);
+	if (!h)
+		Py_RETURN_NONE;
+	return PyLong_FromUnsignedLongLong(h);
+}
+
+static PyObject *Client_page_address(ClientObject *self, PyObject *arg)
+{
+	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+	void *addr;
+
+	if (h == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	addr = kvp_page_ptr(self->c, h);
+	if (!addr) {
+		PyErr_Format(Stale, "page handle %#llx is not leased by this client (stale, "
+			     "forged or released)", h);
+		return NULL;
+	}
+	return PyLong_FromVoidPtr(addr);
+}
+
 static PyObject *Client_enter(ClientObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -922,6 +996,16 @@ static PyMethodDef Client_methods[] = {
 	  "evict(namespace=None, max=0) -> pages evicted (admin)." },
 	{ "page", (PyCFunction)Client_page, METH_O,
 	  "page(handle) -> PageView: the page's bytes in place (buffer protocol)." },
+	{ "view", (PyCFunction)Client_view, METH_NOARGS,
+	  "view() -> (PageView of every page, stride, pages, per_slab): the namespace's "
+	  "pages as one array indexed by page number (host backend)." },
+	{ "page_index", (PyCFunction)Client_page_index, METH_O,
+	  "page_index(handle) -> the page's index in view()." },
+	{ "page_address", (PyCFunction)Client_page_address, METH_O,
+	  "page_address(handle) -> the page's address: a host pointer, or with the CUDA "
+	  "backend a device pointer." },
+	{ "page_at", (PyCFunction)Client_page_at, METH_O,
+	  "page_at(index) -> the handle this client holds at index, or None." },
 	{ "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },
@@ -963,10 +1047,25 @@ typedef struct {
 	Py_ssize_t exports;
 } PageViewObject;
 
+static PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_t len)
+{
+	PageViewObject *v = PyObject_New(PageViewObject, &PageViewType);
+
+	if (!v)
+		return NULL;
+	Py_INCREF(self);
+	v->client = self;
+	v->page = h;
+	v->addr = addr;
+	v->len = len;
+	v->exports = 0;
+	self->views++;
+	return (PyObject *)v;
+}
+
 static PyObject *Client_page(ClientObject *self, PyObject *arg)
 {
 	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
-	PageViewObject *v;
 	void *addr;
 
 	if (h == (unsigned long long)-1 && PyErr_Occurred())
@@ -984,17 +1083,7 @@ static PyObject *Client_page(ClientObject *self, PyObject *arg)
 			     "forged or released)", h);
 		return NULL;
 	}
-	v = PyObject_New(PageViewObject, &PageViewType);
-	if (!v)
-		return NULL;
-	Py_INCREF(self);
-	v->client = self;
-	v->page = h;
-	v->addr = addr;
-	v->len = (Py_ssize_t)self->info.page_bytes;
-	v->exports = 0;
-	self->views++;
-	return (PyObject *)v;
+	return make_view(self, h, addr, (Py_ssize_t)self->info.page_bytes);
 }
 
 static int PageView_getbuffer(PageViewObject *self, Py_buffer *view, int flags)

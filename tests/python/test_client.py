@@ -249,3 +249,21 @@ def test_an_array_keeps_its_pages_mapping_alive(daemon):
     del a
     gc.collect()
     daemon.wait_for(lambda st: st["pages_private"] == 0, "the last view's client closing")
+
+
+def test_the_view_is_one_array_indexed_by_page_number(client):
+    pages = client.alloc(100)  # two slabs of 64
+    kv = client.kv_array()
+    assert kv.shape[1:] == GEO.page_shape and kv.shape[0] >= 128
+    for i, p in enumerate(pages):
+        idx = client.page_index(p)
+        assert client.page_at(idx) == p
+        assert kv[idx].ctypes.data == client.page(p).address  # no copy
+        kv[idx, 1, 0] = i  # layer 1's K of page i, through the whole view
+        assert np.all(client.page_array(p)[1, 0] == i)
+    last = client.page_index(pages[-1])
+    del kv
+    client.release(pages)
+    assert client.page_at(last) is None
+    with pytest.raises(kvpool.Stale):
+        client.page_index(pages[0])
