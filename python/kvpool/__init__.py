@@ -30,7 +30,8 @@ from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpa
                       NotConnected, PageView, PermissionDenied, Stale, library_version)
 
 __all__ = [
-    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "CudaPage", "key_root",
+    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "CudaPage", "DLPage",
+    "key_root",
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
     "InvalidArgument", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
@@ -211,6 +212,19 @@ class Client(_kvpool.Client):
             inner.insert(0, inner[0] * n)
         return flat.as_strided((pages,) + g.page_shape, (stride // size, *inner))
 
+    def page_dlpack(self, page: int, device_id: int = 0) -> DLPage:
+        """The page as a DLPack producer, (layers, 2, kv_heads, block_tokens,
+        head_dim): on the CPU with the host backend, on CUDA device
+        device_id with the CUDA backend. torch.from_dlpack(c.page_dlpack(p))
+        is the page in place, in the namespace's dtype (bfloat16 included)."""
+        g = self._need_geometry()
+        if self.info()["backend"] == _kvpool.BACKEND_CUDA:
+            return DLPage(self, self.page_address(page), g.page_shape,
+                          _compact_strides(g.page_shape), g, (_DL_CUDA, device_id))
+        pv = self.page(page)
+        return DLPage(pv, pv.address, g.page_shape, _compact_strides(g.page_shape), g,
+                      (_DL_CPU, 0), memoryview(pv).readonly)
+
     def page_cuda(self, page: int) -> "CudaPage":
         """With the CUDA backend: the page on the GPU, for
         torch.as_tensor(..., device="cuda") or CuPy through
@@ -228,6 +242,37 @@ class Client(_kvpool.Client):
 
 
 _TYPESTR = {DType.F16: "<f2", DType.BF16: "<V2", DType.F32: "<f4", DType.FP8: "|u1"}
+# DLPack type codes and bits: float 2, bfloat 4, uint 1
+_DLTYPE = {DType.F16: (2, 16), DType.BF16: (4, 16), DType.F32: (2, 32), DType.FP8: (1, 8)}
+_DL_CPU, _DL_CUDA = 1, 2
+
+
+def _compact_strides(shape):
+    strides = [1]
+    for n in reversed(shape[1:]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)
+
+
+class DLPage:
+    """A page (or the whole view) for DLPack consumers: torch.from_dlpack(),
+    numpy.from_dlpack(), CuPy. In place; the tensor keeps the mapping
+    alive through owner."""
+
+    def __init__(self, owner, address: int, shape, strides, g: Geometry, device,
+                 readonly: bool = False) -> None:
+        self._args = (owner, address, tuple(shape), tuple(strides)) + \
+            _DLTYPE[DType(g.dtype)] + device
+        self._readonly = readonly
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError("kvpool pages are shared in place: no copy")
+        versioned = max_version is not None and max_version[0] >= 1
+        return _kvpool.dlpack(*self._args, versioned, self._readonly)
+
+    def __dlpack_device__(self):
+        return self._args[6:8]
 
 
 class CudaPage:

@@ -267,3 +267,35 @@ def test_the_view_is_one_array_indexed_by_page_number(client):
     assert client.page_at(last) is None
     with pytest.raises(kvpool.Stale):
         client.page_index(pages[0])
+
+
+def test_dlpack_gives_the_page_in_place(client):
+    (p,) = client.alloc(1)
+    a = np.from_dlpack(client.page_dlpack(p))
+    assert a.shape == GEO.page_shape and a.dtype == np.float16
+    assert a.ctypes.data == client.page(p).address
+    a[0, 1, 0, 2] = 4.0
+    assert np.all(client.page_array(p)[0, 1, 0, 2] == 4.0)
+    with pytest.raises(BufferError):
+        client.close()  # the DLPack tensor holds the page's view
+    del a
+    client.release([p])
+
+
+def test_torch_views_are_in_place(client):
+    torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
+    pages = client.alloc(3)
+    t = client.page_tensor(pages[0])
+    assert tuple(t.shape) == GEO.page_shape and t.dtype == torch.float16
+    assert t.data_ptr() == client.page(pages[0]).address
+    d = torch.from_dlpack(client.page_dlpack(pages[1]))
+    assert d.data_ptr() == client.page(pages[1]).address
+    kv = client.kv_tensor()
+    i = client.page_index(pages[2])
+    layer1 = kv[:, 1]  # one layer of every page: a strided view
+    assert layer1.data_ptr() == kv.data_ptr() + GEO.page_bytes // GEO.layers
+    layer1[i] = 5.0
+    assert np.all(client.page_array(pages[2])[1] == 5.0)
+    assert kv[i].data_ptr() == client.page(pages[2]).address
+    del t, d, kv, layer1
+    client.release(pages)
