@@ -167,7 +167,7 @@ TESTS += tests/python/run.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/kvpool/__init__.py \
-	python/kvpool/py.typed
+	python/kvpool/py.typed python/kvpool/_kvpool.pyi
 
 # libFuzzer harnesses (tests/fuzz/), built with clang when configure found
 # one that links -fsanitize=fuzzer, from the same sources as the daemon

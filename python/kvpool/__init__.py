@@ -27,14 +27,15 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _kvpool
 from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpace,
-                      NotConnected, PageView, PermissionDenied, Stale, library_version)
+                      NotConnected, NotFound, PageView, PermissionDenied, Stale,
+                      library_version)
 
 __all__ = [
     "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "CudaPage", "DLPage",
     "key_root",
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
-    "InvalidArgument", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
+    "InvalidArgument", "NotFound", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
 ]
 __version__ = "0.1.0"
 

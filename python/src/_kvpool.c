@@ -27,7 +27,7 @@
 
 static PyObject *Error;		/* kvpool.Error, an OSError */
 static PyObject *NoSpace, *Stale, *PermissionDenied, *Mismatch, *Limit, *NotConnected,
-	*DaemonGone, *InvalidArgument;
+	*DaemonGone, *InvalidArgument, *NotFound;
 
 /* error_class() - the exception class of a negative errno. */
 static PyObject *error_class(int rc)
@@ -47,10 +47,11 @@ static PyObject *error_class(int rc)
 	case ENOTCONN:
 		return NotConnected;
 	case EPIPE:
-	case ENOENT:
 	case ECONNREFUSED:
 	case ECONNRESET:
 		return DaemonGone;
+	case ENOENT:		/* kvp_connect's: no socket there (see Client_init) */
+		return NotFound;
 	case EINVAL:
 		return InvalidArgument;
 	default:
@@ -166,6 +167,15 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 		SAVE_ERROR(err);
 	Py_END_ALLOW_THREADS
 	if (rc < 0) {
+		if (rc == -ENOENT) {	/* no socket: no daemon there */
+			PyObject *a = Py_BuildValue("(iN)", ENOENT, PyUnicode_FromFormat(
+							    "kvp_connect: %s: %s", kvp_strerror(rc), err));
+
+			if (a)
+				PyErr_SetObject(DaemonGone, a);
+			Py_XDECREF(a);
+			return -1;
+		}
 		raise_kvp(rc, "kvp_connect", err);
 		return -1;
 	}
@@ -870,6 +880,179 @@ static PyObject *Client_evict(ClientObject *self, PyObject *args, PyObject *kw)
 
 static PyObject *Client_page(ClientObject *self, PyObject *arg);
 
+/* The listings: up to max records (the library asks once; what one reply
+ * holds), as dicts. */
+#define LIST_MAX 8192
+
+static PyObject *Client_list_clients(ClientObject *self, PyObject *unused)
+{
+	struct kvp_wire_client *r;
+	PyObject *l = NULL;
+	char err[ERRBUF];
+	uint32_t total;
+	int rc, i;
+
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
+	if (!r)
+		return PyErr_NoMemory();
+	CALL(rc, kvp_list_clients(self->c, r, LIST_MAX, &total));
+	if (rc < 0) {
+		PyMem_Free(r);
+		return raise_kvp(rc, "list_clients", err);
+	}
+	l = PyList_New(0);
+	for (i = 0; l && i < rc; i++) {
+		PyObject *d = Py_BuildValue("{sKsIsIsIsIsKsKssss}", "id", (unsigned long long)r[i].id,
+					    "pid", r[i].pid, "uid", r[i].uid, "gid", r[i].gid,
+					    "rights", r[i].rights, "leases",
+					    (unsigned long long)r[i].leases, "connected_ms",
+					    (unsigned long long)r[i].connected_ms, "name", r[i].name,
+					    "namespace", r[i].ns);
+
+		if (!d || PyList_Append(l, d) < 0) {
+			Py_XDECREF(d);
+			Py_CLEAR(l);
+			break;
+		}
+		Py_DECREF(d);
+	}
+	PyMem_Free(r);
+	return l;
+}
+
+static PyObject *Client_list_pages(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "namespace", "state", "client", "limit", NULL };
+	struct kvp_wire_list_pages f;
+	unsigned int state = 0, limit = 0;
+	unsigned long long client = 0;
+	const char *ns = NULL;
+	struct kvp_wire_page *r;
+	PyObject *l = NULL;
+	char err[ERRBUF];
+	uint32_t total;
+	int rc, i;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zIKI", kwlist, &ns, &state, &client, &limit))
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	memset(&f, 0, sizeof(f));
+	if (ns && strlen(ns) >= sizeof(f.ns)) {
+		PyErr_Format(InvalidArgument, "namespace name '%.80s' is longer than 63 bytes", ns);
+		return NULL;
+	}
+	if (ns)
+		memcpy(f.ns, ns, strlen(ns));
+	f.state = state;
+	f.limit = limit;
+	f.client = client;
+	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
+	if (!r)
+		return PyErr_NoMemory();
+	CALL(rc, kvp_list_pages(self->c, &f, r, LIST_MAX, &total));
+	if (rc < 0) {
+		PyMem_Free(r);
+		return raise_kvp(rc, "list_pages", err);
+	}
+	l = PyList_New(0);
+	for (i = 0; l && i < rc; i++) {
+		PyObject *d = Py_BuildValue("{sKsIsIsIsIsKsIsIsKsy#}", "handle",
+					    (unsigned long long)r[i].handle, "ns_id", r[i].ns_id,
+					    "state", r[i].state, "refs", r[i].refs, "holders",
+					    r[i].holders, "holder", (unsigned long long)r[i].holder,
+					    "priority", r[i].prio, "tokens", r[i].tokens, "age_ms",
+					    (unsigned long long)r[i].age_ms, "key", (const char *)r[i].key,
+					    (Py_ssize_t)sizeof(r[i].key));
+
+		if (!d || PyList_Append(l, d) < 0) {
+			Py_XDECREF(d);
+			Py_CLEAR(l);
+			break;
+		}
+		Py_DECREF(d);
+	}
+	PyMem_Free(r);
+	return l;
+}
+
+static PyObject *Client_list_prefixes(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "namespace", "top", NULL };
+	unsigned int top = 0;
+	const char *ns = NULL;
+	struct kvp_wire_prefix *r;
+	PyObject *l = NULL;
+	char err[ERRBUF];
+	uint32_t total;
+	int rc, i;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zI", kwlist, &ns, &top))
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
+	if (!r)
+		return PyErr_NoMemory();
+	CALL(rc, kvp_list_prefixes(self->c, ns, top, r, LIST_MAX, &total));
+	if (rc < 0) {
+		PyMem_Free(r);
+		return raise_kvp(rc, "list_prefixes", err);
+	}
+	l = PyList_New(0);
+	for (i = 0; l && i < rc; i++) {
+		PyObject *d = Py_BuildValue("{sy#sIsIsIsIsKsK}", "key", (const char *)r[i].key,
+					    (Py_ssize_t)sizeof(r[i].key), "ns_id", r[i].ns_id,
+					    "depth", r[i].depth, "refs", r[i].refs, "state",
+					    r[i].state, "hits", (unsigned long long)r[i].hits,
+					    "bytes", (unsigned long long)r[i].bytes);
+
+		if (!d || PyList_Append(l, d) < 0) {
+			Py_XDECREF(d);
+			Py_CLEAR(l);
+			break;
+		}
+		Py_DECREF(d);
+	}
+	PyMem_Free(r);
+	return l;
+}
+
+static PyObject *Client_disconnect(ClientObject *self, PyObject *arg)
+{
+	unsigned long long id = PyLong_AsUnsignedLongLong(arg);
+	char err[ERRBUF];
+	int rc;
+
+	if (id == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	CALL(rc, kvp_disconnect(self->c, id));
+	if (rc < 0)
+		return raise_kvp(rc, "disconnect", err);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_drop_namespace(ClientObject *self, PyObject *arg)
+{
+	const char *ns = PyUnicode_AsUTF8(arg);
+	char err[ERRBUF];
+	int rc;
+
+	if (!ns)
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	CALL(rc, kvp_drop_namespace(self->c, ns));
+	if (rc < 0)
+		return raise_kvp(rc, "drop_namespace", err);
+	Py_RETURN_NONE;
+}
+
 /* make_view() - a PageView of len bytes at addr for handle h (0: the
  * whole view). */
 static PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_t len);
@@ -994,6 +1177,18 @@ static PyMethodDef Client_methods[] = {
 	{ "stats", (PyCFunction)Client_stats, METH_NOARGS, "stats() -> the daemon's counters." },
 	{ "evict", (PyCFunction)(void (*)(void))Client_evict, METH_VARARGS | METH_KEYWORDS,
 	  "evict(namespace=None, max=0) -> pages evicted (admin)." },
+	{ "list_clients", (PyCFunction)Client_list_clients, METH_NOARGS,
+	  "list_clients() -> the daemon's connections, as dicts." },
+	{ "list_pages", (PyCFunction)(void (*)(void))Client_list_pages,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "list_pages(namespace=None, state=0, client=0, limit=0) -> pages, as dicts." },
+	{ "list_prefixes", (PyCFunction)(void (*)(void))Client_list_prefixes,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "list_prefixes(namespace=None, top=0) -> indexed blocks, most hits first." },
+	{ "disconnect", (PyCFunction)Client_disconnect, METH_O,
+	  "disconnect(client_id) - close another client's connection (admin)." },
+	{ "drop_namespace", (PyCFunction)Client_drop_namespace, METH_O,
+	  "drop_namespace(name) - forget a namespace (admin)." },
 	{ "page", (PyCFunction)Client_page, METH_O,
 	  "page(handle) -> PageView: the page's bytes in place (buffer protocol)." },
 	{ "view", (PyCFunction)Client_view, METH_NOARGS,
@@ -1440,8 +1635,9 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 			       "connection (ENOENT, ECONNREFUSED, EPIPE).");
 	InvalidArgument = add_error(m, "InvalidArgument", Error, "An argument kvpool refuses "
 				    "(EINVAL).");
+	NotFound = add_error(m, "NotFound", Error, "No such client or namespace (ENOENT).");
 	if (!NoSpace || !Stale || !PermissionDenied || !Mismatch || !Limit || !NotConnected ||
-	    !DaemonGone || !InvalidArgument)
+	    !DaemonGone || !InvalidArgument || !NotFound)
 		goto fail;
 	if (PyModule_AddIntConstant(m, "KEYS_VLLM_SHA256_CBOR", KVP_KEYS_VLLM_SHA256_CBOR) < 0 ||
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_XXHASH_CBOR", KVP_KEYS_VLLM_XXHASH_CBOR) < 0 ||

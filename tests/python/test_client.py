@@ -299,3 +299,24 @@ def test_torch_views_are_in_place(client):
     assert kv[i].data_ptr() == client.page(pages[2]).address
     del t, d, kv, layer1
     client.release(pages)
+
+
+def test_the_listings_and_admin_calls(client, daemon):
+    pages = client.alloc(2)
+    toks = list(range(16))
+    (key,) = client.block_keys(toks)
+    (canon,) = client.publish(pages[:1], [key])
+    with kvpool.Client(daemon.sock) as admin:  # the daemon's own user: an admin
+        me = [r for r in admin.list_clients() if r["namespace"] == "py"]
+        assert len(me) == 1 and me[0]["leases"] == 2 and me[0]["pid"] == os.getpid()
+        mine = admin.list_pages(namespace="py", client=me[0]["id"])
+        assert sorted(p["handle"] for p in mine) == sorted(pages)
+        top = admin.list_prefixes(namespace="py")
+        assert len(top) == 1 and top[0]["key"] == key[:8] and top[0]["depth"] == 1
+        with pytest.raises(kvpool.NotFound, match="no client 999"):
+            admin.disconnect(999)
+        admin.disconnect(me[0]["id"])
+    daemon.wait_for(lambda st: st["pages_private"] == 0 and st["pages_shared"] == 0,
+                    "the disconnected client's leases going")
+    with pytest.raises(kvpool.DaemonGone):
+        client.alloc(1)
