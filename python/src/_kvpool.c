@@ -884,141 +884,128 @@ static PyObject *Client_page(ClientObject *self, PyObject *arg);
  * holds), as dicts. */
 #define LIST_MAX 8192
 
-static PyObject *Client_list_clients(ClientObject *self, PyObject *unused)
+/* records_to_list() - n records of size bytes at r, each made a dict by
+ * one(). */
+static PyObject *records_to_list(const void *r, int n, size_t size,
+				 PyObject *(*one)(const void *rec))
 {
-	struct kvp_wire_client *r;
-	PyObject *l = NULL;
-	char err[ERRBUF];
-	uint32_t total;
-	int rc, i;
+	PyObject *l = PyList_New(0), *d;
+	int i;
 
-	(void)unused;
-	if (!client_ok(self))
-		return NULL;
-	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
-	if (!r)
-		return PyErr_NoMemory();
-	CALL(rc, kvp_list_clients(self->c, r, LIST_MAX, &total));
-	if (rc < 0) {
-		PyMem_Free(r);
-		return raise_kvp(rc, "list_clients", err);
-	}
-	l = PyList_New(0);
-	for (i = 0; l && i < rc; i++) {
-		PyObject *d = Py_BuildValue("{sKsIsIsIsIsKsKssss}", "id", (unsigned long long)r[i].id,
-					    "pid", r[i].pid, "uid", r[i].uid, "gid", r[i].gid,
-					    "rights", r[i].rights, "leases",
-					    (unsigned long long)r[i].leases, "connected_ms",
-					    (unsigned long long)r[i].connected_ms, "name", r[i].name,
-					    "namespace", r[i].ns);
-
+	for (i = 0; l && i < n; i++) {
+		d = one((const char *)r + (size_t)i * size);
 		if (!d || PyList_Append(l, d) < 0) {
 			Py_XDECREF(d);
 			Py_CLEAR(l);
-			break;
 		}
-		Py_DECREF(d);
+		Py_XDECREF(d);
 	}
+	return l;
+}
+
+static PyObject *client_dict(const void *rec)
+{
+	const struct kvp_wire_client *r = rec;
+
+	return Py_BuildValue("{sKsIsIsIsIsKsKssss}", "id", (unsigned long long)r->id, "pid",
+			     r->pid, "uid", r->uid, "gid", r->gid, "rights", r->rights, "leases",
+			     (unsigned long long)r->leases, "connected_ms",
+			     (unsigned long long)r->connected_ms, "name", r->name, "namespace",
+			     r->ns);
+}
+
+static PyObject *page_dict(const void *rec)
+{
+	const struct kvp_wire_page *r = rec;
+
+	return Py_BuildValue("{sKsIsIsIsIsKsIsIsKsy#}", "handle", (unsigned long long)r->handle,
+			     "ns_id", r->ns_id, "state", r->state, "refs", r->refs, "holders",
+			     r->holders, "holder", (unsigned long long)r->holder, "priority",
+			     r->prio, "tokens", r->tokens, "age_ms", (unsigned long long)r->age_ms,
+			     "key", (const char *)r->key, (Py_ssize_t)sizeof(r->key));
+}
+
+static PyObject *prefix_dict(const void *rec)
+{
+	const struct kvp_wire_prefix *r = rec;
+
+	return Py_BuildValue("{sy#sIsIsIsIsKsK}", "key", (const char *)r->key,
+			     (Py_ssize_t)sizeof(r->key), "ns_id", r->ns_id, "depth", r->depth,
+			     "refs", r->refs, "state", r->state, "hits",
+			     (unsigned long long)r->hits, "bytes", (unsigned long long)r->bytes);
+}
+
+/* The three listings' arguments, and which one. */
+struct list_args {
+	int which;			/* 0 clients, 1 pages, 2 prefixes */
+	struct kvp_wire_list_pages f;	/* pages */
+	const char *ns;			/* prefixes */
+	unsigned int top;
+};
+
+static PyObject *list_call(ClientObject *self, const struct list_args *a)
+{
+	static const size_t size[3] = { sizeof(struct kvp_wire_client),
+					sizeof(struct kvp_wire_page),
+					sizeof(struct kvp_wire_prefix) };
+	static PyObject *(*const one[3])(const void *) = { client_dict, page_dict, prefix_dict };
+	static const char *const what[3] = { "list_clients", "list_pages", "list_prefixes" };
+	char err[ERRBUF];
+	PyObject *l;
+	uint32_t total;
+	void *r;
+	int rc;
+
+	if (!client_ok(self))
+		return NULL;
+	r = PyMem_Malloc(LIST_MAX * size[a->which]);
+	if (!r)
+		return PyErr_NoMemory();
+	CALL(rc, a->which == 0 ? kvp_list_clients(self->c, r, LIST_MAX, &total) :
+		 a->which == 1 ? kvp_list_pages(self->c, &a->f, r, LIST_MAX, &total) :
+		 kvp_list_prefixes(self->c, a->ns, a->top, r, LIST_MAX, &total));
+	l = rc < 0 ? raise_kvp(rc, what[a->which], err) :
+		     records_to_list(r, rc, size[a->which], one[a->which]);
 	PyMem_Free(r);
 	return l;
+}
+
+static PyObject *Client_list_clients(ClientObject *self, PyObject *unused)
+{
+	struct list_args a = { .which = 0 };
+
+	(void)unused;
+	return list_call(self, &a);
 }
 
 static PyObject *Client_list_pages(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "namespace", "state", "client", "limit", NULL };
-	struct kvp_wire_list_pages f;
-	unsigned int state = 0, limit = 0;
+	struct list_args a = { .which = 1 };
 	unsigned long long client = 0;
 	const char *ns = NULL;
-	struct kvp_wire_page *r;
-	PyObject *l = NULL;
-	char err[ERRBUF];
-	uint32_t total;
-	int rc, i;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zIKI", kwlist, &ns, &state, &client, &limit))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zIKI", kwlist, &ns, &a.f.state, &client,
+					 &a.f.limit))
 		return NULL;
-	if (!client_ok(self))
-		return NULL;
-	memset(&f, 0, sizeof(f));
-	if (ns && strlen(ns) >= sizeof(f.ns)) {
+	if (ns && strlen(ns) >= sizeof(a.f.ns)) {
 		PyErr_Format(InvalidArgument, "namespace name '%.80s' is longer than 63 bytes", ns);
 		return NULL;
 	}
 	if (ns)
-		memcpy(f.ns, ns, strlen(ns));
-	f.state = state;
-	f.limit = limit;
-	f.client = client;
-	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
-	if (!r)
-		return PyErr_NoMemory();
-	CALL(rc, kvp_list_pages(self->c, &f, r, LIST_MAX, &total));
-	if (rc < 0) {
-		PyMem_Free(r);
-		return raise_kvp(rc, "list_pages", err);
-	}
-	l = PyList_New(0);
-	for (i = 0; l && i < rc; i++) {
-		PyObject *d = Py_BuildValue("{sKsIsIsIsIsKsIsIsKsy#}", "handle",
-					    (unsigned long long)r[i].handle, "ns_id", r[i].ns_id,
-					    "state", r[i].state, "refs", r[i].refs, "holders",
-					    r[i].holders, "holder", (unsigned long long)r[i].holder,
-					    "priority", r[i].prio, "tokens", r[i].tokens, "age_ms",
-					    (unsigned long long)r[i].age_ms, "key", (const char *)r[i].key,
-					    (Py_ssize_t)sizeof(r[i].key));
-
-		if (!d || PyList_Append(l, d) < 0) {
-			Py_XDECREF(d);
-			Py_CLEAR(l);
-			break;
-		}
-		Py_DECREF(d);
-	}
-	PyMem_Free(r);
-	return l;
+		memcpy(a.f.ns, ns, strlen(ns));
+	a.f.client = client;
+	return list_call(self, &a);
 }
 
 static PyObject *Client_list_prefixes(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "namespace", "top", NULL };
-	unsigned int top = 0;
-	const char *ns = NULL;
-	struct kvp_wire_prefix *r;
-	PyObject *l = NULL;
-	char err[ERRBUF];
-	uint32_t total;
-	int rc, i;
+	struct list_args a = { .which = 2 };
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zI", kwlist, &ns, &top))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zI", kwlist, &a.ns, &a.top))
 		return NULL;
-	if (!client_ok(self))
-		return NULL;
-	r = PyMem_Malloc(LIST_MAX * sizeof(*r));
-	if (!r)
-		return PyErr_NoMemory();
-	CALL(rc, kvp_list_prefixes(self->c, ns, top, r, LIST_MAX, &total));
-	if (rc < 0) {
-		PyMem_Free(r);
-		return raise_kvp(rc, "list_prefixes", err);
-	}
-	l = PyList_New(0);
-	for (i = 0; l && i < rc; i++) {
-		PyObject *d = Py_BuildValue("{sy#sIsIsIsIsKsK}", "key", (const char *)r[i].key,
-					    (Py_ssize_t)sizeof(r[i].key), "ns_id", r[i].ns_id,
-					    "depth", r[i].depth, "refs", r[i].refs, "state",
-					    r[i].state, "hits", (unsigned long long)r[i].hits,
-					    "bytes", (unsigned long long)r[i].bytes);
-
-		if (!d || PyList_Append(l, d) < 0) {
-			Py_XDECREF(d);
-			Py_CLEAR(l);
-			break;
-		}
-		Py_DECREF(d);
-	}
-	PyMem_Free(r);
-	return l;
+	return list_call(self, &a);
 }
 
 static PyObject *Client_disconnect(ClientObject *self, PyObject *arg)
@@ -1109,22 +1096,28 @@ static PyObject *Client_page_at(ClientObject *self, PyObject *arg)
 	return PyLong_FromUnsignedLongLong(h);
 }
 
-static PyObject *Client_page_address(ClientObject *self, PyObject *arg)
+/* held_address() - the address of the page of handle arg, which this
+ * client holds (*h its handle); NULL with an exception when not. */
+static void *held_address(ClientObject *self, PyObject *arg, unsigned long long *h)
 {
-	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
 	void *addr;
 
-	if (h == (unsigned long long)-1 && PyErr_Occurred())
+	*h = PyLong_AsUnsignedLongLong(arg);
+	if ((*h == (unsigned long long)-1 && PyErr_Occurred()) || !client_ok(self))
 		return NULL;
-	if (!client_ok(self))
-		return NULL;
-	addr = kvp_page_ptr(self->c, h);
-	if (!addr) {
+	addr = kvp_page_ptr(self->c, *h);
+	if (!addr)
 		PyErr_Format(Stale, "page handle %#llx is not leased by this client (stale, "
-			     "forged or released)", h);
-		return NULL;
-	}
-	return PyLong_FromVoidPtr(addr);
+			     "forged or released)", *h);
+	return addr;
+}
+
+static PyObject *Client_page_address(ClientObject *self, PyObject *arg)
+{
+	unsigned long long h;
+	void *addr = held_address(self, arg, &h);
+
+	return addr ? PyLong_FromVoidPtr(addr) : NULL;
 }
 
 static PyObject *Client_enter(ClientObject *self, PyObject *unused)
@@ -1260,25 +1253,16 @@ static PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_
 
 static PyObject *Client_page(ClientObject *self, PyObject *arg)
 {
-	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+	unsigned long long h;
 	void *addr;
 
-	if (h == (unsigned long long)-1 && PyErr_Occurred())
-		return NULL;
-	if (!client_ok(self))
-		return NULL;
-	if (self->info.backend != KVP_BACKEND_HOST) {
+	if (self->c && self->info.backend != KVP_BACKEND_HOST) {
 		PyErr_SetString(PyExc_NotImplementedError, "page(): the pool is GPU memory; "
-				"use page_cuda() for a device pointer");
+				"use page_cuda() or page_dlpack()");
 		return NULL;
 	}
-	addr = kvp_page_ptr(self->c, h);
-	if (!addr) {
-		PyErr_Format(Stale, "page handle %#llx is not leased by this client (stale, "
-			     "forged or released)", h);
-		return NULL;
-	}
-	return make_view(self, h, addr, (Py_ssize_t)self->info.page_bytes);
+	addr = held_address(self, arg, &h);
+	return addr ? make_view(self, h, addr, (Py_ssize_t)self->info.page_bytes) : NULL;
 }
 
 static int PageView_getbuffer(PageViewObject *self, Py_buffer *view, int flags)
