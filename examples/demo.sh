@@ -4,6 +4,11 @@
 #
 # usage: examples/demo.sh [BUILDDIR]   (contrib/quickstart demo runs it)
 #
+# Process 4 is the Python model server (examples/model_server.py: the same
+# model in PyTorch, through the kvpool package) when a Python with torch
+# and the built package is at hand ($KVPOOL_PYTHON, else .venv/bin/python
+# of the source tree, which contrib/quickstart demo makes); else the C one.
+#
 # Starts kvpoold on a temporary socket, runs 4 model servers at once on
 # conversations that share a long system prompt, then their second turns
 # (turn 1 + its answer + a follow-up), prints each process's summary and
@@ -21,6 +26,26 @@ for p in "$kvpoold" "$kvpool" "$server"; do
 done
 
 say() { printf '\n== %s\n' "$*"; }
+
+src=$(cd "$(dirname "$0")/.." && pwd)
+py=${KVPOOL_PYTHON:-$src/.venv/bin/python}
+if [ -x "$py" ] && PYTHONPATH=$src/python "$py" -c 'import kvpool._kvpool, torch' 2>/dev/null; then
+	pyserver=$src/examples/model_server.py
+	export PYTHONPATH="$src/python"
+else
+	pyserver=
+	echo "demo: process 4 runs the C model server too: $py has no torch or kvpool" \
+	     "package (contrib/quickstart demo makes .venv with them)" >&2
+fi
+
+# server_of P - the command of process P: the Python server for 4, if any
+server_of() {
+	if [ "$1" = 4 ] && [ -n "$pyserver" ]; then
+		echo "$py $pyserver"
+	else
+		echo "$server"
+	fi
+}
 
 dir=$(mktemp -d /tmp/kvpool-demo.XXXXXX)
 sock=$dir/kvpool.sock
@@ -70,13 +95,18 @@ answers() { sed -n 's/^req [0-9]*:.* generated [0-9]*: "\(.*\)"$/\1/p' "$1"; }
 # serve TURN - four model servers at once, one input file each
 serve() {
 	for p in 1 2 3 4; do
-		"$server" --socket "$sock" --requests "$dir/turn$1.$p.txt" --max-tokens 24 \
+		# shellcheck disable=SC2046
+		$(server_of $p) --socket "$sock" --requests "$dir/turn$1.$p.txt" --max-tokens 24 \
 			--batch 2 >"$dir/out$1.$p" 2>&1 &
 		eval "spid$p=$!"
 	done
 	for p in 1 2 3 4; do
 		eval "wait \$spid$p" || { cat "$dir/out$1.$p"; echo "demo: model server $p failed" >&2; exit 1; }
-		printf -- '-- process %s\n' "$p"
+		if [ "$p" = 4 ] && [ -n "$pyserver" ]; then
+			printf -- '-- process %s (Python: examples/model_server.py)\n' "$p"
+		else
+			printf -- '-- process %s\n' "$p"
+		fi
 		cat "$dir/out$1.$p"
 	done
 }
@@ -101,7 +131,8 @@ say "checking every answer against --no-cache (everything computed privately)"
 # times compare too
 for t in 1 2; do
 	for p in 1 2 3 4; do
-		"$server" --socket "$sock" --requests "$dir/turn$t.$p.txt" --max-tokens 24 \
+		# shellcheck disable=SC2046
+		$(server_of $p) --socket "$sock" --requests "$dir/turn$t.$p.txt" --max-tokens 24 \
 			--batch 2 --no-cache >"$dir/ref$t.$p" 2>&1 &
 		eval "rpid$p=$!"
 	done
