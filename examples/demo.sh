@@ -39,6 +39,7 @@ else
 fi
 
 # server_of P - the command of process P: the Python server for 4, if any
+# (it runs on the CPU over host pages: not with the cuda backend)
 server_of() {
 	if [ "$1" = 4 ] && [ -n "$pyserver" ]; then
 		echo "$py $pyserver"
@@ -66,6 +67,12 @@ until "$kvpool" --socket "$sock" status >/dev/null 2>&1; do
 	[ $tries -lt 100 ] || { echo "demo: kvpoold did not answer within 10 s" >&2; exit 1; }
 	sleep 0.1
 done
+
+if [ -n "$pyserver" ] && ! "$kvpool" --socket "$sock" status | grep -q '^backend *host'; then
+	echo "demo: process 4 runs the C model server too: the Python one needs the host" \
+	     "backend, and kvpoold took cuda" >&2
+	pyserver=
+fi
 
 # A system prompt of about 600 tokens (one byte each), shared by every
 # conversation, and two questions per process.

@@ -165,6 +165,7 @@ endif
 dist_check_SCRIPTS += tests/python/run.sh
 TESTS += tests/python/run.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
+	tests/python/test_gpu.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/kvpool/__init__.py \
 	python/kvpool/py.typed python/kvpool/_kvpool.pyi

@@ -16,6 +16,11 @@
 #                            the pinned host tier and the NVMe tier
 #   tests/gpu/kernel_bench   bandwidth of decode and copy_pages as a
 #                            fraction of cudaMemcpy, a Markdown table
+#   tests/python/test_gpu.py the Python package on the cuda backend (DLPack
+#                            and __cuda_array_interface__ across processes),
+#                            when the machine's python3 (or $KVPOOL_PYTHON)
+#                            has torch, pytest and the built extension in
+#                            python/kvpool (carry it); else it says so
 #   examples/demo.sh         the README demo on the GPU: kvpoold's cuda
 #                            backend, four model servers opening its slabs
 #                            with CUDA IPC and running the model on the GPU
@@ -93,6 +98,27 @@ case $rc in
 0|77) ;;
 *) echo "FAIL: tests/gpu/kernel_bench (exit $rc)"; fail=$((fail + 1)) ;;
 esac
+
+# The Python step: pytest of tests/python/test_gpu.py, capped at 120 s.
+py=${KVPOOL_PYTHON:-python3}
+if PYTHONPATH="$root/python" "$py" -c 'import kvpool._kvpool, torch, pytest' 2>/dev/null; then
+	echo "== tests/python/test_gpu.py"
+	out=$(cd "$root/tests/python" && KVPOOL_BUILDDIR=$build PYTHONPATH="$root/python" \
+		timeout 120 "$py" -m pytest -q -rs -p no:cacheprovider test_gpu.py 2>&1)
+	rc=$?
+	echo "$out"
+	if [ $rc -ne 0 ]; then
+		echo "FAIL: tests/python/test_gpu.py (exit $rc)"
+		fail=$((fail + 1))
+	elif echo "$out" | grep -q " passed"; then
+		echo "PASS: tests/python/test_gpu.py"
+	else
+		echo "SKIP: tests/python/test_gpu.py (see the reason above)"
+	fi
+else
+	echo "SKIP: tests/python/test_gpu.py: $py lacks torch, pytest or the built extension" \
+	     "(python/kvpool/_kvpool*.so: build it with python/setup.py build_ext --inplace)"
+fi
 
 # demo_gpu - examples/demo.sh over the real executables (symlinked into a
 # tree of the layout it expects); it must have run on the GPU.
