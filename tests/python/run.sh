@@ -19,6 +19,11 @@ case $py in
 *) py=$(command -v "$py" || echo "$py") ;;
 esac
 
+if grep -q -- '--enable-sanitizers' "$build/config.log" 2>/dev/null; then
+	echo "SKIP: a sanitizer build: a libkvpool built with ASan cannot load into a plain" \
+	     "python3; the Python tests run against the unsanitized build"
+	exit 77
+fi
 if [ ! -x "$py" ]; then
 	echo "SKIP: no Python for the package's tests: $py does not exist (contrib/quickstart" \
 	     "test makes it; or set KVPOOL_PYTHON to an interpreter with pytest and numpy)"
