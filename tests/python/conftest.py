@@ -5,6 +5,7 @@ awaited through NOTIFY_SOCKET as the C harness does. After every test it
 checks the conservation invariant (free + private + shared + cached +
 spilled + in flight = total, and the daemon's own recount), stops it with
 SIGTERM and requires a clean exit."""
+import contextlib
 import os
 import signal
 import socket
@@ -84,17 +85,30 @@ class Daemon:
         assert not os.path.exists(self.sock)
 
 
-@pytest.fixture
-def daemon():
-    d = Daemon()
+    def discard(self):
+        """Kill it if it still runs (a failed test), remove its directory."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+
+@contextlib.contextmanager
+def running(args=()):
+    """A Daemon for a with block: stopped cleanly (and checked) at its end
+    when the block succeeded, discarded either way."""
+    d = Daemon(args)
     try:
         yield d
         d.stop()
     finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait()
-        subprocess.run(["rm", "-rf", d.dir], check=False)
+        d.discard()
+
+
+@pytest.fixture
+def daemon():
+    with running() as d:
+        yield d
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kvpool
-from conftest import TOP, tool
+from conftest import TOP, running, tool
 
 pytest.importorskip("torch", reason="torch is not installed in this venv")
 sys.path.insert(0, os.path.join(TOP, "examples"))
@@ -65,20 +65,13 @@ def test_c_and_python_servers_share_pages_byte_for_byte(daemon):
         shared = [c.page_array(p).copy() for p in got.pages]
         c.release(got.pages)
     assert len(shared) == len(toks) // 16
-    from conftest import Daemon
-    other = Daemon()
-    try:
+    with running() as other:
         run(C, other.sock, PROMPTS[1:])
         with kvpool.Client(other.sock, model_server.NAMESPACE, model_server.GEOMETRY) as c:
             got = c.acquire(c.block_keys(toks))
             for a, p in zip(shared, got.pages):
                 assert np.array_equal(a.view(np.uint32), c.page_array(p).view(np.uint32))
             c.release(got.pages)
-        other.stop()
-    finally:
-        if other.proc.poll() is None:
-            other.proc.kill()
-        subprocess.run(["rm", "-rf", other.dir], check=False)
 
 
 def test_the_weights_are_the_c_models():
