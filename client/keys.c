@@ -1094,6 +1094,18 @@ static bool vllm_block_direct(uint32_t scheme, const kvp_key *parent, const uint
 	return true;
 }
 
+/* fill_next() - for a chain of nblocks blocks hashed one after the other
+ * from two buffers: while block i is hashed from buf[i & 1], encode block
+ * i + 1 (if any) into the other, its length into len[]. */
+static inline void fill_next(const struct direct *d, uint8_t (*buf)[FAST_STAGE], size_t *len,
+			     const uint32_t *tokens, size_t i, size_t nblocks,
+			     uint32_t block_tokens)
+{
+	if (i + 1 < nblocks)
+		len[(i + 1) & 1] = direct_fill(d, buf[(i + 1) & 1],
+					      tokens + (i + 1) * (size_t)block_tokens, i == 0);
+}
+
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 static inline uint64_t load_le64(const uint8_t *p)
 {
@@ -1122,10 +1134,7 @@ static void chain_xxh_cbor(const struct direct *d, uint8_t (*buf)[FAST_STAGE],
 
 	len[0] = direct_fill(d, buf[0], tokens, true);
 	for (i = 0; i < nblocks; i++) {
-		if (i + 1 < nblocks)
-			len[(i + 1) & 1] = direct_fill(d, buf[(i + 1) & 1],
-						      tokens + (i + 1) * (size_t)block_tokens,
-						      i == 0);
+		fill_next(d, buf, len, tokens, i, nblocks, block_tokens);
 		b = buf[i & 1];
 		store_le64(b + 16, bl >> 48 | (load_le64(b + 16) & ~(uint64_t)0xffff));
 		store_le64(b + 8, bh >> 48 | bl << 16);
@@ -1162,10 +1171,7 @@ static bool chain_direct(uint32_t scheme, const kvp_key *parent, const uint32_t 
 #endif
 	len[0] = direct_fill(&d, buf[0], tokens, true);
 	for (i = 0; i < nblocks; i++) {
-		if (i + 1 < nblocks)
-			len[(i + 1) & 1] = direct_fill(&d, buf[(i + 1) & 1],
-						      tokens + (i + 1) * (size_t)block_tokens,
-						      i == 0);
+		fill_next(&d, buf, len, tokens, i, nblocks, block_tokens);
 		direct_hash(&d, buf[i & 1], len[i & 1], i ? &keys[i - 1] : parent, &keys[i]);
 	}
 	return true;

@@ -162,9 +162,7 @@ class Client(_kvpool.Client):
         except AttributeError:
             import numpy as np
             g = self._need_geometry()
-            dt = np.dtype({DType.F16: np.float16, DType.BF16: np.uint16,
-                           DType.F32: np.float32, DType.FP8: np.uint8}[DType(g.dtype)])
-            self._np = make, shape, dt = np.ndarray, g.page_shape, dt
+            self._np = make, shape, dt = np.ndarray, g.page_shape, _numpy_dtype(g.dtype)
         return make(shape, dt, self.page(page))
 
     def page_tensor(self, page: int):
@@ -172,10 +170,7 @@ class Client(_kvpool.Client):
         head_dim) in the namespace's dtype, in place (CPU: the host backend)."""
         import torch
         g = self._need_geometry()
-        dt = {DType.F16: torch.float16, DType.BF16: torch.bfloat16,
-              DType.F32: torch.float32,
-              DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(g.dtype)]
-        return torch.frombuffer(self.page(page), dtype=dt).view(g.page_shape)
+        return torch.frombuffer(self.page(page), dtype=_torch_dtype(g.dtype)).view(g.page_shape)
 
     def kv_array(self):
         """Every page of the namespace as one NumPy array indexed by page
@@ -187,13 +182,9 @@ class Client(_kvpool.Client):
         import numpy as np
         g = self._need_geometry()
         buf, stride, pages, _ = self.view()
-        dtype = np.dtype({DType.F16: np.float16, DType.BF16: np.uint16,
-                          DType.F32: np.float32, DType.FP8: np.uint8}[DType(g.dtype)])
-        shape = (pages,) + g.page_shape
-        inner = [dtype.itemsize]
-        for n in reversed(g.page_shape[1:]):
-            inner.insert(0, inner[0] * n)
-        return np.ndarray(shape, dtype, buf, strides=(stride, *inner))
+        dtype = _numpy_dtype(g.dtype)
+        inner = tuple(n * dtype.itemsize for n in _compact_strides(g.page_shape))
+        return np.ndarray((pages,) + g.page_shape, dtype, buf, strides=(stride,) + inner)
 
     def kv_tensor(self):
         """kv_array() as a torch tensor in the namespace's dtype (CPU),
@@ -203,15 +194,9 @@ class Client(_kvpool.Client):
         import torch
         g = self._need_geometry()
         buf, stride, pages, _ = self.view()
-        dt = {DType.F16: torch.float16, DType.BF16: torch.bfloat16,
-              DType.F32: torch.float32,
-              DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(g.dtype)]
-        size = DType(g.dtype).size
-        flat = torch.frombuffer(buf, dtype=dt)
-        inner = [1]
-        for n in reversed(g.page_shape[1:]):
-            inner.insert(0, inner[0] * n)
-        return flat.as_strided((pages,) + g.page_shape, (stride // size, *inner))
+        flat = torch.frombuffer(buf, dtype=_torch_dtype(g.dtype))
+        return flat.as_strided((pages,) + g.page_shape,
+                               (stride // DType(g.dtype).size,) + _compact_strides(g.page_shape))
 
     def page_dlpack(self, page: int, device_id: int = 0) -> DLPage:
         """The page as a DLPack producer, (layers, 2, kv_heads, block_tokens,
@@ -219,7 +204,7 @@ class Client(_kvpool.Client):
         device_id with the CUDA backend. torch.from_dlpack(c.page_dlpack(p))
         is the page in place, in the namespace's dtype (bfloat16 included)."""
         g = self._need_geometry()
-        if self.info()["backend"] == _kvpool.BACKEND_CUDA:
+        if self._on_gpu():
             return DLPage(self, self.page_address(page), g.page_shape,
                           _compact_strides(g.page_shape), g, (_DL_CUDA, device_id))
         pv = self.page(page)
@@ -231,10 +216,17 @@ class Client(_kvpool.Client):
         torch.as_tensor(..., device="cuda") or CuPy through
         __cuda_array_interface__ (version 3), in place."""
         g = self._need_geometry()
-        if self.info()["backend"] != _kvpool.BACKEND_CUDA:
+        if not self._on_gpu():
             raise NotImplementedError("page_cuda(): the pool is host memory; use "
                                       "page_array() or page_tensor()")
         return CudaPage(self, page, self.page_address(page), g)
+
+    def _on_gpu(self) -> bool:
+        try:
+            return self._gpu
+        except AttributeError:
+            self._gpu = self.info()["backend"] == _kvpool.BACKEND_CUDA
+            return self._gpu
 
     def _need_geometry(self) -> Geometry:
         if self.geometry is None:
@@ -249,10 +241,25 @@ _DL_CPU, _DL_CUDA = 1, 2
 
 
 def _compact_strides(shape):
+    """The element strides of a C-contiguous array of shape."""
     strides = [1]
     for n in reversed(shape[1:]):
         strides.insert(0, strides[0] * n)
     return tuple(strides)
+
+
+def _numpy_dtype(dtype):
+    """NumPy's type for a DType: NumPy has no bfloat16 or fp8, so those are
+    uint16 and uint8."""
+    import numpy as np
+    return np.dtype({DType.F16: np.float16, DType.BF16: np.uint16, DType.F32: np.float32,
+                     DType.FP8: np.uint8}[DType(dtype)])
+
+
+def _torch_dtype(dtype):
+    import torch
+    return {DType.F16: torch.float16, DType.BF16: torch.bfloat16, DType.F32: torch.float32,
+            DType.FP8: getattr(torch, "float8_e4m3fn", torch.uint8)}[DType(dtype)]
 
 
 class DLPage:
