@@ -46,6 +46,6 @@ else:
             extra_link.append(f)
 
 setup(ext_modules=[Extension(
-    "kvpool._kvpool", ["src/_kvpool.c"], include_dirs=include_dirs,
+    "kvpool._kvpool", ["src/_kvpool.c", "src/blockcopy.c"], include_dirs=include_dirs,
     library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
     extra_compile_args=cflags, extra_link_args=extra_link)])

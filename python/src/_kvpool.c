@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "blockcopy.h"
 #include "kvpool.h"
 #include "kvpool_kernels.h"
 #include "kvpool_wire.h"
@@ -1655,6 +1656,10 @@ static PyMethodDef mod_methods[] = {
 	  "paged_attention_decode_ref(out, q, block_tables, context_lens, *, layers, kv_heads, "
 	  "head_dim, block_tokens, dtype, layer, q_heads, scale) - kvpool's paged attention "
 	  "(the C reference) over host pages." },
+	{ "copy_blocks", (PyCFunction)(void (*)(void))kvp_py_copy_blocks,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "copy_blocks(dst_layers, dst_strides, src_layers, src_strides, pairs, heads, tokens, "
+	  "run, threads=1) - copy KV blocks between strided layouts (see blockcopy.h)." },
 	{ "dlpack", mod_dlpack, METH_VARARGS,
 	  "dlpack(owner, address, shape, strides, code, bits, device_type, device_id) -> a "
 	  "DLPack capsule over kvpool's memory that keeps owner alive." },

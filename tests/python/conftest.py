@@ -33,9 +33,9 @@ def tool(name):
 
 
 class Daemon:
-    def __init__(self, args=()):
+    def __init__(self, args=(), sock=None):
         self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
-        self.sock = os.path.join(self.dir, "kvpool.sock")
+        self.sock = sock or os.path.join(self.dir, "kvpool.sock")
         self.log = os.path.join(self.dir, "kvpoold.log")
         notify = os.path.join(self.dir, "notify")
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

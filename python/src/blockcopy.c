@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * blockcopy.c - kvpool._kvpool.copy_blocks(): many KV blocks between two
+ * strided layouts in one call, for the engine connectors (kvpool.vllm):
+ * pool pages (layers, 2, kv_heads, block_tokens, head_dim) on one side,
+ * an engine's per-layer KV tensors on the other (vLLM's [block, head,
+ * token, K|V]), with the GIL released and the blocks split over threads.
+ *
+ * Every address is checked against the range of its side's layer before
+ * anything is copied: a bad block index is a ValueError, never a stray
+ * write.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "blockcopy.h"
+
+#define BC_MAX_LAYERS	1024u
+#define BC_MAX_THREADS	16u
+
+struct bc_layer {
+	uintptr_t base, lo, hi;	/* block 0's address; the bytes it may touch */
+};
+
+struct bc_side {
+	struct bc_layer *layer;
+	Py_ssize_t sblock, skv, shead, stoken;	/* byte strides */
+};
+
+struct bc_job {
+	const struct bc_side *dst, *src;
+	const int64_t *pairs;	/* [n][2]: dst block, src block */
+	size_t from, to, layers, heads, tokens, run;
+};
+
+static void bc_copy(const struct bc_job *j)
+{
+	const struct bc_side *d = j->dst, *s = j->src;
+	bool rows = d->stoken == (Py_ssize_t)j->run && s->stoken == (Py_ssize_t)j->run;
+	size_t p, l, kv, h, t;
+
+	for (p = j->from; p < j->to; p++) {
+		int64_t db = j->pairs[2 * p], sb = j->pairs[2 * p + 1];
+
+		for (l = 0; l < j->layers; l++) {
+			char *dl = (char *)(d->layer[l].base + (uintptr_t)(db * d->sblock));
+			const char *sl = (const char *)(s->layer[l].base +
+							(uintptr_t)(sb * s->sblock));
+
+			for (kv = 0; kv < 2; kv++)
+				for (h = 0; h < j->heads; h++) {
+					char *dr = dl + kv * d->skv + h * d->shead;
+					const char *sr = sl + kv * s->skv + h * s->shead;
+
+					if (rows) {
+						memcpy(dr, sr, j->run * j->tokens);
+						continue;
+					}
+					for (t = 0; t < j->tokens; t++)
+						memcpy(dr + t * d->stoken, sr + t * s->stoken, j->run);
+				}
+		}
+	}
+}
+
+static void *bc_thread(void *arg)
+{
+	bc_copy(arg);
+	return NULL;
+}
+
+/* side_parse() - (layers, strides) of one side: layers a sequence of
+ * (base, lo, hi) address triples, strides (block, kv, head, token). */
+static int side_parse(PyObject *layers, PyObject *strides, const char *what,
+		      struct bc_side *s, size_t *nlayers)
+{
+	PyObject *seq;
+	Py_ssize_t i, n;
+
+	if (!PyArg_ParseTuple(strides, "nnnn", &s->sblock, &s->skv, &s->shead, &s->stoken)) {
+		PyErr_Format(PyExc_TypeError, "%s strides must be 4 ints (block, kv, head, "
+			     "token bytes)", what);
+		return -1;
+	}
+	if (s->sblock < 0 || s->skv < 0 || s->shead < 0 || s->stoken < 0) {
+		PyErr_Format(PyExc_ValueError, "%s strides must not be negative", what);
+		return -1;
+	}
+	seq = PySequence_Fast(layers, "layers must be a sequence of (base, lo, hi)");
+	if (!seq)
+		return -1;
+	n = PySequence_Fast_GET_SIZE(seq);
+	if (n < 1 || (size_t)n > BC_MAX_LAYERS || (*nlayers && (size_t)n != *nlayers)) {
+		PyErr_Format(PyExc_ValueError, "%s has %zd layers (1..%u, and both sides the "
+			     "same)", what, n, BC_MAX_LAYERS);
+		Py_DECREF(seq);
+		return -1;
+	}
+	s->layer = PyMem_Calloc((size_t)n, sizeof(*s->layer));
+	if (!s->layer) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (i = 0; i < n; i++) {
+		unsigned long long b, lo, hi;
+
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KKK", &b, &lo, &hi)) {
+			Py_DECREF(seq);
+			return -1;
+		}
+		s->layer[i] = (struct bc_layer){ (uintptr_t)b, (uintptr_t)lo, (uintptr_t)hi };
+	}
+	*nlayers = (size_t)n;
+	Py_DECREF(seq);
+	return 0;
+}
+
+/* side_check() - block b of every layer of s lies inside that layer's range. */
+static int side_check(const struct bc_side *s, size_t layers, size_t heads, size_t tokens,
+		      size_t run, int64_t b, size_t pair, const char *what)
+{
+	size_t l, span = (size_t)s->skv + (heads - 1) * (size_t)s->shead +
+			 (tokens - 1) * (size_t)s->stoken + run;
+
+	if (b < 0)
+		goto bad;
+	for (l = 0; l < layers; l++) {
+		uintptr_t a = s->layer[l].base + (uintptr_t)b * (uintptr_t)s->sblock;
+
+		if (a < s->layer[l].lo || a + span > s->layer[l].hi ||
+		    a + span < a)
+			goto bad;
+	}
+	return 0;
+bad:
+	PyErr_Format(PyExc_ValueError, "copy_blocks: %s block %lld (pair %zu) is outside the "
+		     "%s's memory; nothing was copied", what, (long long)b, pair, what);
+	return -1;
+}
+
+PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "dst_layers", "dst_strides", "src_layers", "src_strides",
+				  "pairs", "heads", "tokens", "run", "threads", NULL };
+	PyObject *odl, *ods, *osl, *oss, *opairs, *ret = NULL;
+	struct bc_side dst = { 0 }, src = { 0 };
+	struct bc_job job[BC_MAX_THREADS];
+	pthread_t tid[BC_MAX_THREADS];
+	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0;
+	unsigned int threads = 1;
+	Py_buffer pb;
+
+	(void)mod;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnn|I", kwlist, &odl, &ods, &osl,
+					 &oss, &opairs, &heads, &tokens, &run, &threads))
+		return NULL;
+	if ((Py_ssize_t)heads < 1 || (Py_ssize_t)tokens < 1 || (Py_ssize_t)run < 1) {
+		PyErr_SetString(PyExc_ValueError, "copy_blocks: heads, tokens and run must be "
+				"positive");
+		return NULL;
+	}
+	if (PyObject_GetBuffer(opairs, &pb, PyBUF_C_CONTIGUOUS) < 0)
+		return NULL;
+	if (pb.len % 16 || (pb.itemsize != 8 && pb.itemsize != 1)) {
+		PyErr_Format(PyExc_ValueError, "copy_blocks: pairs must be int64 (dst, src) "
+			     "pairs, got %zd bytes of %zd-byte items", pb.len, pb.itemsize);
+		goto out;
+	}
+	if (side_parse(odl, ods, "destination", &dst, &layers) < 0 ||
+	    side_parse(osl, oss, "source", &src, &layers) < 0)
+		goto out;
+	n = (size_t)pb.len / 16;
+	for (i = 0; i < n; i++) {
+		const int64_t *pr = (const int64_t *)pb.buf + 2 * i;
+
+		if (side_check(&dst, layers, heads, tokens, run, pr[0], i, "destination") < 0 ||
+		    side_check(&src, layers, heads, tokens, run, pr[1], i, "source") < 0)
+			goto out;
+	}
+	nt = threads < 1 ? 1 : threads > BC_MAX_THREADS ? BC_MAX_THREADS : threads;
+	if (nt > n)
+		nt = n ? n : 1;
+	for (i = 0; i < nt; i++)
+		job[i] = (struct bc_job){ &dst, &src, pb.buf, n * i / nt, n * (i + 1) / nt,
+					  layers, heads, tokens, run };
+	Py_BEGIN_ALLOW_THREADS
+	for (i = 1; i < nt; i++) {
+		if (pthread_create(&tid[i], NULL, bc_thread, &job[i]) != 0)
+			break;
+		started = i;
+	}
+	/* slices whose thread did not start are copied here */
+	for (i = started + 1; i < nt; i++)
+		bc_copy(&job[i]);
+	bc_copy(&job[0]);
+	for (i = 1; i <= started; i++)
+		pthread_join(tid[i], NULL);
+	Py_END_ALLOW_THREADS
+	ret = PyLong_FromSize_t(n);
+out:
+	PyMem_Free(dst.layer);
+	PyMem_Free(src.layer);
+	PyBuffer_Release(&pb);
+	return ret;
+}

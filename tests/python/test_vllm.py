@@ -1,0 +1,226 @@
+# SPDX-License-Identifier: MIT
+"""kvpool.vllm.KVPoolConnector inside vLLM's own engine code (installed from
+PyPI into the test venv): engines are separate processes
+(tests/python/vllm_engine.py), each with vLLM's Scheduler loading the
+connector through its connector factory, and a worker side driven the way
+vLLM's model runner drives it, on CPU KV tensors, against one real kvpoold.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+import kvpool
+from conftest import HERE, TOP, Daemon, running
+
+pytest.importorskip("torch", reason="torch is not installed in this venv")
+try:
+    import vllm  # noqa: F401
+except Exception as e:  # noqa: BLE001 (any import failure is a reason to skip)
+    pytest.skip("vLLM cannot be imported here (%s: %s); contrib/quickstart test installs "
+                "vllm==0.33.0 into .venv" % (type(e).__name__, e), allow_module_level=True)
+
+SEED = "0"  # PYTHONHASHSEED of the engines, kvpoold's --key-seed
+BLOCK = 16
+PROMPT = [(i * 7) % 900 + 5 for i in range(200)]  # 12 full blocks and 8 tokens
+
+
+class Engine:
+    """One engine process; call(op=...) sends a command, returns the reply."""
+
+    def __init__(self, sock, *args, extra=None, env=None):
+        self.dir = tempfile.mkdtemp(prefix="kvpool-vllm-")
+        self.err_path = os.path.join(self.dir, "stderr")
+        # each engine has its own model directory: the model's name makes them
+        # one model, as "model" in kv_connector_extra_config does for users
+        cfg = dict({"socket": sock, "retry_seconds": 0.2, "model": "test/tiny-llama"},
+                   **(extra or {}))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "vllm_engine.py"), "--model",
+             os.path.join(self.dir, "model"), "--extra", json.dumps(cfg), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.err_path, "w"),
+            text=True, env=dict(os.environ, PYTHONHASHSEED=SEED, **(env or {}),
+                                PYTHONPATH=os.path.join(TOP, "python")))
+
+    def ready(self):
+        line = self.proc.stdout.readline()
+        assert line and json.loads(line)["ready"], "engine did not start:\n" + self.stderr()
+        return self
+
+    def call(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "engine died:\n" + self.stderr()
+        r = json.loads(line)
+        assert "error" not in r, r["error"] + self.stderr()
+        return r
+
+    def stderr(self):
+        with open(self.err_path) as f:
+            return f.read()
+
+    def warnings(self, text):
+        return sum(1 for line in self.stderr().splitlines() if "kvpool (" in line and
+                   text in line)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+
+def engines(sock, n, *args, **kw):
+    es = [Engine(sock, *args, **kw) for _ in range(n)]  # start in parallel
+    return [e.ready() for e in es]
+
+
+def leased(d):
+    st = d.stats()
+    return st["pages_private"] + st["pages_shared"]
+
+
+@pytest.fixture
+def pool():
+    with running(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"]) as d:
+        yield d
+
+
+def test_a_second_instance_loads_what_the_first_saved_byte_for_byte(pool):
+    a, b = engines(pool.sock, 2)
+    try:
+        ra = a.call(op="run", prompts=[PROMPT], max_tokens=4)
+        assert ra["cached"] == [0]
+        sa = a.call(op="stats")
+        assert sa["worker"]["saved_blocks"] == 12
+        assert pool.stats()["pages_cached"] == 12 and leased(pool) == 0
+
+        rb = b.call(op="run", prompts=[PROMPT], max_tokens=4)
+        # B computed only the last partial block: 12 blocks came from the pool
+        assert rb["cached"] == [12 * BLOCK]
+        assert rb["outputs"] == ra["outputs"]
+        sb = b.call(op="stats")
+        assert sb["scheduler"]["hit_blocks"] == 12 and sb["worker"]["loaded_blocks"] == 12
+        assert sb["worker"].get("saved_blocks", 0) == 0  # nothing stored twice
+        blocks_a = a.call(op="blocks", rid=ra["rids"][0], n=12)["blocks"]
+        blocks_b = b.call(op="blocks", rid=rb["rids"][0], n=12)["blocks"]
+        assert blocks_a == blocks_b
+
+        # a longer prompt sharing the prefix: B loads the 12, saves the rest
+        longer = PROMPT + [(i * 11) % 900 + 5 for i in range(100)]
+        rc = b.call(op="run", prompts=[longer], max_tokens=2)
+        assert rc["cached"] == [12 * BLOCK]
+        assert b.call(op="stats")["worker"]["saved_blocks"] == 18 - 12
+        assert pool.stats()["pages_cached"] == 18 and leased(pool) == 0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_instances_of_another_model_share_nothing(pool):
+    a, b = engines(pool.sock, 2, extra={"model": "some/other-model"})
+    b.close()
+    b = Engine(pool.sock).ready()
+    try:
+        a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert b.call(op="run", prompts=[PROMPT], max_tokens=2)["cached"] == [0]
+        names = {n["name"] for n in pool.stats()["namespaces"]}
+        assert len(names) == 2, names
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_request_aborted_before_its_load_leaves_no_lease(pool):
+    a, b = engines(pool.sock, 2)
+    try:
+        a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        rid = b.call(op="add", tokens=PROMPT, max_tokens=4)["rid"]
+        # the lookup leased the prefix's 12 pages for the load
+        b.call(op="schedule")
+        assert b.call(op="leases")["scheduler"] == 12
+        assert leased(pool) == 12
+        assert b.call(op="abort", rid=rid)["left"] == 0
+        assert b.call(op="leases")["scheduler"] == 0
+        b.call(op="finish_step")  # the step vLLM had launched still runs
+        assert leased(pool) == 0
+        assert pool.stats()["pages_cached"] == 12
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_worker_killed_mid_load_leaves_no_lease(pool):
+    a = Engine(pool.sock).ready()
+    b = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_LOAD": "1"}).ready()
+    try:
+        a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        r = b.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert "hung" in r  # the worker holds its load's leases and never returns
+        clients = {c["pid"]: c for c in kvpool.Client(pool.sock).list_clients()}
+        assert clients[r["hung"]]["leases"] == 12
+        assert leased(pool) == 12  # the same pages, leased by scheduler and worker
+        b.call(op="kill_worker")
+        pool.wait_for(lambda st: r["hung"] not in
+                      {c["pid"] for c in kvpool.Client(pool.sock).list_clients()},
+                      "the killed worker's disconnect")
+        assert b.call(op="leases")["scheduler"] == 12
+        b.call(op="abort", rid=r["rids"][0])
+        assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_full_pool_leaves_the_engine_serving():
+    # 16 pages of 4 KiB: a 62-block prompt cannot be stored
+    with running(["--key-seed", SEED, "--pool-size", "64K", "--slab-size", "64K"]) as d:
+        a = Engine(d.sock).ready()
+        try:
+            long = [(i * 13) % 900 + 5 for i in range(1000)]
+            for n in range(3):
+                r = a.call(op="run", prompts=[long[:1000 - n]], max_tokens=2)
+                assert len(r["outputs"][0]) == 2
+            s = a.call(op="stats")["worker"]
+            assert s["save_skipped"] >= 62 and s.get("saved_blocks", 0) < 62
+            assert a.warnings("no room") == 1, a.stderr()
+            # short prompts still fit, and are saved
+            a.call(op="run", prompts=[PROMPT], max_tokens=2)
+            assert a.call(op="stats")["worker"].get("saved_blocks", 0) >= 12
+        finally:
+            a.close()
+
+
+def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
+    keep = tempfile.mkdtemp(prefix="kvpool-vllm-sock-")
+    d = Daemon(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"],
+               sock=os.path.join(keep, "kvpool.sock"))
+    a = Engine(d.sock).ready()
+    try:
+        base = a.call(op="run", prompts=[PROMPT], max_tokens=4)
+        d.stop()
+        other = [(i * 3) % 900 + 5 for i in range(100)]
+        for p in (PROMPT, other, PROMPT):
+            r = a.call(op="run", prompts=[p], max_tokens=4)
+            assert len(r["outputs"][0]) == 4
+        assert r["outputs"] == base["outputs"]  # served without the cache, same answer
+        assert a.warnings("went away") + a.warnings("cannot use") <= 2, a.stderr()
+        assert a.warnings("went away") + a.warnings("cannot use") >= 1, a.stderr()
+        # it comes back on the same socket: the connector uses it again
+        sock, old = d.sock, d
+        d = Daemon(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"], sock=sock)
+        old.discard()
+        time.sleep(0.3)
+        a.call(op="run", prompts=[other], max_tokens=2)
+        assert d.stats()["pages_cached"] == 6
+        assert "connected to kvpoold" in a.stderr()
+        d.stop()
+    finally:
+        a.close()
+        d.discard()
+        subprocess.run(["rm", "-rf", keep], check=False)

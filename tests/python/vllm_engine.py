@@ -1,0 +1,341 @@
+# SPDX-License-Identifier: MIT
+"""One vLLM engine side for the connector tests, in its own process: vLLM's
+real Scheduler (with KVPoolConnector loaded by vLLM's connector factory
+from kv_transfer_config, as `vllm serve --kv-transfer-config` does), and a
+worker side the way vLLM's model runner drives it (KVConnectorModelRunnerMixin
+binding the metadata, loading, saving and collecting the connector's output)
+over CPU KV tensors that vLLM's own allocate_kv_cache() lays out.
+
+The model is the test's: no model hub is reachable, so the test writes a
+local model directory (a config.json) and the "forward" writes K/V that
+depend on every token up to each position (a rolling hash), so two engines
+that compute the same prefix hold the same bytes, and a block loaded from the
+pool that was wrong would show.
+
+Driven over stdin/stdout, one JSON command per line (see serve()). With
+--worker-process the worker side runs in a child process of its own, as
+with vLLM's multiprocessing executor: the scheduler's output crosses a pipe.
+"""
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+
+import torch
+
+from vllm import SamplingParams
+from vllm.config import (CacheConfig, DeviceConfig, KVTransferConfig, ModelConfig,
+                         SchedulerConfig, VllmConfig)
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+from vllm.distributed.kv_transfer import kv_transfer_state
+from vllm.forward_context import set_forward_context
+from vllm.v1.attention.backends.utils import _layout_from_name
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
+                                        KVCacheTensor)
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request, RequestStatus
+from vllm.v1.structured_output import StructuredOutputManager
+from vllm.v1.worker.kv_connector_model_runner_mixin import KVConnectorModelRunnerMixin
+from vllm.v1.worker.utils import allocate_kv_cache
+from vllm.utils.hashing import get_hash_fn_by_name
+
+EOS = 999
+LAYERS, KV_HEADS, HEAD = 2, 2, 16
+LAYER_NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+
+
+def write_model(path):
+    """A Llama-shaped config.json: the model vLLM's config is built from."""
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": KV_HEADS * HEAD * 2, "intermediate_size": 128,
+                   "num_attention_heads": KV_HEADS * 2, "num_key_value_heads": KV_HEADS,
+                   "num_hidden_layers": LAYERS, "head_dim": HEAD, "vocab_size": 1000,
+                   "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+                   "torch_dtype": "float16", "eos_token_id": EOS}, f)
+
+
+def make_config(model, extra, block, algo, policy):
+    mc = ModelConfig(model=model, dtype="float16", seed=42, skip_tokenizer_init=True)
+    sc = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=8192,
+                         enable_chunked_prefill=True, is_encoder_decoder=False)
+    cc = CacheConfig(block_size=block, gpu_memory_utilization=0.9, cache_dtype="auto",
+                     enable_prefix_caching=True, prefix_caching_hash_algo=algo)
+    cc.kv_cache_layout = "LBNHC"
+    kt = KVTransferConfig(kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
+                          kv_role="kv_both", kv_connector_extra_config=extra,
+                          kv_load_failure_policy=policy)
+    return VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc,
+                      kv_transfer_config=kt, device_config=DeviceConfig("cpu"))
+
+
+def make_kv_cache_config(block, num_blocks):
+    spec = FullAttentionSpec(block_size=block, num_kv_heads=KV_HEADS, head_size=HEAD,
+                             dtype=torch.float16)
+    page = spec.page_size_bytes
+    return KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=[KVCacheTensor(size=page * num_blocks * LAYERS, layers=LAYER_NAMES,
+                                        layer_stride=page * num_blocks, block_stride=page)],
+        kv_cache_groups=[KVCacheGroupSpec(LAYER_NAMES, spec)])
+
+
+class Worker(KVConnectorModelRunnerMixin):
+    """The worker side: vLLM's connector lifecycle around a forward that
+    writes each scheduled token's K/V."""
+
+    def __init__(self, vc, kvc, block):
+        self.vc, self.block = vc, block
+        # a one-rank distributed setup, as vLLM's worker makes it on start
+        import tempfile
+        from vllm.config import set_current_vllm_config
+        from vllm.distributed.parallel_state import (ensure_model_parallel_initialized,
+                                                     init_distributed_environment)
+        init = tempfile.mktemp(prefix="kvpool-vllm-dist-")
+        with set_current_vllm_config(vc):
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method="file://" + init)
+            ensure_model_parallel_initialized(1, 1, backend="gloo")
+        kv_transfer_state.ensure_kv_transfer_initialized(vc, kvc)
+        self.connector = kv_transfer_state.get_kv_transfer_group()
+        assert self.connector.role == KVConnectorRole.WORKER
+        self.kv = allocate_kv_cache(kvc, torch.device("cpu"), _layout_from_name("LBNHC"))
+        self.connector.register_kv_caches(self.kv)
+        self.hash = {}  # req id -> rolling hash of each position
+        self.table = {}  # req id -> its vLLM block ids
+
+    def _values(self, h, layer):
+        # [positions, heads, 2 * head]: a function of the prefix hash and layer
+        n = h.shape[0]
+        j = torch.arange(KV_HEADS * 2 * HEAD, dtype=torch.int64)
+        v = (h[:, None] * (layer + 3) + j[None, :] * 7919) % 65521
+        return (v.to(torch.float32) / 65521.0 - 0.5).to(torch.float16).view(
+            n, KV_HEADS, 2 * HEAD)
+
+    def step(self, out, tokens_of):
+        """Run one scheduler output; tokens_of(req_id) gives all its tokens."""
+        with set_forward_context(None, self.vc):
+            with self._get_kv_connector_output(out) as kvo:
+                sampled = {}
+                reqs = [(r.req_id, r.num_computed_tokens, r.block_ids[0])
+                        for r in out.scheduled_new_reqs]
+                c = out.scheduled_cached_reqs
+                for i, rid in enumerate(c.req_ids):
+                    reqs.append((rid, c.num_computed_tokens[i], None))
+                for rid, computed, ids in reqs:
+                    if ids is not None:
+                        self.table[rid] = list(ids)
+                    else:
+                        new = c.new_block_ids[c.req_ids.index(rid)]
+                        if rid in c.resumed_req_ids:
+                            self.table[rid] = list(new[0])
+                        elif new is not None:
+                            self.table[rid] += new[0]
+                    n = out.num_scheduled_tokens[rid]
+                    toks = tokens_of(rid)
+                    hs = self.hash.setdefault(rid, [])
+                    del hs[computed:]
+                    h = hs[-1] if hs else 1469598103
+                    for p in range(len(hs), computed + n):
+                        h = (h * 1000003 + toks[p] + 1) % (1 << 61)
+                        hs.append(h)
+                    pos = torch.arange(computed, computed + n)
+                    ht = torch.tensor(hs[computed:computed + n], dtype=torch.int64)
+                    ids_t = torch.tensor(self.table[rid], dtype=torch.int64)[pos // self.block]
+                    off = pos % self.block
+                    for layer, name in enumerate(LAYER_NAMES):
+                        self.kv[name][ids_t, :, off] = self._values(ht, layer)
+                    total = len(toks)
+                    sampled[rid] = [int(hs[-1] % 900) + 10] if computed + n >= total else []
+        return sampled, kvo
+
+    def block_bytes(self, rid, nblocks):
+        ids = self.table[rid][:nblocks]
+        return [b"".join(self.kv[n][b].contiguous().view(torch.uint8).numpy().tobytes()
+                         for n in LAYER_NAMES) for b in ids]
+
+
+def _worker_main(conn, args):
+    """--worker-process: the worker side in its own process."""
+    vc = make_config(args.model, json.loads(args.extra), args.block, args.algo, args.policy)
+    w = Worker(vc, make_kv_cache_config(args.block, args.blocks), args.block)
+    tokens = {}
+    while True:
+        msg = conn.recv()
+        if msg[0] == "step":
+            out, toks = msg[1], msg[2]
+            tokens.update(toks)
+            if os.environ.get("KVPOOL_TEST_HANG_LOAD") and out.kv_connector_metadata.loads:
+                import kvpool
+                def hang(self, pages):  # the test kills this process here, leases held
+                    conn.send(("hung", os.getpid()))
+                    time.sleep(3600)
+                kvpool.Client.release = hang
+            sampled, kvo = w.step(out, lambda r: tokens[r])
+            conn.send(("ok", sampled, kvo))
+        elif msg[0] == "blocks":
+            conn.send(("ok", w.block_bytes(msg[1], msg[2])))
+        elif msg[0] == "stats":
+            conn.send(("ok", w.connector.stats()))
+
+
+class Engine:
+    def __init__(self, args):
+        self.args = args
+        extra = json.loads(args.extra)
+        self.vc = make_config(args.model, extra, args.block, args.algo, args.policy)
+        kvc = make_kv_cache_config(args.block, args.blocks)
+        self.vc.cache_config.num_gpu_blocks = args.blocks
+        self.hash_fn = get_hash_fn_by_name(args.algo)
+        init_none_hash(self.hash_fn)
+        self.sched = Scheduler(vllm_config=self.vc, kv_cache_config=kvc, log_stats=True,
+                               structured_output_manager=StructuredOutputManager(self.vc),
+                               block_size=args.block)
+        self.child = None
+        if args.worker_process:
+            ctx = mp.get_context("fork")
+            self.pipe, theirs = ctx.Pipe()
+            self.child = ctx.Process(target=_worker_main, args=(theirs, args), daemon=True)
+            self.child.start()
+        else:
+            self.worker = Worker(self.vc, kvc, args.block)
+        self.reqs = {}
+        self.n = 0
+
+    def add(self, tokens, max_tokens):
+        self.n += 1
+        rid = "r%d" % self.n
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        sp.update_from_generation_config({}, EOS)
+        req = Request(request_id=rid, prompt_token_ids=list(tokens), sampling_params=sp,
+                      pooling_params=None, mm_features=None,
+                      block_hasher=get_request_block_hasher(self.args.block, self.hash_fn))
+        self.reqs[rid] = req
+        self.sched.add_request(req)
+        return rid
+
+    def _worker_step(self, out):
+        if self.child is None:
+            return self.worker.step(out, lambda r: self.reqs[r].all_token_ids)
+        toks = {r: list(self.reqs[r].all_token_ids) for r in out.num_scheduled_tokens}
+        self.pipe.send(("step", out, toks))
+        while True:
+            if not self.pipe.poll(120):
+                raise RuntimeError("worker process did not answer")
+            msg = self.pipe.recv()
+            if msg[0] == "hung":
+                return "hung", msg[1]
+            return msg[1], msg[2]
+
+    def step(self, out=None):
+        out = self.sched.schedule() if out is None else out
+        res = self._worker_step(out)
+        if res[0] == "hung":
+            return res
+        sampled, kvo = res
+        rids = list(out.num_scheduled_tokens)
+        mro = ModelRunnerOutput(req_ids=rids, req_id_to_index={r: i for i, r in enumerate(rids)},
+                                sampled_token_ids=[sampled.get(r, []) for r in rids],
+                                logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
+                                kv_connector_output=kvo)
+        self.sched.update_from_output(out, mro)
+        return out
+
+    def run(self, prompts, max_tokens):
+        """Serve prompts to completion: their outputs, and per request the
+        tokens vLLM computed itself and the ones it loaded from kvpool."""
+        rids = [self.add(p, max_tokens) for p in prompts]
+        first = {}
+        steps = 0
+        while any(not self.reqs[r].is_finished() for r in rids):
+            out = self.step()
+            if isinstance(out, tuple):
+                return {"hung": out[1], "rids": rids}
+            for r in out.scheduled_new_reqs:
+                first.setdefault(r.req_id, r.num_computed_tokens)
+            steps += 1
+            if steps > 10000:
+                raise RuntimeError("requests did not finish")
+        return {"rids": rids, "outputs": [list(self.reqs[r].output_token_ids) for r in rids],
+                "cached": [first.get(r, 0) for r in rids],
+                "prompt": [len(p) for p in prompts]}
+
+    def blocks(self, rid, n):
+        if self.child is None:
+            return self.worker.block_bytes(rid, n)
+        self.pipe.send(("blocks", rid, n))
+        return self.pipe.recv()[1]
+
+    def stats(self):
+        s = {"scheduler": self.sched.connector.stats()}
+        if self.child is None:
+            s["worker"] = self.worker.connector.stats()
+        else:
+            self.pipe.send(("stats",))
+            s["worker"] = self.pipe.recv()[1]
+        return s
+
+
+def serve():
+    import logging
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)  # as vllm serve logs
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--extra", default="{}")
+    p.add_argument("--block", type=int, default=16)
+    p.add_argument("--blocks", type=int, default=512)
+    p.add_argument("--algo", default="sha256")
+    p.add_argument("--policy", default="recompute")
+    p.add_argument("--worker-process", action="store_true")
+    args = p.parse_args()
+    write_model(args.model)
+    eng = Engine(args)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        try:
+            op = cmd["op"]
+            if op == "run":
+                r = eng.run(cmd["prompts"], cmd.get("max_tokens", 4))
+            elif op == "blocks":
+                r = {"blocks": [b.hex() for b in eng.blocks(cmd["rid"], cmd["n"])]}
+            elif op == "stats":
+                r = eng.stats()
+            elif op == "add":
+                r = {"rid": eng.add(cmd["tokens"], cmd.get("max_tokens", 4))}
+            elif op == "step":
+                out = eng.step()
+                r = {"hung": out[1]} if isinstance(out, tuple) else {
+                    "scheduled": sorted(out.num_scheduled_tokens),
+                    "loads": len(out.kv_connector_metadata.loads)}
+            elif op == "schedule":  # schedule a step; finish_step runs it
+                eng.pending = eng.sched.schedule()
+                r = {"loads": len(eng.pending.kv_connector_metadata.loads)}
+            elif op == "finish_step":
+                eng.step(eng.pending)
+                r = {}
+            elif op == "abort":
+                eng.sched.finish_requests(cmd["rid"], RequestStatus.FINISHED_ABORTED)
+                r = {"aborted": cmd["rid"], "left": len(eng.sched.requests)}
+            elif op == "kill_worker":
+                os.kill(eng.child.pid, signal.SIGKILL)
+                eng.child.join()
+                r = {"killed": True}
+            elif op == "leases":
+                r = {"scheduler": sum(len(l.pages) for l in eng.sched.connector._leases.values())}
+            else:
+                r = {"error": "unknown op %r" % op}
+        except Exception:  # the test shows it
+            r = {"error": traceback.format_exc()}
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    serve()
