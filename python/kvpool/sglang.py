@@ -372,7 +372,7 @@ class KVPoolStorage(HiCacheStorage):
 
     def clear(self) -> None:
         """SGLang's "clear the storage" leaves the pool as it is: other
-        instances share the namespace (`kvpool drop-namespace` empties it)."""
+        instances share the namespace (`kvpool drop NAME` forgets it once unused)."""
         return
 
     def get_stats(self):

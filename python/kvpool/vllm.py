@@ -217,7 +217,9 @@ class _Copier:
         self.device = t0.device
         self.threads = max(1, min(16, threads))
         self.use_torch = use_torch or self.device.type != "cpu"
-        self.registered: Optional[Tuple[int, int]] = None
+        self.registered: Dict[int, int] = {}  # slab -> its address, 0: not ours
+        self.reg_base: Optional[int] = None
+        self.slab_pages = 0
 
     def _vllm_side(self):
         es = self.es
@@ -255,28 +257,37 @@ class _Copier:
             _kvpool.copy_blocks(vl, vs, pl, ps, mv, g.kv_heads, g.block_tokens,
                                 g.head_dim * self.es, self.threads)
 
-    def _pool_tensor(self, client: kvpool.Client, view) -> torch.Tensor:
+    def _pool_tensor(self, client: kvpool.Client, view, indexes) -> torch.Tensor:
+        """The pool as one host tensor; with device tensors, the slabs holding
+        indexes registered with CUDA first (once each: page-locked, so the
+        copies are DMA). The view's holes cannot be registered: slab by slab."""
         pool = client.kv_tensor()  # (pages, layers, 2, heads, tokens, head_dim), host
-        if self.device.type == "cuda" and self.registered is None:
-            pv, stride, pages, _ = view
-            base = pv.address
-            err = torch.cuda.cudart().cudaHostRegister(base, pages * stride, 0)
-            if int(err) != 0:
-                raise Unsupported("cudaHostRegister of the pool (%d bytes) failed: %s"
-                                  % (pages * stride, err))
-            self.registered = (base, pages * stride)
+        if self.device.type != "cuda":
+            return pool
+        pv, stride, _, per_slab = view
+        if self.reg_base != pv.address:
+            self.close()  # a new connection maps the pool elsewhere
+            self.reg_base = pv.address
+            self.slab_pages = int(client.info()["pages_per_slab"])
+        for slab in {i // per_slab for i in indexes} - set(self.registered):
+            at = pv.address + slab * per_slab * stride
+            err = int(torch.cuda.cudart().cudaHostRegister(at, self.slab_pages * stride, 0))
+            if err not in (0, 712):  # 712: already registered (another copier's)
+                raise Unsupported("cudaHostRegister of pool slab %d (%d bytes) failed: "
+                                  "error %d" % (slab, self.slab_pages * stride, err))
+            self.registered[slab] = at if err == 0 else 0
         return pool
 
     def _copy_torch(self, client: kvpool.Client, view, to_pool: bool,
                     idx: List[Tuple[int, int]]) -> None:
         g = self.g
-        pool = self._pool_tensor(client, view)
+        pool = self._pool_tensor(client, view, [i for _, i in idx])
         blocks = torch.tensor([b for b, _ in idx], dtype=torch.int64, device=self.device)
         n = len(idx)
         stage = torch.empty((n,) + tuple(pool.shape[1:]), dtype=pool.dtype,
                             device=self.device)
         runs = _runs([i for _, i in idx])
-        nb = non_blocking = self.device.type == "cuda"
+        nb = self.device.type == "cuda"
         if not to_pool:
             for j, i, r in runs:  # pool -> stage: DMA from registered memory
                 stage[j:j + r].copy_(pool[i:i + r], non_blocking=nb)
@@ -290,17 +301,17 @@ class _Copier:
                     n, g.kv_heads, g.block_tokens, 2, g.head_dim)
                 stage[:, l].copy_(src.permute(0, 3, 1, 2, 4))
             for j, i, r in runs:
-                pool[i:i + r].copy_(stage[j:j + r], non_blocking=non_blocking)
+                pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
 
     def close(self) -> None:
-        if self.registered is not None:
-            try:
-                torch.cuda.cudart().cudaHostUnregister(self.registered[0])
-            except (RuntimeError, AttributeError):
-                pass
-            self.registered = None
+        """Unregister the slabs this copier registered with CUDA."""
+        for at in self.registered.values():
+            if at:
+                torch.cuda.cudart().cudaHostUnregister(at)
+        self.registered = {}
+        self.reg_base = None
 
 
 def _runs(indexes: List[int]) -> List[Tuple[int, int, int]]:

@@ -20,6 +20,10 @@
 
 #include "blockcopy.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #define BC_MAX_LAYERS	1024u
 #define BC_MAX_THREADS	16u
 
@@ -36,12 +40,47 @@ struct bc_job {
 	const struct bc_side *dst, *src;
 	const int64_t *pairs;	/* [n][2]: dst block, src block */
 	size_t from, to, layers, heads, tokens, run;
+	bool stream;		/* non-temporal stores (a copy far larger than the caches) */
 };
+
+/* Copies of at least this many bytes in all bypass the caches on the way
+ * out: the destination is not read soon by this CPU (a GPU, or a later
+ * step), and streaming stores skip the read-for-ownership of every line. */
+#define BC_STREAM_BYTES	(32u << 20)
+
+/* bc_run() - one contiguous run: streamed when asked and 16-byte aligned. */
+static inline void bc_run(char *d, const char *s, size_t n, bool stream)
+{
+#if defined(__SSE2__)
+	if (stream && !((uintptr_t)d & 15) && !(n & 63)) {
+		size_t i;
+
+		for (i = 0; i < n; i += 64) {
+			__m128i a = _mm_loadu_si128((const __m128i *)(s + i));
+			__m128i b = _mm_loadu_si128((const __m128i *)(s + i + 16));
+			__m128i c = _mm_loadu_si128((const __m128i *)(s + i + 32));
+			__m128i e = _mm_loadu_si128((const __m128i *)(s + i + 48));
+
+			_mm_stream_si128((__m128i *)(d + i), a);
+			_mm_stream_si128((__m128i *)(d + i + 16), b);
+			_mm_stream_si128((__m128i *)(d + i + 32), c);
+			_mm_stream_si128((__m128i *)(d + i + 48), e);
+		}
+		return;
+	}
+#else
+	(void)stream;
+#endif
+	memcpy(d, s, n);
+}
 
 static void bc_copy(const struct bc_job *j)
 {
 	const struct bc_side *d = j->dst, *s = j->src;
 	bool rows = d->stoken == (Py_ssize_t)j->run && s->stoken == (Py_ssize_t)j->run;
+	/* K and V interleaved in each token on the destination (vLLM's K|V
+	 * cells): write it in order, token by token, both halves at once */
+	bool cells = !rows && d->skv < d->stoken;
 	size_t p, l, kv, h, t;
 
 	for (p = j->from; p < j->to; p++) {
@@ -52,17 +91,29 @@ static void bc_copy(const struct bc_job *j)
 			const char *sl = (const char *)(s->layer[l].base +
 							(uintptr_t)(sb * s->sblock));
 
+			if (cells) {
+				for (h = 0; h < j->heads; h++)
+					for (t = 0; t < j->tokens; t++) {
+						char *dr = dl + h * d->shead + t * d->stoken;
+						const char *sr = sl + h * s->shead + t * s->stoken;
+
+						bc_run(dr, sr, j->run, j->stream);
+						bc_run(dr + d->skv, sr + s->skv, j->run, j->stream);
+					}
+				continue;
+			}
 			for (kv = 0; kv < 2; kv++)
 				for (h = 0; h < j->heads; h++) {
 					char *dr = dl + kv * d->skv + h * d->shead;
 					const char *sr = sl + kv * s->skv + h * s->shead;
 
 					if (rows) {
-						memcpy(dr, sr, j->run * j->tokens);
+						bc_run(dr, sr, j->run * j->tokens, j->stream);
 						continue;
 					}
 					for (t = 0; t < j->tokens; t++)
-						memcpy(dr + t * d->stoken, sr + t * s->stoken, j->run);
+						bc_run(dr + t * d->stoken, sr + t * s->stoken,
+						       j->run, j->stream);
 				}
 		}
 	}
@@ -71,6 +122,9 @@ static void bc_copy(const struct bc_job *j)
 static void *bc_thread(void *arg)
 {
 	bc_copy(arg);
+#if defined(__SSE2__)
+	_mm_sfence();	/* the streamed stores are visible before the join */
+#endif
 	return NULL;
 }
 
@@ -154,6 +208,7 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	pthread_t tid[BC_MAX_THREADS];
 	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0;
 	unsigned int threads = 1;
+	bool stream;
 	Py_buffer pb;
 
 	(void)mod;
@@ -186,9 +241,11 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	nt = threads < 1 ? 1 : threads > BC_MAX_THREADS ? BC_MAX_THREADS : threads;
 	if (nt > n)
 		nt = n ? n : 1;
+	stream = (double)n * (double)layers * 2.0 * (double)(heads * tokens * run) >=
+		 (double)BC_STREAM_BYTES;
 	for (i = 0; i < nt; i++)
 		job[i] = (struct bc_job){ &dst, &src, pb.buf, n * i / nt, n * (i + 1) / nt,
-					  layers, heads, tokens, run };
+					  layers, heads, tokens, run, stream };
 	Py_BEGIN_ALLOW_THREADS
 	for (i = 1; i < nt; i++) {
 		if (pthread_create(&tid[i], NULL, bc_thread, &job[i]) != 0)
@@ -197,8 +254,8 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	}
 	/* slices whose thread did not start are copied here */
 	for (i = started + 1; i < nt; i++)
-		bc_copy(&job[i]);
-	bc_copy(&job[0]);
+		bc_thread(&job[i]);
+	bc_thread(&job[0]);
 	for (i = 1; i <= started; i++)
 		pthread_join(tid[i], NULL);
 	Py_END_ALLOW_THREADS

@@ -52,3 +52,37 @@ def test_device_pages_in_place_across_processes(gpu_daemon):
                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         assert r.stdout.strip() == "same", r.stdout + r.stderr
         c.release([p])
+
+
+def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
+    """KVPoolConnector's copies with vLLM KV tensors on the GPU: the host pool
+    registered once with CUDA, pages DMAed in runs, permuted on the device."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device answers torch.cuda.is_available()")
+    try:
+        from kvpool.vllm import Identity, _Copier
+    except Exception as e:  # noqa: BLE001 (any import failure is a reason to skip)
+        pytest.skip("kvpool.vllm cannot be imported (vLLM: %s)" % e)
+    g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
+                        dtype=kvpool.DType.F16, model="test/gpu-copier")
+    ident = Identity("gpu-copier", g, kvpool.Scheme.VLLM_SHA256, "0", ("l0", "l1"), "sha256")
+    raw = torch.randn(2, 8, 2, 16, 128, device="cuda").half()
+    back_raw = torch.zeros_like(raw)
+    with running() as d, kvpool.Client(d.sock, "gpu-copier", g) as c:
+        view = c.view()
+        pages = c.alloc(3)
+        pairs = list(zip([6, 1, 3], pages))
+        cp = _Copier(ident, [raw[0], raw[1]], 1)
+        assert cp.use_torch
+        cp.copy(c, view, True, pairs)
+        for b, p in pairs:
+            page = c.page_tensor(p)
+            for l in range(2):
+                cell = raw[l, b].unflatten(-1, (2, 64)).permute(2, 0, 1, 3).cpu()
+                assert torch.equal(page[l], cell)
+        _Copier(ident, [back_raw[0], back_raw[1]], 1).copy(c, view, False, pairs)
+        for b, _ in pairs:
+            assert torch.equal(back_raw[:, b], raw[:, b])
+        cp.close()
+        c.release(pages)
+        del view, page

@@ -224,3 +224,44 @@ def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
         a.close()
         d.discard()
         subprocess.run(["rm", "-rf", keep], check=False)
+
+
+def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
+    # the path device tensors take (over the host pool registered with
+    # CUDA), run here on CPU tensors against copy_blocks
+    import torch
+    from kvpool.vllm import Identity, _Copier
+    g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=16, block_tokens=16,
+                        dtype=kvpool.DType.F16, model="test/copier")
+    ident = Identity("copier", g, kvpool.Scheme.VLLM_SHA256, SEED, ("l0", "l1"), "sha256")
+    raw = torch.empty(2, 8, 2, 16, 32, dtype=torch.float16)
+    raw.view(torch.int16).random_()
+    kv = [raw[0], raw[1]]
+    back_raw = torch.zeros_like(raw)
+    back = [back_raw[0], back_raw[1]]
+    with kvpool.Client(pool.sock, "copier", g, key_scheme=kvpool.Scheme.VLLM_SHA256,
+                       key_seed=SEED) as c:
+        view = c.view()
+        pages = c.alloc(4)
+        pairs = list(zip([5, 0, 7, 2], pages))
+        by_c, by_torch = _Copier(ident, kv, 2), _Copier(ident, kv, 1, use_torch=True)
+        assert by_torch.use_torch and not by_c.use_torch
+        by_c.copy(c, view, True, pairs)
+        want = [c.page_tensor(p).clone() for p in pages]
+        for p in pages:
+            c.page_tensor(p).zero_()
+        by_torch.copy(c, view, True, pairs)
+        for p, w in zip(pages, want):
+            assert torch.equal(c.page_tensor(p).view(torch.int16), w.view(torch.int16))
+        for b, p in pairs:  # the page is block b of every layer, K then V
+            page = c.page_tensor(p)
+            for l in range(2):
+                cell = kv[l][b].unflatten(-1, (2, 16)).permute(2, 0, 1, 3)
+                assert torch.equal(page[l].view(torch.int16), cell.contiguous().view(torch.int16))
+        _Copier(ident, back, 1, use_torch=True).copy(c, view, False, pairs)
+        for b, _ in pairs:
+            assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
+        with pytest.raises(ValueError, match="block 8"):
+            by_c.copy(c, view, False, [(8, pages[0])])
+        c.release(pages)
+        del view, page
