@@ -64,7 +64,8 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
-	bench/run-python.sh bench/python.py BENCHMARKS.md
+	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
+	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
 # and redis-server on temporary sockets, runs bench/rpc at 1, 2 and 8
@@ -100,11 +101,17 @@ BENCH_TTFT_RUN = $(SHELL) $(top_srcdir)/bench/run-ttft.sh \
 BENCH_PYTHON_RUN = $(SHELL) $(top_srcdir)/bench/run-python.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${PYTHON:+--python "$$PYTHON"}
+# run-connectors.sh: the vLLM connector's load, save and lookup against a
+# torch copy (under a minute; PYTHON= an interpreter with torch and vLLM
+# 0.33, default the tree's .venv). `make bench-connectors` runs it alone.
+BENCH_CONNECTORS_RUN = $(SHELL) $(top_srcdir)/bench/run-connectors.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${PYTHON:+--python "$$PYTHON"}
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
-	bench-python
+	bench-python bench-connectors
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
@@ -120,6 +127,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
 	$(BENCH_PYTHON_RUN)
+	$(BENCH_CONNECTORS_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -142,3 +150,6 @@ bench-ttft: examples/kvpool-model-server$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-python: bench/pyref$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PYTHON_RUN)
+
+bench-connectors: daemon/kvpoold$(EXEEXT)
+	$(BENCH_CONNECTORS_RUN)
