@@ -30,6 +30,7 @@ class Pool:
         self.namespace, self.geometry, self.scheme, self.seed = namespace, geometry, scheme, seed
         self.retry = retry
         self._client: Optional[kvpool.Client] = None
+        self._view: Optional[tuple] = None  # _client.view(), made on first use
         self._pid = os.getpid()
         self._next = 0.0
         self._warned: Set[str] = set()
@@ -52,7 +53,7 @@ class Pool:
     def client(self) -> Optional[kvpool.Client]:
         """The connected client, or None (said once) when there is none now."""
         if self._pid != os.getpid():  # a fork: the parent's socket is not ours
-            self._client, self._pid, self._next = None, os.getpid(), 0.0
+            self._client, self._view, self._pid, self._next = None, None, os.getpid(), 0.0
         c = self._client
         if c is not None and not c.closed:
             return c
@@ -77,6 +78,26 @@ class Pool:
         self.clear("gone", "connected to kvpoold, namespace '%s'", self.namespace)
         return c
 
+    def client_view(self) -> Tuple[Optional[kvpool.Client], Optional[tuple]]:
+        """The client and its namespace's view (Client.view()), or (None, None)."""
+        c = self.client()
+        if c is None:
+            return None, None
+        if self._view is None:
+            try:
+                self._view = c.view()
+            except OSError as e:
+                self.failed("view", e)
+                return None, None
+        return c, self._view
+
+    def stored(self, c: kvpool.Client, keys: List[bytes]) -> int:
+        """How many leading keys are stored (their leases dropped at once)."""
+        have, _ = c.acquire(keys)
+        if have:
+            c.release(have)
+        return len(have)
+
     def failed(self, what: str, e: BaseException) -> None:
         """A call on the client failed: a lost daemon drops the client."""
         if isinstance(e, (kvpool.DaemonGone, kvpool.NotConnected, ConnectionError)):
@@ -92,7 +113,7 @@ class Pool:
 
     def drop(self) -> None:
         """Close the connection (its leases go with it)."""
-        c, self._client = self._client, None
+        c, self._client, self._view = self._client, None, None  # the view first
         if c is not None and self._pid == os.getpid():
             try:
                 c.close()

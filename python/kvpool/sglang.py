@@ -116,7 +116,6 @@ class KVPoolStorage(HiCacheStorage):
         self.layout = layout
         self.pool = Pool(logger, "sglang tp%d" % cfg.tp_rank, self.socket, ns, self.geometry,
                          retry=self.retry)
-        self._view = self._view_client = None
 
     # -- the host pool's side of copy_blocks ------------------------------------
 
@@ -134,19 +133,7 @@ class KVPoolStorage(HiCacheStorage):
         return layers, (block, st["kv"], st["head"], st["token"])
 
     def _client(self):
-        if self.pool is None:
-            return None, None
-        c = self.pool.client()
-        if c is None:
-            self._view = self._view_client = None
-            return None, None
-        if self._view_client is not c:
-            try:
-                self._view, self._view_client = c.view(), c
-            except OSError as e:
-                self.pool.failed("view", e)
-                return None, None
-        return c, self._view
+        return self.pool.client_view() if self.pool is not None else (None, None)
 
     def _copy(self, c, view, to_pool: bool, pairs: List[Tuple[int, int]]) -> None:
         """pairs: (host pool page index, kvpool page handle)."""
@@ -194,15 +181,13 @@ class KVPoolStorage(HiCacheStorage):
             if c is None:
                 return 0
             try:
-                pages, _ = c.acquire([key_bytes(k) for k in keys])
-                if pages:
-                    c.release(pages)
+                hit = self.pool.stored(c, [key_bytes(k) for k in keys])
             except OSError as e:
                 self.pool.failed("exists", e)
                 return 0
         self.pool.count("lookups")
-        self.pool.count("hit_pages", len(pages))
-        return len(pages)
+        self.pool.count("hit_pages", hit)
+        return hit
 
     def exists(self, key: str) -> bool:
         return self.batch_exists([key]) == 1
@@ -249,11 +234,7 @@ class KVPoolStorage(HiCacheStorage):
                 self.pool.count("save_skipped", n)
                 return [False] * n
             try:
-                # what is stored already (by any instance) is not stored again
-                have, _ = c.acquire(kb)
-                if have:
-                    c.release(have)
-                k = len(have)
+                k = self.pool.stored(c, kb)  # stored by any instance: not again
                 if k == n:
                     self.pool.count("dedups", n)
                     return [True] * n
@@ -345,10 +326,7 @@ class KVPoolStorage(HiCacheStorage):
                 return False
             fresh: Sequence[int] = []
             try:
-                have, _ = c.acquire(kb)
-                if have:
-                    c.release(have)
-                k = len(have)
+                k = self.pool.stored(c, kb)
                 if k == n:
                     return True
                 fresh = c.alloc(n - k)
@@ -379,6 +357,5 @@ class KVPoolStorage(HiCacheStorage):
         return dict(self.pool.counters) if self.pool else None
 
     def close(self) -> None:
-        self._view = None
         if self.pool is not None:
             self.pool.drop()

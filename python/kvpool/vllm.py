@@ -365,8 +365,6 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
         # worker side
         self._copier: Optional[_Copier] = None
-        self._view = None
-        self._view_client: Optional[kvpool.Client] = None
         self._loaded: Set[str] = set()
         self._load_errors: Set[int] = set()
         self._broken: Set[str] = set()  # requests whose earlier save failed
@@ -501,7 +499,6 @@ class KVPoolConnector(KVConnectorBase_V1):
     def shutdown(self) -> None:
         if self._copier is not None:
             self._copier.close()
-        self._view = None
         if self._pool is not None:
             self._pool.drop()
 
@@ -518,17 +515,9 @@ class KVPoolConnector(KVConnectorBase_V1):
             self._pool, self._copier = None, None
 
     def _client_and_view(self):
-        c = self._pool.client() if self._pool and self._copier else None
-        if c is None:
-            self._view = self._view_client = None
+        if self._pool is None or self._copier is None:
             return None, None
-        if self._view_client is not c:
-            try:
-                self._view, self._view_client = c.view(), c
-            except OSError as e:
-                self._pool.failed("view", e)
-                return None, None
-        return c, self._view
+        return self._pool.client_view()
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         if not self.has_connector_metadata():
