@@ -5,9 +5,9 @@ pool on the CPU (tests/python/sglang_side.py), one process storing and
 others reading, against a real kvpoold.
 
 SGLang 0.5.23 is installed without its dependencies (contrib/quickstart):
-it pins torch 2.14.1 and transformers 5.19, vLLM 0.33.0 torch 2.14.0 and
-transformers >= 5.16.1, and one venv holds one of each. Its storage and host
-pool modules run on vLLM's torch; see docs/sglang.md."""
+pip cannot install it beside vLLM 0.33.0 (compressed-tensors 0.18.0
+against 0.17.0, torch 2.14.1 against 2.14.0). Its storage and host pool
+modules run on vLLM's torch; see docs/sglang.md."""
 import json
 import os
 import subprocess
