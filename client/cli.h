@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "client/stats_text.h"
 #include "kvpool.h"
 
 /* Exit codes, as kvpool(1) documents them. */
@@ -104,18 +105,13 @@ int cli_stats(kvp_client *c, kvp_stats_t *st, kvp_ns_stats_t **ns);
 int cli_snapshot(const struct cli *cli, const char *what, kvp_stats_t *st,
 		 kvp_ns_stats_t **ns);
 
-/* cli_conserved() - the conservation check of a STATS reply: the states
- * add up to the total and the daemon's own recount agreed. */
-bool cli_conserved(const kvp_stats_t *st);
 
 /* cli_ns_name() - the name of namespace id among ns[0..n), "?" if gone. */
 const char *cli_ns_name(const kvp_ns_stats_t *ns, int n, uint32_t id);
 
 /* --- cli_util.c: names and units ------------------------------------------- */
 
-const char *cli_backend_name(uint32_t backend);
-const char *cli_dtype_name(uint32_t dtype);
-const char *cli_scheme_name(uint32_t scheme);
+/* (the names of backends, dtypes and key schemes: stats_text.h) */
 const char *cli_state_name(uint32_t state);	/* KVP_PAGE_* */
 const char *cli_tier_name(uint32_t state);	/* "pool", or "nvme" when spilled */
 /* cli_state_parse() - a KVP_PAGE_* from its name, 0 if none. */

@@ -111,8 +111,8 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	       ",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
 	       ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
 	       PRIu32 ",\"hit_rate\":", n->id, n->layers, n->kv_heads, n->head_dim,
-	       n->block_tokens, cli_dtype_name(n->dtype), n->clients, n->slabs,
-	       n->page_bytes, n->page_stride, cli_scheme_name(n->key_scheme),
+	       n->block_tokens, stats_dtype_name(n->dtype), n->clients, n->slabs,
+	       n->page_bytes, n->page_stride, stats_scheme_name(n->key_scheme),
 	       n->pinned_quota);
 	if (asked)
 		printf("%.4f", (double)n->prefix.hits / (double)asked);
@@ -148,7 +148,7 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	       ",\"limit\":%" PRIu64 ",\"inval\":%" PRIu64 ",\"mismatch\":%" PRIu64
 	       "},\"pool_bytes\":%" PRIu64 ",\"slab_bytes\":%" PRIu64
 	       ",\"slabs\":%" PRIu64 ",\"pages\":",
-	       st->pid, cli_backend_name(st->backend), st->uptime_ms,
+	       st->pid, stats_backend_name(st->backend), st->uptime_ms,
 	       st->clients, st->max_clients, st->connections_total,
 	       st->connections_refused, st->closed_output, st->closed_idle,
 	       st->requests_denied, st->requests_total, st->protocol_errors, st->allocs, st->releases, st->errors_nospc, st->errors_stale,
@@ -181,7 +181,7 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	printf("daemon        kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64
 	       "m%02" PRIu64 "s\n", st->version, st->pid, up / 3600, up / 60 % 60, up % 60);
 	printf("backend       %s, pool %s in slabs of %s, %" PRIu64 " %s in use\n",
-	       cli_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
+	       stats_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
 	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs,
 	       st->slabs == 1 ? "slab" : "slabs");
 	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
@@ -209,9 +209,9 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
 		       "%s per page, keys %s, clients %" PRIu32 "\n",
 		       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
-		       ns[i].head_dim, ns[i].block_tokens, cli_dtype_name(ns[i].dtype),
+		       ns[i].head_dim, ns[i].block_tokens, stats_dtype_name(ns[i].dtype),
 		       cli_fmt_size(cli, a, ns[i].page_bytes),
-		       cli_scheme_name(ns[i].key_scheme), ns[i].clients);
+		       stats_scheme_name(ns[i].key_scheme), ns[i].clients);
 		print_counts("  pages", &nc);
 		print_prefix("  sharing", &ns[i].prefix);
 		print_tier("  host tier", &ns[i].host, true);
@@ -237,7 +237,7 @@ int cmd_status(struct cli *cli, int argc, char **argv)
 		return CLI_ERR;
 	pc = COUNTS_OF(st);
 	/* the numbers add up, and the daemon's recount of every page agrees */
-	ok = cli_conserved(&st);
+	ok = stats_conserved(&st);
 	if (cli->json)
 		status_json(&st, ns, nns, ok);
 	else
@@ -282,7 +282,7 @@ static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, in
 		table_add(t, "%s", n->model);
 		/* layers x kv heads x head dim, tokens per page, element type */
 		table_add(t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32 "/%" PRIu32 "t %s", n->layers,
-			  n->kv_heads, n->head_dim, n->block_tokens, cli_dtype_name(n->dtype));
+			  n->kv_heads, n->head_dim, n->block_tokens, stats_dtype_name(n->dtype));
 		table_add(t, "%s", cli_fmt_size(cli, a, n->page_bytes));
 		table_add(t, "%" PRIu64, n->pages_total);
 		table_add(t, "%" PRIu64, n->pages_free);
@@ -294,7 +294,7 @@ static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, in
 		table_add(t, "%s", cli_fmt_rate(a, n->prefix.hits,
 						 n->prefix.hits + n->prefix.misses));
 		table_add(t, "%" PRIu64 "/%" PRIu32, n->prefix.pinned, n->pinned_quota);
-		table_add(t, "%s", cli_scheme_name(n->key_scheme));
+		table_add(t, "%s", stats_scheme_name(n->key_scheme));
 		if (n->host.slots && n->nvme.slots)
 			table_add(t, "host %" PRIu64 "/%" PRIu64 " nvme %" PRIu64 "/%" PRIu64,
 				  n->host.used, n->host.slots, n->nvme.used, n->nvme.slots);

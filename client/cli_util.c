@@ -195,26 +195,8 @@ const char *cli_ns_name(const kvp_ns_stats_t *ns, int n, uint32_t id)
 
 /* --- names ---------------------------------------------------------------------- */
 
-const char *cli_backend_name(uint32_t b)
-{
-	return b == KVP_BACKEND_HOST ? "host" : b == KVP_BACKEND_CUDA ? "cuda" : "none";
-}
 
-const char *cli_dtype_name(uint32_t d)
-{
-	static const char *const names[] = { "?", "f16", "bf16", "f32", "fp8" };
 
-	return d < 5 ? names[d] : "?";
-}
-
-const char *cli_scheme_name(uint32_t k)
-{
-	static const char *const names[] = {
-		"?", "vllm-sha256-cbor", "vllm-xxhash-cbor", "vllm-sha256", "vllm-xxhash",
-	};
-
-	return k <= KVP_WIRE_KEYS_MAX ? names[k] : "?";
-}
 
 static const char *const state_names[] = {
 	[KVP_PAGE_PRIVATE] = "private", [KVP_PAGE_SHARED] = "shared",
@@ -441,9 +423,3 @@ void table_free(struct table *t)
 	free(t);
 }
 
-bool cli_conserved(const kvp_stats_t *st)
-{
-	return st->pages_free + st->pages_private + st->pages_shared + st->pages_cached +
-	       st->pages_spilled + st->pages_inflight == st->pages_total &&
-	       (st->flags & KVP_STATS_F_CONSERVED);
-}
