@@ -65,6 +65,7 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
+	bench/run-metrics.sh \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -107,11 +108,15 @@ BENCH_PYTHON_RUN = $(SHELL) $(top_srcdir)/bench/run-python.sh \
 BENCH_CONNECTORS_RUN = $(SHELL) $(top_srcdir)/bench/run-connectors.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${PYTHON:+--python "$$PYTHON"}
+# run-metrics.sh: bench/rpc with and without a /metrics scrape every
+# 100 ms (under a minute). `make bench-metrics` runs it alone.
+BENCH_METRICS_RUN = $(SHELL) $(top_srcdir)/bench/run-metrics.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
-	bench-python bench-connectors
+	bench-python bench-connectors bench-metrics
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
@@ -128,6 +133,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_LIST_RUN)
 	$(BENCH_PYTHON_RUN)
 	$(BENCH_CONNECTORS_RUN)
+	$(BENCH_METRICS_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -153,3 +159,6 @@ bench-python: bench/pyref$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-connectors: daemon/kvpoold$(EXEEXT)
 	$(BENCH_CONNECTORS_RUN)
+
+bench-metrics: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_METRICS_RUN)

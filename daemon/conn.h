@@ -114,6 +114,9 @@ struct server {
 	unsigned nrules;
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
+	bool activated;			/* listen_fd came from systemd: not ours to unlink */
+	void (*on_shutdown)(void *);	/* server_on_shutdown() */
+	void *on_shutdown_arg;
 	bool accepting;			/* accept_op is in flight */
 	bool shutting_down;
 	struct loop_op accept_op;

@@ -14,16 +14,19 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/size.h"
 #include "daemon/log.h"
 #include "daemon/meminfo.h"
+#include "daemon/metrics.h"
 #include "daemon/loop.h"
 #include "daemon/options.h"
 #include "daemon/pool.h"
 #include "daemon/server.h"
 #include "daemon/sockfile.h"
+#include "daemon/systemd.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -71,27 +74,114 @@ static void sigwatch_done(struct loop_op *op, int res)
 	sigwatch_post(w);
 }
 
-/* notify() - tell systemd (Type=notify) how we are, if it asked. */
-static void notify(const char *state)
-{
-	const char *path = getenv("NOTIFY_SOCKET");
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	socklen_t salen;
-	int fd;
+/*
+ * Under systemd (Type=notify): STATUS= lines with the pool's state, and
+ * WATCHDOG=1 pings from the loop itself, so that a loop that stops
+ * turning (wedged, or stopped) stops the pings and systemd restarts it
+ * (WatchdogSec=). One timer does both: every half watchdog interval, or
+ * every STATUS_MS without a watchdog.
+ */
+#define STATUS_MS 10000u
 
-	if (!path || (path[0] != '/' && path[0] != '@') ||
-	    strlen(path) >= sizeof(sa.sun_path))
+struct sdwatch {
+	struct loop_op op, cancel_op;
+	struct __kernel_timespec ts;
+	struct loop *loop;
+	struct server *srv;
+	uint64_t period_ms, watchdog_ms, last_status_ms;
+	bool armed, stopping;
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+static void sdwatch_status(struct sdwatch *w)
+{
+	char line[512];
+
+	server_status(w->srv, line, sizeof(line));
+	systemd_notify("STATUS=%s", line);
+	w->last_status_ms = now_ms();
+}
+
+static void sdwatch_arm(struct sdwatch *w)
+{
+	if (w->stopping || !w->period_ms)
 		return;
-	memcpy(sa.sun_path, path, strlen(path));
-	if (sa.sun_path[0] == '@')
-		sa.sun_path[0] = '\0';	/* abstract namespace */
-	salen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path));
-	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	if (loop_timeout(w->loop, &w->op, &w->ts, w->period_ms) == 0)
+		w->armed = true;
+	else
+		log_error("cannot queue the systemd status timer: ring full; no more "
+			  "STATUS=%s", w->watchdog_ms ? " or WATCHDOG=1 (systemd will restart "
+			  "kvpoold)" : "");
+}
+
+static void sdwatch_done(struct loop_op *op, int res)
+{
+	struct sdwatch *w = container_of(op, struct sdwatch, op);
+
+	w->armed = false;
+	if (w->stopping || res == -ECANCELED)
 		return;
-	(void)sendto(fd, state, strlen(state), MSG_NOSIGNAL,
-		     (struct sockaddr *)&sa, salen);
-	close(fd);
+	if (w->watchdog_ms)
+		systemd_notify("WATCHDOG=1");
+	if (now_ms() - w->last_status_ms >= STATUS_MS)
+		sdwatch_status(w);
+	sdwatch_arm(w);
+}
+
+static void sdwatch_cancel_done(struct loop_op *op, int res)
+{
+	(void)op;
+	(void)res;
+}
+
+/* sdwatch_stop() - the server shuts down: say so, and let the loop drain. */
+static void sdwatch_stop(void *arg)
+{
+	struct sdwatch *w = arg;
+
+	systemd_notify("STOPPING=1\nSTATUS=stopping: closing the connections");
+	w->stopping = true;
+	if (w->armed)
+		loop_cancel(w->loop, &w->cancel_op, &w->op);
+}
+
+/* What the daemon stops when its server begins to shut down. */
+struct stoppers {
+	struct sdwatch *sd;
+	struct metrics *metrics;
+};
+
+static void stop_all(void *arg)
+{
+	struct stoppers *st = arg;
+
+	sdwatch_stop(st->sd);
+	metrics_stop(st->metrics);
+}
+
+static void sdwatch_start(struct sdwatch *w, struct loop *l, struct server *srv)
+{
+	w->op.done = sdwatch_done;
+	w->cancel_op.done = sdwatch_cancel_done;
+	w->loop = l;
+	w->srv = srv;
+	w->watchdog_ms = systemd_watchdog_ms();
+	w->period_ms = w->watchdog_ms ? (w->watchdog_ms / 2 ? w->watchdog_ms / 2 : 1)
+		       : getenv("NOTIFY_SOCKET") ? STATUS_MS : 0;
+	if (w->period_ms > STATUS_MS)
+		w->period_ms = STATUS_MS;
+	if (w->watchdog_ms)
+		log_info("systemd watchdog: WATCHDOG=1 every %llu ms from the loop (WatchdogSec "
+			 "%llu ms)", (unsigned long long)w->period_ms,
+			 (unsigned long long)w->watchdog_ms);
+	sdwatch_arm(w);
 }
 
 /*
@@ -133,11 +223,14 @@ static int detach(void)
 
 /* ready() - the daemon serves: tell systemd, or release a detached
  * daemon's parent and leave the terminal for syslog. */
-static void ready(int ready_fd)
+static void ready(int ready_fd, struct sdwatch *w)
 {
+	char line[512];
 	int nul;
 
-	notify("READY=1");
+	server_status(w->srv, line, sizeof(line));
+	systemd_notify("READY=1\nSTATUS=serving: %s", line);
+	w->last_status_ms = now_ms();
 	if (ready_fd < 0)
 		return;
 	if (!log_to_file())
@@ -210,6 +303,8 @@ int main(int argc, char **argv)
 {
 	static struct options opt;
 	struct sigwatch sw = { .op.done = sigwatch_done };
+	static struct sdwatch sdw;
+	static struct stoppers stoppers = { .sd = &sdw };
 	struct server *srv = NULL;
 	struct pool *pool = NULL;
 	struct backend be = { 0 };
@@ -217,7 +312,7 @@ int main(int argc, char **argv)
 	const char *note;
 	char err[8192];
 	sigset_t mask;
-	int ready_fd = -1, rc;
+	int ready_fd = -1, listen_fd = -1, rc;
 
 	/* Files are made with the modes the code asks for, whatever umask
 	 * kvpoold was started with: nothing wider than owner-only unless
@@ -248,6 +343,10 @@ int main(int argc, char **argv)
 				"--foreground\n", why);
 	}
 
+	/* systemd's sockets are this pid's: take them before any fork */
+	if (systemd_take_fds() > 0 && !opt.foreground)
+		log_warn("systemd passed sockets, and kvpoold detaches: give --foreground "
+			 "(Type=notify units do) so that they stay this process's");
 	if (!opt.foreground)
 		ready_fd = detach();
 
@@ -302,7 +401,16 @@ int main(int argc, char **argv)
 			  (unsigned long long)opt.slab_size, strerror(-rc));
 		goto out_backend;
 	}
-	rc = server_init(&srv, &loop, &opt, &be, pool, err, sizeof(err));
+	listen_fd = systemd_listen_fd(opt.socket_path, err, sizeof(err));
+	if (listen_fd == -EINVAL) {
+		log_error("%s", err);
+		rc = -EINVAL;
+		goto out_pool;
+	}
+	if (listen_fd >= 0)
+		log_info("socket activation: listening on the socket systemd passed for %s",
+			 opt.socket_path);
+	rc = server_init(&srv, &loop, &opt, &be, pool, listen_fd, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);
 		goto out_pool;
@@ -315,6 +423,16 @@ int main(int argc, char **argv)
 	sw.loop = &loop;
 	sw.srv = srv;
 	sigwatch_post(&sw);
+	sdwatch_start(&sdw, &loop, srv);
+	if (opt.metrics_listen[0]) {
+		rc = metrics_start(&stoppers.metrics, opt.metrics_listen, &loop, srv, err,
+				   sizeof(err));
+		if (rc < 0) {
+			log_error("%s", err);
+			goto out_server;
+		}
+	}
+	server_on_shutdown(srv, stop_all, &stoppers);
 
 	log_info("kvpoold %s listening on %s (pool %llu bytes in slabs of %llu, "
 		 "max %llu clients, messages up to %llu bytes, I/O by %s)",
@@ -322,16 +440,16 @@ int main(int argc, char **argv)
 		 (unsigned long long)opt.pool_size, (unsigned long long)opt.slab_size,
 		 (unsigned long long)opt.max_clients,
 		 (unsigned long long)opt.max_msg_size, loop_io_name(&loop));
-	ready(ready_fd);
+	ready(ready_fd, &sdw);
 
 	rc = loop_run(&loop);
 	if (rc < 0)
 		log_error("event loop failed: %s", strerror(-rc));
-	notify("STOPPING=1");
 	if (opt.pid_file[0])
 		unlink(opt.pid_file);
 out_server:
 	loop_fini(&loop);	/* cancels what is left before its owners go */
+	metrics_free(stoppers.metrics);
 	server_free(srv);
 	pool_free(pool);
 	be.ops->fini(&be);

@@ -28,7 +28,10 @@ else
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda_stub.c
 endif
 
+# systemd.c (libsystemd) and metrics.c (libmicrohttpd) are the program's
+# alone: the library, the unit tests and the fuzzers need neither.
 sbin_PROGRAMS += daemon/kvpoold
-daemon_kvpoold_SOURCES = daemon/kvpoold.c
-daemon_kvpoold_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
-daemon_kvpoold_LDADD = daemon/libkvpoold.la
+daemon_kvpoold_SOURCES = daemon/kvpoold.c daemon/systemd.c daemon/systemd.h \
+	daemon/metrics.c daemon/metrics.h
+daemon_kvpoold_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS)
+daemon_kvpoold_LDADD = daemon/libkvpoold.la $(SYSTEMD_LIBS) $(MHD_LIBS) -lpthread

@@ -137,6 +137,9 @@ static const struct opt_def opt_table[] = {
 	{ "access", 'a', OPT_RULE, 0, 0, 0, 0,
 	  "RULE", "'NAMESPACE RIGHTS WHO,...': who may read, write or admin a "
 	  "namespace (repeatable; none: everyone may read and write)", NULL },
+	{ "metrics-listen", 0, OPT_STRING, OFF(metrics_listen), SZ(metrics_listen), 0, 0,
+	  "[ADDR:]PORT", "serve Prometheus metrics over HTTP at /metrics on ADDR "
+	  "(default 127.0.0.1; [::1] for IPv6) and PORT (default: off)", NULL },
 	{ "log-file", 0, OPT_STRING, OFF(log_file), SZ(log_file), 0, 0,
 	  "PATH", "append the log to PATH (reopened on SIGHUP, for logrotate) instead "
 	  "of stderr, or syslog once detached", NULL },
@@ -484,6 +487,11 @@ int options_parse(struct options *o, int argc, char **argv,
 			return 1;
 		case 'V':
 			printf("kvpoold (kvpool) %s\n", PACKAGE_VERSION);
+#ifdef HAVE_LIBSYSTEMD
+			printf("built with libsystemd: socket activation, notify, watchdog\n");
+#else
+			printf("built without libsystemd: no socket activation or notify\n");
+#endif
 			return 1;
 		case 'c':
 			if (strlen(optarg) >= sizeof(o->config_file)) {

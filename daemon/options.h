@@ -31,6 +31,7 @@ struct options {
 	char admin_group[64];		/* "" : only root and the daemon's user */
 	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
 	char log_file[OPTIONS_PATH_MAX];	/* "": stderr, or syslog once detached */
+	char metrics_listen[160];	/* --metrics-listen [ADDR:]PORT; "": off */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */

@@ -21,6 +21,7 @@
 #include "daemon/lease.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"
+#include "daemon/server.h"
 
 /* --- helpers --------------------------------------------------------------- */
 
@@ -453,9 +454,8 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->prefix.pinned = prefix_pinned(n->idx);
 }
 
-static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
+uint8_t *server_stats(struct server *s, size_t *lenp)
 {
-	struct server *s = c->srv;
 	struct kvp_wire_stats st;
 	struct pool_counts pc;
 	uint64_t spilled;
@@ -463,17 +463,10 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 	size_t len;
 	uint32_t i;
 
-	if (req->len != 0) {
-		conn_error(c, req, KVP_S_INVAL, "STATS takes no payload, got %u bytes",
-			   req->len);
-		return;
-	}
 	len = wire_stats_size(s->nst.count);
 	buf = calloc(1, len);
-	if (!buf) {
-		conn_error(c, req, KVP_S_INTERNAL, "out of memory for a %zu-byte STATS reply", len);
-		return;
-	}
+	if (!buf)
+		return NULL;
 	memset(&st, 0, sizeof(st));
 	snprintf(st.version, sizeof(st.version), "%s", PACKAGE_VERSION);
 	st.pid = (uint32_t)getpid();
@@ -526,6 +519,26 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 		memcpy(buf + wire_stats_size(i), &r, sizeof(r));
 	}
 	memcpy(buf, &st, sizeof(st));
+	*lenp = len;
+	return buf;
+}
+
+static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
+{
+	uint8_t *buf;
+	size_t len;
+
+	if (req->len != 0) {
+		conn_error(c, req, KVP_S_INVAL, "STATS takes no payload, got %u bytes",
+			   req->len);
+		return;
+	}
+	buf = server_stats(c->srv, &len);
+	if (!buf) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for a %zu-byte STATS reply",
+			   wire_stats_size(c->srv->nst.count));
+		return;
+	}
 	conn_reply(c, req, KVP_S_OK, buf, len, -1);
 	free(buf);
 }

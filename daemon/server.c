@@ -710,7 +710,8 @@ static void server_cancel_done(struct loop_op *op, int res)
 }
 
 int server_init(struct server **out, struct loop *l, const struct options *o,
-		struct backend *be, struct pool *pool, char *err, size_t errlen)
+		struct backend *be, struct pool *pool, int listen_fd, char *err,
+		size_t errlen)
 {
 	struct server *s;
 	gid_t admin_gid;
@@ -740,8 +741,14 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		return -ENOMEM;
 	}
 	s->opt = o;
-	rc = sockfile_open(o->socket_path, o->socket_group, &s->lock_fd, &s->listen_fd,
-			   err, errlen);
+	if (listen_fd >= 0) {
+		s->activated = true;
+		s->listen_fd = listen_fd;
+		rc = sockfile_adopt(o->socket_path, &s->lock_fd, err, errlen);
+	} else {
+		rc = sockfile_open(o->socket_path, o->socket_group, &s->lock_fd,
+				   &s->listen_fd, err, errlen);
+	}
 	if (rc < 0) {
 		free(s);
 		return rc;
@@ -786,6 +793,27 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	return 0;
 }
 
+void server_on_shutdown(struct server *s, void (*fn)(void *arg), void *arg)
+{
+	s->on_shutdown = fn;
+	s->on_shutdown_arg = arg;
+}
+
+void server_status(const struct server *s, char *buf, size_t len)
+{
+	struct pool_counts pc;
+
+	pool_counts(s->pool, -1, &pc);
+	snprintf(buf, len, "%u clients, %u namespaces; pages: %llu leased, %llu cached, "
+		 "%llu free of %llu in %llu slabs; %llu requests served", s->nconns,
+		 s->nst.count,
+		 (unsigned long long)(pc.by_state[PAGE_PRIVATE] + pc.by_state[PAGE_SHARED] +
+				      pc.by_state[PAGE_INFLIGHT]),
+		 (unsigned long long)pc.by_state[PAGE_CACHED],
+		 (unsigned long long)pc.by_state[PAGE_FREE], (unsigned long long)pc.total,
+		 (unsigned long long)pc.slabs, (unsigned long long)s->n.requests_total);
+}
+
 void server_shutdown(struct server *s)
 {
 	struct conn *c, *next;
@@ -793,6 +821,8 @@ void server_shutdown(struct server *s)
 	if (s->shutting_down)
 		return;
 	s->shutting_down = true;
+	if (s->on_shutdown)
+		s->on_shutdown(s->on_shutdown_arg);
 	if (s->accepting)
 		loop_cancel(s->loop, &s->cancel_op, &s->accept_op);
 	if (s->idle_armed) {
@@ -878,7 +908,8 @@ void server_free(struct server *s)
 	if (!s)
 		return;
 	close(s->listen_fd);
-	unlink(s->opt->socket_path);
+	if (!s->activated)	/* systemd's socket outlives us: it queues the next start's clients */
+		unlink(s->opt->socket_path);
 	close(s->lock_fd);	/* the file stays: unlinking it would race */
 	ns_table_fini(&s->nst);
 	free(s->uids);

@@ -247,3 +247,13 @@ out_unlock:
 	close(lfd);
 	return rc;
 }
+
+int sockfile_adopt(const char *path, int *lock_fd, char *err, size_t errlen)
+{
+	int lfd = lock_socket(path, err, errlen);
+
+	if (lfd < 0)
+		return lfd;
+	*lock_fd = lfd;
+	return 0;
+}

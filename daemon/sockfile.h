@@ -20,6 +20,12 @@
 int sockfile_open(const char *path, const char *group, int *lock_fd, int *listen_fd,
 		  char *err, size_t errlen);
 
+/* sockfile_adopt() - take the lock PATH.lock as sockfile_open() does, for
+ * a socket bound at path by someone else (systemd's socket activation:
+ * its mode and group are the socket unit's). Returns 0 with the lock's
+ * fd, or -errno with the reason in err. */
+int sockfile_adopt(const char *path, int *lock_fd, char *err, size_t errlen);
+
 /* sockfile_busy() - -EADDRINUSE (err says which pid) when a daemon holds
  * path's lock now, else 0; takes nothing. For an early, cheap refusal
  * before the backend is probed; sockfile_open() decides. */

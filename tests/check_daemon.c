@@ -79,7 +79,13 @@ START_TEST(test_daemon_help_and_version)
 	ck_assert_msg(strstr(out, "Usage: kvpoold") && strstr(out, "--socket"), "%s", out);
 	st = run_cmd((const char *[]){ harness_kvpoold(), "--version", NULL }, out, sizeof(out));
 	ck_assert_int_eq(st, 0);
-	ck_assert_str_eq(out, "kvpoold (kvpool) " PACKAGE_VERSION "\n");
+#ifdef HAVE_LIBSYSTEMD
+	ck_assert_str_eq(out, "kvpoold (kvpool) " PACKAGE_VERSION "\n"
+			 "built with libsystemd: socket activation, notify, watchdog\n");
+#else
+	ck_assert_str_eq(out, "kvpoold (kvpool) " PACKAGE_VERSION "\n"
+			 "built without libsystemd: no socket activation or notify\n");
+#endif
 	st = run_cmd((const char *[]){ harness_cli(), "--help", NULL }, out, sizeof(out));
 	ck_assert_int_eq(st, 0);
 	ck_assert_msg(strstr(out, "Usage: kvpool") && strstr(out, "status"), "%s", out);

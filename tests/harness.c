@@ -123,6 +123,20 @@ void daemon_restart(struct daemon *d, const char *const *args)
 
 	pfd[0] = (struct pollfd){ .fd = nfd, .events = POLLIN };
 	pfd[1] = (struct pollfd){ .fd = d->pidfd, .events = POLLIN };
+#ifndef HAVE_LIBSYSTEMD
+	/* a kvpoold without libsystemd says nothing: ready once it accepts */
+	for (i = 0; i < READY_TIMEOUT_MS / 10; i++) {
+		int fd = raw_connect(d->sock);
+
+		if (fd >= 0) {
+			close(fd);
+			close(nfd);
+			return;
+		}
+		if (poll(&pfd[1], 1, 10) > 0)
+			break;
+	}
+#endif
 	for (;;) {
 		rc = poll(pfd, 2, READY_TIMEOUT_MS);
 		if (rc == 0 || pfd[1].revents) {

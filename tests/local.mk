@@ -17,15 +17,18 @@
 #                        nothing leaks, no byte out of place
 #   tests/check_model    random steps against a reference model of pool,
 #                        index and tiers, with kills and warm restarts
+#   tests/check_systemd  kvpoold under systemd: the units verify, socket
+#                        activation (systemd-socket-activate), notify
+#                        and the watchdog; 77 (SKIP) without libsystemd
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model
+	tests/check_security tests/check_soak tests/check_model tests/check_systemd
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model
+	tests/check_security tests/check_soak tests/check_model tests/check_systemd
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -80,6 +83,11 @@ tests_check_model_SOURCES = tests/check_model.c \
 	tests/harness.c tests/harness.h
 tests_check_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_model_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_systemd_SOURCES = tests/check_systemd.c \
+	tests/harness.c tests/harness.h
+tests_check_systemd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_systemd_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
 	tests/harness.c tests/harness.h
@@ -167,6 +175,7 @@ TESTS += tests/python/run.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
 	tests/python/test_gpu.py tests/python/test_vllm.py tests/python/vllm_engine.py \
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
+	tests/python/test_metrics.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
@@ -212,6 +221,17 @@ fuzz:
 	@echo "make fuzz: configure found no clang that links libFuzzer" >&2; exit 1
 endif
 .PHONY: fuzz
+
+# make check-deb: build the Debian packages of debian/ from `make distdir`,
+# unpack them and use the installed programs, library and headers
+# (tests/check-deb.sh; minutes). contrib/quickstart test runs it once.
+EXTRA_DIST += tests/check-deb.sh debian/control debian/rules debian/changelog \
+	debian/copyright debian/source/format debian/kvpool.install \
+	debian/libkvpool0.install debian/libkvpool-dev.install debian/kvpool.docs \
+	debian/not-installed
+check-deb: all
+	$(SHELL) $(srcdir)/tests/check-deb.sh $(abs_top_builddir)
+.PHONY: check-deb
 
 # make check-valgrind: the integration tests with kvpoold under valgrind's
 # memcheck (tests/valgrind-kvpoold.sh: any error or definite leak makes

@@ -125,7 +125,7 @@ static void world_start(void)
 	char err[1024];
 
 	if (pool_init(&pool, &be, opt.pool_size, opt.slab_size) < 0 ||
-	    server_init(&srv, &loop, &opt, &be, pool, err, sizeof(err)) < 0)
+	    server_init(&srv, &loop, &opt, &be, pool, -1, err, sizeof(err)) < 0)
 		die(err);
 }
 

@@ -40,7 +40,6 @@ class Daemon:
         notify = os.path.join(self.dir, "notify")
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         ns.bind(notify)
-        ns.settimeout(20)
         exe = os.environ.get("KVPOOLD") or tool("daemon/kvpoold")
         env = dict(os.environ, NOTIFY_SOCKET=notify)
         with open(self.log, "w") as log:
@@ -48,13 +47,33 @@ class Daemon:
                 [exe, "--foreground", "--socket", self.sock, "--pool-size", "8M",
                  "--slab-size", "1M", *args], stderr=log, env=env)
         try:
-            while b"READY=1" not in ns.recv(256):
-                pass
-        except socket.timeout:
-            self.proc.kill()
-            raise RuntimeError("kvpoold did not become ready: " + self.read_log())
+            self._wait_ready(ns)
         finally:
             ns.close()
+
+    def _wait_ready(self, ns):
+        """READY=1 on the notify socket; a kvpoold built without libsystemd
+        sends none, and is ready once it accepts."""
+        ns.settimeout(0.05)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            try:
+                if b"READY=1" in ns.recv(256):
+                    return
+            except socket.timeout:
+                pass
+            if self.proc.poll() is not None:
+                break
+            if time.monotonic() + 18 < end:
+                continue  # libsystemd's notify comes within 2 s
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+                    s.connect(self.sock)
+                    return
+            except OSError:
+                pass
+        self.proc.kill()
+        raise RuntimeError("kvpoold did not become ready: " + self.read_log())
 
     def read_log(self):
         with open(self.log) as f:
