@@ -175,7 +175,7 @@ TESTS += tests/python/run.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
 	tests/python/test_gpu.py tests/python/test_vllm.py tests/python/vllm_engine.py \
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
-	tests/python/test_metrics.py \
+	tests/python/test_metrics.py tests/python/test_deploy.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
