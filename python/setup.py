@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """Build kvpool._kvpool against libkvpool.
 
-Found, in this order: KVPOOL_PREFIX (an install prefix), the kvpool build
+Found, in this order: KVPOOL_PREFIX (an install prefix; KVPOOL_LIBDIR names
+its library directory when that is not PREFIX/lib, as Debian's multiarch
+one), the kvpool build
 tree this directory sits in (../include, ../client/.libs; the module then
 records that library directory as its run path), or pkg-config kvpool.
 KVPOOL_WERROR=1 makes compiler warnings errors (the test suite sets it).
@@ -23,7 +25,7 @@ include_dirs, library_dirs, runtime_dirs, extra_link = [], [], [], []
 prefix = os.environ.get("KVPOOL_PREFIX")
 if prefix:
     include_dirs.append(os.path.join(prefix, "include"))
-    library_dirs.append(os.path.join(prefix, "lib"))
+    library_dirs.append(os.environ.get("KVPOOL_LIBDIR") or os.path.join(prefix, "lib"))
 elif os.path.exists(os.path.join(tree, "include", "kvpool.h")) and \
         os.path.exists(os.path.join(tree, "client", ".libs")):
     include_dirs.append(os.path.join(tree, "include"))

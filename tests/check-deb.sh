@@ -37,7 +37,7 @@ make -s -C "$build" distdir distdir="$src" >/dev/null
 (cd "$src" && DEB_BUILD_OPTIONS="parallel=$(nproc)" dpkg-buildpackage -us -uc -b) \
 	>"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; fail "dpkg-buildpackage"; }
 ls "$work"/*.deb >/dev/null 2>&1 || fail "no .deb made"
-for pkg in kvpool libkvpool0 libkvpool-dev; do
+for pkg in kvpool libkvpool0 libkvpool-dev python3-kvpool; do
 	ls "$work/${pkg}_${version}_"*.deb >/dev/null 2>&1 || fail "no package $pkg"
 done
 
@@ -115,6 +115,19 @@ cc -o "$work/client" "$work/client.c" $flags || fail "building against libkvpool
 out=$("$work/client" "$sock") || fail "the program against the packaged library"
 [ "$out" = "$version" ] || fail "kvp_version() is '$out', not $version"
 "$root/usr/bin/kvpool" --socket "$sock" status | grep -q 'pages' || fail "kvpool status"
+echo "== the Python package"
+py=$(PYTHONPATH=$root/usr/lib/python3/dist-packages /usr/bin/python3 -c '
+import sys, kvpool
+g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
+                    dtype=kvpool.DType.F16, model="deb")
+with kvpool.Client(sys.argv[1], "deb", g) as c:
+    c.release(c.alloc(2))
+print(kvpool.__file__, kvpool._kvpool.library_version())
+' "$sock") || fail "import kvpool from python3-kvpool"
+case $py in
+"$root"/usr/lib/python3/dist-packages/kvpool/__init__.py\ "$version") ;;
+*) fail "python3-kvpool: $py" ;;
+esac
 kill "$pid"
 wait "$pid" || fail "kvpoold exited with $?"
 pid=
