@@ -492,6 +492,11 @@ int options_parse(struct options *o, int argc, char **argv,
 #else
 			printf("built without libsystemd: no socket activation or notify\n");
 #endif
+#ifdef HAVE_LIBMICROHTTPD
+			printf("built with libmicrohttpd: --metrics-listen\n");
+#else
+			printf("built without libmicrohttpd: no --metrics-listen\n");
+#endif
 			return 1;
 		case 'c':
 			if (strlen(optarg) >= sizeof(o->config_file)) {

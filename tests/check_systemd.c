@@ -28,6 +28,8 @@
 
 #include "tests/harness.h"
 
+#ifdef HAVE_LIBSYSTEMD
+
 struct notify {
 	int fd;
 	char path[128];
@@ -379,6 +381,8 @@ static Suite *systemd_suite(void)
 	suite_add_tcase(s, tc);
 	return s;
 }
+
+#endif /* HAVE_LIBSYSTEMD */
 
 int main(void)
 {

@@ -37,6 +37,17 @@ def cli_json(sock):
     return json.loads(out)
 
 
+def built_with_microhttpd():
+    exe = os.environ.get("KVPOOLD") or tool("daemon/kvpoold")
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    return "built with libmicrohttpd" in out
+
+
+pytestmark = pytest.mark.skipif(not built_with_microhttpd(),
+                                reason="kvpoold was built without libmicrohttpd "
+                                "(apt-get install libmicrohttpd-dev, configure again)")
+
+
 @pytest.fixture
 def metrics_daemon():
     port = free_port()
