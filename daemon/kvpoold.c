@@ -343,10 +343,12 @@ int main(int argc, char **argv)
 				"--foreground\n", why);
 	}
 
-	/* systemd's sockets are this pid's: take them before any fork */
-	if (systemd_take_fds() > 0 && !opt.foreground)
-		log_warn("systemd passed sockets, and kvpoold detaches: give --foreground "
-			 "(Type=notify units do) so that they stay this process's");
+	/* systemd's sockets are this pid's (LISTEN_PID): take them before the
+	 * fork of a detaching start, whose child then serves them */
+	if (systemd_take_fds() > 0 && !opt.foreground && getenv("NOTIFY_SOCKET"))
+		log_warn("kvpoold detaches under a Type=notify unit: systemd takes "
+			 "READY=1 from the process it started only (NotifyAccess=main); "
+			 "give --foreground");
 	if (!opt.foreground)
 		ready_fd = detach();
 

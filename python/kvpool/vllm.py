@@ -247,8 +247,8 @@ class _Copier:
         pv, stride, pages, _ = view  # kvpool.Client.view()
         vl, vs = self._vllm_side()
         pl, ps = pool_side(self.g, pv.address, pages, stride)
-        arr = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx], dtype=torch.int64)
-        mv = memoryview(arr.numpy()) if hasattr(arr, "numpy") else arr
+        mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
+                          dtype=torch.int64).numpy()
         g = self.g
         if to_pool:
             _kvpool.copy_blocks(pl, ps, vl, vs, mv, g.kv_heads, g.block_tokens,
@@ -423,10 +423,13 @@ class KVPoolConnector(KVConnectorBase_V1):
         hit = len(pages)
         self._pool.count("hit_blocks", hit)
         self._saved[rid] = max(self._saved.get(rid, 0), hit)
-        if hit <= start:
+        if hit <= start:  # nothing past vLLM's own hit: no lease to hold
             if pages:
-                self._leases[rid] = _Lease(pages, keys[:hit], hit)
-                self._release(rid)
+                with self._pool.lock:
+                    try:
+                        c.release(pages)
+                    except OSError as e:
+                        self._pool.failed("release", e)
             return 0, False
         self._leases[rid] = _Lease(pages, keys[:hit], start)
         return (hit - start) * self._block, False
