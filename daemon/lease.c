@@ -114,11 +114,17 @@ static void drop_entry(struct pool *p, struct ns *n, uint32_t e)
 }
 
 /* drop_below() - drop every entry below e, deepest first (each a leaf
- * when it goes, so O(1) each); with_e: e too, last. */
+ * when it goes, so O(1) each); with_e: e too, last. Finding them is
+ * O(entries), so a leaf (what eviction takes) skips it. */
 static void drop_below(struct pool *p, struct ns *n, uint32_t e, bool with_e)
 {
 	uint32_t *all, cnt, i;
 
+	if (!prefix_children(n->idx, e)) {
+		if (with_e)
+			drop_entry(p, n, e);
+		return;
+	}
 	cnt = prefix_subtree(n->idx, e, &all);
 	for (i = 0; i + 1 < cnt; i++)	/* the last one is e */
 		drop_entry(p, n, all[i]);

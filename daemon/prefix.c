@@ -455,6 +455,11 @@ void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot)
 	list_add(x, &x->host, e);
 }
 
+uint32_t prefix_children(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].children;
+}
+
 uint32_t prefix_host_children(const struct prefix *x, uint32_t e)
 {
 	return x->e[e].host_children;

@@ -141,6 +141,9 @@ uint32_t prefix_copy_oldest(const struct prefix *x);
  * NVMe tier, prefix_restoring() back into the pool. */
 void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot);
 
+/* prefix_children() - indexed entries that name e as their parent. */
+uint32_t prefix_children(const struct prefix *x, uint32_t e);
+
 /* prefix_host_children() - entries below e that are in the host tier. */
 uint32_t prefix_host_children(const struct prefix *x, uint32_t e);
 
