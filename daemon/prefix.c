@@ -36,6 +36,7 @@ struct entry {
 					 * holds a copy of it, or 0 */
 	uint32_t cprev, cnext;		/* the list of entries with a copy */
 	uint32_t *tokens;		/* partial: its token ids, owned */
+	struct block_rec *rec;		/* full, with a sink: what events name */
 	uint64_t hits;			/* ACQUIREs that served it */
 	uint64_t stamp_ms;		/* last published, acquired or released */
 	uint32_t ntokens;		/* partial: how many; 0 for a full block */
@@ -43,6 +44,15 @@ struct entry {
 	uint8_t cached;			/* on a candidate list */
 	uint8_t used;
 	uint8_t where;			/* enum prefix_where */
+	uint8_t media;			/* full: PREFIX_M_* its bytes are in */
+};
+
+/* What the events of a full block carry besides its key: the key it was
+ * published after, and its token ids when the publisher sent them. */
+struct block_rec {
+	uint8_t parent[KVP_KEY_BYTES];
+	uint32_t nids;
+	uint32_t ids[];
 };
 
 struct lru {
@@ -64,7 +74,53 @@ struct prefix {
 	struct lru host;		/* entries in the host tier, oldest first */
 	struct lru copies;		/* in the pool with an NVMe copy, oldest first */
 	uint32_t spilled;		/* entries hosted, spilling or spilled */
+	prefix_sink_fn sink;		/* media changes go here, or NULL */
+	void *sink_arg;
 };
+
+void prefix_set_sink(struct prefix *x, prefix_sink_fn fn, void *arg)
+{
+	x->sink = fn;
+	x->sink_arg = arg;
+}
+
+/* set_media() - a full block's bytes are in media m now: the sink hears
+ * what it left (first) and what it came to. O(1). */
+static void set_media(struct prefix *x, uint32_t e, unsigned m)
+{
+	struct entry *en = &x->e[e];
+	unsigned old = en->media;
+
+	if (en->ntokens || old == m)
+		return;
+	en->media = (uint8_t)m;
+	if (x->sink)
+		x->sink(x->sink_arg, x, e, old & ~m, m & ~old);
+}
+
+unsigned prefix_media(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].media;
+}
+
+const uint8_t *prefix_parent_key(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].rec ? x->e[e].rec->parent : NULL;
+}
+
+const uint32_t *prefix_block_ids(const struct prefix *x, uint32_t e, uint32_t *n)
+{
+	const struct block_rec *r = x->e[e].rec;
+
+	*n = r ? r->nids : 0;
+	return r && r->nids ? r->ids : NULL;
+}
+
+static void copy_unlink(struct prefix *x, uint32_t e);
+static uint32_t insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+		       uint64_t page, unsigned prio, const uint32_t *tokens,
+		       uint32_t ntokens, uint32_t nids);
 
 static uint64_t now_ms(void)
 {
@@ -109,8 +165,10 @@ void prefix_free(struct prefix *x)
 
 	if (!x)
 		return;
-	for (i = 1; x->e && i < x->cap; i++)
+	for (i = 1; x->e && i < x->cap; i++) {
 		free(x->e[i].tokens);
+		free(x->e[i].rec);
+	}
 	free(x->e);
 	free(x->full);
 	free(x->part);
@@ -216,11 +274,51 @@ uint32_t prefix_find_partial_exact(const struct prefix *x,
 	return PREFIX_NIL;
 }
 
+/* new_rec() - a full block's record for its events, or NULL without
+ * memory. */
+static struct block_rec *new_rec(const uint8_t parent_key[KVP_KEY_BYTES],
+				 const uint32_t *ids, uint32_t nids)
+{
+	struct block_rec *r = malloc(sizeof(*r) + (size_t)nids * sizeof(r->ids[0]));
+
+	if (!r)
+		return NULL;
+	if (parent_key)
+		memcpy(r->parent, parent_key, KVP_KEY_BYTES);
+	else
+		memset(r->parent, 0, KVP_KEY_BYTES);
+	r->nids = ids ? nids : 0;
+	if (r->nids)
+		memcpy(r->ids, ids, (size_t)nids * sizeof(r->ids[0]));
+	return r;
+}
+
 uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
 		       uint64_t page, unsigned prio, const uint32_t *tokens,
 		       uint32_t ntokens)
 {
+	if (ntokens)
+		return insert(x, NULL, parent_key, parent, page, prio, tokens, ntokens, 0);
+	return insert(x, key, parent_key, parent, page, prio, NULL, 0, 0);
+}
+
+uint32_t prefix_insert_block(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+			     const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+			     uint64_t page, unsigned prio, const uint32_t *ids,
+			     uint32_t nids)
+{
+	return insert(x, key, parent_key, parent, page, prio, ids, 0, ids ? nids : 0);
+}
+
+/* insert() - prefix_insert() of a partial page (ntokens > 0) or of a full
+ * block with nids token ids (ids kept only with a sink). */
+static uint32_t insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+		       uint64_t page, unsigned prio, const uint32_t *tokens,
+		       uint32_t ntokens, uint32_t nids)
+{
+	struct block_rec *rec = NULL;
 	uint32_t *copy = NULL, i, b;
 	struct entry *en;
 
@@ -231,10 +329,15 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 		if (!copy)
 			return PREFIX_NIL;
 		memcpy(copy, tokens, ntokens * sizeof(*copy));
+	} else if (x->sink) {
+		rec = new_rec(parent_key, tokens, nids);
+		if (!rec)
+			return PREFIX_NIL;
 	}
 	i = new_entry(x);
 	if (i == PREFIX_NIL) {
 		free(copy);
+		free(rec);
 		return PREFIX_NIL;
 	}
 	en = &x->e[i];
@@ -243,6 +346,7 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 	en->page = page;
 	en->parent = parent;
 	en->tokens = copy;
+	en->rec = rec;
 	en->ntokens = ntokens;
 	en->prio = (uint8_t)(prio < PREFIX_CLASSES ? prio : PREFIX_CLASSES - 1);
 	en->used = 1;
@@ -262,6 +366,8 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 	x->count++;
 	if (en->prio == PREFIX_PINNED)
 		x->pinned++;
+	if (page)
+		set_media(x, i, PREFIX_M_POOL);
 	return i;
 }
 
@@ -356,6 +462,7 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	uint32_t i;
 
 	prefix_copy_clear(x, e);
+	set_media(x, e, 0);
 	/* Rare (a failed restore): its children lose their parent link,
 	 * O(entries). */
 	for (i = 1; en->children && i < x->cap; i++) {
@@ -379,6 +486,7 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	if (en->prio == PREFIX_PINNED)
 		x->pinned--;
 	free(en->tokens);
+	free(en->rec);
 	memset(en, 0, sizeof(*en));
 	en->hnext = x->free_head;
 	x->free_head = e;
@@ -430,7 +538,7 @@ void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot)
 {
 	struct entry *en = &x->e[e];
 
-	prefix_copy_clear(x, e);	/* its slot is the copy, or another */
+	copy_unlink(x, e);	/* its slot is the copy, or another */
 	list_del(x, e);
 	leave_upper(x, e);
 	if (en->where != PREFIX_HOST)
@@ -438,6 +546,7 @@ void prefix_spilling(struct prefix *x, uint32_t e, uint32_t slot)
 	en->where = PREFIX_SPILLING;
 	en->page = 0;
 	en->slot = slot;
+	set_media(x, e, PREFIX_M_NVME);
 }
 
 void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot)
@@ -453,6 +562,7 @@ void prefix_hosted(struct prefix *x, uint32_t e, uint32_t slot)
 	en->slot = slot;
 	x->spilled++;
 	list_add(x, &x->host, e);
+	set_media(x, e, PREFIX_M_HOST);
 }
 
 uint32_t prefix_children(const struct prefix *x, uint32_t e)
@@ -513,13 +623,16 @@ void prefix_restoring(struct prefix *x, uint32_t e, uint64_t page)
 void prefix_restored(struct prefix *x, uint32_t e)
 {
 	x->e[e].where = PREFIX_IN_POOL;
+	/* read from the host tier: its slot goes; from the NVMe tier: the
+	 * caller keeps the slot as the block's copy */
+	set_media(x, e, PREFIX_M_POOL | (x->e[e].media & PREFIX_M_NVME));
 }
 
 void prefix_copy_set(struct prefix *x, uint32_t e, uint32_t slot)
 {
 	struct entry *en = &x->e[e];
 
-	prefix_copy_clear(x, e);
+	copy_unlink(x, e);
 	en->copy = slot + 1;
 	en->cnext = PREFIX_NIL;
 	en->cprev = x->copies.tail;
@@ -528,9 +641,20 @@ void prefix_copy_set(struct prefix *x, uint32_t e, uint32_t slot)
 	else
 		x->copies.head = e;
 	x->copies.tail = e;
+	set_media(x, e, en->media | PREFIX_M_NVME);
 }
 
 void prefix_copy_clear(struct prefix *x, uint32_t e)
+{
+	if (!x->e[e].copy)
+		return;
+	copy_unlink(x, e);
+	set_media(x, e, x->e[e].media & ~PREFIX_M_NVME);
+}
+
+/* copy_unlink() - forget e's copy without telling the sink (the caller
+ * does, or the slot goes on holding e). */
+static void copy_unlink(struct prefix *x, uint32_t e)
 {
 	struct entry *en = &x->e[e];
 

@@ -35,6 +35,13 @@ enum prefix_where {
 	PREFIX_RESTORING = 3,	/* being read back into its page */
 	PREFIX_HOST = 4,	/* in its host tier slot only */
 };
+/* Media a full block's bytes are in (a partial entry has none): the pool's
+ * page, the host tier, the NVMe tier (a block in the pool may have a copy
+ * there too). */
+#define PREFIX_M_POOL	0x1u
+#define PREFIX_M_HOST	0x2u
+#define PREFIX_M_NVME	0x4u
+
 #define PREFIX_CLASSES 4u	/* priority classes 0 (evicted first) .. 3 (pinned) */
 #define PREFIX_PINNED 3u
 
@@ -45,6 +52,28 @@ struct prefix *prefix_new(void);
 
 /* prefix_free() - free the index (the pages are the caller's). */
 void prefix_free(struct prefix *x);
+
+/*
+ * The sink: fn(arg, x, e, gone, came) runs whenever full block e's media
+ * change (gone: PREFIX_M_* it left; came: those it is in now), while e is
+ * still indexed with its key, before the change returns; it must not
+ * change x. Set before the first insert (KV events); NULL: none. With a
+ * sink, every full block keeps the key it was published after and its
+ * token ids (prefix_insert_block()).
+ */
+typedef void (*prefix_sink_fn)(void *arg, const struct prefix *x, uint32_t e,
+			       unsigned gone, unsigned came);
+void prefix_set_sink(struct prefix *x, prefix_sink_fn fn, void *arg);
+
+/* prefix_media() - the PREFIX_M_* a full block's bytes are in now. */
+unsigned prefix_media(const struct prefix *x, uint32_t e);
+
+/* prefix_parent_key() - with a sink, the key full block e was published
+ * after (the namespace's root for a first block); NULL without one.
+ * prefix_block_ids() - its token ids (*n of them) when its publisher sent
+ * them, else NULL. */
+const uint8_t *prefix_parent_key(const struct prefix *x, uint32_t e);
+const uint32_t *prefix_block_ids(const struct prefix *x, uint32_t e, uint32_t *n);
 
 /* prefix_find() - the entry of a full-block key, or PREFIX_NIL. O(1). */
 uint32_t prefix_find(const struct prefix *x, const uint8_t key[KVP_KEY_BYTES]);
@@ -74,6 +103,13 @@ uint32_t prefix_insert(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
 		       const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
 		       uint64_t page, unsigned prio, const uint32_t *tokens,
 		       uint32_t ntokens);
+
+/* prefix_insert_block() - prefix_insert() of a full block whose token ids
+ * are ids[0..nids) (NULL: not known), which a sink's index keeps. */
+uint32_t prefix_insert_block(struct prefix *x, const uint8_t key[KVP_KEY_BYTES],
+			     const uint8_t parent_key[KVP_KEY_BYTES], uint32_t parent,
+			     uint64_t page, unsigned prio, const uint32_t *ids,
+			     uint32_t nids);
 
 /* prefix_page() / prefix_tokens() / prefix_prio() - an entry's page, its
  * token count (0 for a full block) and priority class. */

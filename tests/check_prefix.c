@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -397,6 +398,80 @@ START_TEST(test_prefix_pool_states_of_a_published_page)
 }
 END_TEST
 
+/* A sink that writes down what it hears: "+P" (came to the pool), "-H"
+ * (left the host tier), ... per change, entry by entry. */
+struct heard {
+	char log[512];
+	const uint8_t *parent;	/* the parent key the last store named */
+	uint32_t nids;
+};
+
+static void hear(void *arg, const struct prefix *x, uint32_t e, unsigned gone, unsigned came)
+{
+	static const char name[] = "PHN";
+	struct heard *h = arg;
+	size_t len = strlen(h->log);
+	unsigned m;
+
+	for (m = 0; m < 3; m++)
+		if (gone & (1u << m))
+			len += (size_t)snprintf(h->log + len, sizeof(h->log) - len, "%u-%c ", e,
+						name[m]);
+	for (m = 0; m < 3; m++)
+		if (came & (1u << m))
+			len += (size_t)snprintf(h->log + len, sizeof(h->log) - len, "%u+%c ", e,
+						name[m]);
+	h->parent = prefix_parent_key(x, e);
+	(void)prefix_block_ids(x, e, &h->nids);
+}
+
+START_TEST(test_prefix_sink_hears_every_tier_move_once)
+{
+	struct prefix *x = prefix_new();
+	struct heard h = { .log = "" };
+	uint8_t root[KVP_KEY_BYTES] = { 7 }, k1[KVP_KEY_BYTES];
+	uint32_t ids[4] = { 1, 2, 3, 4 }, a, b, p, slot;
+
+	prefix_set_sink(x, hear, &h);
+	memcpy(k1, key(1), KVP_KEY_BYTES);
+	a = prefix_insert_block(x, k1, root, PREFIX_NIL, 101, 1, ids, 4);
+	ck_assert_ptr_nonnull(h.parent);
+	ck_assert_int_eq(memcmp(h.parent, root, KVP_KEY_BYTES), 0);
+	ck_assert_uint_eq(h.nids, 4);
+	b = prefix_insert_block(x, key(2), k1, a, 102, 1, NULL, 0);
+	ck_assert_uint_eq(h.nids, 0);
+	ck_assert_int_eq(memcmp(h.parent, k1, KVP_KEY_BYTES), 0);
+	/* a partial page is no block: the sink hears nothing of it */
+	p = prefix_insert(x, NULL, key(2), b, 103, 1, ids, 3);
+	prefix_cached(x, p);
+	prefix_remove(x, p);
+	/* b: pool -> host -> NVMe -> back into the pool with its NVMe copy */
+	prefix_hosted(x, b, 0);
+	prefix_spilling(x, b, 5);
+	prefix_spilled(x, b);
+	prefix_restoring(x, b, 104);
+	prefix_restored(x, b);
+	prefix_copy_set(x, b, 5);
+	ck_assert_uint_eq(prefix_media(x, b), PREFIX_M_POOL | PREFIX_M_NVME);
+	/* evicted again onto its copy: no write, only the pool leaves */
+	ck_assert(prefix_copy(x, b, &slot) && slot == 5);
+	prefix_spilling(x, b, slot);
+	prefix_spilled(x, b);
+	/* a: pool -> host -> pool; then dropped */
+	prefix_hosted(x, a, 1);
+	prefix_restoring(x, a, 105);
+	prefix_restored(x, a);
+	prefix_remove(x, b);
+	prefix_remove(x, a);
+	ck_assert_str_eq(h.log, "1+P 2+P "
+			 "2-P 2+H 2-H 2+N 2+P "		/* restore keeps the copy */
+			 "2-P "				/* back to its copy */
+			 "1-P 1+H 1-H 1+P "
+			 "2-N 1-P ");
+	prefix_free(x);
+}
+END_TEST
+
 Suite *prefix_suite(void)
 {
 	Suite *s = suite_create("prefix");
@@ -418,6 +493,10 @@ Suite *prefix_suite(void)
 	tcase_add_test(tc, test_prefix_leased_child_keeps_its_parent);
 	tcase_add_test(tc, test_prefix_evictable_counts_what_eviction_could_take);
 	tcase_add_test(tc, test_prefix_host_tier_moves_leaves_first_and_skips_held_entries);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("tier moves");
+	tcase_add_test(tc, test_prefix_sink_hears_every_tier_move_once);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("pool states");
