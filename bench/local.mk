@@ -65,7 +65,7 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
-	bench/run-metrics.sh \
+	bench/run-metrics.sh bench/run-events.sh \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -112,11 +112,17 @@ BENCH_CONNECTORS_RUN = $(SHELL) $(top_srcdir)/bench/run-connectors.sh \
 # 100 ms (under a minute). `make bench-metrics` runs it alone.
 BENCH_METRICS_RUN = $(SHELL) $(top_srcdir)/bench/run-metrics.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-events.sh: bench/rpc publishing with 16 clients, KV events off and
+# on with a slow subscriber (a minute or two; PYTHON= an interpreter with
+# pyzmq, default the tree's .venv). `make bench-events` runs it alone.
+BENCH_EVENTS_RUN = $(SHELL) $(top_srcdir)/bench/run-events.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${PYTHON:+--python "$$PYTHON"}
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
-	bench-python bench-connectors bench-metrics
+	bench-python bench-connectors bench-metrics bench-events
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
@@ -134,6 +140,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_PYTHON_RUN)
 	$(BENCH_CONNECTORS_RUN)
 	$(BENCH_METRICS_RUN)
+	$(BENCH_EVENTS_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -162,3 +169,6 @@ bench-connectors: daemon/kvpoold$(EXEEXT)
 
 bench-metrics: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_METRICS_RUN)
+
+bench-events: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
+	$(BENCH_EVENTS_RUN)

@@ -58,6 +58,7 @@ struct rpc_opts {
 	const struct rpc_geom *geom;
 	unsigned int clients;
 	size_t batch;
+	bool publish;		/* publish each page under a fresh key before release */
 	size_t iters;
 	size_t warmup;
 	bool json;
@@ -103,6 +104,9 @@ static void usage(FILE *f)
 		"  -n, --iters=N        timed alloc+release cycles per client (default 10000)\n"
 		"  -w, --warmup=N       untimed cycles per client before the barrier\n"
 		"                       (default iters/10, at least 100)\n"
+		"  -p, --publish        publish the pages under fresh keys, with their\n"
+		"                       tokens, between alloc and release (the release\n"
+		"                       latency then counts both)\n"
 		"  -g, --geometry=KIND  large (2 MiB pages, namespace 'bench') or small\n"
 		"                       (16 KiB pages, namespace 'bench-small'; default large)\n"
 		"  -j, --json           print one JSON object instead of one key=value line\n"
@@ -137,6 +141,7 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 		{ "iters", required_argument, NULL, 'n' },
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "geometry", required_argument, NULL, 'g' },
+		{ "publish", no_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 }
@@ -146,7 +151,7 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 
 	*o = (struct rpc_opts){ .geom = &rpc_geoms[0], .clients = 1, .batch = 1,
 				.iters = 10000 };
-	while (rc == 0 && (ch = getopt_long(argc, argv, "s:c:b:n:w:g:jh", longopts, NULL)) != -1) {
+	while (rc == 0 && (ch = getopt_long(argc, argv, "s:c:b:n:w:g:pjh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
 			o->socket = optarg;
@@ -169,6 +174,9 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 			break;
 		case 'j':
 			o->json = true;
+			break;
+		case 'p':
+			o->publish = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -208,11 +216,39 @@ static int shared_map(const struct rpc_opts *o, struct rpc_shared *sh)
 	return 0;
 }
 
-/* cycle() - one kvp_alloc() and one kvp_release() of n pages; their
- * latencies into *a and *r. Returns 0 or the failed call's -errno, with
- * what failed in slot->err. */
+/* publish_fresh() - publish pages[0..n) as root blocks under keys no one
+ * used (this process's pid and a count), each with block_tokens token ids;
+ * the canonical pages are the pages themselves. */
+static int publish_fresh(kvp_client *c, size_t n, const kvp_page *pages, kvp_page *canon)
+{
+	static uint64_t seq;
+	uint32_t bt = kvp_block_tokens(c), pid = (uint32_t)getpid();
+	uint32_t *tokens = malloc(n * bt * sizeof(*tokens) + 1);
+	kvp_key *keys = calloc(n + 1, sizeof(*keys));
+	size_t i, t;
+	int rc = -ENOMEM;
+
+	if (tokens && keys) {
+		for (i = 0; i < n; i++, seq++) {
+			memcpy(keys[i].b, &pid, sizeof(pid));
+			memcpy(keys[i].b + 8, &seq, sizeof(seq));
+			for (t = 0; t < bt; t++)
+				tokens[i * bt + t] = (uint32_t)(seq + t);
+		}
+		rc = kvp_publish_tokens(c, NULL, NULL, pages, keys, tokens, n, KVP_PRIO_NORMAL,
+					canon);
+	}
+	free(tokens);
+	free(keys);
+	return rc;
+}
+
+/* cycle() - one kvp_alloc() and one kvp_release() of n pages (with
+ * --publish, a kvp_publish_tokens() of them in between); their latencies
+ * into *a and *r (the publish counts in *r). Returns 0 or the failed
+ * call's -errno, with what failed in slot->err. */
 static int cycle(kvp_client *c, size_t n, kvp_page *pages, struct rpc_slot *slot,
-		 uint64_t *a, uint64_t *r)
+		 uint64_t *a, uint64_t *r, bool publish)
 {
 	uint64_t t0, t1, t2;
 	int rc;
@@ -224,6 +260,17 @@ static int cycle(kvp_client *c, size_t n, kvp_page *pages, struct rpc_slot *slot
 		snprintf(slot->err, sizeof(slot->err), "kvp_alloc of %zu pages: %s%s%s",
 			 n, kvp_strerror(rc), kvp_last_error()[0] ? ": " : "", kvp_last_error());
 		return rc;
+	}
+	if (publish) {
+		kvp_page canon[64];
+
+		rc = n <= 64 ? publish_fresh(c, n, pages, canon) : -EINVAL;
+		if (rc < 0) {
+			snprintf(slot->err, sizeof(slot->err), "kvp_publish_tokens of %zu pages "
+				 "(at most 64): %s%s%s", n, kvp_strerror(rc),
+				 kvp_last_error()[0] ? ": " : "", kvp_last_error());
+			return rc;
+		}
 	}
 	rc = kvp_release(c, pages, n);
 	t2 = now_ns();
@@ -249,7 +296,7 @@ static int client_timed(const struct rpc_opts *o, struct rpc_shared *sh,
 
 	slot->start_ns = now_ns();
 	for (i = 0; i < o->iters && rc == 0; i++)
-		rc = cycle(c, o->batch, pages, slot, &a[i], &r[i]);
+		rc = cycle(c, o->batch, pages, slot, &a[i], &r[i], o->publish);
 	slot->end_ns = now_ns();
 	return rc;
 }
@@ -285,7 +332,7 @@ static int client_main(const struct rpc_opts *o, struct rpc_shared *sh,
 	}
 	slot->page_bytes = kvp_page_bytes(c);
 	for (i = 0; i < o->warmup && rc == 0; i++)
-		rc = cycle(c, o->batch, pages, slot, &a, &r);
+		rc = cycle(c, o->batch, pages, slot, &a, &r, o->publish);
 out_signal:
 	ch = rc == 0 ? 'R' : 'F';
 	if (write(ready_fd, &ch, 1) != 1)

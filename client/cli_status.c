@@ -161,6 +161,12 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	print_tier_json(&st->nvme);
 	printf(",\"host\":");
 	print_tier_json(&st->host);
+	printf(",\"events\":{\"enabled\":%s,\"batches\":%" PRIu64 ",\"events\":%" PRIu64
+	       ",\"dropped_batches\":%" PRIu64 ",\"dropped_events\":%" PRIu64
+	       ",\"queued_bytes\":%" PRIu64 ",\"replays\":%" PRIu64 ",\"replayed\":%" PRIu64
+	       "}", st->events.enabled ? "true" : "false", st->events.batches,
+	       st->events.events, st->events.dropped_batches, st->events.dropped_events,
+	       st->events.queued_bytes, st->events.replays, st->events.replayed);
 	printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
 	for (i = 0; i < nns; i++) {
 		if (i)
@@ -201,6 +207,12 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	print_prefix("sharing", &st->prefix);
 	print_tier("host tier", &st->host, true);
 	print_tier("nvme tier", &st->nvme, false);
+	if (st->events.enabled)
+		printf("kv events     %" PRIu64 " batches (%" PRIu64 " events) sent, %" PRIu64
+		       " dropped (%" PRIu64 " events), %" PRIu64 " bytes queued, %" PRIu64
+		       " replays\n", st->events.batches, st->events.events,
+		       st->events.dropped_batches, st->events.dropped_events,
+		       st->events.queued_bytes, st->events.replays);
 	printf("conservation  %s (free + private + shared + cached + spilled + "
 	       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
 	for (i = 0; i < nns; i++) {

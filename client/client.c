@@ -1042,11 +1042,14 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 	return rc < 0 ? rc : (int)done;
 }
 
-KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pages,
-			const kvp_key *keys, size_t n, unsigned prio, kvp_page *canonical)
+/* publish() - kvp_publish_tokens() without the stream: one PUBLISH per
+ * message's worth of entries (and their tokens). */
+static int publish(kvp_client *c, const kvp_key *parent, const kvp_page *pages,
+		   const kvp_key *keys, const uint32_t *tokens, size_t n, unsigned prio,
+		   kvp_page *canonical)
 {
 	struct kvp_wire_publish pb = { .prio = prio };
-	size_t per, done = 0, k, i, len = 0;
+	size_t per, done = 0, k, i, len = 0, bt;
 	struct kvp_wire_publish_ent *ents;
 	const void *handles;
 	uint32_t got;
@@ -1056,9 +1059,11 @@ KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pa
 		return -EINVAL;
 	if (!c->has_ns)
 		return -ENOTCONN;
+	bt = tokens ? c->hello.block_tokens : 0;
 	pthread_mutex_lock(&c->mu);
-	per = (c->buf_size - KVP_WIRE_HDR_SIZE - sizeof(pb)) / sizeof(*ents);
-	ents = malloc((n < per ? n : per) * sizeof(*ents) + 1);
+	per = (c->buf_size - KVP_WIRE_HDR_SIZE - sizeof(pb)) /
+	      (sizeof(*ents) + bt * sizeof(uint32_t));
+	ents = malloc((n < per ? n : per) * (sizeof(*ents) + bt * sizeof(uint32_t)) + 1);
 	if (!ents) {
 		rc = -ENOMEM;
 		goto out;
@@ -1071,8 +1076,10 @@ KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pa
 			ents[i].page = pages[done + i];
 			memcpy(ents[i].key, keys[done + i].b, KVP_KEY_BYTES);
 		}
-		rc = call(c, KVP_OP_PUBLISH, &pb, sizeof(pb), ents, k * sizeof(*ents),
-			  &len, NULL);
+		if (bt)		/* then the blocks' token ids, little-endian */
+			memcpy(ents + k, tokens + done * bt, k * bt * sizeof(uint32_t));
+		rc = call(c, KVP_OP_PUBLISH, &pb, sizeof(pb), ents,
+			  k * (sizeof(*ents) + bt * sizeof(uint32_t)), &len, NULL);
 		if (rc < 0)
 			break;
 		if (wire_pages_decode(c->buf + KVP_WIRE_HDR_SIZE, len, &got, &handles) < 0 ||
@@ -1100,10 +1107,16 @@ out:
 	return rc;
 }
 
-KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
+KVP_API int kvp_publish(kvp_client *c, const kvp_key *parent, const kvp_page *pages,
+			const kvp_key *keys, size_t n, unsigned prio, kvp_page *canonical)
+{
+	return publish(c, parent, pages, keys, NULL, n, prio, canonical);
+}
+
+KVP_API int kvp_publish_tokens(kvp_client *c, struct CUstream_st *stream,
 			       const kvp_key *parent, const kvp_page *pages,
-			       const kvp_key *keys, size_t n, unsigned prio,
-			       kvp_page *canonical)
+			       const kvp_key *keys, const uint32_t *tokens, size_t n,
+			       unsigned prio, kvp_page *canonical)
 {
 	int rc;
 
@@ -1113,7 +1126,15 @@ KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
 		if (rc < 0)
 			return rc;
 	}
-	return kvp_publish(c, parent, pages, keys, n, prio, canonical);
+	return publish(c, parent, pages, keys, tokens, n, prio, canonical);
+}
+
+KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
+			       const kvp_key *parent, const kvp_page *pages,
+			       const kvp_key *keys, size_t n, unsigned prio,
+			       kvp_page *canonical)
+{
+	return kvp_publish_tokens(c, stream, parent, pages, keys, NULL, n, prio, canonical);
 }
 
 KVP_API int kvp_publish_partial(kvp_client *c, const kvp_key *parent, kvp_page page,

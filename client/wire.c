@@ -135,15 +135,19 @@ int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire
 }
 
 int wire_publish_decode(const void *payload, size_t len, struct kvp_wire_publish *pb,
-			const void **ents)
+			const void **ents, const void **tokens, size_t *ntokens)
 {
+	uint64_t head;
+
 	if (len < sizeof(*pb))
 		return -KVP_S_PROTO;
 	memcpy(pb, payload, sizeof(*pb));
-	if ((uint64_t)len != sizeof(*pb) +
-			     (uint64_t)pb->n * sizeof(struct kvp_wire_publish_ent))
+	head = sizeof(*pb) + (uint64_t)pb->n * sizeof(struct kvp_wire_publish_ent);
+	if ((uint64_t)len < head || ((uint64_t)len - head) % sizeof(uint32_t))
 		return -KVP_S_PROTO;
 	*ents = (const uint8_t *)payload + sizeof(*pb);
+	*tokens = (const uint8_t *)payload + head;
+	*ntokens = (size_t)(((uint64_t)len - head) / sizeof(uint32_t));
 	return 0;
 }
 

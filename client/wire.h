@@ -81,9 +81,11 @@ int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire
 			const uint8_t **keys, const void **tokens);
 
 /* wire_publish_decode() - a PUBLISH request: *pb, then n entries of
- * struct kvp_wire_publish_ent (read with wire_publish_ent_at()). */
+ * struct kvp_wire_publish_ent (read with wire_publish_ent_at()), then
+ * *ntokens token ids at *tokens (read with wire_u32_at(); 0 when none:
+ * the caller checks that they are n x block_tokens). */
 int wire_publish_decode(const void *payload, size_t len, struct kvp_wire_publish *pb,
-			const void **ents);
+			const void **ents, const void **tokens, size_t *ntokens);
 void wire_publish_ent_at(const void *ents, size_t i, struct kvp_wire_publish_ent *e);
 
 /* wire_partial_decode() - a PUBLISH_PARTIAL request: *pp, then ntokens

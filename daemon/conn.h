@@ -109,6 +109,7 @@ struct server {
 	struct pool *pool;
 	struct ns_table nst;
 	struct ns_config keys;		/* key settings for new namespaces */
+	struct events *events;		/* --kv-events, or NULL */
 	gid_t admin_gid;		/* --admin-group, or -1 */
 	struct access_rule rules[OPTIONS_ACCESS_MAX];	/* --access */
 	unsigned nrules;

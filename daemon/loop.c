@@ -295,14 +295,22 @@ int loop_run(struct loop *l)
 			rc = sync_turn(l, -1);
 			if (rc < 0 && rc != -EINTR)
 				return rc;
-			continue;
+		} else {
+			rc = io_uring_submit_and_wait(&l->ring, 1);
+			if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+				return rc;
+			reap(l);
 		}
-		rc = io_uring_submit_and_wait(&l->ring, 1);
-		if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-			return rc;
-		reap(l);
+		if (l->turn_fn)
+			l->turn_fn(l->turn_arg);
 	}
 	return 0;
+}
+
+void loop_on_turn(struct loop *l, void (*fn)(void *arg), void *arg)
+{
+	l->turn_fn = fn;
+	l->turn_arg = arg;
 }
 
 int loop_turn(struct loop *l, unsigned ms)
@@ -312,12 +320,17 @@ int loop_turn(struct loop *l, unsigned ms)
 	struct io_uring_cqe *cqe;
 	int rc;
 
-	if (l->sync)
-		return sync_turn(l, (int)ms);
-	rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
-	if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-		return rc;
-	return (int)reap(l);
+	if (l->sync) {
+		rc = sync_turn(l, (int)ms);
+	} else {
+		rc = io_uring_submit_and_wait_timeout(&l->ring, &cqe, 1, &ts, NULL);
+		if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+			return rc;
+		rc = (int)reap(l);
+	}
+	if (l->turn_fn)
+		l->turn_fn(l->turn_arg);
+	return rc;
 }
 
 void loop_stop(struct loop *l)

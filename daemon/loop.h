@@ -35,6 +35,8 @@ struct loop {
 	uint64_t buffers_used;	/* bit i: fixed buffer i is taken */
 	bool sync;		/* no ring: epoll and I/O threads (loop_sync.c) */
 	struct loop_sync *s;
+	void (*turn_fn)(void *arg);	/* after each turn's completions */
+	void *turn_arg;
 };
 
 /* How the loop does its I/O. */
@@ -126,6 +128,10 @@ int loop_run(struct loop *l);
  * drive the loop step by step (tests/fuzz); the daemon uses loop_run().
  */
 int loop_turn(struct loop *l, unsigned ms);
+
+/* loop_on_turn() - call fn(arg) after each turn's completions, before the
+ * loop waits again (KV events close their batch there); NULL: none. */
+void loop_on_turn(struct loop *l, void (*fn)(void *arg), void *arg);
 
 /* loop_stop() - make loop_run() return after the current completions. */
 void loop_stop(struct loop *l);

@@ -17,6 +17,7 @@
 #include "client/wire.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
+#include "daemon/events.h"
 #include "daemon/ns.h"
 
 /* Bounds on geometry fields: generous, but they keep products in range. */
@@ -121,7 +122,8 @@ static bool scan_slot(void *arg, uint32_t slot, const struct spill_meta *m)
 	if (m->ntokens ? prefix_find_partial_exact(x, m->key, m->tokens, m->ntokens) :
 			 prefix_find(x, m->key))
 		return false;	/* an older copy of a key already indexed */
-	e = prefix_insert(x, m->key, m->key, PREFIX_NIL, 0, m->prio, m->tokens, m->ntokens);
+	e = prefix_insert(x, m->key, m->ntokens ? m->key : m->parent, PREFIX_NIL, 0, m->prio,
+			  m->tokens, m->ntokens);
 	if (e == PREFIX_NIL)
 		return false;
 	prefix_spilling(x, e, slot);
@@ -215,6 +217,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 static void ns_free(struct ns *n)
 {
 	prefix_free(n->idx);
+	free(n->ev_topic);
 	hosttier_close(n->host);
 	spill_close(n->tier);
 	free(n->slot_entry);
@@ -301,6 +304,10 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	}
 	memcpy(n->name, h->ns, sizeof(n->name));
 	memcpy(n->model, h->model, sizeof(n->model));
+	n->key_scheme = scheme;
+	n->block_tokens = h->block_tokens;
+	ns_root(n, k);
+	events_ns_open(k->events, n);	/* before a tier re-indexes */
 	n->creator = creator;
 	n->id = id;
 	n->layers = h->layers;
@@ -313,7 +320,6 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->pool = p;
 	n->key_scheme = scheme;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
-	ns_root(n, k);
 	if (k->host_bytes) {
 		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0)
 			goto out_free;
@@ -474,6 +480,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 			rc = may_create(t, k, j, h->ns, err, errlen);
 		if (rc < 0)
 			return rc;
+		events_ns_gone(n->events, n, t);
 		if (ns_destroy(t, p, n) == 0) {
 			log_info("namespace '%s': the first client since the restart sent "
 				 "another %s; cold start", h->ns, field);
@@ -584,6 +591,9 @@ int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t 
 		snprintf(path, sizeof(path), "%s", spill_path(n->tier));
 	}
 	memcpy(name, n->name, sizeof(name));
+	/* told first, while the index is there (a failing destroy below is a
+	 * page still in use: not expected without clients) */
+	events_ns_gone(n->events, n, t);
 	if (ns_destroy(t, p, n) < 0) {
 		snprintf(err, errlen, "namespace '%s' still has pages in use", name);
 		return -EBUSY;

@@ -21,6 +21,7 @@
 #include "daemon/spill.h"
 
 struct conn;
+struct events;
 
 struct ns {
 	char name[KVP_NAME_MAX];
@@ -50,6 +51,8 @@ struct ns {
 	uint64_t saved;		/* pages the stop wrote (or took back to a copy) */
 	uint64_t pinned_quota;	/* pages in the pinned class, at most */
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
+	struct events *events;	/* its KV events go there, or NULL */
+	char *ev_topic;		/* their topic (with events), owned */
 };
 
 /* Kinds of tier faults, each logged once per namespace (then counted). */
@@ -80,6 +83,7 @@ struct ns_config {
 	bool spill_discard;
 	struct loop *loop;	/* for the tier's I/O */
 	struct backend *be;	/* moves page bytes to and from the tier */
+	struct events *events;	/* KV events, or NULL */
 };
 
 /* The namespaces: ns[0..count) are never NULL, and ns[i]->id == i. */

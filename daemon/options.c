@@ -49,6 +49,9 @@ static const char *const scheme_names[] = {
 	"vllm-sha256-cbor", "vllm-xxhash-cbor", "vllm-sha256", "vllm-xxhash", "fast", NULL,
 };
 
+static const char *const events_format_names[] = { "map", "array", NULL };
+static const char *const events_hash_names[] = { "int", "bytes", NULL };
+
 const char *options_backend_name(unsigned backend)
 {
 	return backend < 3 ? backend_names[backend] : "?";
@@ -140,6 +143,27 @@ static const struct opt_def opt_table[] = {
 	{ "metrics-listen", 0, OPT_STRING, OFF(metrics_listen), SZ(metrics_listen), 0, 0,
 	  "[ADDR:]PORT", "serve Prometheus metrics over HTTP at /metrics on ADDR "
 	  "(default 127.0.0.1; [::1] for IPv6) and PORT (default: off)", NULL },
+	{ "kv-events", 0, OPT_STRING, OFF(kv_events), SZ(kv_events), 0, 0,
+	  "ENDPOINT", "publish KV events in vLLM's format on a ZeroMQ PUB socket "
+	  "bound to ENDPOINT (tcp://ADDR:PORT or ipc://PATH; default: off)", NULL },
+	{ "kv-events-replay", 0, OPT_STRING, OFF(kv_events_replay), SZ(kv_events_replay),
+	  0, 0, "ENDPOINT", "answer replay requests (\"batches since sequence N\") on a "
+	  "ZeroMQ ROUTER socket bound to ENDPOINT (default: none)", NULL },
+	{ "kv-events-topic", 0, OPT_STRING, OFF(kv_events_topic), SZ(kv_events_topic), 0, 0,
+	  "TEMPLATE", "the topic of a namespace's batches: {host} the machine, {model} "
+	  "the model, {ns} the namespace (default kv@{host}@{model})", NULL },
+	{ "kv-events-format", 0, OPT_CHOICE, OFF(kv_events_format), 0, 0, 0,
+	  "FORMAT", "map: events as tagged maps (vLLM 0.24 and later, default); array: "
+	  "positional arrays (vLLM 0.23 and earlier)", events_format_names },
+	{ "kv-events-hashes", 0, OPT_CHOICE, OFF(kv_events_hashes), 0, 0, 0,
+	  "HOW", "int: block hashes as vLLM's default 64-bit integers; bytes: the whole "
+	  "digest (vLLM's VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)", events_hash_names },
+	{ "kv-events-queue", 0, OPT_SIZE, OFF(kv_events_queue), 0, 0, 1ull << 40,
+	  "SIZE", "bytes of batches waiting for the socket, and of batches kept for "
+	  "replay, at most each; past it batches are dropped and counted (default 64M)",
+	  NULL },
+	{ "kv-events-replay-batches", 0, OPT_UINT, OFF(kv_events_replay_batches), 0, 1,
+	  10000000, "N", "batches kept for replay, at most (default 10000)", NULL },
 	{ "log-file", 0, OPT_STRING, OFF(log_file), SZ(log_file), 0, 0,
 	  "PATH", "append the log to PATH (reopened on SIGHUP, for logrotate) instead "
 	  "of stderr, or syslog once detached", NULL },
@@ -178,6 +202,9 @@ void options_defaults(struct options *o)
 	o->max_msg_size = 256u * 1024u;
 	o->max_output = 16u << 20;
 	o->max_output_total = 256u << 20;
+	snprintf(o->kv_events_topic, sizeof(o->kv_events_topic), "kv@{host}@{model}");
+	o->kv_events_queue = 64ull << 20;
+	o->kv_events_replay_batches = 10000;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;
 }
@@ -496,6 +523,11 @@ int options_parse(struct options *o, int argc, char **argv,
 			printf("built with libmicrohttpd: --metrics-listen\n");
 #else
 			printf("built without libmicrohttpd: no --metrics-listen\n");
+#endif
+#ifdef HAVE_KV_EVENTS
+			printf("built with libzmq and msgpack-c: --kv-events\n");
+#else
+			printf("built without libzmq or msgpack-c: no --kv-events\n");
 #endif
 			return 1;
 		case 'c':

@@ -32,6 +32,13 @@ struct options {
 	char pid_file[OPTIONS_PATH_MAX];	/* "" when none */
 	char log_file[OPTIONS_PATH_MAX];	/* "": stderr, or syslog once detached */
 	char metrics_listen[160];	/* --metrics-listen [ADDR:]PORT; "": off */
+	char kv_events[256];		/* --kv-events ENDPOINT; "": off */
+	char kv_events_replay[256];	/* --kv-events-replay ENDPOINT; "": none */
+	char kv_events_topic[256];	/* topic template */
+	unsigned kv_events_format;	/* 0 map (vLLM >= 0.24), 1 array */
+	unsigned kv_events_hashes;	/* 0 int, 1 bytes */
+	uint64_t kv_events_queue;	/* bytes queued (and kept for replay) at most */
+	uint64_t kv_events_replay_batches;	/* batches kept for replay */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */

@@ -18,6 +18,7 @@
 
 #include "client/wire.h"
 #include "daemon/conn.h"
+#include "daemon/events.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"
@@ -494,6 +495,7 @@ uint8_t *server_stats(struct server *s, size_t *lenp)
 	st.closed_output = s->n.closed_output;
 	st.closed_idle = s->n.closed_idle;
 	st.requests_denied = s->n.errors_by_status[KVP_S_PERM];
+	events_stats(s->events, &st.events);
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
 	for (i = 0, spilled = 0; i < s->nst.count; i++)

@@ -26,6 +26,7 @@
 #include "client/wire.h"
 #include "daemon/log.h"
 #include "daemon/conn.h"
+#include "daemon/events.h"
 #include "daemon/lease.h"
 #include "daemon/server.h"
 #include "daemon/sockfile.h"
@@ -770,6 +771,29 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
 	s->keys.be = be;
+	if (o->kv_events[0]) {
+		struct events_config ec = {
+			.endpoint = o->kv_events, .replay = o->kv_events_replay,
+			.topic = o->kv_events_topic, .format = o->kv_events_format,
+			.hashes = o->kv_events_hashes, .queue_bytes = o->kv_events_queue,
+			.replay_batches = o->kv_events_replay_batches,
+			.pool_medium = be->ops->kind == KVP_BACKEND_CUDA ? "GPU" : "CPU",
+			.loop = l,
+		};
+
+		rc = events_start(&s->events, &ec, err, errlen);
+		if (rc < 0) {
+			if (!s->activated) {
+				close(s->listen_fd);
+				unlink(o->socket_path);
+			}
+			close(s->lock_fd);
+			free(s);
+			return rc;
+		}
+		s->keys.events = s->events;
+		loop_on_turn(l, events_flush, s->events);
+	}
 	options_access(o, s->rules, &s->nrules);
 	if (s->nrules)
 		log_info("access: %u rules; clients have only the rights they grant",
@@ -911,6 +935,11 @@ void server_free(struct server *s)
 	if (!s->activated)	/* systemd's socket outlives us: it queues the next start's clients */
 		unlink(s->opt->socket_path);
 	close(s->lock_fd);	/* the file stays: unlinking it would race */
+	if (s->events) {
+		events_all_gone(s->events, &s->nst);
+		loop_on_turn(s->loop, NULL, NULL);
+		events_free(s->events);
+	}
 	ns_table_fini(&s->nst);
 	free(s->uids);
 	free(s);

@@ -575,13 +575,15 @@ static bool publishable(struct conn *c, const struct kvp_wire_hdr *req, uint64_t
 
 /*
  * publish_one() - index page under key (or, with ntokens, as a partial
- * page under parent_key) unless the key is indexed already: then c gets
+ * page under parent_key; ids: a full block's token ids, or NULL, for its
+ * KV events) unless the key is indexed already: then c gets
  * a lease on the page that is. Returns the canonical page and sets *e to
  * its entry; 0 when memory ran out.
  */
 static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *parent_key,
 			    uint32_t parent, uint64_t page, unsigned prio,
-			    const uint32_t *tokens, uint32_t ntokens, uint32_t *e)
+			    const uint32_t *tokens, uint32_t ntokens, const uint32_t *ids,
+			    uint32_t *e)
 {
 	struct pool *p = c->srv->pool;
 	struct ns *n = c->ns;
@@ -616,7 +618,9 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 		n->st.dedups++;
 		return canon;
 	}
-	*e = prefix_insert(n->idx, key, parent_key, parent, page, prio, tokens, ntokens);
+	*e = ntokens ? prefix_insert(n->idx, key, parent_key, parent, page, prio, tokens, ntokens)
+		     : prefix_insert_block(n->idx, key, parent_key, parent, page, prio, ids,
+					   n->block_tokens);
 	if (*e == PREFIX_NIL)
 		return 0;
 	pool_publish(p, page);
@@ -630,14 +634,16 @@ void share_publish(struct conn *c, const struct kvp_wire_hdr *req,
 {
 	struct kvp_wire_publish_ent ent;
 	struct kvp_wire_publish pb;
-	const void *ents;
+	const void *ents, *raw;
+	uint32_t *ids = NULL;
+	size_t nids;
 	struct hset seen;
 	uint64_t *reply, fresh = 0;
 	uint32_t i, e, parent;
 	const uint8_t *parent_key;
 	struct ns *n;
 
-	if (wire_publish_decode(payload, req->len, &pb, &ents) < 0) {
+	if (wire_publish_decode(payload, req->len, &pb, &ents, &raw, &nids) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "PUBLISH entry count disagrees with the payload");
 		return;
 	}
@@ -648,6 +654,23 @@ void share_publish(struct conn *c, const struct kvp_wire_hdr *req,
 		conn_error(c, req, KVP_S_INVAL, "PUBLISH priority %u is not 0..%u",
 			   pb.prio, KVP_PRIO_PINNED);
 		return;
+	}
+	if (nids && nids != (uint64_t)pb.n * n->block_tokens) {
+		conn_error(c, req, KVP_S_INVAL, "PUBLISH of %u blocks carries %zu token ids: "
+			   "send %u per block (%llu), or none; nothing was published", pb.n,
+			   nids, n->block_tokens,
+			   (unsigned long long)pb.n * n->block_tokens);
+		return;
+	}
+	if (nids && n->events) {	/* kept for the KV events only */
+		ids = malloc(nids * sizeof(*ids));
+		if (!ids) {
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory for %zu token ids",
+				   nids);
+			return;
+		}
+		for (i = 0; i < nids; i++)
+			ids[i] = wire_u32_at(raw, i);
 	}
 	/* Check everything first: pages, repeats, the dedup hits' leases,
 	 * the pinned quota. */
@@ -691,7 +714,8 @@ void share_publish(struct conn *c, const struct kvp_wire_hdr *req,
 
 		wire_publish_ent_at(ents, i, &ent);
 		reply[1 + i] = publish_one(c, ent.key, parent_key, parent, ent.page,
-					   pb.prio, NULL, 0, &e);
+					   pb.prio, NULL, 0,
+					   ids ? ids + (size_t)i * n->block_tokens : NULL, &e);
 		if (!reply[1 + i]) {
 			log_error("namespace '%s': out of memory publishing entry %u of %u",
 				  n->name, i, pb.n);
@@ -707,6 +731,7 @@ out_reply:
 	free(reply);
 out_seen:
 	hset_fini(&seen);
+	free(ids);
 }
 
 void share_publish_partial(struct conn *c, const struct kvp_wire_hdr *req,
@@ -753,7 +778,7 @@ void share_publish_partial(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out;
 	}
 	canon = publish_one(c, NULL, pp.parent, prefix_find(n->idx, pp.parent), pp.page,
-			    pp.prio, tokens, pp.ntokens, &e);
+			    pp.prio, tokens, pp.ntokens, NULL, &e);
 	if (!canon) {
 		conn_error(c, req, KVP_S_INTERNAL, "out of memory publishing a partial page");
 		goto out;

@@ -474,6 +474,20 @@ KVP_API int kvp_publish_stream(kvp_client *c, struct CUstream_st *stream,
 			       kvp_page *canonical);
 
 /*
+ * kvp_publish_tokens() - kvp_publish_stream() that also sends each block's
+ * token ids: tokens[0 .. n x block_tokens), block i's at i x block_tokens
+ * (NULL: none). A daemon that publishes KV events (kvpoold --kv-events)
+ * puts them in its BlockStored events, from which routers compute their
+ * own keys; without them the events carry empty token_ids. Callers of
+ * kvp_block_keys() have them. Costs 4 x block_tokens bytes a block on
+ * the wire. Returns kvp_publish_stream()'s values.
+ */
+KVP_API int kvp_publish_tokens(kvp_client *c, struct CUstream_st *stream,
+			       const kvp_key *parent, const kvp_page *pages,
+			       const kvp_key *keys, const uint32_t *tokens, size_t n,
+			       unsigned prio, kvp_page *canonical);
+
+/*
  * kvp_publish_partial() - index page, which holds the K/V of
  * tokens[0..ntokens) (1 .. block_tokens - 1 tokens), as the partial block
  * after parent (NULL: the root). *canonical as for kvp_publish().

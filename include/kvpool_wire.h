@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	2u
+#define KVP_WIRE_VERSION	3u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -239,7 +239,10 @@ struct kvp_wire_acquire_reply {
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire_reply) == 16, "kvp_wire_acquire_reply is 16 bytes");
 
 /*
- * PUBLISH request: this struct, then n entries. Entry i is the block after
+ * PUBLISH request: this struct, then n entries, then optionally (since
+ * version 3) n x block_tokens uint32_t token ids: entry i's block's
+ * tokens, for the KV events that name it (kept only while the daemon
+ * publishes events). Entry i is the block after
  * entry i - 1; entry 0 is the block after parent. Each page must be a
  * PRIVATE page that only this client holds. Reply: struct kvp_wire_pages
  * and n handles: the canonical page of each key (the entry's own page,
@@ -409,6 +412,19 @@ struct kvp_wire_tier_stats {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_tier_stats) == 80, "kvp_wire_tier_stats is 80 bytes");
 
+/* KV events (--kv-events): enabled is 1 when the daemon publishes them. */
+struct kvp_wire_events_stats {
+	uint64_t enabled;
+	uint64_t batches;	/* batches sent on the PUB socket */
+	uint64_t events;	/* events in them */
+	uint64_t dropped_batches;	/* dropped: the queue was full */
+	uint64_t dropped_events;	/* events in those */
+	uint64_t queued_bytes;	/* waiting for the socket now */
+	uint64_t replays;	/* replay requests answered */
+	uint64_t replayed;	/* batches sent again by replays */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_events_stats) == 64, "kvp_wire_events_stats is 64 bytes");
+
 /* The daemon recounted every page for this reply and its counts add up:
  * the conservation invariant holds (see below). */
 #define KVP_STATS_F_CONSERVED	0x1u
@@ -449,8 +465,9 @@ struct kvp_wire_stats {
 	uint64_t closed_output;	/* clients disconnected at --max-output */
 	uint64_t closed_idle;	/* clients disconnected at --idle-timeout */
 	uint64_t requests_denied;	/* refused by the access rules (PERM) */
+	struct kvp_wire_events_stats events;	/* since version 3 */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 472, "kvp_wire_stats is 472 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 536, "kvp_wire_stats is 536 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];

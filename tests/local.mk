@@ -20,15 +20,19 @@
 #   tests/check_systemd  kvpoold under systemd: the units verify, socket
 #                        activation (systemd-socket-activate), notify
 #                        and the watchdog; 77 (SKIP) without libsystemd
+#   tests/check_events   KV events: a subscriber and a replay client in C
+#                        (libzmq, msgpack-c); 77 (SKIP) without them
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model tests/check_systemd
+	tests/check_security tests/check_soak tests/check_model tests/check_systemd \
+	tests/check_events
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model tests/check_systemd
+	tests/check_security tests/check_soak tests/check_model tests/check_systemd \
+	tests/check_events
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -88,6 +92,12 @@ tests_check_systemd_SOURCES = tests/check_systemd.c \
 	tests/harness.c tests/harness.h
 tests_check_systemd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_systemd_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_events_SOURCES = tests/check_events.c \
+	tests/harness.c tests/harness.h
+tests_check_events_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(EVENTS_CFLAGS)
+tests_check_events_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS) \
+	$(EVENTS_LIBS)
 
 tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
 	tests/harness.c tests/harness.h
@@ -175,7 +185,8 @@ TESTS += tests/python/run.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
 	tests/python/test_gpu.py tests/python/test_vllm.py tests/python/vllm_engine.py \
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
-	tests/python/test_metrics.py tests/python/test_deploy.py \
+	tests/python/test_metrics.py tests/python/test_deploy.py tests/python/test_events.py \
+	tests/python/fetch_sdist_file.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
@@ -192,7 +203,7 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	-Wno-gnu-variable-sized-type-not-at-end
 FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
-	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS)
+	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS) $(EVENTS_CFLAGS)
 FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c
 FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c
 EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
@@ -213,7 +224,7 @@ tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS)
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
 		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
-		$(URING_LIBS) $(XXHASH_LIBS) -lpthread -lm
+		$(URING_LIBS) $(XXHASH_LIBS) $(EVENTS_LIBS) -lpthread -lm
 fuzz: tests/fuzz/fuzz_wire tests/fuzz/fuzz_session
 	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} $(srcdir)/tests/fuzz/run.sh
 else
@@ -239,7 +250,7 @@ check-deb: all
 # tagged no-valgrind are left out (see tests/check_daemon.c).
 VALGRIND_TESTS = tests/check_daemon tests/check_core tests/check_share \
 	tests/check_spill tests/check_cli tests/check_access tests/check_security \
-	tests/check_demo tests/check_soak
+	tests/check_demo tests/check_soak tests/check_events
 dist_check_SCRIPTS += tests/valgrind-kvpoold.sh
 check-valgrind:
 	@command -v valgrind >/dev/null || { echo "check-valgrind: install valgrind" >&2; exit 1; }

@@ -159,6 +159,7 @@ class _Transfer:
     keys: List[bytes]  # one per block
     parent: Optional[bytes]  # the key of the block before keys[0], None at the root
     block_ids: List[int]  # the vLLM blocks, one per key
+    tokens: Optional[List[int]] = None  # saves: the blocks' token ids (KV events)
 
 
 @dataclass
@@ -481,7 +482,8 @@ class KVPoolConnector(KVConnectorBase_V1):
                 continue
             keys = [bytes(h) for h in req.block_hashes[first:full]]
             parent = bytes(req.block_hashes[first - 1]) if first else None
-            meta.saves.append(_Transfer(rid, keys, parent, list(ids[first:full])))
+            tokens = list(req.all_token_ids[first * self._block:full * self._block])
+            meta.saves.append(_Transfer(rid, keys, parent, list(ids[first:full]), tokens))
             self._saved[rid] = full
         return meta
 
@@ -611,7 +613,8 @@ class KVPoolConnector(KVConnectorBase_V1):
                     pages = fresh[j:j + len(t.keys)]
                     j += len(t.keys)
                     try:
-                        canon = c.publish(pages, t.keys, parent=t.parent, priority=self._prio)
+                        canon = c.publish(pages, t.keys, parent=t.parent, priority=self._prio,
+                                          tokens=t.tokens)
                     except OSError as e:
                         if isinstance(e, (kvpool.DaemonGone, kvpool.NotConnected)):
                             raise

@@ -622,24 +622,28 @@ done:
 
 static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "pages", "keys", "parent", "priority", NULL };
-	PyObject *opages, *okeys, *oparent = NULL, *res = NULL;
+	static char *kwlist[] = { "pages", "keys", "parent", "priority", "tokens", NULL };
+	PyObject *opages, *okeys, *oparent = NULL, *otok = NULL, *res = NULL;
 	unsigned int prio = KVP_PRIO_NORMAL;
 	const kvp_key *parent;
 	Py_ssize_t n, nk;
 	kvp_page *p, *canon = NULL;
 	kvp_key pk, *keys = NULL;
+	struct tokens t;
 	char err[ERRBUF];
 	int rc;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OI", kwlist, &opages, &okeys, &oparent,
-					 &prio))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OIO", kwlist, &opages, &okeys, &oparent,
+					 &prio, &otok))
 		return NULL;
-	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0)
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0 ||
+	    tokens_get(otok, &t) < 0)
 		return NULL;
 	p = handles_from(opages, &n);
-	if (!p)
+	if (!p) {
+		tokens_release(&t);
 		return NULL;
+	}
 	keys = keys_from(okeys, &nk);
 	if (!keys)
 		goto done;
@@ -647,17 +651,28 @@ static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw
 		PyErr_Format(PyExc_ValueError, "publish: %zd pages but %zd keys", n, nk);
 		goto done;
 	}
+	if (otok && otok != Py_None &&
+	    (size_t)t.n != (size_t)n * kvp_block_tokens(self->c)) {
+		PyErr_Format(PyExc_ValueError, "publish: %zd token ids for %zd blocks of %u "
+			     "tokens: give each block's (%zu), or none", t.n, n,
+			     kvp_block_tokens(self->c),
+			     (size_t)n * kvp_block_tokens(self->c));
+		goto done;
+	}
 	canon = PyMem_Malloc(((size_t)n + 1) * sizeof(*canon));
 	if (!canon) {
 		PyErr_NoMemory();
 		goto done;
 	}
-	CALL(rc, kvp_publish(self->c, parent, p, keys, (size_t)n, prio, canon));
+	CALL(rc, kvp_publish_tokens(self->c, NULL, parent, p, keys,
+				    otok && otok != Py_None ? t.v : NULL, (size_t)n, prio,
+				    canon));
 	if (rc < 0)
 		raise_kvp(rc, "publish", err);
 	else
 		res = handles_to_list(canon, n);
 done:
+	tokens_release(&t);
 	PyMem_Free(p);
 	PyMem_Free(keys);
 	PyMem_Free(canon);
@@ -780,6 +795,26 @@ fail:
 	return NULL;
 }
 
+static PyObject *events_dict(const struct kvp_wire_events_stats *e)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	U(d, e, enabled);
+	U(d, e, batches);
+	U(d, e, events);
+	U(d, e, dropped_batches);
+	U(d, e, dropped_events);
+	U(d, e, queued_bytes);
+	U(d, e, replays);
+	U(d, e, replayed);
+	return d;
+fail:
+	Py_DECREF(d);
+	return NULL;
+}
+
 static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 {
 	kvp_ns_stats_t ns[64];
@@ -826,6 +861,10 @@ static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 	Py_DECREF(t);
 	t = tier_dict(&st.host);
 	if (!t || PyDict_SetItemString(d, "host", t) < 0)
+		goto fail_t;
+	Py_DECREF(t);
+	t = events_dict(&st.events);
+	if (!t || PyDict_SetItemString(d, "events", t) < 0)
 		goto fail_t;
 	Py_DECREF(t);
 	l = PyList_New(0);
@@ -1161,7 +1200,8 @@ static PyMethodDef Client_methods[] = {
 	  "acquire(keys, tokens=None, parent=None) -> (pages, partial): the longest cached "
 	  "prefix, and with tokens the partial page after it as (page, tokens) or None." },
 	{ "publish", (PyCFunction)(void (*)(void))Client_publish, METH_VARARGS | METH_KEYWORDS,
-	  "publish(pages, keys, parent=None, priority=1) -> canonical pages." },
+	  "publish(pages, keys, parent=None, priority=1, tokens=None) -> canonical pages; "
+	  "tokens: the blocks' token ids (block_tokens each), for KV events." },
 	{ "publish_partial", (PyCFunction)(void (*)(void))Client_publish_partial,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "publish_partial(page, tokens, parent=None, priority=1) -> canonical page." },

@@ -27,6 +27,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct kvp_wire_ns_stats ns[4];
 	const uint8_t *keys;
 	const void *raw, *ents, *handles;
+	size_t nraw;
 	uint8_t out[KVP_WIRE_HDR_SIZE];
 	uint32_t n;
 	int rc;
@@ -60,9 +61,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				      (size_t)a.ntokens * 4);
 		break;
 	case 3:
-		if (wire_publish_decode(data, size, &pb, &ents) == 0)
+		if (wire_publish_decode(data, size, &pb, &ents, &raw, &nraw) == 0)
 			CHECK(size == sizeof(pb) + (size_t)pb.n *
-				      sizeof(struct kvp_wire_publish_ent));
+				      sizeof(struct kvp_wire_publish_ent) + nraw * 4);
 		break;
 	case 4:
 		if (wire_partial_decode(data, size, &pp, &raw) == 0)

@@ -265,3 +265,38 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
             by_c.copy(c, view, False, [(8, pages[0])])
         c.release(pages)
         del view, page
+
+
+def test_kvpool_events_for_an_engine_are_the_events_vllm_sends(tmp_path):
+    """A router that reads vLLM's KV events reads kvpool's alike: for the
+    blocks an engine saves, kvpoold's BlockStored events carry the block
+    hashes, parents and token ids that the engine's own scheduler publishes
+    for the same blocks (vLLM's publisher, its replay socket too)."""
+    from test_events import Sub, dealer_replay, events_of
+    kvp, vev = "ipc://%s/kvpool-events" % tmp_path, "ipc://%s/vllm-events" % tmp_path
+    with running(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M",
+                  "--kv-events", kvp, "--kv-events-replay", kvp + "-replay"]) as d:
+        (a,) = engines(d.sock, 1, "--kv-events", vev)
+        try:
+            theirs = Sub(vev, vev + "-replay")
+            ours = Sub(kvp, kvp + "-replay")
+            r = a.call(op="run", prompts=[PROMPT], max_tokens=4)
+            assert r["cached"] == [0]
+            n = d.wait_for(lambda st: st["events"]["queued_bytes"] == 0,
+                           "kvpool's events sent")["events"]["batches"]
+            mine = events_of(ours.collect(n - 1))
+            # vLLM publishes a batch per step that has events: ask its replay
+            got = dealer_replay(theirs.ctx, vev + "-replay", 0)
+            theirs_evs = [e for _, _, p in got for e in __import__("msgpack").unpackb(p)[1]]
+            ours.close()
+            theirs.close()
+        finally:
+            a.close()
+    stored = [e for e in theirs_evs if e["type"] == "BlockStored"]
+    assert stored and all(e["medium"] == "GPU" for e in stored)
+    v_hashes = [h for e in stored for h in e["block_hashes"]][:12]
+    v_tokens = [t for e in stored for t in e["token_ids"]][:12 * BLOCK]
+    assert stored[0]["parent_block_hash"] is None
+    (kind, medium, hashes, parent, tokens), = mine
+    assert (kind, medium, parent) == ("stored", "CPU", None)
+    assert hashes == v_hashes and tokens == v_tokens == PROMPT[:12 * BLOCK]

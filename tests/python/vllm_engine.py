@@ -62,7 +62,7 @@ def write_model(path):
                    "torch_dtype": "float16", "eos_token_id": EOS}, f)
 
 
-def make_config(model, extra, block, algo, policy):
+def make_config(model, extra, block, algo, policy, kv_events=None):
     mc = ModelConfig(model=model, dtype="float16", seed=42, skip_tokenizer_init=True)
     sc = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=8192,
                          enable_chunked_prefill=True, is_encoder_decoder=False)
@@ -72,8 +72,14 @@ def make_config(model, extra, block, algo, policy):
     kt = KVTransferConfig(kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
                           kv_role="kv_both", kv_connector_extra_config=extra,
                           kv_load_failure_policy=policy)
+    ev = None
+    if kv_events:  # vLLM's own KV events: PUB at kv_events, replay at kv_events-replay
+        from vllm.config.kv_events import KVEventsConfig
+        ev = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=kv_events,
+                            replay_endpoint=kv_events + "-replay", topic="vllm")
     return VllmConfig(scheduler_config=sc, model_config=mc, cache_config=cc,
-                      kv_transfer_config=kt, device_config=DeviceConfig("cpu"))
+                      kv_transfer_config=kt, device_config=DeviceConfig("cpu"),
+                      kv_events_config=ev)
 
 
 def make_kv_cache_config(block, num_blocks):
@@ -190,7 +196,8 @@ class Engine:
     def __init__(self, args):
         self.args = args
         extra = json.loads(args.extra)
-        self.vc = make_config(args.model, extra, args.block, args.algo, args.policy)
+        self.vc = make_config(args.model, extra, args.block, args.algo, args.policy,
+                              args.kv_events)
         kvc = make_kv_cache_config(args.block, args.blocks)
         self.vc.cache_config.num_gpu_blocks = args.blocks
         self.hash_fn = get_hash_fn_by_name(args.algo)
@@ -294,6 +301,7 @@ def serve():
     p.add_argument("--algo", default="sha256")
     p.add_argument("--policy", default="recompute")
     p.add_argument("--worker-process", action="store_true")
+    p.add_argument("--kv-events", help="vLLM publishes its own KV events on this endpoint")
     args = p.parse_args()
     write_model(args.model)
     eng = Engine(args)

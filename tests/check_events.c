@@ -1,0 +1,506 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_events.c - integration tests of KV events (kvpoold --kv-events): a
+ * real kvpoold, a ZeroMQ subscriber and a replay client built with libzmq
+ * and msgpack-c, as a router in C would be. They check the frames and the
+ * batches byte by byte where vLLM's format fixes them, the replay
+ * protocol, drops at a full queue, and that malformed replay requests
+ * change nothing. tests/python/test_events.py checks the event sequences
+ * of every tier move and decodes them with vLLM's own classes. Without
+ * libzmq or msgpack-c this exits 77 (SKIP), saying why.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <check.h>
+
+#include "harness.h"
+
+#ifdef HAVE_KV_EVENTS
+#include <msgpack.h>
+#include <zmq.h>
+
+#define BT 16u
+
+static const kvp_geometry geo = {
+	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/events",
+};
+
+struct ev_env {
+	struct daemon d;
+	char pub[160], rep[160];
+	void *ctx, *sub;
+};
+
+/* start() - kvpoold with --kv-events and --kv-events-replay on ipc://
+ * endpoints in its directory, extra flags after them, and a subscriber. */
+static void start(struct ev_env *e, const char *const *extra)
+{
+	const char *args[16] = { "--pool-size", "4M", "--slab-size", "1M", "--kv-events",
+				 e->pub, "--kv-events-replay", e->rep };
+	int i = 8, hwm = 100000;
+
+	daemon_dir(&e->d);
+	snprintf(e->pub, sizeof(e->pub), "ipc://%s/events", e->d.dir);
+	snprintf(e->rep, sizeof(e->rep), "ipc://%s/replay", e->d.dir);
+	while (extra && *extra && i < 15)
+		args[i++] = *extra++;
+	args[i] = NULL;
+	daemon_restart(&e->d, args);
+	e->ctx = zmq_ctx_new();
+	e->sub = zmq_socket(e->ctx, ZMQ_SUB);
+	ck_assert_ptr_nonnull(e->sub);
+	zmq_setsockopt(e->sub, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+	ck_assert_int_eq(zmq_setsockopt(e->sub, ZMQ_SUBSCRIBE, "", 0), 0);
+	ck_assert_int_eq(zmq_connect(e->sub, e->pub), 0);
+}
+
+static void finish(struct ev_env *e)
+{
+	zmq_close(e->sub);
+	zmq_ctx_term(e->ctx);
+	daemon_stop(&e->d);
+}
+
+/* A message of up to 8 frames, copied out. */
+struct msg {
+	int n;
+	size_t len[8];
+	uint8_t *f[8];
+};
+
+static void msg_free(struct msg *m)
+{
+	while (m->n)
+		free(m->f[--m->n]);
+}
+
+/* recv_msg() - the next whole message of s within ms; false on timeout. */
+static bool recv_msg(void *s, struct msg *m, int ms)
+{
+	zmq_pollitem_t it = { .socket = s, .events = ZMQ_POLLIN };
+	int more;
+	size_t ml = sizeof(more);
+
+	memset(m, 0, sizeof(*m));
+	if (zmq_poll(&it, 1, ms) <= 0)
+		return false;
+	do {
+		zmq_msg_t part;
+
+		zmq_msg_init(&part);
+		ck_assert_int_ge(zmq_msg_recv(&part, s, 0), 0);
+		ck_assert_int_lt(m->n, 8);
+		m->len[m->n] = zmq_msg_size(&part);
+		m->f[m->n] = malloc(m->len[m->n] + 1);
+		memcpy(m->f[m->n], zmq_msg_data(&part), m->len[m->n]);
+		m->n++;
+		zmq_msg_close(&part);
+		zmq_getsockopt(s, ZMQ_RCVMORE, &more, &ml);
+	} while (more);
+	return true;
+}
+
+static uint64_t be64(const uint8_t *b)
+{
+	uint64_t v = 0;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		v = v << 8 | b[i];
+	return v;
+}
+
+/* settle() - wait until every batch made so far was sent (STATS queues
+ * the open one; queued_bytes counts until the publisher sent it);
+ * returns the batches sent. */
+static uint64_t settle(const char *sock)
+{
+	struct kvp_wire_stats st;
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		stats_of(sock, &st);
+		if (!st.events.queued_bytes)
+			return st.events.batches;
+		usleep(10000);
+	}
+	ck_abort_msg("kv events: %llu bytes still queued after 5 s",
+		     (unsigned long long)st.events.queued_bytes);
+	return 0;
+}
+
+/* replay() - ask for the batches from start on through a DEALER (vLLM's
+ * protocol: [b"", start] out; [b"", topic, seq, payload] per batch back,
+ * then [b"", b"", -1, b""]); their sequence numbers into seqs. */
+static int replay(struct ev_env *e, uint64_t start, uint64_t *seqs, int max)
+{
+	void *d = zmq_socket(e->ctx, ZMQ_DEALER);
+	uint8_t req[8];
+	struct msg m;
+	int i, n = 0;
+
+	for (i = 7; i >= 0; i--, start >>= 8)
+		req[i] = (uint8_t)start;
+	ck_assert_int_eq(zmq_connect(d, e->rep), 0);
+	zmq_send(d, "", 0, ZMQ_SNDMORE);
+	zmq_send(d, req, 8, 0);
+	for (;;) {
+		ck_assert_msg(recv_msg(d, &m, 10000), "no replay answer");
+		ck_assert_int_eq(m.n, 4);
+		ck_assert_uint_eq(m.len[0], 0);
+		ck_assert_uint_eq(m.len[2], 8);
+		if (be64(m.f[2]) == UINT64_MAX) {
+			ck_assert_uint_eq(m.len[1], 0);
+			ck_assert_uint_eq(m.len[3], 0);
+			msg_free(&m);
+			break;
+		}
+		if (n < max)
+			seqs[n] = be64(m.f[2]);
+		n++;
+		msg_free(&m);
+	}
+	zmq_close(d);
+	return n;
+}
+
+/* replayed() - batch seq as the replay socket gives it: [topic, seq,
+ * payload] into *out (the caller frees it with msg_free()). */
+static void replayed(struct ev_env *e, uint64_t seq, struct msg *out)
+{
+	void *d = zmq_socket(e->ctx, ZMQ_DEALER);
+	uint8_t req[8];
+	struct msg m;
+	int i;
+
+	for (i = 7; i >= 0; i--)
+		req[i] = (uint8_t)(seq >> (8 * (7 - i)));
+	ck_assert_int_eq(zmq_connect(d, e->rep), 0);
+	zmq_send(d, "", 0, ZMQ_SNDMORE);
+	zmq_send(d, req, 8, 0);
+	ck_assert_msg(recv_msg(d, &m, 10000), "no replay answer");
+	ck_assert_int_eq(m.n, 4);
+	ck_assert_uint_eq(be64(m.f[2]), seq);
+	free(m.f[0]);
+	memmove(m.f, m.f + 1, 3 * sizeof(m.f[0]));
+	memmove(m.len, m.len + 1, 3 * sizeof(m.len[0]));
+	m.n = 3;
+	*out = m;
+	zmq_close(d);
+}
+
+/* map_get() - the value under key in a msgpack map, or NULL. */
+static const msgpack_object *map_get(const msgpack_object *o, const char *key)
+{
+	uint32_t i;
+
+	ck_assert_int_eq(o->type, MSGPACK_OBJECT_MAP);
+	for (i = 0; i < o->via.map.size; i++) {
+		const msgpack_object_kv *kv = &o->via.map.ptr[i];
+
+		if (kv->key.type == MSGPACK_OBJECT_STR && kv->key.via.str.size == strlen(key) &&
+		    !memcmp(kv->key.via.str.ptr, key, strlen(key)))
+			return &kv->val;
+	}
+	return NULL;
+}
+
+static bool str_is(const msgpack_object *o, const char *s)
+{
+	return o && o->type == MSGPACK_OBJECT_STR && o->via.str.size == strlen(s) &&
+	       !memcmp(o->via.str.ptr, s, strlen(s));
+}
+
+/* the hash vLLM's events give a sha256 key: its last 8 bytes, big-endian */
+static uint64_t vhash(const kvp_key *k)
+{
+	return be64(k->b + KVP_KEY_BYTES - 8);
+}
+
+START_TEST(test_events_a_publish_is_one_blockstored_as_vllm_sends_it)
+{
+	static const char *const none[] = { NULL };
+	uint32_t tokens[3 * BT];
+	kvp_page pages[3], canon[3];
+	kvp_key keys[3];
+	struct ev_env e;
+	msgpack_unpacked up;
+	const msgpack_object *b, *ev, *v;
+	struct msg m;
+	kvp_client *c;
+	char topic[256], host[128];
+	uint32_t i;
+
+	start(&e, none);
+	for (i = 0; i < 3 * BT; i++)
+		tokens[i] = 500 + i;
+	ck_assert_int_eq(kvp_connect(e.d.sock, "ev", &geo, &c), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, tokens, 3 * BT, NULL, 0, keys), 3);
+	ck_assert_int_eq(kvp_alloc(c, 3, pages), 0);
+	ck_assert_int_eq(kvp_publish_tokens(c, NULL, NULL, pages, keys, tokens, 3,
+					    KVP_PRIO_NORMAL, canon), 0);
+	ck_assert_int_eq(kvp_release(c, pages, 3), 0);
+	/* the same first block again (dedup): no event */
+	ck_assert_int_eq(kvp_alloc(c, 1, pages), 0);
+	ck_assert_int_eq(kvp_publish_tokens(c, NULL, NULL, pages, keys, tokens, 1,
+					    KVP_PRIO_NORMAL, canon), 0);
+	ck_assert_uint_eq(canon[0] != pages[0], 1);
+	ck_assert_int_eq(kvp_release(c, canon, 1), 0);
+	ck_assert_int_eq(kvp_release(c, pages, 1), 0);
+	ck_assert_uint_eq(settle(e.d.sock), 1);
+
+	/* batch 0 from the replay socket (the subscriber may have joined too
+	 * late for it: ZeroMQ's slow joiner) */
+	replayed(&e, 0, &m);
+	gethostname(host, sizeof(host));
+	snprintf(topic, sizeof(topic), "kv@%s@test/events", host);
+	ck_assert_uint_eq(m.len[0], strlen(topic));
+	ck_assert_int_eq(memcmp(m.f[0], topic, m.len[0]), 0);
+	ck_assert_uint_eq(m.len[1], 8);
+	ck_assert_uint_eq(be64(m.f[1]), 0);
+	msgpack_unpacked_init(&up);
+	ck_assert_int_eq(msgpack_unpack_next(&up, (const char *)m.f[2], m.len[2], NULL),
+			 MSGPACK_UNPACK_SUCCESS);
+	b = &up.data;
+	ck_assert_int_eq(b->type, MSGPACK_OBJECT_ARRAY);
+	ck_assert_uint_eq(b->via.array.size, 3);
+	ck_assert_int_eq(b->via.array.ptr[0].type, MSGPACK_OBJECT_FLOAT64);
+	ck_assert_int_eq(b->via.array.ptr[2].type, MSGPACK_OBJECT_NIL);
+	ck_assert_uint_eq(b->via.array.ptr[1].via.array.size, 1);
+	ev = &b->via.array.ptr[1].via.array.ptr[0];
+	ck_assert(str_is(map_get(ev, "type"), "BlockStored"));
+	ck_assert(str_is(map_get(ev, "medium"), "CPU"));
+	v = map_get(ev, "block_hashes");
+	ck_assert_uint_eq(v->via.array.size, 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_uint_eq(v->via.array.ptr[i].via.u64, vhash(&keys[i]));
+	ck_assert_int_eq(map_get(ev, "parent_block_hash")->type, MSGPACK_OBJECT_NIL);
+	v = map_get(ev, "token_ids");
+	ck_assert_uint_eq(v->via.array.size, 3 * BT);
+	for (i = 0; i < 3 * BT; i++)
+		ck_assert_uint_eq(v->via.array.ptr[i].via.u64, tokens[i]);
+	ck_assert_uint_eq(map_get(ev, "block_size")->via.u64, BT);
+	ck_assert_int_eq(map_get(ev, "lora_id")->type, MSGPACK_OBJECT_NIL);
+	ck_assert_int_eq(map_get(ev, "lora_name")->type, MSGPACK_OBJECT_NIL);
+	ck_assert_uint_eq(ev->via.map.size, 8);
+	msgpack_unpacked_destroy(&up);
+	msg_free(&m);
+
+	/* the subscriber, long connected now, gets the next batch live:
+	 * evicting the three, leaf first, is one BlockRemoved */
+	ck_assert_int_eq(kvp_evict(c, "ev", 0), 3);
+	do {
+		ck_assert_msg(recv_msg(e.sub, &m, 5000), "no live batch");
+		i = (uint32_t)be64(m.f[1]);
+		if (i == 0)
+			msg_free(&m);
+	} while (i == 0);
+	ck_assert_uint_eq(i, 1);
+	msgpack_unpacked_init(&up);
+	ck_assert_int_eq(msgpack_unpack_next(&up, (const char *)m.f[2], m.len[2], NULL),
+			 MSGPACK_UNPACK_SUCCESS);
+	ev = &up.data.via.array.ptr[1].via.array.ptr[0];
+	ck_assert(str_is(map_get(ev, "type"), "BlockRemoved"));
+	ck_assert(str_is(map_get(ev, "medium"), "CPU"));
+	v = map_get(ev, "block_hashes");
+	ck_assert_uint_eq(v->via.array.size, 3);
+	ck_assert_uint_eq(v->via.array.ptr[0].via.u64, vhash(&keys[2]));
+	ck_assert_uint_eq(ev->via.map.size, 3);
+	msgpack_unpacked_destroy(&up);
+	msg_free(&m);
+	kvp_close(c);
+	finish(&e);
+}
+END_TEST
+
+START_TEST(test_events_a_publish_without_token_ids_has_empty_ones)
+{
+	static const char *const none[] = { NULL };
+	uint32_t tokens[2 * BT] = { 0 };
+	kvp_page pages[2], canon[2];
+	const msgpack_object *ev, *v;
+	msgpack_unpacked up;
+	kvp_key keys[2];
+	struct ev_env e;
+	struct msg m;
+	kvp_client *c;
+
+	start(&e, none);
+	ck_assert_int_eq(kvp_connect(e.d.sock, "ev", &geo, &c), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, tokens, 2 * BT, NULL, 0, keys), 2);
+	ck_assert_int_eq(kvp_alloc(c, 2, pages), 0);
+	ck_assert_int_eq(kvp_publish(c, NULL, pages, keys, 2, KVP_PRIO_NORMAL, canon), 0);
+	ck_assert_int_eq(kvp_release(c, pages, 2), 0);
+	ck_assert_uint_eq(settle(e.d.sock), 1);
+	replayed(&e, 0, &m);
+	msgpack_unpacked_init(&up);
+	ck_assert_int_eq(msgpack_unpack_next(&up, (const char *)m.f[2], m.len[2], NULL),
+			 MSGPACK_UNPACK_SUCCESS);
+	ev = &up.data.via.array.ptr[1].via.array.ptr[0];
+	ck_assert(str_is(map_get(ev, "type"), "BlockStored"));
+	v = map_get(ev, "block_hashes");
+	ck_assert_uint_eq(v->via.array.size, 2);
+	ck_assert_uint_eq(map_get(ev, "token_ids")->via.array.size, 0);
+	msgpack_unpacked_destroy(&up);
+	msg_free(&m);
+	kvp_close(c);
+	finish(&e);
+}
+END_TEST
+
+START_TEST(test_events_replay_gives_exactly_the_batches_from_n_on)
+{
+	static const char *const none[] = { NULL };
+	uint64_t seqs[16], n, k;
+	uint32_t tokens[BT];
+	kvp_page page, canon;
+	struct ev_env e;
+	kvp_client *c;
+	kvp_key key;
+	int got, i;
+
+	start(&e, none);
+	ck_assert_int_eq(kvp_connect(e.d.sock, "ev", &geo, &c), 0);
+	for (i = 0; i < 5; i++) {	/* one batch each: STATS closes it */
+		for (k = 0; k < BT; k++)
+			tokens[k] = (uint32_t)(i * 100 + k);
+		ck_assert_int_eq(kvp_block_keys(c, NULL, tokens, BT, NULL, 0, &key), 1);
+		ck_assert_int_eq(kvp_alloc(c, 1, &page), 0);
+		ck_assert_int_eq(kvp_publish_tokens(c, NULL, NULL, &page, &key, tokens, 1,
+						    KVP_PRIO_NORMAL, &canon), 0);
+		ck_assert_int_eq(kvp_release(c, &page, 1), 0);
+		settle(e.d.sock);
+	}
+	n = settle(e.d.sock);
+	ck_assert_uint_eq(n, 5);
+	for (k = 0; k <= n + 1; k++) {
+		got = replay(&e, k, seqs, 16);
+		ck_assert_int_eq(got, k < n ? (int)(n - k) : 0);
+		for (i = 0; i < got; i++)
+			ck_assert_uint_eq(seqs[i], k + (uint64_t)i);
+	}
+	kvp_close(c);
+	finish(&e);
+}
+END_TEST
+
+START_TEST(test_events_malformed_replay_requests_change_nothing)
+{
+	static const char *const none[] = { NULL };
+	static const char big[300] = { 0 };
+	struct kvp_wire_stats st;
+	uint64_t seqs[4];
+	struct ev_env e;
+	void *d;
+
+	start(&e, none);
+	d = zmq_socket(e.ctx, ZMQ_DEALER);
+	ck_assert_int_eq(zmq_connect(d, e.rep), 0);
+	zmq_send(d, "", 0, ZMQ_SNDMORE);	/* a 3-byte sequence number */
+	zmq_send(d, "abc", 3, 0);
+	zmq_send(d, "xyz", 3, 0);		/* no delimiter */
+	zmq_send(d, "", 0, ZMQ_SNDMORE);	/* too many frames */
+	zmq_send(d, "12345678", 8, ZMQ_SNDMORE);
+	zmq_send(d, "more", 4, 0);
+	zmq_send(d, "", 0, ZMQ_SNDMORE);	/* a frame past the buffer */
+	zmq_send(d, big, sizeof(big), 0);
+	zmq_close(d);
+	/* the publisher still answers a good one, and the pool serves */
+	ck_assert_int_eq(replay(&e, 0, seqs, 4), 0);
+	stats_of(e.d.sock, &st);
+	ck_assert_uint_eq(st.events.enabled, 1);
+	ck_assert_uint_eq(st.events.replays, 1);
+	finish(&e);
+}
+END_TEST
+
+START_TEST(test_events_a_full_queue_drops_counts_and_never_blocks)
+{
+	static const char *const tiny[] = { "--kv-events-queue", "1", NULL };
+	struct kvp_wire_stats st;
+	uint32_t tokens[BT] = { 0 };
+	kvp_page page, canon;
+	struct ev_env e;
+	kvp_client *c;
+	kvp_key key;
+	char log[8192];
+	int i;
+
+	start(&e, tiny);
+	ck_assert_int_eq(kvp_connect(e.d.sock, "ev", &geo, &c), 0);
+	for (i = 0; i < 50; i++) {
+		tokens[0] = (uint32_t)i;
+		ck_assert_int_eq(kvp_block_keys(c, NULL, tokens, BT, NULL, 0, &key), 1);
+		ck_assert_int_eq(kvp_alloc(c, 1, &page), 0);
+		ck_assert_int_eq(kvp_publish_tokens(c, NULL, NULL, &page, &key, tokens, 1,
+						    KVP_PRIO_NORMAL, &canon), 0);
+		ck_assert_int_eq(kvp_release(c, &page, 1), 0);
+	}
+	stats_of(e.d.sock, &st);
+	ck_assert_uint_ge(st.events.dropped_batches, 1);
+	ck_assert_uint_ge(st.events.dropped_events, st.events.dropped_batches);
+	ck_assert_uint_eq(st.events.batches, 0);
+	ck_assert_uint_eq(st.events.queued_bytes, 0);
+	read_file(e.d.log, log, sizeof(log));
+	ck_assert_ptr_nonnull(strstr(log, "kv events: the queue of 1 bytes is full"));
+	ck_assert_ptr_null(strstr(strstr(log, "is full") + 1, "is full"));
+	kvp_close(c);
+	finish(&e);
+}
+END_TEST
+
+START_TEST(test_events_bad_endpoints_stop_the_start_naming_them)
+{
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvpool-events-no.sock", "--kv-events", "nonsense://x",
+			       NULL };
+	char out[4096];
+	int status;
+
+	status = run_cmd(argv, out, sizeof(out));
+	ck_assert(!WIFEXITED(status) || WEXITSTATUS(status) != 0);
+	ck_assert_msg(strstr(out, "--kv-events nonsense://x: cannot bind"), "%s", out);
+	argv[4] = "--kv-events-format";
+	argv[5] = "tagged";
+	status = run_cmd(argv, out, sizeof(out));
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+	ck_assert_msg(strstr(out, "kv-events-format"), "%s", out);
+}
+END_TEST
+
+static Suite *events_suite(void)
+{
+	Suite *s = suite_create("events");
+	TCase *tc = tcase_create("kv events");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_events_a_publish_is_one_blockstored_as_vllm_sends_it);
+	tcase_add_test(tc, test_events_a_publish_without_token_ids_has_empty_ones);
+	tcase_add_test(tc, test_events_replay_gives_exactly_the_batches_from_n_on);
+	tcase_add_test(tc, test_events_malformed_replay_requests_change_nothing);
+	tcase_add_test(tc, test_events_a_full_queue_drops_counts_and_never_blocks);
+	tcase_add_test(tc, test_events_bad_endpoints_stop_the_start_naming_them);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return harness_run(events_suite());
+}
+
+#else /* !HAVE_KV_EVENTS */
+
+int main(void)
+{
+	printf("SKIP: kvpool was built without libzmq or msgpack-c (apt-get install "
+	       "libzmq3-dev libmsgpack-dev, then configure again): no --kv-events\n");
+	return 77;
+}
+
+#endif /* HAVE_KV_EVENTS */
