@@ -358,10 +358,12 @@ void events_all_gone(struct events *ev, const struct ns_table *t)
 	if (!ev)
 		return;
 	for (i = 0; i < t->count; i++) {
+		if (!t->ns[i]->events)	/* no topic: it publishes nothing */
+			continue;
 		for (j = 0; j < i; j++)
-			if (!strcmp(t->ns[j]->ev_topic, t->ns[i]->ev_topic))
+			if (t->ns[j]->events && !strcmp(t->ns[j]->ev_topic, t->ns[i]->ev_topic))
 				break;
-		if (j == i && t->ns[i]->events)
+		if (j == i)
 			add_cleared(ev, t->ns[i]);
 	}
 	batch_close(ev);

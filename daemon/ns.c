@@ -313,12 +313,10 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->layers = h->layers;
 	n->kv_heads = h->kv_heads;
 	n->head_dim = h->head_dim;
-	n->block_tokens = h->block_tokens;
 	n->dtype = h->dtype;
 	n->page_bytes = pb;
 	n->pool_ns = pns;
 	n->pool = p;
-	n->key_scheme = scheme;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
 	if (k->host_bytes) {
 		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0)
