@@ -28,6 +28,14 @@ daemon_libkvpoold_la_LIBADD += $(CUDA_LIBS)
 else
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda_stub.c
 endif
+# The remote tier (hiredis); without it, remote_stub.c refuses --remote.
+noinst_HEADERS += daemon/rcluster.h daemon/rpage.h daemon/rloop.h daemon/remote.h
+if HAVE_REMOTE
+daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rpage.c daemon/rloop.c \
+	daemon/remote.c
+daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS)
+daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS)
+endif
 
 # systemd.c (libsystemd) and metrics.c (libmicrohttpd) are the program's
 # alone: the library, the unit tests and the fuzzers need neither.

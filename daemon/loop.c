@@ -172,6 +172,19 @@ int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 	return 0;
 }
 
+int loop_poll(struct loop *l, struct loop_op *op, int fd, unsigned events)
+{
+	struct io_uring_sqe *sqe;
+
+	if (l->sync)
+		return sync_poll(l, op, fd, events);
+	sqe = get_sqe(l, op);
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_poll_add(sqe, fd, events);
+	return 0;
+}
+
 int loop_pread(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
 	       uint64_t off, int buf_index)
 {

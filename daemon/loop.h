@@ -76,6 +76,14 @@ int loop_read(struct loop *l, struct loop_op *op, int fd, void *buf,
 	      unsigned len);
 
 /*
+ * loop_poll() - complete op once fd is ready for events (POLLIN, POLLOUT),
+ * with the ready mask as its result (POLLERR and POLLHUP included: the
+ * caller's next read or write on fd says what happened). One shot: poll
+ * again for more. For libraries that do their own socket I/O (hiredis).
+ */
+int loop_poll(struct loop *l, struct loop_op *op, int fd, unsigned events);
+
+/*
  * loop_pread() / loop_pwrite() - read or write len bytes at offset off of
  * fd (O_DIRECT files: buf, len and off aligned). buf_index >= 0 names the
  * registered buffer that holds buf (see loop_buffer_add()); -1 for none.

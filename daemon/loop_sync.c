@@ -31,7 +31,8 @@
 
 #include "daemon/loop_sync.h"
 
-enum sop_kind { S_ACCEPT, S_RECVMSG, S_SENDMSG, S_READ, S_FILE, S_TIMEOUT, S_CANCEL };
+enum sop_kind { S_ACCEPT, S_RECVMSG, S_SENDMSG, S_READ, S_POLL, S_FILE, S_TIMEOUT,
+	       S_CANCEL };
 
 struct sop {
 	struct sop *next;
@@ -39,7 +40,7 @@ struct sop {
 	enum sop_kind kind;
 	int fd;
 	struct msghdr *msg;		/* recvmsg, sendmsg */
-	unsigned flags;
+	unsigned flags;			/* recvmsg, sendmsg; poll: its events */
 	void *buf;			/* read, file */
 	unsigned len;
 	uint64_t off;			/* file */
@@ -253,6 +254,16 @@ int sync_read(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned le
 	return 0;
 }
 
+int sync_poll(struct loop *l, struct loop_op *op, int fd, unsigned events)
+{
+	struct sop *o = queue(l, op, S_POLL, fd);
+
+	if (!o)
+		return -EBUSY;
+	o->flags = events;	/* poll(2) and epoll share POLLIN/POLLOUT values */
+	return 0;
+}
+
 int sync_file(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
 	      uint64_t off, bool write)
 {
@@ -297,13 +308,18 @@ int sync_cancel(struct loop *l, struct loop_op *op, struct loop_op *target)
 	return 0;
 }
 
-/* try_op() - attempt a ready socket operation: true when it completed
+/* try_op() - attempt a ready socket operation (ready: what epoll said of
+ * its fd; all ones when the fd cannot be watched): true when it completed
  * (o->res set), false when it would block. */
-static bool try_op(struct sop *o)
+static bool try_op(struct sop *o, uint32_t ready)
 {
 	ssize_t n;
 
 	switch (o->kind) {
+	case S_POLL:
+		ready &= o->flags | EPOLLERR | EPOLLHUP;
+		o->res = (int)ready;
+		return ready != 0;
 	case S_ACCEPT:
 		n = accept4(o->fd, NULL, NULL, SOCK_CLOEXEC);
 		break;
@@ -402,7 +418,8 @@ static void interest(struct loop_sync *s)
 	for (o = s->pending; o; o = o->next) {
 		if (o->fd < 0 || !fd_room(s, o->fd))
 			continue;
-		s->want[o->fd] |= (o->kind == S_SENDMSG ? EPOLLOUT : EPOLLIN) |
+		s->want[o->fd] |= (o->kind == S_POLL ? o->flags & (EPOLLIN | EPOLLOUT) :
+				   o->kind == S_SENDMSG ? EPOLLOUT : EPOLLIN) |
 				  (o->armed ? 0 : WANT_REARM);
 		o->armed = true;
 	}
@@ -466,7 +483,8 @@ int sync_turn(struct loop *l, int ms)
 			done = true;
 		} else if (o->kind != S_TIMEOUT && o->kind != S_CANCEL &&
 			   (o->fd >= s->nfd || s->want[o->fd] || !s->have[o->fd])) {
-			done = try_op(o);
+			done = try_op(o, o->fd < s->nfd && s->have[o->fd] ? s->want[o->fd]
+									: UINT32_MAX);
 		}
 		if (done) {
 			*pp = o->next;

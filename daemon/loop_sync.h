@@ -22,6 +22,7 @@ int sync_sendmsg(struct loop *l, struct loop_op *op, int fd, const struct msghdr
 int sync_read(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len);
 int sync_file(struct loop *l, struct loop_op *op, int fd, void *buf, unsigned len,
 	      uint64_t off, bool write);
+int sync_poll(struct loop *l, struct loop_op *op, int fd, unsigned events);
 int sync_timeout(struct loop *l, struct loop_op *op, uint64_t ms);
 int sync_cancel(struct loop *l, struct loop_op *op, struct loop_op *target);
 /* sync_turn() - wait up to ms (-1: until something happens) and complete

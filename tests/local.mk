@@ -22,6 +22,12 @@
 #                        and the watchdog; 77 (SKIP) without libsystemd
 #   tests/check_events   KV events: a subscriber and a replay client in C
 #                        (libzmq, msgpack-c); 77 (SKIP) without them
+#   tests/check_rcluster the remote tier's routing (slots, the slot map,
+#                        MOVED/ASK, URLs) and value format; needs hiredis
+#   tests/check_remote   the remote tier's client against a real 6-node
+#                        Redis Cluster on loopback (tests/redis-cluster.sh):
+#                        redirects, failover, corruption, a full server;
+#                        77 (SKIP) without redis-server
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
@@ -93,6 +99,20 @@ tests_check_systemd_SOURCES = tests/check_systemd.c \
 tests_check_systemd_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_systemd_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
+if HAVE_REMOTE
+check_PROGRAMS += tests/check_rcluster
+TESTS += tests/check_rcluster
+tests_check_rcluster_SOURCES = tests/check_rcluster.c
+tests_check_rcluster_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS)
+tests_check_rcluster_LDADD = daemon/libkvpoold.la $(CHECK_LIBS) $(HIREDIS_LIBS)
+check_PROGRAMS += tests/check_remote
+TESTS += tests/check_remote
+tests_check_remote_SOURCES = tests/check_remote.c
+tests_check_remote_CPPFLAGS = $(AM_CPPFLAGS) -DKVP_SRCDIR='"$(abs_top_srcdir)"'
+tests_check_remote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
+tests_check_remote_LDADD = daemon/libkvpoold.la $(CHECK_LIBS) $(HIREDIS_LIBS)
+endif
+
 tests_check_events_SOURCES = tests/check_events.c \
 	tests/harness.c tests/harness.h
 tests_check_events_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(EVENTS_CFLAGS)
@@ -148,7 +168,7 @@ else
 # Without Check, `make check` runs one script that says what is missing.
 TESTS += tests/need-check.sh
 endif
-EXTRA_DIST += tests/need-check.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h \
+EXTRA_DIST += tests/need-check.sh tests/redis-cluster.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h \
 	tests/cuda_pool.c
 # Golden vectors of the vLLM-compatible prefix keys and their generator
 # (/usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt).

@@ -1,0 +1,970 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote.c - the remote tier's client (see remote.h): one hiredis
+ * connection per master, the slot map, redirects, timeouts, back-off,
+ * limits and the measurements the fetch-or-recompute policy uses.
+ *
+ * Requests on a connection are answered in order, so each node keeps its
+ * requests in flight in a list, oldest first: the tick (every TICK_MS
+ * while anything is in flight or a node is down) compares the oldest
+ * one's age with the timeout. A node that fails is freed at once (hiredis
+ * then ends each of its requests with a NULL reply: a miss) and marked
+ * down before that, so a callback that sends again never reaches it.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <async.h>
+#include <hiredis.h>
+
+#include "daemon/log.h"
+#include "daemon/rcluster.h"
+#include "daemon/remote.h"
+#include "daemon/rloop.h"
+
+#define TICK_MS		50u
+#define BACKOFF_MIN_MS	100u
+#define BACKOFF_MAX_MS	5000u
+#define MAP_EVERY_MS	1000u	/* re-read the slot map this often while it is wanted */
+#define MAX_HOPS	3u	/* redirects one request may follow */
+
+enum rnode_state {
+	RN_DOWN,		/* no connection; the next try at retry_at */
+	RN_CONNECTING,		/* connect (and AUTH) under way; requests queue */
+	RN_UP,			/* connected */
+};
+
+struct rnode;
+
+/* One request: a GET or a SET of one page. */
+struct rreq {
+	struct rreq *prev, *next;	/* its node's requests in flight, oldest first */
+	struct remote *r;
+	struct rnode *node;		/* where it was sent */
+	bool get;
+	uint8_t id[RPAGE_ID_BYTES];
+	uint8_t key[KVP_KEY_BYTES];
+	void *dst;			/* GET: the page */
+	uint64_t bytes;
+	remote_done_fn done;
+	void *arg;
+	uint64_t t0;			/* sent, ns */
+	bool idle_sent;			/* its node had nothing in flight */
+	unsigned hops;
+};
+
+struct rnode {
+	struct remote *r;
+	unsigned idx;			/* in r->map.nodes */
+	enum rnode_state state;
+	redisAsyncContext *ac;		/* NULL when down */
+	struct rreq *head, *tail;
+	unsigned inflight;
+	uint64_t since_ns;		/* connect started */
+	uint64_t retry_ns;		/* DOWN: the next connect */
+	uint32_t backoff_ms;
+	bool timed_out;			/* it is being dropped for silence */
+	bool auth_refused;
+	bool was_up;			/* connected; for one log line per change */
+	bool lost;			/* was up, then lost: say so when it is back */
+	uint64_t busy_ns, busy_bytes;	/* the busy period now: start, bytes in */
+	unsigned busy_replies;
+};
+
+struct remote {
+	struct loop *l;
+	struct remote_config c;
+	struct rc_url url;
+	struct rc_map map;
+	struct rnode **nodes;		/* [map.nnodes], by map index */
+	unsigned nnodes;
+	struct loop_op tick, cancel;
+	struct __kernel_timespec ts;
+	bool ticking, cancelling, closing;
+	bool map_wanted, map_inflight;
+	uint64_t map_ns;		/* the next map read */
+	unsigned seed_next;		/* round-robin over seeds for the map */
+	bool was_up;
+	unsigned avail;			/* masters connected or connecting */
+	uint64_t tokens, refill_ns;	/* the rate cap's bucket */
+	struct remote_stats st;
+	char desc[96];
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void tick_arm(struct remote *r);
+static void node_fail(struct rnode *nd, const char *why);
+
+/* --- the state log: one line per change ------------------------------ */
+
+static void note_state(struct remote *r)
+{
+	bool up = remote_up(r);
+
+	if (up == r->was_up)
+		return;
+	r->was_up = up;
+	if (up)
+		log_info("remote tier %s: serving (%u of %u masters connected, %u slots)",
+			 r->desc, r->st.nodes_up, r->st.nodes, r->map.covered);
+	else
+		log_warn("remote tier %s: unreachable; pages are kept in the local tiers "
+			 "only and acquires miss what they lack, until it answers again",
+			 r->desc);
+}
+
+/* --- nodes ------------------------------------------------------------ */
+
+/* node_of() - the node of map index idx, made when new. NULL: no memory. */
+static struct rnode *node_of(struct remote *r, unsigned idx)
+{
+	struct rnode **v, *nd;
+
+	if (idx < r->nnodes && r->nodes[idx])
+		return r->nodes[idx];
+	if (idx >= r->nnodes) {
+		v = realloc(r->nodes, (idx + 1) * sizeof(*v));
+		if (!v)
+			return NULL;
+		memset(v + r->nnodes, 0, (idx + 1 - r->nnodes) * sizeof(*v));
+		r->nodes = v;
+		r->nnodes = idx + 1;
+	}
+	nd = calloc(1, sizeof(*nd));
+	if (!nd)
+		return NULL;
+	nd->r = r;
+	nd->idx = idx;
+	nd->backoff_ms = BACKOFF_MIN_MS;
+	r->nodes[idx] = nd;
+	return nd;
+}
+
+static void count_nodes(struct remote *r)
+{
+	unsigned i, s, masters = 0, up = 0, avail = 0;
+	bool *is = calloc(r->map.nnodes ? r->map.nnodes : 1, 1);
+
+	if (!is)
+		return;
+	for (s = 0; s < RC_SLOTS; s++)
+		if (r->map.owner[s] != RC_NONE)
+			is[r->map.owner[s]] = true;
+	for (i = 0; i < r->map.nnodes; i++) {
+		if (!is[i])
+			continue;
+		masters++;
+		up += i < r->nnodes && r->nodes[i] && r->nodes[i]->state == RN_UP;
+		avail += i < r->nnodes && r->nodes[i] && r->nodes[i]->state != RN_DOWN;
+	}
+	free(is);
+	r->st.nodes = masters;
+	r->st.nodes_up = up;
+	r->avail = avail;
+	r->st.slots = r->map.covered;
+}
+
+static void list_add(struct rnode *nd, struct rreq *q)
+{
+	q->node = nd;
+	q->prev = nd->tail;
+	q->next = NULL;
+	if (nd->tail)
+		nd->tail->next = q;
+	else
+		nd->head = q;
+	nd->tail = q;
+	if (!nd->inflight++) {
+		nd->busy_ns = q->t0;
+		nd->busy_bytes = 0;
+		nd->busy_replies = 0;
+	}
+	nd->r->st.inflight++;
+}
+
+/* list_del() - q is answered (or lost); the end of a busy period of
+ * several GETs is a bandwidth sample. */
+static void list_del(struct rreq *q)
+{
+	struct rnode *nd = q->node;
+	struct remote *r = nd->r;
+
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		nd->head = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	else
+		nd->tail = q->prev;
+	q->prev = q->next = NULL;
+	r->st.inflight--;
+	if (--nd->inflight == 0 && nd->busy_replies >= 2) {
+		uint64_t dt = now_ns() - nd->busy_ns;
+
+		if (dt > 0) {
+			uint64_t bw = (uint64_t)((double)nd->busy_bytes * 1e9 / (double)dt);
+
+			r->st.bandwidth = r->st.bandwidth ? (r->st.bandwidth * 3 + bw) / 4 : bw;
+		}
+	}
+}
+
+static void on_connect(const redisAsyncContext *ac, int status);
+static void on_disconnect(const redisAsyncContext *ac, int status);
+
+static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct rnode *nd = priv;
+	redisReply *rep = reply;
+
+	if (!rep || nd->ac != ac || rep->type != REDIS_REPLY_ERROR)
+		return;
+	if (!nd->auth_refused)
+		log_error("remote tier %s: %s:%u refused AUTH: %.*s; check the password "
+			  "(--remote-password-file, KVPOOL_REMOTE_PASSWORD or the URL) "
+			  "and the user's ACL", nd->r->desc, nd->r->map.nodes[nd->idx].host,
+			  nd->r->map.nodes[nd->idx].port, (int)rep->len, rep->str);
+	nd->auth_refused = true;
+	node_fail(nd, NULL);
+}
+
+/* node_connect() - start connecting nd; requests queue until it is up. */
+static void node_connect(struct rnode *nd)
+{
+	struct remote *r = nd->r;
+	const struct rc_addr *a = &r->map.nodes[nd->idx];
+	const char *pw = r->c.password ? r->c.password : r->url.password;
+	redisAsyncContext *ac;
+
+	ac = redisAsyncConnect(a->host, a->port);
+	if (!ac || ac->err) {
+		if (ac)
+			redisAsyncFree(ac);
+		nd->state = RN_DOWN;
+		nd->retry_ns = now_ns() + (uint64_t)nd->backoff_ms * 1000000u;
+		if (nd->backoff_ms < BACKOFF_MAX_MS)
+			nd->backoff_ms *= 2;
+		return;
+	}
+	if (rloop_attach(ac, r->l) < 0) {
+		redisAsyncFree(ac);
+		return;
+	}
+	ac->data = nd;
+	redisAsyncSetConnectCallback(ac, on_connect);
+	redisAsyncSetDisconnectCallback(ac, on_disconnect);
+	/* hiredis learns that the connect is through from the first write
+	 * event, and asks for one only once a command is queued: ask now */
+	ac->ev.addWrite(ac->ev.data);
+	nd->ac = ac;
+	nd->state = RN_CONNECTING;
+	nd->since_ns = now_ns();
+	nd->timed_out = false;
+	r->st.connects++;
+	if (pw[0] && r->url.user[0])
+		redisAsyncCommand(ac, auth_reply, nd, "AUTH %s %s", r->url.user, pw);
+	else if (pw[0])
+		redisAsyncCommand(ac, auth_reply, nd, "AUTH %s", pw);
+	if (r->url.db)
+		redisAsyncCommand(ac, NULL, NULL, "SELECT %u", r->url.db);
+	count_nodes(r);
+	tick_arm(r);
+}
+
+/* node_down() - nd lost its connection (ac is gone or going). */
+static void node_down(struct rnode *nd)
+{
+	struct remote *r = nd->r;
+
+	if (nd->state == RN_UP)
+		r->st.disconnects++;
+	nd->ac = NULL;
+	nd->state = RN_DOWN;
+	nd->retry_ns = now_ns() + (uint64_t)(nd->auth_refused ? BACKOFF_MAX_MS : nd->backoff_ms) *
+				  1000000u;
+	if (nd->backoff_ms < BACKOFF_MAX_MS)
+		nd->backoff_ms *= 2;
+	if (nd->was_up && !r->closing) {
+		log_warn("remote tier %s: lost %s:%u; its slots are misses until the "
+			 "slot map is read again", r->desc, r->map.nodes[nd->idx].host,
+			 r->map.nodes[nd->idx].port);
+		nd->lost = true;
+	}
+	nd->was_up = false;
+	if (r->url.cluster && !r->closing) {
+		r->map_wanted = true;
+		r->map_ns = 0;
+	}
+	count_nodes(r);
+	note_state(r);
+	tick_arm(r);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+	struct rnode *nd = ac->data;
+
+	if (!nd || nd->ac != ac)
+		return;
+	if (status != REDIS_OK) {
+		node_down(nd);	/* hiredis frees ac after this */
+		return;
+	}
+	nd->state = RN_UP;
+	nd->backoff_ms = BACKOFF_MIN_MS;
+	if (nd->lost)
+		log_info("remote tier %s: %s:%u is back", nd->r->desc,
+			 nd->r->map.nodes[nd->idx].host, nd->r->map.nodes[nd->idx].port);
+	nd->lost = false;
+	nd->was_up = true;
+	count_nodes(nd->r);
+	note_state(nd->r);
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct rnode *nd = ac->data;
+
+	(void)status;
+	if (nd && nd->ac == ac)
+		node_down(nd);
+}
+
+/* node_fail() - drop nd's connection now: its requests end as misses. */
+static void node_fail(struct rnode *nd, const char *why)
+{
+	redisAsyncContext *ac = nd->ac;
+
+	if (!ac)
+		return;
+	if (why && nd->was_up && !nd->r->closing) {
+		log_warn("remote tier %s: %s:%u %s; dropping the connection; its slots "
+			 "are misses until it or its replica answers", nd->r->desc,
+			 nd->r->map.nodes[nd->idx].host, nd->r->map.nodes[nd->idx].port, why);
+		nd->lost = true;
+		nd->was_up = false;	/* said once */
+	}
+	node_down(nd);		/* first: callbacks that send again see it down */
+	redisAsyncFree(ac);	/* deferred by hiredis when inside its callback */
+}
+
+/* --- requests ---------------------------------------------------------- */
+
+static void req_finish(struct rreq *q, int res)
+{
+	remote_done_fn done = q->done;
+	void *arg = q->arg;
+
+	free(q);
+	if (done)
+		done(arg, res);
+}
+
+static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
+		     bool asking);
+
+/* rate_take() - bytes fit the rate cap now (taken from the bucket). */
+static bool rate_take(struct remote *r, uint64_t bytes)
+{
+	uint64_t now, add;
+
+	if (!r->c.max_rate)
+		return true;
+	now = now_ns();
+	add = (uint64_t)((double)(now - r->refill_ns) * (double)r->c.max_rate / 1e9);
+	if (add) {
+		r->tokens = r->tokens + add > r->c.max_rate ? r->c.max_rate : r->tokens + add;
+		r->refill_ns = now;
+	}
+	if (r->tokens < bytes)
+		return false;
+	r->tokens -= bytes;
+	return true;
+}
+
+/* get_value() - a GET's answer: check, copy, count. */
+static int get_value(struct rreq *q, const redisReply *rep)
+{
+	struct remote *r = q->r;
+	int rc;
+
+	if (rep->type == REDIS_REPLY_NIL) {
+		r->st.misses++;
+		return -ENOENT;
+	}
+	if (rep->type != REDIS_REPLY_STRING) {
+		r->st.errors++;
+		return -EIO;
+	}
+	r->st.bytes_in += rep->len;
+	q->node->busy_bytes += rep->len;
+	q->node->busy_replies++;
+	rc = rpage_check(rep->str, rep->len, q->id, q->key, q->bytes);
+	if (rc < 0) {
+		r->st.corrupt++;
+		return rc;
+	}
+	if (r->c.be->ops->from_host(r->c.be, q->dst, rep->str + RPAGE_HDR, q->bytes) < 0) {
+		r->st.errors++;
+		return -EIO;
+	}
+	r->st.hits++;
+	return 0;
+}
+
+/* redirect() - follow MOVED or ASK for q; true when q went on. */
+static bool redirect(struct rreq *q, const redisReply *rep)
+{
+	struct remote *r = q->r;
+	struct rnode *nd = q->node, *to;
+	struct rc_addr a;
+	enum rc_redirect kind;
+	uint16_t slot;
+	int idx;
+
+	kind = rc_redirect_parse(rep->str, rep->len, &r->map.nodes[nd->idx], &slot, &a);
+	if (kind == RC_NO_REDIRECT)
+		return false;
+	r->st.redirects++;
+	idx = rc_map_node(&r->map, a.host, a.port);
+	if (idx < 0)
+		return false;
+	if (kind == RC_MOVED) {
+		if (r->map.owner[slot] == RC_NONE)
+			r->map.covered++;
+		r->map.owner[slot] = (uint16_t)idx;
+		r->map_wanted = true;	/* more slots have probably moved */
+		tick_arm(r);
+	}
+	if (!q->get || ++q->hops > MAX_HOPS)
+		return false;	/* a SET's bytes are not kept: it is lost */
+	to = node_of(r, (unsigned)idx);
+	if (!to)
+		return false;
+	if (to->state == RN_DOWN && !r->closing)
+		node_connect(to);
+	return node_send(to, q, NULL, 0, kind == RC_ASK) == 0;
+}
+
+static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct rreq *q = priv;
+	struct remote *r = q->r;
+	redisReply *rep = reply;
+	uint64_t rtt = now_ns() - q->t0;
+	int res;
+
+	(void)ac;
+	list_del(q);
+	if (!rep) {	/* the connection went away */
+		if (q->get)
+			r->st.errors++;
+		else
+			r->st.put_errors++;
+		req_finish(q, r->closing ? -ECANCELED :
+			      q->node->timed_out ? -ETIMEDOUT : -EHOSTDOWN);
+		return;
+	}
+	if (rep->type == REDIS_REPLY_ERROR) {
+		if (redirect(q, rep))
+			return;
+		if (q->get)
+			r->st.errors++;
+		else
+			r->st.put_errors++;
+		req_finish(q, -EIO);
+		return;
+	}
+	if (!q->get) {
+		res = rep->type == REDIS_REPLY_STATUS ? 0 : -EIO;
+		if (res)
+			r->st.put_errors++;
+		req_finish(q, res);
+		return;
+	}
+	if (q->idle_sent) {	/* nothing queued before it: a latency sample */
+		r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8 : rtt;
+	}
+	res = get_value(q, rep);
+	req_finish(q, res);
+}
+
+/*
+ * node_send() - send q to nd: a GET of its key (cmd NULL), or the SET
+ * already formatted in cmd. Returns 0, or -EAGAIN (nd cannot take it).
+ */
+static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
+		     bool asking)
+{
+	struct remote *r = nd->r;
+	char key[RPAGE_KEY_LEN];
+	int rc;
+
+	if (!nd->ac || nd->state == RN_DOWN || nd->inflight >= r->c.max_inflight)
+		return -EAGAIN;
+	if (asking)
+		redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
+	if (cmd) {
+		rc = redisAsyncFormattedCommand(nd->ac, got_reply, q, cmd, len);
+	} else {
+		rpage_key(q->id, q->key, key);
+		rc = redisAsyncCommand(nd->ac, got_reply, q, "GET %b", key, (size_t)RPAGE_KEY_LEN);
+	}
+	if (rc != REDIS_OK)
+		return -EAGAIN;
+	q->t0 = now_ns();
+	q->idle_sent = nd->inflight == 0;
+	list_add(nd, q);
+	tick_arm(r);
+	return 0;
+}
+
+/* route() - the node that serves key, connected or connecting; NULL when
+ * none can take a request now. */
+static struct rnode *route(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+			   const uint8_t key[KVP_KEY_BYTES])
+{
+	char k[RPAGE_KEY_LEN];
+	uint16_t owner;
+	struct rnode *nd;
+
+	rpage_key(id, key, k);
+	owner = rc_map_owner(&r->map, rc_slot(k, sizeof(k)));
+	if (owner == RC_NONE)
+		return NULL;
+	nd = node_of(r, owner);
+	if (!nd || nd->state == RN_DOWN)
+		return NULL;	/* the tick reconnects it */
+	return nd;
+}
+
+int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
+	       remote_done_fn done, void *arg)
+{
+	struct rnode *nd = r->closing ? NULL : route(r, id, key);
+	struct rreq *q;
+
+	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
+		r->st.skipped++;
+		return -EAGAIN;
+	}
+	q = calloc(1, sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	q->r = r;
+	q->get = true;
+	memcpy(q->id, id, RPAGE_ID_BYTES);
+	memcpy(q->key, key, KVP_KEY_BYTES);
+	q->dst = dst;
+	q->bytes = bytes;
+	q->done = done;
+	q->arg = arg;
+	if (node_send(nd, q, NULL, 0, false) < 0) {
+		free(q);
+		r->st.skipped++;
+		return -EAGAIN;
+	}
+	r->st.gets++;
+	return 0;
+}
+
+/* format_set() - "SET key value" in RESP, value the header and the page:
+ * malloc'd, *len long. NULL when out of memory or the copy failed. */
+static char *format_set(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+			const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+			size_t *len)
+{
+	char head[64], *buf;
+	int hl;
+
+	hl = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%u\r\n", RPAGE_KEY_LEN);
+	*len = (size_t)hl + RPAGE_KEY_LEN + 2 + 24 + RPAGE_HDR + bytes + 2;
+	buf = malloc(*len);
+	if (!buf)
+		return NULL;
+	memcpy(buf, head, (size_t)hl);
+	rpage_key(id, key, buf + hl);
+	hl += RPAGE_KEY_LEN;
+	hl += snprintf(buf + hl, 28, "\r\n$%llu\r\n", (unsigned long long)(RPAGE_HDR + bytes));
+	if (r->c.be->ops->to_host(r->c.be, buf + hl + RPAGE_HDR, src, bytes) < 0) {
+		free(buf);
+		return NULL;
+	}
+	rpage_pack(buf + hl, id, key, bytes);
+	memcpy(buf + hl + RPAGE_HDR + bytes, "\r\n", 2);
+	*len = (size_t)hl + RPAGE_HDR + bytes + 2;
+	return buf;
+}
+
+int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+	       remote_done_fn done, void *arg)
+{
+	struct rnode *nd = r->closing ? NULL : route(r, id, key);
+	struct rreq *q;
+	size_t len;
+	char *cmd;
+	int rc;
+
+	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
+		r->st.put_skipped++;
+		return -EAGAIN;
+	}
+	q = calloc(1, sizeof(*q));
+	cmd = q ? format_set(r, id, key, src, bytes, &len) : NULL;
+	if (!cmd) {
+		free(q);
+		return -ENOMEM;
+	}
+	q->r = r;
+	memcpy(q->id, id, RPAGE_ID_BYTES);
+	memcpy(q->key, key, KVP_KEY_BYTES);
+	q->bytes = bytes;
+	q->done = done;
+	q->arg = arg;
+	rc = node_send(nd, q, cmd, len, false);	/* hiredis copies cmd */
+	free(cmd);
+	if (rc < 0) {
+		free(q);
+		r->st.put_skipped++;
+		return -EAGAIN;
+	}
+	r->st.puts++;
+	r->st.bytes_out += RPAGE_HDR + bytes;
+	return 0;
+}
+
+/* --- the slot map ------------------------------------------------------ */
+
+static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct remote *r = priv;
+	struct rnode *nd = ac->data;
+	char err[256];
+	int rc;
+
+	r->map_inflight = false;
+	if (!reply || r->closing || !nd)
+		return;
+	rc = rc_map_load(&r->map, reply, &r->map.nodes[nd->idx], err, sizeof(err));
+	if (rc < 0) {
+		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc,
+			 r->map.nodes[nd->idx].host, r->map.nodes[nd->idx].port, err);
+		return;
+	}
+	r->st.map_loads++;
+	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
+	/* the map says who serves: a master in back-off is tried at once */
+	for (unsigned s = 0; s < RC_SLOTS; s++) {
+		struct rnode *m = node_of(r, r->map.owner[s] == RC_NONE ? 0 : r->map.owner[s]);
+
+		if (r->map.owner[s] != RC_NONE && m && m->state == RN_DOWN &&
+		    !m->auth_refused && m->retry_ns) {
+			m->retry_ns = 0;
+			m->backoff_ms = BACKOFF_MIN_MS;
+		}
+	}
+	tick_arm(r);
+	count_nodes(r);
+	note_state(r);
+}
+
+/* map_read() - ask a connected node (a master, else a seed) for the map. */
+static void map_read(struct remote *r)
+{
+	struct rnode *nd = NULL;
+	unsigned i, k;
+	int idx;
+
+	for (i = 0; i < r->nnodes && !nd; i++)
+		if (r->nodes[i] && r->nodes[i]->state == RN_UP)
+			nd = r->nodes[i];
+	if (!nd) {	/* no one is up: try the next seed */
+		k = r->seed_next++ % r->url.nseeds;
+		idx = rc_map_node(&r->map, r->url.seeds[k].host, r->url.seeds[k].port);
+		nd = idx < 0 ? NULL : node_of(r, (unsigned)idx);
+		if (!nd)
+			return;
+		if (nd->state == RN_DOWN) {
+			if (now_ns() < nd->retry_ns)
+				return;
+			node_connect(nd);
+		}
+		if (!nd->ac)
+			return;
+	}
+	if (redisAsyncCommand(nd->ac, slots_reply, r, "CLUSTER SLOTS") == REDIS_OK)
+		r->map_inflight = true;
+}
+
+/* --- the tick: timeouts, reconnects, map reads ------------------------- */
+
+static void tick_done(struct loop_op *op, int res)
+{
+	struct remote *r = (struct remote *)((char *)op - offsetof(struct remote, tick));
+	uint64_t now = now_ns(), limit = (uint64_t)r->c.timeout_ms * 1000000u;
+	bool need = false, *master;
+	unsigned i, s, nmap = r->map.nnodes;
+
+	(void)res;
+	r->ticking = false;
+	if (r->closing) {
+		if (!r->cancelling)
+			free(r);	/* remote_close() left it to the tick */
+		return;
+	}
+	master = calloc(nmap ? nmap : 1, 1);
+	if (master)
+		for (s = 0; s < RC_SLOTS; s++)
+			if (r->map.owner[s] != RC_NONE)
+				master[r->map.owner[s]] = true;
+	for (i = 0; i < r->nnodes; i++) {
+		struct rnode *nd = r->nodes[i];
+
+		if (!nd)
+			continue;
+		if (nd->head && now - nd->head->t0 > limit) {
+			nd->timed_out = true;
+			node_fail(nd, "did not answer in time (--remote-timeout)");
+		} else if (nd->state == RN_CONNECTING && now - nd->since_ns > limit) {
+			nd->timed_out = true;
+			node_fail(nd, "did not accept the connection in time");
+		}
+		if (nd->state == RN_DOWN && master && i < nmap && master[i]) {
+			if (now >= nd->retry_ns)
+				node_connect(nd);
+			need = true;
+		}
+		need = need || nd->inflight || nd->state == RN_CONNECTING;
+	}
+	free(master);
+	if (r->url.cluster && (r->map_wanted || !r->map.covered) && !r->map_inflight &&
+	    now >= r->map_ns) {
+		r->map_ns = now + (uint64_t)MAP_EVERY_MS * 1000000u;
+		map_read(r);
+	}
+	need = need || (r->url.cluster && (r->map_wanted || !r->map.covered));
+	if (need)
+		tick_arm(r);
+}
+
+/* cancel_done() - remote_close()'s cancel of the tick is through; the
+ * last of the two frees r. */
+static void cancel_done(struct loop_op *op, int res)
+{
+	struct remote *r = (struct remote *)((char *)op - offsetof(struct remote, cancel));
+
+	(void)res;
+	r->cancelling = false;
+	if (!r->ticking)
+		free(r);
+}
+
+static void tick_arm(struct remote *r)
+{
+	if (r->ticking || r->closing || r->l->draining || r->l->stopping)
+		return;
+	if (loop_timeout(r->l, &r->tick, &r->ts, TICK_MS) == 0)
+		r->ticking = true;
+}
+
+/* --- start-up ---------------------------------------------------------- */
+
+/*
+ * check_seed() - ask one seed synchronously what it is. Returns 1 when it
+ * answered as it should (the map is loaded from it for a cluster), 0 when
+ * it did not answer, or -errno for a server that is not what the URL says
+ * or refuses AUTH (err says so).
+ */
+static int check_seed(struct remote *r, const struct rc_addr *a, char *err, size_t errlen)
+{
+	struct timeval tv = { r->c.check_ms / 1000, (r->c.check_ms % 1000) * 1000 };
+	const char *pw = r->c.password ? r->c.password : r->url.password;
+	redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
+	redisReply *rep = NULL;
+	int rc = 0;
+
+	if (!c || c->err)
+		goto out;
+	redisSetTimeout(c, tv);
+	if (pw[0]) {
+		rep = r->url.user[0] ? redisCommand(c, "AUTH %s %s", r->url.user, pw)
+				     : redisCommand(c, "AUTH %s", pw);
+		if (!rep)
+			goto out;
+		if (rep->type == REDIS_REPLY_ERROR) {
+			snprintf(err, errlen, "remote tier: %s:%u refused AUTH: %s; check the "
+				 "password and the user's ACL", a->host, a->port, rep->str);
+			rc = -EACCES;
+			goto out;
+		}
+		freeReplyObject(rep);
+	}
+	rep = redisCommand(c, r->url.cluster ? "CLUSTER SLOTS" : "INFO cluster");
+	if (!rep)
+		goto out;
+	if (rep->type == REDIS_REPLY_ERROR && (strstr(rep->str, "NOAUTH") ||
+					       strstr(rep->str, "NOPERM"))) {
+		snprintf(err, errlen, "remote tier: %s:%u wants a password or a user with "
+			 "more rights: %s", a->host, a->port, rep->str);
+		rc = -EACCES;
+	} else if (r->url.cluster && rep->type == REDIS_REPLY_ERROR) {
+		snprintf(err, errlen, "remote tier: %s:%u is not a Redis Cluster node (%s); "
+			 "give a cluster's nodes, or redis://%s:%u for one server",
+			 a->host, a->port, rep->str, a->host, a->port);
+		rc = -EPROTO;
+	} else if (r->url.cluster) {
+		rc = rc_map_load(&r->map, rep, a, err, errlen);
+		rc = rc < 0 ? rc : 1;
+	} else if (rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_enabled:1")) {
+		snprintf(err, errlen, "remote tier: %s:%u is a Redis Cluster node: give "
+			 "redis-cluster://%s:%u so that keys go to the nodes that own them",
+			 a->host, a->port, a->host, a->port);
+		rc = -EPROTO;
+	} else {
+		rc = rc_map_single(&r->map, a->host, a->port);
+		rc = rc < 0 ? rc : 1;
+	}
+out:
+	if (rep)
+		freeReplyObject(rep);
+	if (c)
+		redisFree(c);
+	return rc;
+}
+
+int remote_open(struct remote **out, struct loop *l, const struct remote_config *c,
+		const char **note, char *err, size_t errlen)
+{
+	static char why[512];
+	struct remote *r;
+	unsigned i;
+	int rc = 0;
+
+	*note = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->l = l;
+	r->c = *c;
+	if (!r->c.timeout_ms)
+		r->c.timeout_ms = 1000;
+	if (!r->c.max_inflight)
+		r->c.max_inflight = 256;
+	if (!r->c.check_ms)
+		r->c.check_ms = 1000;
+	r->tokens = r->c.max_rate;
+	r->refill_ns = now_ns();
+	r->tick.done = tick_done;
+	r->cancel.done = cancel_done;
+	rc_map_init(&r->map);
+	rc = rc_url_parse(c->url, &r->url, err, errlen);
+	if (rc < 0)
+		goto out_free;
+	snprintf(r->desc, sizeof(r->desc), "%s%.60s:%u%s", r->url.cluster ? "redis-cluster://"
+		 : "redis://", r->url.seeds[0].host, r->url.seeds[0].port,
+		 r->url.nseeds > 1 ? ",..." : "");
+	for (i = 0, rc = 0; i < r->url.nseeds && rc == 0; i++)
+		rc = check_seed(r, &r->url.seeds[i], err, errlen);
+	if (rc < 0)
+		goto out_free;
+	if (rc == 0) {
+		snprintf(why, sizeof(why), "remote tier %s: no server answered within %u ms; "
+			 "starting without it and trying again in the background", r->desc,
+			 r->c.check_ms);
+		*note = why;
+		if (!r->url.cluster)
+			rc_map_single(&r->map, r->url.seeds[0].host, r->url.seeds[0].port);
+		r->map_wanted = r->url.cluster;
+	}
+	/* connect to every master now: the first requests find them ready */
+	for (i = 0; i < r->map.nnodes; i++) {
+		struct rnode *nd = node_of(r, i);
+
+		if (nd && nd->state == RN_DOWN)
+			node_connect(nd);
+	}
+	count_nodes(r);
+	tick_arm(r);
+	*out = r;
+	return 0;
+out_free:
+	rc_map_fini(&r->map);
+	free(r);
+	return rc;
+}
+
+void remote_close(struct remote *r)
+{
+	unsigned i;
+
+	if (!r)
+		return;
+	r->closing = true;
+	for (i = 0; i < r->nnodes; i++) {
+		struct rnode *nd = r->nodes[i];
+
+		if (nd && nd->ac) {
+			redisAsyncContext *ac = nd->ac;
+
+			nd->ac = NULL;
+			nd->state = RN_DOWN;
+			redisAsyncFree(ac);	/* its requests end -ECANCELED */
+		}
+	}
+	for (i = 0; i < r->nnodes; i++)
+		free(r->nodes[i]);
+	free(r->nodes);
+	rc_map_fini(&r->map);
+	r->nodes = NULL;
+	r->nnodes = 0;
+	if (!r->ticking) {
+		free(r);
+		return;
+	}
+	/* the ring points into r: the tick's end (and the cancel's) free it */
+	if (loop_cancel(r->l, &r->cancel, &r->tick) == 0)
+		r->cancelling = true;
+}
+
+bool remote_up(const struct remote *r)
+{
+	return r && r->avail > 0 && r->map.covered > 0;
+}
+
+uint64_t remote_fetch_ns(const struct remote *r, uint32_t n, uint64_t bytes)
+{
+	uint64_t par, bw;
+
+	if (!remote_up(r))
+		return UINT64_MAX;
+	if (!r->st.latency_ns || !r->st.bandwidth)
+		return 0;	/* not measured yet: a fetch measures it */
+	par = r->st.nodes_up < n ? r->st.nodes_up : n;
+	bw = r->st.bandwidth * (par ? par : 1);
+	return r->st.latency_ns +
+	       (uint64_t)((double)n * (double)(bytes + RPAGE_HDR) * 1e9 / (double)bw);
+}
+
+void remote_get_stats(const struct remote *r, struct remote_stats *st)
+{
+	*st = r->st;
+}
+
+const char *remote_describe(const struct remote *r)
+{
+	return r->desc;
+}
