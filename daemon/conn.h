@@ -73,6 +73,7 @@ struct conn {
 	bool refused;			/* counted in nrefused, not nconns */
 	bool per_uid;			/* refused at --max-clients-per-uid */
 	bool deferred;			/* a request waits for I/O: no receive */
+	bool remote_tried;		/* the waiting ACQUIRE asked the remote tier */
 	bool admin;			/* admin of every namespace */
 	struct access_peer peer;	/* uid, gid and groups, for the rules */
 	unsigned rights;		/* ACCESS_* in its namespace */
@@ -110,6 +111,7 @@ struct server {
 	struct ns_table nst;
 	struct ns_config keys;		/* key settings for new namespaces */
 	struct events *events;		/* --kv-events, or NULL */
+	struct remote *remote;		/* --remote, or NULL */
 	gid_t admin_gid;		/* --admin-group, or -1 */
 	struct access_rule rules[OPTIONS_ACCESS_MAX];	/* --access */
 	unsigned nrules;

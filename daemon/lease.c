@@ -10,6 +10,7 @@
 
 #include "daemon/lease.h"
 #include "daemon/log.h"
+#include "daemon/rtier.h"
 
 int lease_add(struct lease_set *set, struct pool *p, uint64_t h)
 {
@@ -90,6 +91,7 @@ static void drop_entry(struct pool *p, struct ns *n, uint32_t e)
 	case PREFIX_IN_POOL:
 		if (pool_state(p, page) != PAGE_CACHED)
 			return;
+		rtier_left_pool(n, e, pool_page_addr(p, page));
 		prefix_leased(n->idx, e);	/* off the candidate list */
 		pool_evict(p, page);
 		if (prefix_copy(n->idx, e, &slot)) {
@@ -300,6 +302,7 @@ int lease_evict_one(struct pool *p, struct ns *n)
 	if (e == PREFIX_NIL)
 		return 0;
 	page = prefix_page(n->idx, e);
+	rtier_left_pool(n, e, pool_page_addr(p, page));	/* copied before it returns */
 	if (prefix_copy(n->idx, e, &slot)) {
 		if (!prefix_host_children(n->idx, e)) {
 			/* its slot still holds it: back to that, no write */

@@ -28,13 +28,18 @@ daemon_libkvpoold_la_LIBADD += $(CUDA_LIBS)
 else
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda_stub.c
 endif
-# The remote tier (hiredis); without it, remote_stub.c refuses --remote.
-noinst_HEADERS += daemon/rcluster.h daemon/rpage.h daemon/rloop.h daemon/remote.h
+# The remote tier's client (hiredis); without it, remote_stub.c refuses
+# --remote. rtier.c (what goes there and comes back) and rpage.c (the
+# value format) are in every build.
+noinst_HEADERS += daemon/rcluster.h daemon/rpage.h daemon/rloop.h daemon/remote.h \
+	daemon/rtier.h
+daemon_libkvpoold_la_SOURCES += daemon/rpage.c daemon/rtier.c
 if HAVE_REMOTE
-daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rpage.c daemon/rloop.c \
-	daemon/remote.c
+daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rloop.c daemon/remote.c
 daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS)
 daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS)
+else
+daemon_libkvpoold_la_SOURCES += daemon/remote_stub.c
 endif
 
 # systemd.c (libsystemd) and metrics.c (libmicrohttpd) are the program's

@@ -19,6 +19,7 @@
 #include "daemon/log.h"
 #include "daemon/events.h"
 #include "daemon/ns.h"
+#include "daemon/rpage.h"
 
 /* Bounds on geometry fields: generous, but they keep products in range. */
 #define NS_MAX_LAYERS		1024u
@@ -135,6 +136,22 @@ static bool scan_slot(void *arg, uint32_t slot, const struct spill_meta *m)
 	return true;
 }
 
+/* ns_identity() - what tier files and remote values say n is. */
+static void ns_identity(const struct ns *n, struct spill_ns *id)
+{
+	memset(id, 0, sizeof(*id));
+	memcpy(id->name, n->name, sizeof(id->name));
+	memcpy(id->model, n->model, sizeof(id->model));
+	id->layers = n->layers;
+	id->kv_heads = n->kv_heads;
+	id->head_dim = n->head_dim;
+	id->block_tokens = n->block_tokens;
+	id->dtype = n->dtype;
+	id->key_scheme = n->key_scheme;
+	id->page_bytes = n->page_bytes;
+	memcpy(id->root, n->root, sizeof(id->root));
+}
+
 /*
  * ns_tier_open() - open n's tier file; if it is warm, re-index its slots
  * and link each entry to its parent block. Returns pages re-indexed, or
@@ -151,17 +168,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	uint32_t i, p, orphans = 0;
 	int rc;
 
-	memset(&id, 0, sizeof(id));
-	memcpy(id.name, n->name, sizeof(id.name));
-	memcpy(id.model, n->model, sizeof(id.model));
-	id.layers = n->layers;
-	id.kv_heads = n->kv_heads;
-	id.head_dim = n->head_dim;
-	id.block_tokens = n->block_tokens;
-	id.dtype = n->dtype;
-	id.key_scheme = n->key_scheme;
-	id.page_bytes = n->page_bytes;
-	memcpy(id.root, n->root, sizeof(id.root));
+	ns_identity(n, &id);
 	rc = spill_open(&n->tier, k->loop, k->be, k->spill_dir, k->spill_bytes,
 			k->spill_discard, &id, &why, err, errlen);
 	if (rc < 0)
@@ -214,6 +221,21 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 }
 
 /* ns_free() - a namespace's index, tier and memory (not its pool pages). */
+/* ns_remote_open() - n uses the remote tier, under its identity there. */
+static void ns_remote_open(struct ns *n, const struct ns_config *k)
+{
+	struct spill_ns id;
+
+	if (!k->remote)
+		return;
+	ns_identity(n, &id);
+	rpage_ns_id(&id, n->rid);	/* the name is not part of it */
+	n->remote = k->remote;
+	n->remote_through = k->remote_through;
+	n->remote_prefill_rate = k->remote_prefill_rate;
+	n->remote_fetch_max = k->remote_fetch_max;
+}
+
 static void ns_free(struct ns *n)
 {
 	prefix_free(n->idx);
@@ -318,6 +340,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->pool_ns = pns;
 	n->pool = p;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
+	ns_remote_open(n, k);
 	if (k->host_bytes) {
 		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0)
 			goto out_free;

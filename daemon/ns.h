@@ -22,6 +22,15 @@
 
 struct conn;
 struct events;
+struct remote;
+
+/* What the remote tier did for a namespace (not on the wire yet). */
+struct ns_remote_stats {
+	uint64_t puts;		/* pages sent to it */
+	uint64_t fetches;	/* ACQUIREs that asked it */
+	uint64_t restored;	/* blocks it gave back, indexed */
+	uint64_t slow_skips;	/* ACQUIREs that did not ask: recomputing is faster */
+};
 
 struct ns {
 	char name[KVP_NAME_MAX];
@@ -53,6 +62,12 @@ struct ns {
 	struct kvp_wire_prefix_stats st;	/* counters for STATS */
 	struct events *events;	/* its KV events go there, or NULL */
 	char *ev_topic;		/* their topic (with events), owned */
+	struct remote *remote;	/* the remote tier (borrowed), or NULL */
+	uint8_t rid[32];	/* its identity there (rpage_ns_id()) */
+	bool remote_through;	/* --remote-write through */
+	uint64_t remote_prefill_rate;	/* tokens/s; 0: always fetch */
+	uint32_t remote_fetch_max;	/* blocks one ACQUIRE fetches, at most */
+	struct ns_remote_stats remote_st;
 };
 
 /* Kinds of tier faults, each logged once per namespace (then counted). */
@@ -84,6 +99,10 @@ struct ns_config {
 	struct loop *loop;	/* for the tier's I/O */
 	struct backend *be;	/* moves page bytes to and from the tier */
 	struct events *events;	/* KV events, or NULL */
+	struct remote *remote;	/* the remote tier, or NULL */
+	bool remote_through;
+	uint64_t remote_prefill_rate;
+	uint32_t remote_fetch_max;
 };
 
 /* The namespaces: ns[0..count) are never NULL, and ns[i]->id == i. */

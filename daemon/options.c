@@ -50,6 +50,7 @@ static const char *const scheme_names[] = {
 };
 
 static const char *const events_format_names[] = { "map", "array", NULL };
+static const char *const remote_write_names[] = { "back", "through", NULL };
 static const char *const events_hash_names[] = { "int", "bytes", NULL };
 
 const char *options_backend_name(unsigned backend)
@@ -164,6 +165,29 @@ static const struct opt_def opt_table[] = {
 	  NULL },
 	{ "kv-events-replay-batches", 0, OPT_UINT, OFF(kv_events_replay_batches), 0, 1,
 	  10000000, "N", "batches kept for replay, at most (default 10000)", NULL },
+	{ "remote", 0, OPT_STRING, OFF(remote), SZ(remote), 0, 0,
+	  "URL", "keep pages in Redis too, below the local tiers: redis-cluster://"
+	  "HOST:PORT[,HOST:PORT...] or redis://HOST:PORT (default: off; docs/remote.md)",
+	  NULL },
+	{ "remote-password-file", 0, OPT_STRING, OFF(remote_password_file),
+	  SZ(remote_password_file), 0, 0, "PATH", "the Redis password (AUTH) is the "
+	  "first line of PATH (default: the URL's, or $KVPOOL_REMOTE_PASSWORD)", NULL },
+	{ "remote-write", 0, OPT_CHOICE, OFF(remote_write), 0, 0, 0,
+	  "WHEN", "back: a page goes to Redis when it leaves the pool (default); "
+	  "through: also when it is published", remote_write_names },
+	{ "remote-timeout", 0, OPT_UINT, OFF(remote_timeout), 0, 10, 600000,
+	  "MS", "a Redis node silent this long is dropped: its requests are misses, "
+	  "and it is reconnected with back-off (default 1000)", NULL },
+	{ "remote-max-inflight", 0, OPT_UINT, OFF(remote_max_inflight), 0, 1, 100000,
+	  "N", "requests in flight per Redis node, at most; past it pages are not "
+	  "written and blocks not fetched (default 256)", NULL },
+	{ "remote-rate", 0, OPT_SIZE, OFF(remote_rate), 0, 0, 1ull << 40,
+	  "SIZE", "bytes per second to and from Redis, at most (default 0: no cap)", NULL },
+	{ "remote-prefill-rate", 0, OPT_UINT, OFF(remote_prefill_rate), 0, 0, 1ull << 32,
+	  "TOKENS", "tokens per second the engines prefill: an ACQUIRE fetches from "
+	  "Redis only when the measured fetch is faster (default 0: always fetch)", NULL },
+	{ "remote-fetch-max", 0, OPT_UINT, OFF(remote_fetch_max), 0, 1, 65536,
+	  "N", "blocks one ACQUIRE fetches from Redis, at most (default 512)", NULL },
 	{ "log-file", 0, OPT_STRING, OFF(log_file), SZ(log_file), 0, 0,
 	  "PATH", "append the log to PATH (reopened on SIGHUP, for logrotate) instead "
 	  "of stderr, or syslog once detached", NULL },
@@ -205,6 +229,9 @@ void options_defaults(struct options *o)
 	snprintf(o->kv_events_topic, sizeof(o->kv_events_topic), "kv@{host}@{model}");
 	o->kv_events_queue = 64ull << 20;
 	o->kv_events_replay_batches = 10000;
+	o->remote_timeout = 1000;
+	o->remote_max_inflight = 256;
+	o->remote_fetch_max = 512;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;
 }
@@ -528,6 +555,11 @@ int options_parse(struct options *o, int argc, char **argv,
 			printf("built with libzmq and msgpack-c: --kv-events\n");
 #else
 			printf("built without libzmq or msgpack-c: no --kv-events\n");
+#endif
+#ifdef HAVE_REMOTE
+			printf("built with hiredis: --remote\n");
+#else
+			printf("built without hiredis: no --remote\n");
 #endif
 			return 1;
 		case 'c':

@@ -39,6 +39,14 @@ struct options {
 	unsigned kv_events_hashes;	/* 0 int, 1 bytes */
 	uint64_t kv_events_queue;	/* bytes queued (and kept for replay) at most */
 	uint64_t kv_events_replay_batches;	/* batches kept for replay */
+	char remote[1024];		/* --remote URL; "": no remote tier */
+	char remote_password_file[256];	/* "": the URL's or $KVPOOL_REMOTE_PASSWORD */
+	unsigned remote_write;		/* 0 back (pages leaving the pool), 1 through */
+	uint64_t remote_timeout;	/* ms a node may stay silent */
+	uint64_t remote_max_inflight;	/* requests per node */
+	uint64_t remote_rate;		/* bytes/s each way; 0: no cap */
+	uint64_t remote_prefill_rate;	/* tokens/s recomputing costs; 0: always fetch */
+	uint64_t remote_fetch_max;	/* blocks one ACQUIRE fetches */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
 	unsigned backend;		/* enum backend_choice */

@@ -27,6 +27,7 @@
 #include "daemon/log.h"
 #include "daemon/conn.h"
 #include "daemon/events.h"
+#include "daemon/remote.h"
 #include "daemon/lease.h"
 #include "daemon/server.h"
 #include "daemon/sockfile.h"
@@ -46,6 +47,56 @@ uint64_t server_now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/*
+ * server_remote_open() - the remote tier of --remote, its password from
+ * --remote-password-file, $KVPOOL_REMOTE_PASSWORD or the URL. A bad URL,
+ * a server of the wrong kind or a refused password stop the start; no
+ * server answering does not.
+ */
+static int server_remote_open(struct server *s, const struct options *o, char *err,
+			      size_t errlen)
+{
+	struct remote_config rc = {
+		.url = o->remote, .be = s->be, .timeout_ms = (uint32_t)o->remote_timeout,
+		.max_inflight = (uint32_t)o->remote_max_inflight, .max_rate = o->remote_rate,
+		.password = getenv("KVPOOL_REMOTE_PASSWORD"),
+	};
+	char pw[256];
+	const char *note;
+	FILE *f;
+	int r;
+
+	if (o->remote_password_file[0]) {
+		f = fopen(o->remote_password_file, "re");
+		if (!f || !fgets(pw, sizeof(pw), f)) {
+			snprintf(err, errlen, "--remote-password-file %s: %s",
+				 o->remote_password_file, f ? "empty" : strerror(errno));
+			if (f)
+				fclose(f);
+			return -EINVAL;
+		}
+		fclose(f);
+		pw[strcspn(pw, "\r\n")] = '\0';
+		rc.password = pw;
+	}
+	r = remote_open(&s->remote, s->loop, &rc, &note, err, errlen);
+	explicit_bzero(pw, sizeof(pw));
+	if (r < 0)
+		return r;
+	if (note)
+		log_warn("%s", note);
+	log_info("remote tier %s: write-%s, timeout %llu ms, %llu requests in flight "
+		 "per node%s", remote_describe(s->remote), o->remote_write ? "through" : "back",
+		 (unsigned long long)o->remote_timeout,
+		 (unsigned long long)o->remote_max_inflight,
+		 o->remote_prefill_rate ? ", fetched only when faster than prefill" : "");
+	s->keys.remote = s->remote;
+	s->keys.remote_through = o->remote_write == 1;
+	s->keys.remote_prefill_rate = o->remote_prefill_rate;
+	s->keys.remote_fetch_max = (uint32_t)o->remote_fetch_max;
+	return 0;
+}
+
 void server_maybe_done(struct server *s)
 {
 	if (!s->shutting_down || s->accepting || s->conns || s->idle_armed)
@@ -54,6 +105,8 @@ void server_maybe_done(struct server *s)
 		return;		/* it calls again when it ends */
 	if (s->saving || s->save_armed)
 		return;
+	remote_close(s->remote);	/* its connections would keep the loop busy */
+	s->remote = NULL;
 	loop_drain(s->loop);	/* spill writes finish first */
 }
 
@@ -782,17 +835,15 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		};
 
 		rc = events_start(&s->events, &ec, err, errlen);
-		if (rc < 0) {
-			if (!s->activated) {
-				close(s->listen_fd);
-				unlink(o->socket_path);
-			}
-			close(s->lock_fd);
-			free(s);
-			return rc;
-		}
+		if (rc < 0)
+			goto out_socket;
 		s->keys.events = s->events;
 		loop_on_turn(l, events_flush, s->events);
+	}
+	if (o->remote[0]) {
+		rc = server_remote_open(s, o, err, errlen);
+		if (rc < 0)
+			goto out_events;
 	}
 	options_access(o, s->rules, &s->nrules);
 	if (s->nrules)
@@ -815,6 +866,19 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	server_post_accept(s);
 	*out = s;
 	return 0;
+out_events:
+	if (s->events) {
+		loop_on_turn(l, NULL, NULL);
+		events_free(s->events);
+	}
+out_socket:
+	if (!s->activated) {
+		close(s->listen_fd);
+		unlink(o->socket_path);
+	}
+	close(s->lock_fd);
+	free(s);
+	return rc;
 }
 
 void server_on_shutdown(struct server *s, void (*fn)(void *arg), void *arg)
@@ -941,6 +1005,7 @@ void server_free(struct server *s)
 		events_free(s->events);
 	}
 	ns_table_fini(&s->nst);
+	remote_close(s->remote);
 	free(s->uids);
 	free(s);
 }

@@ -17,6 +17,7 @@
 #include "daemon/lease.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"
+#include "daemon/rtier.h"
 
 /*
  * A deferred ACQUIRE: some of its blocks are being read back from the
@@ -508,6 +509,12 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		requests_defer(c, req);
 		goto out;
 	}
+	/* the rest of the chain is nowhere here: the remote tier may have it
+	 * (then the request is served again once it is back in the pool) */
+	if (hits < a.nkeys && prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) ==
+	    PREFIX_NIL && rtier_fetch(c, req, keys, hits, a.nkeys, a.parent))
+		goto out;
+	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))
 		goto out;
 	if (pin_plan(c, ents, pages, got) < 0) {
@@ -625,6 +632,7 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 		return 0;
 	pool_publish(p, page);
 	pool_set_tag(p, page, *e);
+	rtier_published(n, *e, pool_page_addr(p, page));
 	n->st.publishes++;
 	return page;
 }

@@ -22,6 +22,8 @@
 #include <check.h>
 #include <hiredis.h>
 
+#include "kvpool.h"
+#include "harness.h"
 #include "daemon/backend.h"
 #include "daemon/log.h"
 #include "daemon/loop.h"
@@ -221,7 +223,7 @@ static void get_all(struct remote *r, unsigned n, unsigned seed, unsigned *right
 	ck_assert_msg(b.all, "%u of %u requests never ended", n - b.done, n);
 	for (i = 0; i < n; i++) {
 		if (b.res[i] < 0) {
-			if (getenv("DEBUG_REMOTE"))
+			if (getenv("KVP_TEST_VERBOSE"))
 				fprintf(stderr, "page %u: %s\n", i, strerror(-b.res[i]));
 			(*missed)++;
 			continue;
@@ -507,6 +509,143 @@ START_TEST(test_remote_auth)
 }
 END_TEST
 
+/* --- two daemons, one cluster ----------------------------------------- */
+
+#define BT 16u
+static const kvp_geometry geo = {
+	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/remote",
+};
+
+enum { PROMPTS = 10, BLOCKS = 100 };	/* 1,000 pages of 16 KiB */
+
+static kvp_client *join(const char *sock)
+{
+	kvp_client *c;
+	int rc = kvp_connect(sock, "remote", &geo, &c);
+
+	ck_assert_msg(rc == 0, "kvp_connect: %s: %s", kvp_strerror(rc), kvp_last_error());
+	return c;
+}
+
+/* machine_a() - serve PROMPTS prompts of BLOCKS blocks through sock (each
+ * page filled with its key's bytes), releasing each. */
+static void machine_a(const char *sock)
+{
+	static uint32_t t[BLOCKS * BT];
+	static kvp_page out[BLOCKS];
+	kvp_client *c = join(sock);
+	unsigned p;
+
+	for (p = 0; p < PROMPTS; p++) {
+		harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
+		harness_serve(c, t, BLOCKS * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, BLOCKS), 0);
+	}
+	kvp_close(c);
+}
+
+/* machine_b() - acquire the same prompts through sock; every page that
+ * comes back must hold its key's bytes. Returns the blocks hit. */
+static unsigned machine_b(const char *sock)
+{
+	static uint32_t t[BLOCKS * BT];
+	static kvp_page out[BLOCKS];
+	static kvp_key keys[BLOCKS];
+	kvp_client *c = join(sock);
+	unsigned p, hits = 0;
+	int h, i;
+
+	for (p = 0; p < PROMPTS; p++) {
+		harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
+		ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
+		h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
+		ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
+		for (i = 0; i < h; i++)
+			ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c),
+						    &keys[i]),
+				      "prompt %u block %d came back with other bytes", p, i);
+		if (h)
+			ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+		hits += (unsigned)h;
+	}
+	kvp_close(c);
+	return hits;
+}
+
+START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
+{
+	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 NULL };
+	struct daemon a, b;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);	/* 256 pages: most of the 1,000 are evicted */
+	machine_a(a.sock);
+	daemon_stop(&a);		/* machine A is gone */
+	daemon_start(&b, b_args);
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	/* again: now from B's own pool */
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_write_back_sends_what_leaves_the_pool)
+{
+	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+				 url, NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 NULL };
+	struct daemon a, b;
+	unsigned hits;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);
+	/* what A's pool still held at the end never left it */
+	/* a chain is found up to its first block that stayed: prompts whose
+	 * first blocks A still held at the end (256 pages: 3 at most) miss */
+	ck_assert_uint_ge(hits, (PROMPTS - 3) * BLOCKS);
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_unreachable_cluster_leaves_the_daemon_serving)
+{
+	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+			       url, "--remote-write", "through", NULL };
+	struct daemon a;
+
+	cluster_url();		/* nothing listens there */
+	daemon_start(&a, args);
+	wait_log(&a, "no server answered");
+	machine_a(a.sock);	/* publishes, evicts, serves: no wait on Redis */
+	ck_assert_uint_gt(machine_b(a.sock), 0);	/* what its pool kept */
+	daemon_stop(&a);
+}
+END_TEST
+
+START_TEST(test_remote_bad_url_stops_the_start)
+{
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote", "redis-cluster://h:0",
+			       NULL };
+	char out[4096];
+
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "bad port") != NULL, "%s", out);
+}
+END_TEST
+
 static Suite *remote_suite(void)
 {
 	Suite *s = suite_create("remote");
@@ -526,6 +665,14 @@ static Suite *remote_suite(void)
 	ADD(test_remote_a_full_server_drops_pages_whole);
 	ADD(test_remote_wrong_kind_of_server_is_refused_at_start);
 	ADD(test_remote_auth);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("daemon");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 120);
+	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
+	ADD(test_remote_write_back_sends_what_leaves_the_pool);
+	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
+	ADD(test_remote_bad_url_stops_the_start);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -107,10 +107,11 @@ tests_check_rcluster_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS)
 tests_check_rcluster_LDADD = daemon/libkvpoold.la $(CHECK_LIBS) $(HIREDIS_LIBS)
 check_PROGRAMS += tests/check_remote
 TESTS += tests/check_remote
-tests_check_remote_SOURCES = tests/check_remote.c
+tests_check_remote_SOURCES = tests/check_remote.c tests/harness.c tests/harness.h
 tests_check_remote_CPPFLAGS = $(AM_CPPFLAGS) -DKVP_SRCDIR='"$(abs_top_srcdir)"'
 tests_check_remote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
-tests_check_remote_LDADD = daemon/libkvpoold.la $(CHECK_LIBS) $(HIREDIS_LIBS)
+tests_check_remote_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
+	$(HIREDIS_LIBS)
 endif
 
 tests_check_events_SOURCES = tests/check_events.c \
@@ -225,7 +226,8 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
 	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS) $(EVENTS_CFLAGS)
 FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c
-FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c
+FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c daemon/rpage.c daemon/rtier.c \
+	daemon/remote_stub.c
 EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
 	tests/fuzz/corpus
 dist_check_SCRIPTS += tests/fuzz/run.sh

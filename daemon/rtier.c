@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rtier.c - the remote tier in the daemon (see rtier.h).
+ *
+ * A fetch owns fresh PRIVATE pages, one per block asked for, until every
+ * GET has ended; only then are the blocks indexed, in chain order up to
+ * the first one that did not come back, each under its parent, so that no
+ * block is indexed behind a missing one. The request is then served again
+ * from the start, marked as tried, so it never fetches twice.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/conn.h"
+#include "daemon/lease.h"
+#include "daemon/log.h"
+#include "daemon/remote.h"
+#include "daemon/requests.h"
+#include "daemon/rtier.h"
+
+struct rfetch {
+	struct conn *c;
+	struct ns *n;
+	struct kvp_wire_hdr req;
+	uint32_t count, outstanding;
+	uint8_t parent[KVP_KEY_BYTES];	/* of the first block */
+	uint8_t *keys;			/* [count][KVP_KEY_BYTES] */
+	uint64_t *pages;		/* [count] */
+	int *res;			/* [count] */
+	struct rfetch_one {
+		struct rfetch *f;
+		uint32_t i;
+	} *ones;
+};
+
+void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
+{
+	if (!n->remote || prefix_tokens(n->idx, e))
+		return;		/* partial pages stay local */
+	if (remote_put(n->remote, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
+		       NULL, NULL) == 0)
+		n->remote_st.puts++;
+}
+
+void rtier_published(struct ns *n, uint32_t e, const void *page)
+{
+	if (n->remote_through)
+		rtier_left_pool(n, e, page);
+}
+
+/* index_fetched() - index the leading blocks that came back, cached;
+ * free every other page. */
+static void index_fetched(struct rfetch *f)
+{
+	struct ns *n = f->n;
+	struct pool *p = n->pool;
+	const uint8_t *parent_key = f->parent;
+	uint32_t i, e, parent = prefix_find(n->idx, f->parent);
+	bool chain = true;
+
+	for (i = 0; i < f->count; i++) {
+		const uint8_t *key = f->keys + (size_t)i * KVP_KEY_BYTES;
+
+		if (chain && f->res[i] == 0 && i > 0 && parent == PREFIX_NIL)
+			chain = false;	/* its parent went meanwhile */
+		if (chain && f->res[i] == 0) {
+			e = prefix_find(n->idx, key);
+			if (e == PREFIX_NIL) {
+				e = prefix_insert_block(n->idx, key, parent_key, parent,
+							f->pages[i], 0, NULL, n->block_tokens);
+				if (e != PREFIX_NIL) {
+					pool_publish(p, f->pages[i]);
+					pool_set_tag(p, f->pages[i], e);
+					lease_put(p, n, f->pages[i]);	/* cached */
+					f->pages[i] = 0;
+					n->remote_st.restored++;
+				}
+			}
+			if (e == PREFIX_NIL)
+				chain = false;
+			parent = e;
+			parent_key = key;
+		} else {
+			chain = false;
+		}
+		if (f->pages[i])
+			pool_unref(p, f->pages[i]);	/* PRIVATE: free again */
+	}
+}
+
+static void fetch_done(void *arg, int res)
+{
+	struct rfetch_one *o = arg;
+	struct rfetch *f = o->f;
+	struct conn *c = f->c;
+
+	f->res[o->i] = res;
+	if (--f->outstanding)
+		return;
+	index_fetched(f);
+	if (!conn_closing(c)) {
+		/* serve it again: now the pool has what came back */
+		c->deferred = false;
+		c->remote_tried = true;
+		requests_handle(c, &f->req, c->rbuf + KVP_WIRE_HDR_SIZE);
+		if (!c->deferred)
+			conn_resume(c);
+	}
+	free(f->keys);
+	free(f->pages);
+	free(f->res);
+	free(f->ones);
+	free(f);
+	conn_put(c);
+}
+
+/* worth_it() - fetching count blocks is faster than computing them at
+ * the prefill rate (tokens/s; 0: always fetch). */
+static bool worth_it(struct ns *n, uint32_t count)
+{
+	uint64_t fetch = remote_fetch_ns(n->remote, count, n->page_bytes);
+	double compute;
+
+	if (fetch == UINT64_MAX)
+		return false;
+	if (!n->remote_prefill_rate)
+		return true;
+	compute = (double)count * n->block_tokens * 1e9 / (double)n->remote_prefill_rate;
+	if ((double)fetch <= compute)
+		return true;
+	n->remote_st.slow_skips++;
+	return false;
+}
+
+bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *keys,
+		 uint32_t from, uint32_t nkeys, const uint8_t parent[KVP_KEY_BYTES])
+{
+	struct ns *n = c->ns;
+	struct pool *p = n->pool;
+	struct rfetch *f;
+	char msg[256];
+	uint32_t i, sent = 0, count = nkeys - from;
+
+	if (!n->remote || c->remote_tried || from >= nkeys || !remote_up(n->remote))
+		return false;
+	if (count > n->remote_fetch_max)
+		count = n->remote_fetch_max;
+	if (!worth_it(n, count))
+		return false;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return false;
+	f->keys = malloc((size_t)count * KVP_KEY_BYTES);
+	f->pages = calloc(count, sizeof(*f->pages));
+	f->res = calloc(count, sizeof(*f->res));
+	f->ones = calloc(count, sizeof(*f->ones));
+	if (!f->keys || !f->pages || !f->res || !f->ones)
+		goto out_free;
+	/* room for what comes back; the tiers not taking it now is no reason
+	 * to wait: serve what the pool has */
+	if (lease_make_room(p, n, count) < 0 ||
+	    pool_alloc(p, n->pool_ns, count, f->pages, msg, sizeof(msg)) < 0)
+		goto out_free;
+	f->c = c;
+	f->n = n;
+	f->req = *req;
+	f->count = count;
+	memcpy(f->parent, from ? keys + (size_t)(from - 1) * KVP_KEY_BYTES : parent,
+	       KVP_KEY_BYTES);
+	memcpy(f->keys, keys + (size_t)from * KVP_KEY_BYTES, (size_t)count * KVP_KEY_BYTES);
+	f->outstanding = 1;	/* held while sending: no end before the last */
+	for (i = 0; i < count; i++) {
+		f->ones[i] = (struct rfetch_one){ f, i };
+		f->res[i] = -EAGAIN;
+		if (remote_get(n->remote, n->rid, f->keys + (size_t)i * KVP_KEY_BYTES,
+			       pool_page_addr(p, f->pages[i]), n->page_bytes, fetch_done,
+			       &f->ones[i]) < 0)
+			break;	/* the blocks after it would not be indexed */
+		f->outstanding++;
+		sent++;
+	}
+	if (!sent) {
+		for (i = 0; i < count; i++)
+			pool_unref(p, f->pages[i]);
+		goto out_free;
+	}
+	n->remote_st.fetches++;
+	c->deferred = true;
+	conn_hold(c);
+	/* the send's own hold: the GETs end later, from the loop */
+	f->outstanding--;
+	return true;
+out_free:
+	free(f->keys);
+	free(f->pages);
+	free(f->res);
+	free(f->ones);
+	free(f);
+	return false;
+}

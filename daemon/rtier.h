@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rtier.h - the remote tier in the daemon: which pages go to Redis (a full
+ * block leaving the pool; with --remote-write through, also on publish)
+ * and how an ACQUIRE that misses locally gets the rest of its chain back
+ * (one GET per block, pipelined per node, into fresh pool pages; the
+ * blocks that came back in order are indexed, and the request is served
+ * again from the start, now from the pool). remote.c does the talking.
+ */
+#ifndef KVP_RTIER_H
+#define KVP_RTIER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvpool_wire.h"
+
+struct conn;
+struct ns;
+
+/* rtier_left_pool() - the full block e is leaving the pool (to a lower
+ * tier or out of the index); page holds its bytes until this returns. */
+void rtier_left_pool(struct ns *n, uint32_t e, const void *page);
+
+/* rtier_published() - with --remote-write through: the full block e was
+ * published into page. */
+void rtier_published(struct ns *n, uint32_t e, const void *page);
+
+/*
+ * rtier_fetch() - c's ACQUIRE req found keys[0..from) locally and not
+ * keys[from]: fetch keys[from..nkeys) (parent: the key before keys[0])
+ * from the remote tier when it is up, not tried for this request yet,
+ * and faster than recomputing them. True when the request now waits for
+ * the fetch (it is served again when the fetch ends); false to serve it
+ * with what the pool has.
+ */
+bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *keys,
+		 uint32_t from, uint32_t nkeys, const uint8_t parent[KVP_KEY_BYTES]);
+
+#endif /* KVP_RTIER_H */
