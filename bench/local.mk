@@ -7,7 +7,7 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
-	bench/list
+	bench/list bench/remote
 bench_pyref_SOURCES = bench/pyref.c
 bench_pyref_LDADD = client/libkvpool.la
 bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -60,12 +60,17 @@ bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_list_SOURCES = bench/list.c bench/opt.c bench/opt.h
 bench_list_LDADD = client/libkvpool.la
 bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/remote: restores from the remote tier through two kvpoolds on one
+# Redis Cluster; bench/run-remote.sh starts them and the cluster.
+bench_remote_SOURCES = bench/remote.c bench/opt.c bench/opt.h
+bench_remote_LDADD = client/libkvpool.la
+bench_remote_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
-	bench/run-metrics.sh bench/run-events.sh \
+	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -118,15 +123,20 @@ BENCH_METRICS_RUN = $(SHELL) $(top_srcdir)/bench/run-metrics.sh \
 BENCH_EVENTS_RUN = $(SHELL) $(top_srcdir)/bench/run-events.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${PYTHON:+--python "$$PYTHON"}
+# run-remote.sh: restores from a 3-master Redis Cluster on loopback
+# against redis-benchmark GETs, and the skip of a slow cluster (a minute
+# or two; redis-server and redis-tools). `make bench-remote` runs it alone.
+BENCH_REMOTE_RUN = $(SHELL) $(top_srcdir)/bench/run-remote.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
-	bench-python bench-connectors bench-metrics bench-events
+	bench-python bench-connectors bench-metrics bench-events bench-remote
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) \
-		examples/kvpool-model-server$(EXEEXT)
+		bench/list$(EXEEXT) bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT) \
+		client/kvpool$(EXEEXT) examples/kvpool-model-server$(EXEEXT)
 	bench/keys$(EXEEXT) --python $${PYTHON:-/usr/bin/python3} \
 		$${VLLM:+--vllm "$$VLLM"} --output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -141,6 +151,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_CONNECTORS_RUN)
 	$(BENCH_METRICS_RUN)
 	$(BENCH_EVENTS_RUN)
+	$(BENCH_REMOTE_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -172,3 +183,6 @@ bench-metrics: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-events: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 	$(BENCH_EVENTS_RUN)
+
+bench-remote: bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_REMOTE_RUN)

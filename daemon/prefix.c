@@ -45,6 +45,7 @@ struct entry {
 	uint8_t used;
 	uint8_t where;			/* enum prefix_where */
 	uint8_t media;			/* full: PREFIX_M_* its bytes are in */
+	uint8_t remote;			/* the remote tier has it (sent or fetched) */
 };
 
 /* What the events of a full block carry besides its key: the key it was
@@ -101,6 +102,16 @@ static void set_media(struct prefix *x, uint32_t e, unsigned m)
 unsigned prefix_media(const struct prefix *x, uint32_t e)
 {
 	return x->e[e].media;
+}
+
+bool prefix_remote(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].remote;
+}
+
+void prefix_set_remote(struct prefix *x, uint32_t e)
+{
+	x->e[e].remote = 1;
 }
 
 const uint8_t *prefix_parent_key(const struct prefix *x, uint32_t e)

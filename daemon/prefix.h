@@ -68,6 +68,12 @@ void prefix_set_sink(struct prefix *x, prefix_sink_fn fn, void *arg);
 /* prefix_media() - the PREFIX_M_* a full block's bytes are in now. */
 unsigned prefix_media(const struct prefix *x, uint32_t e);
 
+/* prefix_remote() / prefix_set_remote() - the remote tier has e's bytes:
+ * this daemon sent them or fetched them (Redis may have evicted them
+ * since); such a block is not sent again when it leaves the pool. */
+bool prefix_remote(const struct prefix *x, uint32_t e);
+void prefix_set_remote(struct prefix *x, uint32_t e);
+
 /* prefix_parent_key() - with a sink, the key full block e was published
  * after (the namespace's root for a first block); NULL without one.
  * prefix_block_ids() - its token ids (*n of them) when its publisher sent

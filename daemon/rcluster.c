@@ -186,18 +186,36 @@ int rc_url_parse(const char *s, struct rc_url *u, char *err, size_t errlen)
 	return 0;
 }
 
+/* crc_table() - CRC16 of each byte value, made on first use: a byte at a
+ * time rather than a bit, for a slot per request. */
+static const uint16_t *crc_table(void)
+{
+	static uint16_t t[256];
+	static bool made;
+	unsigned i, k;
+	uint16_t c;
+
+	if (made)
+		return t;
+	for (i = 0; i < 256; i++) {
+		c = (uint16_t)(i << 8);
+		for (k = 0; k < 8; k++)
+			c = (uint16_t)(c & 0x8000 ? (c << 1) ^ 0x1021 : c << 1);
+		t[i] = c;
+	}
+	made = true;
+	return t;
+}
+
 uint16_t rc_crc16(const void *buf, size_t len)
 {
+	const uint16_t *t = crc_table();
 	const uint8_t *b = buf;
 	uint16_t crc = 0;
 	size_t i;
-	int k;
 
-	for (i = 0; i < len; i++) {
-		crc ^= (uint16_t)(b[i] << 8);
-		for (k = 0; k < 8; k++)
-			crc = (uint16_t)(crc & 0x8000 ? (crc << 1) ^ 0x1021 : crc << 1);
-	}
+	for (i = 0; i < len; i++)
+		crc = (uint16_t)((crc << 8) ^ t[((crc >> 8) ^ b[i]) & 0xff]);
 	return crc;
 }
 

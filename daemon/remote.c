@@ -82,9 +82,13 @@ struct remote {
 	struct rc_map map;
 	struct rnode **nodes;		/* [map.nnodes], by map index */
 	unsigned nnodes;
-	struct loop_op tick, cancel;
-	struct __kernel_timespec ts;
-	bool ticking, cancelling, closing;
+	struct loop_op tick, cancel, idle;
+	struct __kernel_timespec ts, idle_ts;
+	unsigned ops;			/* of those three, in the ring */
+	bool ticking, closing;
+	void (*idle_fn)(void *);	/* remote_on_idle() */
+	void *idle_arg;
+	bool idle_armed;
 	bool map_wanted, map_inflight;
 	uint64_t map_ns;		/* the next map read */
 	unsigned seed_next;		/* round-robin over seeds for the map */
@@ -151,6 +155,20 @@ static struct rnode *node_of(struct remote *r, unsigned idx)
 	return nd;
 }
 
+static void idle_done(struct loop_op *op, int res);
+
+/* idle_arm() - call idle_fn from the loop's next turn: never from inside
+ * a hiredis callback, where the caller could not free what it uses. */
+static void idle_arm(struct remote *r)
+{
+	if (r->idle_armed || r->closing)
+		return;
+	if (loop_timeout(r->l, &r->idle, &r->idle_ts, 0) == 0) {
+		r->idle_armed = true;
+		r->ops++;
+	}
+}
+
 static void count_nodes(struct remote *r)
 {
 	unsigned i, s, masters = 0, up = 0, avail = 0;
@@ -209,7 +227,8 @@ static void list_del(struct rreq *q)
 	else
 		nd->tail = q->prev;
 	q->prev = q->next = NULL;
-	r->st.inflight--;
+	if (--r->st.inflight == 0 && r->idle_fn)
+		idle_arm(r);
 	if (--nd->inflight == 0 && nd->busy_replies >= 2) {
 		uint64_t dt = now_ns() - nd->busy_ns;
 
@@ -223,6 +242,65 @@ static void list_del(struct rreq *q)
 
 static void on_connect(const redisAsyncContext *ac, int status);
 static void on_disconnect(const redisAsyncContext *ac, int status);
+
+/*
+ * The reply of a GET goes straight into its page: hiredis would copy the
+ * value into a string of its own, and the string into the page, both
+ * copies of the whole page. Replies come in the order of the requests, so
+ * when a top-level string is read, the oldest request in flight on that
+ * connection is the GET it answers; its header goes into the reply, for
+ * the checks, and its data into the page. Anything else is hiredis's.
+ */
+static redisReplyObjectFunctions *hiredis_fn;
+static redisReplyObjectFunctions direct_fn;
+
+#define DIRECT_COPIED	1	/* reply->integer of a string: the data is in the page */
+#define DIRECT_FAILED	2	/* ... the copy into the page failed */
+
+static void *direct_string(const redisReadTask *t, char *str, size_t len)
+{
+	struct rnode *nd = t->privdata;
+	struct rreq *q = nd ? nd->head : NULL;
+	struct backend *be;
+	redisReply *r;
+
+	if (t->parent || t->type != REDIS_REPLY_STRING || !q || !q->get ||
+	    len != RPAGE_HDR + q->bytes)
+		return hiredis_fn->createString(t, str, len);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	r->str = malloc(RPAGE_HDR + 1);
+	if (!r->str) {
+		free(r);
+		return NULL;
+	}
+	memcpy(r->str, str, RPAGE_HDR);
+	r->str[RPAGE_HDR] = '\0';
+	r->len = len;
+	r->type = REDIS_REPLY_STRING;
+	be = nd->r->c.be;
+	r->integer = be->ops->from_host(be, q->dst, str + RPAGE_HDR, q->bytes) < 0 ?
+		     DIRECT_FAILED : DIRECT_COPIED;
+	return r;
+}
+
+/* direct_attach() - ac's replies of GETs go straight into their pages. */
+static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
+{
+	redisReader *rd = ac->c.reader;
+
+	if (!hiredis_fn) {
+		hiredis_fn = rd->fn;
+		direct_fn = *rd->fn;
+		direct_fn.createString = direct_string;
+	}
+	if (rd->fn != hiredis_fn)
+		return;		/* not the functions we know */
+	rd->fn = &direct_fn;
+	rd->privdata = nd;
+	rd->maxbuf = 0;		/* keep the buffer: every page needs it again */
+}
 
 static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
@@ -263,6 +341,7 @@ static void node_connect(struct rnode *nd)
 		return;
 	}
 	ac->data = nd;
+	direct_attach(ac, nd);
 	redisAsyncSetConnectCallback(ac, on_connect);
 	redisAsyncSetDisconnectCallback(ac, on_disconnect);
 	/* hiredis learns that the connect is through from the first write
@@ -411,14 +490,23 @@ static int get_value(struct rreq *q, const redisReply *rep)
 	r->st.bytes_in += rep->len;
 	q->node->busy_bytes += rep->len;
 	q->node->busy_replies++;
-	rc = rpage_check(rep->str, rep->len, q->id, q->key, q->bytes);
+	if (rep->integer == DIRECT_FAILED) {
+		r->st.errors++;
+		return -EIO;
+	}
+	if (rep->integer == DIRECT_COPIED) {	/* the data is in the page already */
+		rc = rpage_check_split(rep->str, rep->len, q->dst, q->id, q->key, q->bytes);
+	} else {
+		rc = rpage_check(rep->str, rep->len, q->id, q->key, q->bytes);
+		if (rc == 0 && r->c.be->ops->from_host(r->c.be, q->dst, rep->str + RPAGE_HDR,
+							q->bytes) < 0) {
+			r->st.errors++;
+			return -EIO;
+		}
+	}
 	if (rc < 0) {
 		r->st.corrupt++;
 		return rc;
-	}
-	if (r->c.be->ops->from_host(r->c.be, q->dst, rep->str + RPAGE_HDR, q->bytes) < 0) {
-		r->st.errors++;
-		return -EIO;
 	}
 	r->st.hits++;
 	return 0;
@@ -721,11 +809,12 @@ static void tick_done(struct loop_op *op, int res)
 
 	(void)res;
 	r->ticking = false;
-	if (r->closing) {
-		if (!r->cancelling)
-			free(r);	/* remote_close() left it to the tick */
+	if (--r->ops == 0 && r->closing) {
+		free(r);	/* remote_close() left it to the ring */
 		return;
 	}
+	if (r->closing)
+		return;
 	master = calloc(nmap ? nmap : 1, 1);
 	if (master)
 		for (s = 0; s < RC_SLOTS; s++)
@@ -762,23 +851,53 @@ static void tick_done(struct loop_op *op, int res)
 }
 
 /* cancel_done() - remote_close()'s cancel of the tick is through; the
- * last of the two frees r. */
+ * last operation of r in the ring frees it. */
 static void cancel_done(struct loop_op *op, int res)
 {
 	struct remote *r = (struct remote *)((char *)op - offsetof(struct remote, cancel));
 
 	(void)res;
-	r->cancelling = false;
-	if (!r->ticking)
+	if (--r->ops == 0 && r->closing)
 		free(r);
+}
+
+static void idle_done(struct loop_op *op, int res)
+{
+	struct remote *r = (struct remote *)((char *)op - offsetof(struct remote, idle));
+	void (*fn)(void *) = r->idle_fn;
+
+	(void)res;
+	r->idle_armed = false;
+	if (--r->ops == 0 && r->closing) {
+		free(r);
+		return;
+	}
+	if (r->closing || !fn || r->st.inflight)
+		return;
+	r->idle_fn = NULL;
+	fn(r->idle_arg);	/* may close r */
+}
+
+void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg)
+{
+	r->idle_fn = fn;
+	r->idle_arg = arg;
+	idle_arm(r);
+}
+
+bool remote_busy(const struct remote *r)
+{
+	return r && r->st.inflight > 0;
 }
 
 static void tick_arm(struct remote *r)
 {
 	if (r->ticking || r->closing || r->l->draining || r->l->stopping)
 		return;
-	if (loop_timeout(r->l, &r->tick, &r->ts, TICK_MS) == 0)
+	if (loop_timeout(r->l, &r->tick, &r->ts, TICK_MS) == 0) {
 		r->ticking = true;
+		r->ops++;
+	}
 }
 
 /* --- start-up ---------------------------------------------------------- */
@@ -870,6 +989,7 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	r->refill_ns = now_ns();
 	r->tick.done = tick_done;
 	r->cancel.done = cancel_done;
+	r->idle.done = idle_done;
 	rc_map_init(&r->map);
 	rc = rc_url_parse(c->url, &r->url, err, errlen);
 	if (rc < 0)
@@ -922,6 +1042,8 @@ void remote_close(struct remote *r)
 
 			nd->ac = NULL;
 			nd->state = RN_DOWN;
+			ac->data = NULL;	/* nd goes with r: callbacks must not find it */
+			ac->c.reader->privdata = NULL;
 			redisAsyncFree(ac);	/* its requests end -ECANCELED */
 		}
 	}
@@ -931,13 +1053,13 @@ void remote_close(struct remote *r)
 	rc_map_fini(&r->map);
 	r->nodes = NULL;
 	r->nnodes = 0;
-	if (!r->ticking) {
+	if (!r->ops) {
 		free(r);
 		return;
 	}
-	/* the ring points into r: the tick's end (and the cancel's) free it */
-	if (loop_cancel(r->l, &r->cancel, &r->tick) == 0)
-		r->cancelling = true;
+	/* the ring points into r: the last of its operations frees it */
+	if (r->ticking && loop_cancel(r->l, &r->cancel, &r->tick) == 0)
+		r->ops++;
 }
 
 bool remote_up(const struct remote *r)

@@ -79,7 +79,8 @@ void remote_close(struct remote *r);
  * (bytes, a pool page) and check it. done(arg, res) follows, never from
  * inside this call: res 0 (dst holds the page), -ENOENT (not there),
  * -EILSEQ / -EBADMSG / -ESTALE (a value that failed its checks, counted:
- * a miss, dst untouched), -EHOSTDOWN (its node went away), -ETIMEDOUT,
+ * a miss; dst may hold its bytes, the value is read straight into it),
+ * -EHOSTDOWN (its node went away), -ETIMEDOUT,
  * -ECANCELED (the tier is closing). dst must stay valid until done.
  * Returns 0, or -EAGAIN (not sent: the node is down, its slot has no
  * master, or a limit says not now) with done never called.
@@ -97,6 +98,15 @@ int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg);
+
+/*
+ * remote_on_idle() - call fn(arg) once no request is in flight (from the
+ * loop, never from inside this call), for a stop that lets its writes
+ * end; requests still end within the timeout. remote_busy() - requests
+ * are in flight.
+ */
+void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg);
+bool remote_busy(const struct remote *r);
 
 /* remote_up() - the map has slots and a master of them is connected or
  * connecting (requests queue until it is through). */

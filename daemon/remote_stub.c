@@ -41,6 +41,17 @@ int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	return -EAGAIN;
 }
 
+void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg)
+{
+	(void)r, (void)fn, (void)arg;
+}
+
+bool remote_busy(const struct remote *r)
+{
+	(void)r;
+	return false;
+}
+
 bool remote_up(const struct remote *r)
 {
 	(void)r;

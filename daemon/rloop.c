@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <stdlib.h>
 
 #include "daemon/rloop.h"
@@ -47,6 +48,18 @@ static void rl_arm(struct rloop *a, bool rd)
 		a->wr_on = true;
 }
 
+/* rl_read() - let hiredis read until the socket is empty: it reads 16 KiB
+ * a call, and a page is many of those; one poll a page, not one a read.
+ * Each call may clean up (a->ac NULL). */
+static void rl_read(struct rloop *a)
+{
+	int avail = 0;
+
+	do
+		redisAsyncHandleRead(a->ac);
+	while (a->ac && a->want_rd && ioctl(a->fd, FIONREAD, &avail) == 0 && avail > 0);
+}
+
 static void rl_done(struct rloop *a, bool rd, int res)
 {
 	if (rd)
@@ -55,7 +68,7 @@ static void rl_done(struct rloop *a, bool rd, int res)
 		a->wr_on = false;
 	if (a->ac && res != -ECANCELED && (rd ? a->want_rd : a->want_wr)) {
 		if (rd)
-			redisAsyncHandleRead(a->ac);	/* may clean up: a->ac NULL */
+			rl_read(a);
 		else
 			redisAsyncHandleWrite(a->ac);
 		if (a->ac && a->want_rd)

@@ -104,11 +104,20 @@ void rpage_pack(void *out, const uint8_t id[RPAGE_ID_BYTES],
 int rpage_check(const void *val, size_t len, const uint8_t id[RPAGE_ID_BYTES],
 		const uint8_t key[KVP_KEY_BYTES], uint64_t bytes)
 {
+	if (len < RPAGE_HDR)
+		return -EBADMSG;
+	return rpage_check_split(val, len, (const uint8_t *)val + RPAGE_HDR, id, key, bytes);
+}
+
+int rpage_check_split(const void *hdr, size_t len, const void *data,
+		      const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
+		      uint64_t bytes)
+{
 	struct rpage_hdr h;
 
 	if (len < RPAGE_HDR)
 		return -EBADMSG;
-	memcpy(&h, val, sizeof(h));
+	memcpy(&h, hdr, sizeof(h));
 	if (memcmp(h.magic, magic, sizeof(magic)) || le32toh(h.format) != RPAGE_FORMAT ||
 	    le32toh(h.hdr_bytes) != RPAGE_HDR ||
 	    le64toh(h.hdr_checksum) != XXH3_64bits(&h, offsetof(struct rpage_hdr, hdr_checksum)))
@@ -118,7 +127,7 @@ int rpage_check(const void *val, size_t len, const uint8_t id[RPAGE_ID_BYTES],
 	if (memcmp(h.ns_id, id, RPAGE_ID_BYTES) || memcmp(h.key, key, KVP_KEY_BYTES) ||
 	    le64toh(h.data_bytes) != bytes)
 		return -ESTALE;
-	if (le64toh(h.data_checksum) != XXH3_64bits((const uint8_t *)val + RPAGE_HDR, bytes))
+	if (le64toh(h.data_checksum) != XXH3_64bits(data, bytes))
 		return -EILSEQ;
 	return 0;
 }

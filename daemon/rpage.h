@@ -50,4 +50,10 @@ void rpage_pack(void *out, const uint8_t id[RPAGE_ID_BYTES],
 int rpage_check(const void *val, size_t len, const uint8_t id[RPAGE_ID_BYTES],
 		const uint8_t key[KVP_KEY_BYTES], uint64_t bytes);
 
+/* rpage_check_split() - the same for a value whose header (RPAGE_HDR
+ * bytes) and data (bytes) are apart; len is the value's whole length. */
+int rpage_check_split(const void *hdr, size_t len, const void *data,
+		      const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
+		      uint64_t bytes);
+
 #endif /* KVP_RPAGE_H */

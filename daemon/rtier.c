@@ -36,11 +36,13 @@ struct rfetch {
 
 void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 {
-	if (!n->remote || prefix_tokens(n->idx, e))
-		return;		/* partial pages stay local */
+	if (!n->remote || prefix_tokens(n->idx, e) || prefix_remote(n->idx, e))
+		return;		/* partial pages stay local; Redis has it */
 	if (remote_put(n->remote, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
-		       NULL, NULL) == 0)
+		       NULL, NULL) == 0) {
+		prefix_set_remote(n->idx, e);
 		n->remote_st.puts++;
+	}
 }
 
 void rtier_published(struct ns *n, uint32_t e, const void *page)
@@ -72,6 +74,7 @@ static void index_fetched(struct rfetch *f)
 				if (e != PREFIX_NIL) {
 					pool_publish(p, f->pages[i]);
 					pool_set_tag(p, f->pages[i], e);
+					prefix_set_remote(n->idx, e);	/* not sent back */
 					lease_put(p, n, f->pages[i]);	/* cached */
 					f->pages[i] = 0;
 					n->remote_st.restored++;

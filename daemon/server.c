@@ -97,6 +97,11 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 	return 0;
 }
 
+static void server_remote_idle(void *arg)
+{
+	server_maybe_done(arg);
+}
+
 void server_maybe_done(struct server *s)
 {
 	if (!s->shutting_down || s->accepting || s->conns || s->idle_armed)
@@ -105,6 +110,10 @@ void server_maybe_done(struct server *s)
 		return;		/* it calls again when it ends */
 	if (s->saving || s->save_armed)
 		return;
+	if (remote_busy(s->remote)) {	/* its writes end first (or time out) */
+		remote_on_idle(s->remote, server_remote_idle, s);
+		return;
+	}
 	remote_close(s->remote);	/* its connections would keep the loop busy */
 	s->remote = NULL;
 	loop_drain(s->loop);	/* spill writes finish first */

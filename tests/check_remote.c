@@ -594,6 +594,52 @@ START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 }
 END_TEST
 
+/* sets() - SETs the cluster's masters have served so far. */
+static long sets(void)
+{
+	char cmd[512], line[256];
+	long n = 0;
+	FILE *f;
+	unsigned i;
+
+	for (i = 0; i < 6; i++) {
+		snprintf(cmd, sizeof(cmd), "redis-cli -p %u info commandstats 2>/dev/null", port + i);
+		f = popen(cmd, "r");
+		ck_assert_ptr_nonnull(f);
+		while (fgets(line, sizeof(line), f)) {
+			long c;
+
+			if (sscanf(line, "cmdstat_set:calls=%ld", &c) == 1)
+				n += c;
+		}
+		pclose(f);
+	}
+	return n;
+}
+
+START_TEST(test_remote_fetched_blocks_are_not_sent_back)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
+				 NULL };
+	struct daemon a, b;
+	long before;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	before = sets();
+	ck_assert_int_ge(before, PROMPTS * BLOCKS);	/* replicas count theirs too */
+	daemon_start(&b, b_args);	/* 256 pages: what it fetches, it evicts */
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	daemon_stop(&b);
+	ck_assert_int_eq(sets(), before);	/* Redis had them: none written back */
+}
+END_TEST
+
 START_TEST(test_remote_write_back_sends_what_leaves_the_pool)
 {
 	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
@@ -671,6 +717,7 @@ static Suite *remote_suite(void)
 	tcase_set_timeout(tc, 120);
 	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
 	ADD(test_remote_write_back_sends_what_leaves_the_pool);
+	ADD(test_remote_fetched_blocks_are_not_sent_back);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_bad_url_stops_the_start);
 	suite_add_tcase(s, tc);
