@@ -48,6 +48,7 @@ struct rreq {
 	bool get;
 	uint8_t id[RPAGE_ID_BYTES];
 	uint8_t key[KVP_KEY_BYTES];
+	char rkey[RPAGE_KEY_LEN];	/* its Redis key, made once */
 	void *dst;			/* GET: the page */
 	uint64_t bytes;
 	remote_done_fn done;
@@ -597,7 +598,6 @@ static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t l
 		     bool asking)
 {
 	struct remote *r = nd->r;
-	char key[RPAGE_KEY_LEN];
 	int rc;
 
 	if (!nd->ac || nd->state == RN_DOWN || nd->inflight >= r->c.max_inflight)
@@ -607,8 +607,8 @@ static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t l
 	if (cmd) {
 		rc = redisAsyncFormattedCommand(nd->ac, got_reply, q, cmd, len);
 	} else {
-		rpage_key(q->id, q->key, key);
-		rc = redisAsyncCommand(nd->ac, got_reply, q, "GET %b", key, (size_t)RPAGE_KEY_LEN);
+		rc = redisAsyncCommand(nd->ac, got_reply, q, "GET %b", q->rkey,
+				       (size_t)RPAGE_KEY_LEN);
 	}
 	if (rc != REDIS_OK)
 		return -EAGAIN;
@@ -619,17 +619,37 @@ static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t l
 	return 0;
 }
 
-/* route() - the node that serves key, connected or connecting; NULL when
- * none can take a request now. */
-static struct rnode *route(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
-			   const uint8_t key[KVP_KEY_BYTES])
+/* req_new() - a request for block key of namespace id, its Redis key
+ * made; NULL when out of memory. */
+static struct rreq *req_new(struct remote *r, bool get, const uint8_t id[RPAGE_ID_BYTES],
+			    const uint8_t key[KVP_KEY_BYTES], uint64_t bytes,
+			    remote_done_fn done, void *arg)
 {
-	char k[RPAGE_KEY_LEN];
+	struct rreq *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	q->r = r;
+	q->get = get;
+	memcpy(q->id, id, RPAGE_ID_BYTES);
+	memcpy(q->key, key, KVP_KEY_BYTES);
+	rpage_key(id, key, q->rkey);
+	q->bytes = bytes;
+	q->done = done;
+	q->arg = arg;
+	return q;
+}
+
+/* route() - the node that serves q, connected or connecting; NULL when
+ * none can take a request now. */
+static struct rnode *route(struct remote *r, const struct rreq *q)
+{
 	uint16_t owner;
 	struct rnode *nd;
 
-	rpage_key(id, key, k);
-	owner = rc_map_owner(&r->map, rc_slot(k, sizeof(k)));
+	if (r->closing)
+		return NULL;
+	owner = rc_map_owner(&r->map, rc_slot(q->rkey, sizeof(q->rkey)));
 	if (owner == RC_NONE)
 		return NULL;
 	nd = node_of(r, owner);
@@ -642,25 +662,14 @@ int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
-	struct rnode *nd = r->closing ? NULL : route(r, id, key);
-	struct rreq *q;
+	struct rreq *q = req_new(r, true, id, key, bytes, done, arg);
+	struct rnode *nd;
 
-	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
-		r->st.skipped++;
-		return -EAGAIN;
-	}
-	q = calloc(1, sizeof(*q));
 	if (!q)
 		return -ENOMEM;
-	q->r = r;
-	q->get = true;
-	memcpy(q->id, id, RPAGE_ID_BYTES);
-	memcpy(q->key, key, KVP_KEY_BYTES);
 	q->dst = dst;
-	q->bytes = bytes;
-	q->done = done;
-	q->arg = arg;
-	if (node_send(nd, q, NULL, 0, false) < 0) {
+	nd = route(r, q);
+	if (!nd || !rate_take(r, bytes + RPAGE_HDR) || node_send(nd, q, NULL, 0, false) < 0) {
 		free(q);
 		r->st.skipped++;
 		return -EAGAIN;
@@ -669,31 +678,30 @@ int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	return 0;
 }
 
-/* format_set() - "SET key value" in RESP, value the header and the page:
- * malloc'd, *len long. NULL when out of memory or the copy failed. */
-static char *format_set(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
-			const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
-			size_t *len)
+/* format_set() - "SET key value" of q in RESP, the value its header and
+ * the page at src: malloc'd, *len long. NULL when out of memory or the
+ * copy failed. */
+static char *format_set(struct remote *r, const struct rreq *q, const void *src, size_t *len)
 {
 	char head[64], *buf;
 	int hl;
 
 	hl = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%u\r\n", RPAGE_KEY_LEN);
-	*len = (size_t)hl + RPAGE_KEY_LEN + 2 + 24 + RPAGE_HDR + bytes + 2;
+	*len = (size_t)hl + RPAGE_KEY_LEN + 2 + 24 + RPAGE_HDR + q->bytes + 2;
 	buf = malloc(*len);
 	if (!buf)
 		return NULL;
 	memcpy(buf, head, (size_t)hl);
-	rpage_key(id, key, buf + hl);
+	memcpy(buf + hl, q->rkey, RPAGE_KEY_LEN);
 	hl += RPAGE_KEY_LEN;
-	hl += snprintf(buf + hl, 28, "\r\n$%llu\r\n", (unsigned long long)(RPAGE_HDR + bytes));
-	if (r->c.be->ops->to_host(r->c.be, buf + hl + RPAGE_HDR, src, bytes) < 0) {
+	hl += snprintf(buf + hl, 28, "\r\n$%llu\r\n", (unsigned long long)(RPAGE_HDR + q->bytes));
+	if (r->c.be->ops->to_host(r->c.be, buf + hl + RPAGE_HDR, src, q->bytes) < 0) {
 		free(buf);
 		return NULL;
 	}
-	rpage_pack(buf + hl, id, key, bytes);
-	memcpy(buf + hl + RPAGE_HDR + bytes, "\r\n", 2);
-	*len = (size_t)hl + RPAGE_HDR + bytes + 2;
+	rpage_pack(buf + hl, q->id, q->key, q->bytes);
+	memcpy(buf + hl + RPAGE_HDR + q->bytes, "\r\n", 2);
+	*len = (size_t)hl + RPAGE_HDR + q->bytes + 2;
 	return buf;
 }
 
@@ -701,28 +709,25 @@ int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
-	struct rnode *nd = r->closing ? NULL : route(r, id, key);
-	struct rreq *q;
+	struct rreq *q = req_new(r, false, id, key, bytes, done, arg);
+	struct rnode *nd;
 	size_t len;
 	char *cmd;
 	int rc;
 
+	if (!q)
+		return -ENOMEM;
+	nd = route(r, q);
 	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
+		free(q);
 		r->st.put_skipped++;
 		return -EAGAIN;
 	}
-	q = calloc(1, sizeof(*q));
-	cmd = q ? format_set(r, id, key, src, bytes, &len) : NULL;
+	cmd = format_set(r, q, src, &len);
 	if (!cmd) {
 		free(q);
 		return -ENOMEM;
 	}
-	q->r = r;
-	memcpy(q->id, id, RPAGE_ID_BYTES);
-	memcpy(q->key, key, KVP_KEY_BYTES);
-	q->bytes = bytes;
-	q->done = done;
-	q->arg = arg;
 	rc = node_send(nd, q, cmd, len, false);	/* hiredis copies cmd */
 	free(cmd);
 	if (rc < 0) {
