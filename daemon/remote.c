@@ -72,6 +72,7 @@ struct rnode {
 	bool auth_refused;
 	bool was_up;			/* connected; for one log line per change */
 	bool lost;			/* was up, then lost: say so when it is back */
+	bool failed;			/* its last connect failed or it was lost */
 	uint64_t busy_ns, busy_bytes;	/* the busy period now: start, bytes in */
 	unsigned busy_replies;
 };
@@ -332,6 +333,7 @@ static void node_connect(struct rnode *nd)
 		if (ac)
 			redisAsyncFree(ac);
 		nd->state = RN_DOWN;
+		nd->failed = true;
 		nd->retry_ns = now_ns() + (uint64_t)nd->backoff_ms * 1000000u;
 		if (nd->backoff_ms < BACKOFF_MAX_MS)
 			nd->backoff_ms *= 2;
@@ -372,6 +374,7 @@ static void node_down(struct rnode *nd)
 		r->st.disconnects++;
 	nd->ac = NULL;
 	nd->state = RN_DOWN;
+	nd->failed = true;
 	nd->retry_ns = now_ns() + (uint64_t)(nd->auth_refused ? BACKOFF_MAX_MS : nd->backoff_ms) *
 				  1000000u;
 	if (nd->backoff_ms < BACKOFF_MAX_MS)
@@ -403,6 +406,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 		return;
 	}
 	nd->state = RN_UP;
+	nd->failed = false;
 	nd->backoff_ms = BACKOFF_MIN_MS;
 	if (nd->lost)
 		log_info("remote tier %s: %s:%u is back", nd->r->desc,
@@ -742,22 +746,63 @@ int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 
 /* --- the slot map ------------------------------------------------------ */
 
+static bool node_is(const struct remote *r, uint16_t idx, bool up)
+{
+	const struct rnode *nd = idx < r->nnodes ? r->nodes[idx] : NULL;
+
+	return nd && (up ? nd->state == RN_UP : nd->state == RN_DOWN && nd->failed);
+}
+
+/*
+ * keep_live_owners() - a slot that the new map gives to a node that failed
+ * stays with its old owner when that one is connected. Nodes learn of a
+ * failover by gossip, one after another: a map read from one that has not
+ * heard yet names the dead master again, and its slots would be misses
+ * until the next read. A live node is never a wrong place to ask: one that
+ * no longer owns the slot answers MOVED, and the request follows.
+ */
+static void keep_live_owners(struct remote *r, const uint16_t *old)
+{
+	unsigned s;
+
+	for (s = 0; s < RC_SLOTS; s++) {
+		uint16_t o = old[s], n = r->map.owner[s];
+
+		if (n == o || o == RC_NONE || !node_is(r, o, true))
+			continue;
+		if (n == RC_NONE) {
+			r->map.owner[s] = o;
+			r->map.covered++;
+		} else if (node_is(r, n, false)) {
+			r->map.owner[s] = o;
+		}
+	}
+}
+
 static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct remote *r = priv;
 	struct rnode *nd = ac->data;
+	uint16_t *old;
 	char err[256];
 	int rc;
 
 	r->map_inflight = false;
 	if (!reply || r->closing || !nd)
 		return;
+	old = malloc(sizeof(r->map.owner));
+	if (!old)
+		return;		/* the next tick reads it again */
+	memcpy(old, r->map.owner, sizeof(r->map.owner));
 	rc = rc_map_load(&r->map, reply, &r->map.nodes[nd->idx], err, sizeof(err));
 	if (rc < 0) {
+		free(old);
 		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc,
 			 r->map.nodes[nd->idx].host, r->map.nodes[nd->idx].port, err);
 		return;
 	}
+	keep_live_owners(r, old);
+	free(old);
 	r->st.map_loads++;
 	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
 	/* the map says who serves: a master in back-off is tried at once */
