@@ -114,6 +114,9 @@ void server_maybe_done(struct server *s)
 		remote_on_idle(s->remote, server_remote_idle, s);
 		return;
 	}
+	for (uint32_t i = 0; i < s->nst.count; i++)
+		s->nst.ns[i]->remote = NULL;	/* nothing is sent from here on */
+	s->keys.remote = NULL;
 	remote_close(s->remote);	/* its connections would keep the loop busy */
 	s->remote = NULL;
 	loop_drain(s->loop);	/* spill writes finish first */
