@@ -96,6 +96,50 @@ static void print_tier(const char *label, const struct kvp_wire_tier_stats *t, b
 		       t->io_errors, t->dropped, t->writing);
 }
 
+static void print_ns_remote_json(const struct kvp_wire_ns_remote_stats *r)
+{
+	printf("{\"fetches\":%" PRIu64 ",\"restored\":%" PRIu64 ",\"sent\":%" PRIu64
+	       ",\"skipped_slow\":%" PRIu64 "}", r->fetches, r->restored, r->sent,
+	       r->skipped_slow);
+}
+
+static void print_remote_json(const struct kvp_wire_remote_stats *r)
+{
+	printf("{\"enabled\":%s,\"up\":%s,\"nodes\":%" PRIu64 ",\"nodes_up\":%" PRIu64
+	       ",\"slots\":%" PRIu64 ",\"gets\":%" PRIu64 ",\"hits\":%" PRIu64
+	       ",\"misses\":%" PRIu64 ",\"corrupt\":%" PRIu64 ",\"errors\":%" PRIu64
+	       ",\"skipped\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_errors\":%" PRIu64
+	       ",\"put_skipped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%"
+	       PRIu64 ",\"redirects\":%" PRIu64 ",\"map_loads\":%" PRIu64
+	       ",\"connects\":%" PRIu64 ",\"disconnects\":%" PRIu64 ",\"inflight\":%"
+	       PRIu64 ",\"latency_us\":%" PRIu64 ",\"bandwidth\":%" PRIu64
+	       ",\"fetches\":%" PRIu64 ",\"restored\":%" PRIu64 ",\"sent\":%" PRIu64
+	       ",\"skipped_slow\":%" PRIu64 "}", r->enabled ? "true" : "false",
+	       r->up ? "true" : "false", r->nodes, r->nodes_up, r->slots, r->gets, r->hits,
+	       r->misses, r->corrupt, r->errors, r->skipped, r->puts, r->put_errors,
+	       r->put_skipped, r->bytes_in, r->bytes_out, r->redirects, r->map_loads,
+	       r->connects, r->disconnects, r->inflight, r->latency_us, r->bandwidth,
+	       r->fetches, r->restored, r->sent, r->skipped_slow);
+}
+
+/* print_remote() - the remote tier in two lines, if there is one. */
+static void print_remote(const struct kvp_wire_remote_stats *r)
+{
+	if (!r->enabled)
+		return;
+	printf("remote tier   %s, %" PRIu64 " of %" PRIu64 " masters connected, %" PRIu64
+	       " slots; round trip %" PRIu64 " us, %.1f MB/s per node; %" PRIu64
+	       " in flight\n", r->up ? "serving" : "UNREACHABLE", r->nodes_up, r->nodes,
+	       r->slots, r->latency_us, (double)r->bandwidth / 1e6, r->inflight);
+	printf("              %" PRIu64 " fetches: %" PRIu64 " GETs, %" PRIu64 " hits, %"
+	       PRIu64 " misses, %" PRIu64 " corrupt, %" PRIu64 " errors, %" PRIu64
+	       " not sent, %" PRIu64 " blocks restored, %" PRIu64 " skipped as slower; "
+	       "%" PRIu64 " pages sent (%" PRIu64 " failed, %" PRIu64 " not sent); %" PRIu64
+	       " redirects\n", r->fetches, r->gets, r->hits, r->misses, r->corrupt,
+	       r->errors, r->skipped, r->restored, r->skipped_slow, r->puts, r->put_errors,
+	       r->put_skipped, r->redirects);
+}
+
 /* print_ns_json() - one namespace record as a JSON object. */
 static void print_ns_json(const kvp_ns_stats_t *n)
 {
@@ -126,6 +170,8 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	print_tier_json(&n->nvme);
 	printf(",\"host\":");
 	print_tier_json(&n->host);
+	printf(",\"remote\":");
+	print_ns_remote_json(&n->remote);
 	printf("}");
 }
 
@@ -167,6 +213,8 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	       "}", st->events.enabled ? "true" : "false", st->events.batches,
 	       st->events.events, st->events.dropped_batches, st->events.dropped_events,
 	       st->events.queued_bytes, st->events.replays, st->events.replayed);
+	printf(",\"remote\":");
+	print_remote_json(&st->remote);
 	printf(",\"conservation_ok\":%s,\"namespaces\":[", ok ? "true" : "false");
 	for (i = 0; i < nns; i++) {
 		if (i)
@@ -213,6 +261,7 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		       " replays\n", st->events.batches, st->events.events,
 		       st->events.dropped_batches, st->events.dropped_events,
 		       st->events.queued_bytes, st->events.replays);
+	print_remote(&st->remote);
 	printf("conservation  %s (free + private + shared + cached + spilled + "
 	       "in flight %s total)\n", ok ? "ok" : "VIOLATED", ok ? "=" : "!=");
 	for (i = 0; i < nns; i++) {
@@ -228,6 +277,11 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		print_prefix("  sharing", &ns[i].prefix);
 		print_tier("  host tier", &ns[i].host, true);
 		print_tier("  nvme tier", &ns[i].nvme, false);
+		if (st->remote.enabled)
+			printf("  remote tier %" PRIu64 " fetches, %" PRIu64 " blocks restored, %"
+			       PRIu64 " skipped as slower, %" PRIu64 " pages sent\n",
+			       ns[i].remote.fetches, ns[i].remote.restored,
+			       ns[i].remote.skipped_slow, ns[i].remote.sent);
 	}
 }
 

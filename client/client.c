@@ -56,6 +56,7 @@ struct kvp_client {
 	uint32_t **gens;	/* [KVP_MAX_SLABS][per_slab]: generation held at
 				 * each index, 0 none; a slab's row made with
 				 * its first lease */
+	uint32_t prefill_rate, remote_max_us;	/* kvp_set_remote_policy() */
 };
 
 /* The thread's error text, shared with the key functions (client/keys.c). */
@@ -945,7 +946,9 @@ static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 			 const kvp_key *keys, size_t n, const uint32_t *tokens,
 			 size_t ntokens, kvp_page *pages, kvp_partial *partial)
 {
-	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens };
+	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens,
+				      .prefill_rate = c->prefill_rate,
+				      .remote_max_us = c->remote_max_us };
 	struct kvp_wire_acquire_reply rep;
 	size_t len = 0, i, klen = n * KVP_KEY_BYTES, tlen = ntokens * sizeof(*tokens);
 	uint8_t *tmp;
@@ -1040,6 +1043,17 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 		release_batch(c, pages, done);
 	pthread_mutex_unlock(&c->mu);
 	return rc < 0 ? rc : (int)done;
+}
+
+KVP_API int kvp_set_remote_policy(kvp_client *c, uint32_t prefill_rate, uint32_t max_us)
+{
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	c->prefill_rate = prefill_rate;
+	c->remote_max_us = max_us;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
 }
 
 /* publish() - kvp_publish_tokens() without the stream: one PUBLISH per

@@ -107,6 +107,68 @@ struct family {
 	{ "tier_writes_in_flight", "gauge", "Tier writes in flight now.", \
 	  U64(S, nvme.writing), 0, true }
 
+/* The remote tier's figures (--remote): the daemon's connections, then
+ * the namespaces' work summed (each namespace's in NS_REMOTE_FAMILIES). */
+#define R(f) U64(ST, remote.f)
+#define REMOTE_FAMILIES \
+	{ "remote_enabled", "gauge", "1 when the daemon has a remote tier (--remote).", \
+	  R(enabled), 0, false }, \
+	{ "remote_up", "gauge", "1 while the remote tier serves: a master connected, slots mapped.", \
+	  R(up), 0, false }, \
+	{ "remote_nodes", "gauge", "Masters in the remote tier's slot map.", R(nodes), 0, false }, \
+	{ "remote_nodes_up", "gauge", "Masters of the remote tier connected now.", \
+	  R(nodes_up), 0, false }, \
+	{ "remote_slots", "gauge", "Cluster slots with a known master (16384 when whole).", \
+	  R(slots), 0, false }, \
+	{ "remote_gets_total", "counter", "GETs sent to the remote tier.", R(gets), 0, false }, \
+	{ "remote_hits_total", "counter", "Pages the remote tier gave back that passed their checks.", \
+	  R(hits), 0, false }, \
+	{ "remote_misses_total", "counter", "GETs of keys the remote tier did not have.", \
+	  R(misses), 0, false }, \
+	{ "remote_corrupt_total", "counter", \
+	  "Remote values that failed their header or checksum check (served as misses).", \
+	  R(corrupt), 0, false }, \
+	{ "remote_errors_total", "counter", \
+	  "GETs lost to a dead node, a timeout or an error reply (misses).", R(errors), 0, false }, \
+	{ "remote_skipped_total", "counter", \
+	  "GETs not sent: node down, --remote-max-inflight or --remote-rate (misses).", \
+	  R(skipped), 0, false }, \
+	{ "remote_puts_total", "counter", "SETs sent to the remote tier.", R(puts), 0, false }, \
+	{ "remote_put_errors_total", "counter", "SETs that failed.", R(put_errors), 0, false }, \
+	{ "remote_put_skipped_total", "counter", "SETs not sent: node down or a cap.", \
+	  R(put_skipped), 0, false }, \
+	{ "remote_received_bytes_total", "counter", "Bytes of values received.", \
+	  R(bytes_in), 0, false }, \
+	{ "remote_sent_bytes_total", "counter", "Bytes of values sent.", R(bytes_out), 0, false }, \
+	{ "remote_redirects_total", "counter", "MOVED and ASK replies followed.", \
+	  R(redirects), 0, false }, \
+	{ "remote_map_loads_total", "counter", "Slot maps read (CLUSTER SLOTS).", \
+	  R(map_loads), 0, false }, \
+	{ "remote_connects_total", "counter", "Connections to remote nodes started.", \
+	  R(connects), 0, false }, \
+	{ "remote_disconnects_total", "counter", "Connections to remote nodes lost.", \
+	  R(disconnects), 0, false }, \
+	{ "remote_requests_in_flight", "gauge", "Remote requests sent and not answered.", \
+	  R(inflight), 0, false }, \
+	{ "remote_latency_seconds", "gauge", "Measured round trip of a GET to an idle node.", \
+	  R(latency_us), 1e-6, false }, \
+	{ "remote_bandwidth_bytes_per_second", "gauge", "Measured bytes/s a busy node delivers.", \
+	  R(bandwidth), 0, false }, \
+	REMOTE_WORK_FAMILIES(ST)
+
+/* What the remote tier did for the namespaces: both structs hold it. */
+#define REMOTE_WORK_FAMILIES(S) \
+	{ "remote_fetches_total", "counter", "ACQUIREs that asked the remote tier.", \
+	  U64(S, remote.fetches), 0, false }, \
+	{ "remote_restored_blocks_total", "counter", \
+	  "Blocks the remote tier gave back, indexed in the pool.", \
+	  U64(S, remote.restored), 0, false }, \
+	{ "remote_sent_pages_total", "counter", "Pages sent to the remote tier.", \
+	  U64(S, remote.sent), 0, false }, \
+	{ "remote_skipped_slow_total", "counter", \
+	  "ACQUIREs that did not ask the remote tier: recomputing or the client's cut-off is faster.", \
+	  U64(S, remote.skipped_slow), 0, false }
+
 static const struct family daemon_families[] = {
 	{ "uptime_seconds", "gauge", "Time since kvpoold started.",
 	  U64(ST, uptime_ms), 1e-3, false },
@@ -148,6 +210,7 @@ static const struct family daemon_families[] = {
 	  U64(ST, events.replays), 0, false },
 	{ "events_replayed_batches_total", "counter", "Batches sent again by replays.",
 	  U64(ST, events.replayed), 0, false },
+	REMOTE_FAMILIES,
 	{ "protocol_errors_total", "counter", "Malformed messages (connection closed).",
 	  U64(ST, protocol_errors), 0, false },
 	{ "page_allocations_total", "counter", "Pages allocated.", U64(ST, allocs), 0, false },
@@ -168,6 +231,7 @@ static const struct family ns_families[] = {
 	{ "pinned_quota_pages", "gauge", "Most pages in the pinned class (--pinned-quota).",
 	  U32(NS, pinned_quota), 0, false },
 	PREFIX_FAMILIES(NS),
+	REMOTE_WORK_FAMILIES(NS),
 };
 
 /* Pages by state: the field and its tier. */

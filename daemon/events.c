@@ -194,6 +194,8 @@ static unsigned medium_of(unsigned m)
 {
 	if (m == PREFIX_M_POOL)
 		return EVM_POOL;
+	if (m == PREFIX_M_REMOTE)
+		return EVM_REMOTE;
 	return m == PREFIX_M_HOST ? EVM_HOST : EVM_NVME;
 }
 
@@ -256,11 +258,11 @@ static void ev_moved(void *arg, const struct prefix *x, uint32_t e, unsigned gon
 	uint32_t nids;
 	unsigned m;
 
-	for (m = PREFIX_M_POOL; m <= PREFIX_M_NVME; m <<= 1)
+	for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 		if (gone & m)
 			add_removed(ev, n, key, medium_of(m));
 	ids = prefix_block_ids(x, e, &nids);
-	for (m = PREFIX_M_POOL; m <= PREFIX_M_NVME; m <<= 1)
+	for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 		if (came & m)
 			add_stored(ev, n, key, prefix_parent_key(x, e), ids, nids,
 				   medium_of(m));
@@ -341,7 +343,7 @@ void events_ns_gone(struct events *ev, struct ns *n, const struct ns_table *t)
 		add_cleared(ev, n);
 	} else {
 		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e))
-			for (m = PREFIX_M_POOL; m <= PREFIX_M_NVME; m <<= 1)
+			for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 				if (prefix_media(n->idx, e) & m)
 					add_removed(ev, n, prefix_key(n->idx, e),
 						    medium_of(m));

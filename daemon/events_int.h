@@ -22,7 +22,7 @@ enum ev_kind { EV_NONE = 0, EV_STORED, EV_REMOVED, EV_CLEARED };
 
 /* Media by index in a raw event: the pool's (GPU or CPU), the host
  * tier's, the NVMe tier's. */
-enum ev_medium { EVM_POOL = 0, EVM_HOST = 1, EVM_NVME = 2 };
+enum ev_medium { EVM_POOL = 0, EVM_HOST = 1, EVM_NVME = 2, EVM_REMOTE = 3 };
 
 /*
  * A batch on its way: the loop fills data with the topic, then

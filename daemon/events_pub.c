@@ -84,7 +84,8 @@ static void pack_open(struct packer *p, const char *tag, unsigned nfields)
 
 static const char *medium_name(const struct events *ev, unsigned m)
 {
-	static const char *const names[] = { [EVM_HOST] = "CPU", [EVM_NVME] = "STORAGE" };
+	static const char *const names[] = { [EVM_HOST] = "CPU", [EVM_NVME] = "STORAGE",
+					     [EVM_REMOTE] = "REMOTE" };
 
 	return m == EVM_POOL ? ev->cfg.pool_medium : names[m];
 }

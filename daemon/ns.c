@@ -20,6 +20,7 @@
 #include "daemon/events.h"
 #include "daemon/ns.h"
 #include "daemon/rpage.h"
+#include "daemon/rtier.h"
 
 /* Bounds on geometry fields: generous, but they keep products in range. */
 #define NS_MAX_LAYERS		1024u
@@ -238,6 +239,7 @@ static void ns_remote_open(struct ns *n, const struct ns_config *k)
 
 static void ns_free(struct ns *n)
 {
+	rtier_ns_gone(n);
 	prefix_free(n->idx);
 	free(n->ev_topic);
 	hosttier_close(n->host);

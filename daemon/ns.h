@@ -24,14 +24,6 @@ struct conn;
 struct events;
 struct remote;
 
-/* What the remote tier did for a namespace (not on the wire yet). */
-struct ns_remote_stats {
-	uint64_t puts;		/* pages sent to it */
-	uint64_t fetches;	/* ACQUIREs that asked it */
-	uint64_t restored;	/* blocks it gave back, indexed */
-	uint64_t slow_skips;	/* ACQUIREs that did not ask: recomputing is faster */
-};
-
 struct ns {
 	char name[KVP_NAME_MAX];
 	char model[KVP_MODEL_MAX];
@@ -67,7 +59,7 @@ struct ns {
 	bool remote_through;	/* --remote-write through */
 	uint64_t remote_prefill_rate;	/* tokens/s; 0: always fetch */
 	uint32_t remote_fetch_max;	/* blocks one ACQUIRE fetches, at most */
-	struct ns_remote_stats remote_st;
+	struct kvp_wire_ns_remote_stats remote_st;	/* what the remote tier did for it */
 };
 
 /* Kinds of tier faults, each logged once per namespace (then counted). */

@@ -85,9 +85,9 @@ void prefix_set_sink(struct prefix *x, prefix_sink_fn fn, void *arg)
 	x->sink_arg = arg;
 }
 
-/* set_media() - a full block's bytes are in media m now: the sink hears
+/* media_to() - a full block's bytes are in media m now: the sink hears
  * what it left (first) and what it came to. O(1). */
-static void set_media(struct prefix *x, uint32_t e, unsigned m)
+static void media_to(struct prefix *x, uint32_t e, unsigned m)
 {
 	struct entry *en = &x->e[e];
 	unsigned old = en->media;
@@ -97,6 +97,19 @@ static void set_media(struct prefix *x, uint32_t e, unsigned m)
 	en->media = (uint8_t)m;
 	if (x->sink)
 		x->sink(x->sink_arg, x, e, old & ~m, m & ~old);
+}
+
+/* set_media() - media_to() for a move between local media: the remote
+ * tier's copy is not moved by it. */
+static void set_media(struct prefix *x, uint32_t e, unsigned m)
+{
+	media_to(x, e, m | (x->e[e].media & PREFIX_M_REMOTE));
+}
+
+void prefix_remote_stored(struct prefix *x, uint32_t e)
+{
+	x->e[e].remote = 1;
+	media_to(x, e, x->e[e].media | PREFIX_M_REMOTE);
 }
 
 unsigned prefix_media(const struct prefix *x, uint32_t e)
@@ -473,7 +486,7 @@ void prefix_remove(struct prefix *x, uint32_t e)
 	uint32_t i;
 
 	prefix_copy_clear(x, e);
-	set_media(x, e, 0);
+	media_to(x, e, 0);	/* out of the index: gone from every medium */
 	/* Rare (a failed restore): its children lose their parent link,
 	 * O(entries). */
 	for (i = 1; en->children && i < x->cap; i++) {

@@ -41,6 +41,7 @@ enum prefix_where {
 #define PREFIX_M_POOL	0x1u
 #define PREFIX_M_HOST	0x2u
 #define PREFIX_M_NVME	0x4u
+#define PREFIX_M_REMOTE	0x8u	/* the remote tier has it (kept by local moves) */
 
 #define PREFIX_CLASSES 4u	/* priority classes 0 (evicted first) .. 3 (pinned) */
 #define PREFIX_PINNED 3u
@@ -73,6 +74,12 @@ unsigned prefix_media(const struct prefix *x, uint32_t e);
  * since); such a block is not sent again when it leaves the pool. */
 bool prefix_remote(const struct prefix *x, uint32_t e);
 void prefix_set_remote(struct prefix *x, uint32_t e);
+
+/* prefix_remote_stored() - the remote tier confirmed that it holds full
+ * block e (a SET answered, or a GET served it): PREFIX_M_REMOTE joins
+ * its media, which moves between local tiers keep until e leaves the
+ * index. */
+void prefix_remote_stored(struct prefix *x, uint32_t e);
 
 /* prefix_parent_key() - with a sink, the key full block e was published
  * after (the namespace's root for a first block); NULL without one.

@@ -21,6 +21,7 @@
 #include "daemon/events.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
+#include "daemon/remote.h"
 #include "daemon/requests.h"
 #include "daemon/server.h"
 
@@ -421,6 +422,41 @@ static void add_prefix_stats(struct kvp_wire_prefix_stats *sum,
 	sum->pinned += a->pinned;
 }
 
+/* remote_record() - the remote tier's connection counters (the
+ * namespaces' shares are summed in by the caller). */
+static void remote_record(const struct remote *rt, struct kvp_wire_remote_stats *w)
+{
+	struct remote_stats st;
+
+	memset(w, 0, sizeof(*w));
+	if (!rt)
+		return;
+	remote_get_stats(rt, &st);
+	w->enabled = 1;
+	w->up = remote_up(rt);
+	w->nodes = st.nodes;
+	w->nodes_up = st.nodes_up;
+	w->slots = st.slots;
+	w->gets = st.gets;
+	w->hits = st.hits;
+	w->misses = st.misses;
+	w->corrupt = st.corrupt;
+	w->errors = st.errors;
+	w->skipped = st.skipped;
+	w->puts = st.puts;
+	w->put_errors = st.put_errors;
+	w->put_skipped = st.put_skipped;
+	w->bytes_in = st.bytes_in;
+	w->bytes_out = st.bytes_out;
+	w->redirects = st.redirects;
+	w->map_loads = st.map_loads;
+	w->connects = st.connects;
+	w->disconnects = st.disconnects;
+	w->inflight = st.inflight;
+	w->latency_us = st.latency_ns / 1000;
+	w->bandwidth = st.bandwidth;
+}
+
 static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *r)
 {
 	struct spill_stats ts;
@@ -453,6 +489,7 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	tier_record(n->tier ? &ts : NULL, &r->nvme);
 	r->prefix = n->st;
 	r->prefix.pinned = prefix_pinned(n->idx);
+	r->remote = n->remote_st;
 }
 
 uint8_t *server_stats(struct server *s, size_t *lenp)
@@ -496,6 +533,7 @@ uint8_t *server_stats(struct server *s, size_t *lenp)
 	st.closed_idle = s->n.closed_idle;
 	st.requests_denied = s->n.errors_by_status[KVP_S_PERM];
 	events_stats(s->events, &st.events);
+	remote_record(s->remote, &st.remote);
 	pool_counts(s->pool, -1, &pc);
 	st.slabs = pc.slabs;
 	for (i = 0, spilled = 0; i < s->nst.count; i++)
@@ -518,6 +556,10 @@ uint8_t *server_stats(struct server *s, size_t *lenp)
 		add_prefix_stats(&st.prefix, &r.prefix);
 		add_tier_stats(&st.host, &r.host);
 		add_tier_stats(&st.nvme, &r.nvme);
+		st.remote.fetches += r.remote.fetches;
+		st.remote.restored += r.remote.restored;
+		st.remote.sent += r.remote.sent;
+		st.remote.skipped_slow += r.remote.skipped_slow;
 		memcpy(buf + wire_stats_size(i), &r, sizeof(r));
 	}
 	memcpy(buf, &st, sizeof(st));

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client/wire.h"
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
@@ -26,6 +27,9 @@ struct rfetch {
 	uint32_t count, outstanding;
 	uint8_t parent[KVP_KEY_BYTES];	/* of the first block */
 	uint8_t *keys;			/* [count][KVP_KEY_BYTES] */
+	uint32_t *ids;			/* [nids_blocks][block_tokens]: the request's
+					 * token ids of the leading blocks, or NULL */
+	uint32_t nids_blocks;
 	uint64_t *pages;		/* [count] */
 	int *res;			/* [count] */
 	struct rfetch_one {
@@ -34,15 +38,73 @@ struct rfetch {
 	} *ones;
 };
 
+/*
+ * A SET in flight whose answer the KV events wait for: its block is
+ * announced in the remote medium once Redis has it, if it is still
+ * indexed then. A namespace that goes first unhooks its own
+ * (rtier_ns_gone()). Only with KV events on.
+ */
+struct rput {
+	struct rput *prev, *next;
+	struct ns *n;		/* NULL: its namespace is gone */
+	uint8_t key[KVP_KEY_BYTES];
+};
+static struct rput *rputs;
+
+static void put_done(void *arg, int res)
+{
+	struct rput *q = arg;
+	uint32_t e;
+
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		rputs = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	if (res == 0 && q->n) {
+		e = prefix_find(q->n->idx, q->key);
+		if (e != PREFIX_NIL && !prefix_tokens(q->n->idx, e))
+			prefix_remote_stored(q->n->idx, e);
+	}
+	free(q);
+}
+
+void rtier_ns_gone(struct ns *n)
+{
+	struct rput *q;
+
+	for (q = rputs; q; q = q->next)
+		if (q->n == n)
+			q->n = NULL;
+}
+
 void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 {
+	struct rput *q = NULL;
+
 	if (!n->remote || prefix_tokens(n->idx, e) || prefix_remote(n->idx, e))
 		return;		/* partial pages stay local; Redis has it */
-	if (remote_put(n->remote, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
-		       NULL, NULL) == 0) {
-		prefix_set_remote(n->idx, e);
-		n->remote_st.puts++;
+	if (n->events) {	/* without memory: sent all the same, not announced */
+		q = calloc(1, sizeof(*q));
+		if (q) {
+			q->n = n;
+			memcpy(q->key, prefix_key(n->idx, e), KVP_KEY_BYTES);
+		}
 	}
+	if (remote_put(n->remote, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
+		       q ? put_done : NULL, q) < 0) {
+		free(q);
+		return;
+	}
+	if (q) {
+		q->next = rputs;
+		if (rputs)
+			rputs->prev = q;
+		rputs = q;
+	}
+	prefix_set_remote(n->idx, e);
+	n->remote_st.sent++;
 }
 
 void rtier_published(struct ns *n, uint32_t e, const void *page)
@@ -70,11 +132,13 @@ static void index_fetched(struct rfetch *f)
 			e = prefix_find(n->idx, key);
 			if (e == PREFIX_NIL) {
 				e = prefix_insert_block(n->idx, key, parent_key, parent,
-							f->pages[i], 0, NULL, n->block_tokens);
+							f->pages[i], 0, i < f->nids_blocks ?
+							f->ids + (size_t)i * n->block_tokens :
+							NULL, n->block_tokens);
 				if (e != PREFIX_NIL) {
 					pool_publish(p, f->pages[i]);
 					pool_set_tag(p, f->pages[i], e);
-					prefix_set_remote(n->idx, e);	/* not sent back */
+					prefix_remote_stored(n->idx, e);	/* not sent back */
 					lease_put(p, n, f->pages[i]);	/* cached */
 					f->pages[i] = 0;
 					n->remote_st.restored++;
@@ -111,6 +175,7 @@ static void fetch_done(void *arg, int res)
 			conn_resume(c);
 	}
 	free(f->keys);
+	free(f->ids);
 	free(f->pages);
 	free(f->res);
 	free(f->ones);
@@ -118,38 +183,69 @@ static void fetch_done(void *arg, int res)
 	conn_put(c);
 }
 
-/* worth_it() - fetching count blocks is faster than computing them at
- * the prefill rate (tokens/s; 0: always fetch). */
-static bool worth_it(struct ns *n, uint32_t count)
+/*
+ * worth_it() - fetching count blocks is faster than computing them at the
+ * prefill rate (tokens/s: the client's, else the daemon's; 0: always
+ * fetch) and within the client's cut-off (us; 0: none). Before anything
+ * is measured, a fetch is the measurement.
+ */
+static bool worth_it(struct ns *n, const struct kvp_wire_acquire *a, uint32_t count)
 {
 	uint64_t fetch = remote_fetch_ns(n->remote, count, n->page_bytes);
+	uint64_t rate = a->prefill_rate ? a->prefill_rate : n->remote_prefill_rate;
 	double compute;
 
 	if (fetch == UINT64_MAX)
 		return false;
-	if (!n->remote_prefill_rate)
+	if (a->remote_max_us == KVP_REMOTE_NEVER ||
+	    (a->remote_max_us && fetch > (uint64_t)a->remote_max_us * 1000u)) {
+		n->remote_st.skipped_slow++;
+		return false;
+	}
+	if (!rate)
 		return true;
-	compute = (double)count * n->block_tokens * 1e9 / (double)n->remote_prefill_rate;
+	compute = (double)count * n->block_tokens * 1e9 / (double)rate;
 	if ((double)fetch <= compute)
 		return true;
-	n->remote_st.slow_skips++;
+	n->remote_st.skipped_slow++;
 	return false;
 }
 
-bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *keys,
-		 uint32_t from, uint32_t nkeys, const uint8_t parent[KVP_KEY_BYTES])
+/* keep_ids() - with KV events, the request's token ids of the blocks f
+ * fetches (as far as they reach), for the events that announce them. */
+static void keep_ids(struct rfetch *f, const struct kvp_wire_acquire *a, const uint8_t *keys,
+		     uint32_t from)
+{
+	const uint8_t *raw = keys + (size_t)a->nkeys * KVP_KEY_BYTES;
+	uint32_t bt = f->n->block_tokens, nb, i;
+
+	nb = a->ntokens / bt > from ? a->ntokens / bt - from : 0;
+	if (nb > f->count)
+		nb = f->count;
+	if (!f->n->events || !nb)
+		return;
+	f->ids = malloc((size_t)nb * bt * sizeof(*f->ids));
+	if (!f->ids)
+		return;		/* announced without them */
+	for (i = 0; i < nb * bt; i++)
+		f->ids[i] = wire_u32_at(raw, (size_t)from * bt + i);
+	f->nids_blocks = nb;
+}
+
+bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
+		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from)
 {
 	struct ns *n = c->ns;
 	struct pool *p = n->pool;
 	struct rfetch *f;
 	char msg[256];
-	uint32_t i, sent = 0, count = nkeys - from;
+	uint32_t i, sent = 0, nkeys = a->nkeys, count = nkeys - from;
 
 	if (!n->remote || c->remote_tried || from >= nkeys || !remote_up(n->remote))
 		return false;
 	if (count > n->remote_fetch_max)
 		count = n->remote_fetch_max;
-	if (!worth_it(n, count))
+	if (!worth_it(n, a, count))
 		return false;
 	f = calloc(1, sizeof(*f));
 	if (!f)
@@ -169,9 +265,10 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *
 	f->n = n;
 	f->req = *req;
 	f->count = count;
-	memcpy(f->parent, from ? keys + (size_t)(from - 1) * KVP_KEY_BYTES : parent,
+	memcpy(f->parent, from ? keys + (size_t)(from - 1) * KVP_KEY_BYTES : a->parent,
 	       KVP_KEY_BYTES);
 	memcpy(f->keys, keys + (size_t)from * KVP_KEY_BYTES, (size_t)count * KVP_KEY_BYTES);
+	keep_ids(f, a, keys, from);
 	f->outstanding = 1;	/* held while sending: no end before the last */
 	for (i = 0; i < count; i++) {
 		f->ones[i] = (struct rfetch_one){ f, i };
@@ -196,6 +293,7 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *
 	return true;
 out_free:
 	free(f->keys);
+	free(f->ids);
 	free(f->pages);
 	free(f->res);
 	free(f->ones);

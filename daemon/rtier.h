@@ -22,19 +22,23 @@ struct ns;
  * tier or out of the index); page holds its bytes until this returns. */
 void rtier_left_pool(struct ns *n, uint32_t e, const void *page);
 
+/* rtier_ns_gone() - n is being freed: SETs still in flight forget it. */
+void rtier_ns_gone(struct ns *n);
+
 /* rtier_published() - with --remote-write through: the full block e was
  * published into page. */
 void rtier_published(struct ns *n, uint32_t e, const void *page);
 
 /*
- * rtier_fetch() - c's ACQUIRE req found keys[0..from) locally and not
- * keys[from]: fetch keys[from..nkeys) (parent: the key before keys[0])
- * from the remote tier when it is up, not tried for this request yet,
- * and faster than recomputing them. True when the request now waits for
- * the fetch (it is served again when the fetch ends); false to serve it
- * with what the pool has.
+ * rtier_fetch() - c's ACQUIRE req (a, with a->nkeys keys) found
+ * keys[0..from) locally and not keys[from]: fetch keys[from..nkeys) from
+ * the remote tier when it is up, not tried for this request yet, and
+ * faster than recomputing them (at a's prefill rate, else the daemon's)
+ * and than a's cut-off. True when the request now waits for the fetch
+ * (it is served again when the fetch ends); false to serve it with what
+ * the pool has.
  */
-bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *keys,
-		 uint32_t from, uint32_t nkeys, const uint8_t parent[KVP_KEY_BYTES]);
+bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
+		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from);
 
 #endif /* KVP_RTIER_H */

@@ -512,7 +512,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	/* the rest of the chain is nowhere here: the remote tier may have it
 	 * (then the request is served again once it is back in the pool) */
 	if (hits < a.nkeys && prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) ==
-	    PREFIX_NIL && rtier_fetch(c, req, keys, hits, a.nkeys, a.parent))
+	    PREFIX_NIL && rtier_fetch(c, req, &a, keys, hits))
 		goto out;
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))

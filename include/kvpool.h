@@ -442,6 +442,19 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 			kvp_page *pages, kvp_partial *partial);
 
 /*
+ * kvp_set_remote_policy() - when this client's kvp_acquire() calls let the
+ * daemon ask its remote tier (kvpoold --remote) for the blocks this
+ * machine lacks. prefill_rate: the tokens per second this client computes
+ * a prompt at (0: the daemon's --remote-prefill-rate); the tier is skipped
+ * when its measured latency and bandwidth say that fetching the blocks
+ * would take longer than computing them. max_us: skip it when the fetch
+ * would take longer than this many microseconds (0: no cut-off;
+ * KVP_REMOTE_NEVER: never ask it). Both hold until changed; the default
+ * is (0, 0). Returns 0, or -EINVAL when c is NULL.
+ */
+KVP_API int kvp_set_remote_policy(kvp_client *c, uint32_t prefill_rate, uint32_t max_us);
+
+/*
  * kvp_publish() - index pages[0..n), the blocks after parent (NULL: the
  * root) with keys keys[0..n), at priority prio, so that kvp_acquire()
  * finds them. Each page must be private and held once by this client,

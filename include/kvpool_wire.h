@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	3u
+#define KVP_WIRE_VERSION	4u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -227,8 +227,17 @@ struct kvp_wire_acquire {
 	uint32_t nkeys;
 	uint32_t ntokens;
 	uint8_t parent[KVP_KEY_BYTES];
+	/* Since version 4: when the keys that the pool lacks are asked of the
+	 * remote tier (--remote). prefill_rate: tokens per second the client
+	 * computes them at, 0 for the daemon's --remote-prefill-rate; the
+	 * tier is skipped when its estimated fetch takes longer. remote_max_us:
+	 * skip it when the fetch would take longer than this, 0 for no
+	 * cut-off, KVP_REMOTE_NEVER never to ask it. */
+	uint32_t prefill_rate;
+	uint32_t remote_max_us;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 40, "kvp_wire_acquire is 40 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 48, "kvp_wire_acquire is 48 bytes");
+#define KVP_REMOTE_NEVER	0xffffffffu
 
 /* ACQUIRE reply: this struct, then hits page handles. */
 struct kvp_wire_acquire_reply {
@@ -425,6 +434,54 @@ struct kvp_wire_events_stats {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_events_stats) == 64, "kvp_wire_events_stats is 64 bytes");
 
+/*
+ * The remote tier (--remote; since version 4): enabled is 1 when the
+ * daemon has one. The connection counters are the daemon's (one set of
+ * connections serves every namespace); fetches, restored, sent and
+ * skipped_slow are summed over the namespaces, each of which has its own
+ * in struct kvp_wire_ns_remote_stats.
+ */
+struct kvp_wire_remote_stats {
+	uint64_t enabled;
+	uint64_t up;		/* 1 while a master is connected and slots are mapped */
+	uint64_t nodes;		/* masters in the slot map */
+	uint64_t nodes_up;	/* of those, connected */
+	uint64_t slots;		/* slots with a master (16384 when whole) */
+	uint64_t gets;		/* GETs sent */
+	uint64_t hits;		/* values that came back and passed their checks */
+	uint64_t misses;	/* keys the cluster did not have */
+	uint64_t corrupt;	/* values that failed their checks: misses */
+	uint64_t errors;	/* GETs lost to a dead node, a timeout or an error reply */
+	uint64_t skipped;	/* GETs not sent: node down, in-flight cap, rate cap */
+	uint64_t puts;		/* SETs sent */
+	uint64_t put_errors;	/* SETs that failed */
+	uint64_t put_skipped;	/* SETs not sent: node down, caps */
+	uint64_t bytes_in;
+	uint64_t bytes_out;
+	uint64_t redirects;	/* MOVED and ASK replies followed */
+	uint64_t map_loads;	/* slot maps read */
+	uint64_t connects;
+	uint64_t disconnects;	/* connections lost */
+	uint64_t inflight;	/* requests sent and not answered, now */
+	uint64_t latency_us;	/* measured round trip of a GET to an idle node */
+	uint64_t bandwidth;	/* measured bytes/s a busy node delivers */
+	uint64_t fetches;	/* ACQUIREs that asked the tier */
+	uint64_t restored;	/* blocks it gave back, indexed in the pool */
+	uint64_t sent;		/* pages the namespaces sent to it */
+	uint64_t skipped_slow;	/* ACQUIREs that did not ask: recomputing is faster */
+	uint64_t reserved;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_remote_stats) == 224, "kvp_wire_remote_stats is 224 bytes");
+
+/* A namespace's share of the remote tier's work. */
+struct kvp_wire_ns_remote_stats {
+	uint64_t fetches;
+	uint64_t restored;
+	uint64_t sent;
+	uint64_t skipped_slow;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_remote_stats) == 32, "kvp_wire_ns_remote_stats is 32 bytes");
+
 /* The daemon recounted every page for this reply and its counts add up:
  * the conservation invariant holds (see below). */
 #define KVP_STATS_F_CONSERVED	0x1u
@@ -466,8 +523,9 @@ struct kvp_wire_stats {
 	uint64_t closed_idle;	/* clients disconnected at --idle-timeout */
 	uint64_t requests_denied;	/* refused by the access rules (PERM) */
 	struct kvp_wire_events_stats events;	/* since version 3 */
+	struct kvp_wire_remote_stats remote;	/* since version 4 */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 536, "kvp_wire_stats is 536 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 760, "kvp_wire_stats is 760 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
@@ -494,8 +552,9 @@ struct kvp_wire_ns_stats {
 	struct kvp_wire_prefix_stats prefix;
 	struct kvp_wire_tier_stats nvme;
 	struct kvp_wire_tier_stats host;
+	struct kvp_wire_ns_remote_stats remote;	/* since version 4 */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 536, "kvp_wire_ns_stats is 536 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 568, "kvp_wire_ns_stats is 568 bytes");
 
 #ifdef __cplusplus
 }

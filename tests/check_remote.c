@@ -560,32 +560,48 @@ static void machine_a(const char *sock)
 	kvp_close(c);
 }
 
-/* machine_b() - acquire the same prompts through sock; every page that
- * comes back must hold its key's bytes. Returns the blocks hit. */
-static unsigned machine_b(const char *sock)
+/* acquire_prompt() - acquire prompt p through c; every page that comes
+ * back must hold its key's bytes. Returns the blocks hit. */
+static unsigned acquire_prompt(kvp_client *c, unsigned p)
 {
 	static uint32_t t[BLOCKS * BT];
 	static kvp_page out[BLOCKS];
 	static kvp_key keys[BLOCKS];
-	kvp_client *c = join(sock);
-	unsigned p, hits = 0;
 	int h, i;
 
-	for (p = 0; p < PROMPTS; p++) {
-		harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
-		ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
-		h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
-		ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
-		for (i = 0; i < h; i++)
-			ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c),
-						    &keys[i]),
-				      "prompt %u block %d came back with other bytes", p, i);
-		if (h)
-			ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
-		hits += (unsigned)h;
-	}
+	harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
+	h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
+	ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
+	for (i = 0; i < h; i++)
+		ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c), &keys[i]),
+			      "prompt %u block %d came back with other bytes", p, i);
+	if (h)
+		ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+	return (unsigned)h;
+}
+
+/* machine_b() - acquire the same prompts through sock. Returns the
+ * blocks hit. */
+static unsigned machine_b(const char *sock)
+{
+	kvp_client *c = join(sock);
+	unsigned p, hits = 0;
+
+	for (p = 0; p < PROMPTS; p++)
+		hits += acquire_prompt(c, p);
 	kvp_close(c);
 	return hits;
+}
+
+/* status_has() - `kvpool status` of sock prints text. */
+static void status_has(const char *sock, const char *text)
+{
+	const char *argv[] = { harness_cli(), "--socket", sock, "status", NULL };
+	static char out[16384];
+
+	ck_assert_int_eq(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, text) != NULL, "'%s' not in:\n%s", text, out);
 }
 
 START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
@@ -598,13 +614,32 @@ START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 
 	cluster("start", NULL);
 	cluster_url();
+	struct kvp_wire_stats st;
+
 	daemon_start(&a, a_args);	/* 256 pages: most of the 1,000 are evicted */
 	machine_a(a.sock);
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.enabled, 1);
+	ck_assert_uint_eq(st.remote.sent, PROMPTS * BLOCKS);	/* through: each once */
+	ck_assert_uint_eq(st.remote.puts, PROMPTS * BLOCKS);
 	daemon_stop(&a);		/* machine A is gone */
 	daemon_start(&b, b_args);
 	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.up, 1);
+	ck_assert_uint_eq(st.remote.nodes, 3);
+	ck_assert_uint_eq(st.remote.slots, 16384);
+	ck_assert_uint_eq(st.remote.restored, PROMPTS * BLOCKS);
+	ck_assert_uint_eq(st.remote.hits, PROMPTS * BLOCKS);
+	ck_assert_uint_eq(st.remote.corrupt, 0);
+	ck_assert_uint_ge(st.remote.fetches, PROMPTS);
+	ck_assert_uint_gt(st.remote.bytes_in, (uint64_t)PROMPTS * BLOCKS * 16384);
+	status_has(b.sock, "remote tier   serving, 3 of 3 masters connected");
 	/* again: now from B's own pool */
 	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.restored, PROMPTS * BLOCKS);	/* nothing fetched */
+	check_conservation(b.sock);
 	daemon_stop(&b);
 }
 END_TEST
@@ -695,6 +730,103 @@ START_TEST(test_remote_unreachable_cluster_leaves_the_daemon_serving)
 }
 END_TEST
 
+/* one_key() - a key of the remote tier held by the master on port; "" if none. */
+static void one_key(unsigned on, char *k, size_t len)
+{
+	char cmd[256];
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "redis-cli -p %u --scan --pattern 'kvp1:*' | "
+		 "head -1", on);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	if (!fgets(k, (int)len, f))
+		k[0] = '\0';
+	pclose(f);
+	k[strcspn(k, "\r\n")] = '\0';
+}
+
+START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 NULL };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	char k[256];
+	unsigned hits;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	one_key(port, k, sizeof(k));
+	ck_assert_msg(k[0], "no kvp1:* key on the first master");
+	/* one byte of its data, on its master (no redirect needed) */
+	ck_assert_int_eq(sh("redis-cli -p %u setrange %s 5000 Z >/dev/null", port, k), 0);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);	/* right bytes or misses (it checks) */
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);	/* its chain stops there */
+	ck_assert_uint_gt(hits, 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 1);
+	ck_assert_uint_eq(st.remote.restored, hits);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_client_policy_skips_a_slower_fetch)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 NULL };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	kvp_client *c;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	/* never: the pool has nothing, so nothing */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, KVP_REMOTE_NEVER), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 0), 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.gets, 0);
+	ck_assert_uint_eq(st.remote.skipped_slow, 1);
+	/* the default: fetched, and measured */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 1), BLOCKS);
+	ck_assert_uint_eq(acquire_prompt(c, 2), BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_gt(st.remote.latency_us, 0);
+	ck_assert_uint_gt(st.remote.bandwidth, 0);
+	/* an engine that prefills 4 billion tokens a second: recomputing wins */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 4000000000u, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 3), 0);
+	/* a cut-off of 1 us: no fetch is that fast */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, 1), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 4), 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.skipped_slow, 3);
+	/* one token a second: fetching wins */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 1, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 5), BLOCKS);
+	kvp_close(c);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.restored, 3 * BLOCKS);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
@@ -733,6 +865,8 @@ static Suite *remote_suite(void)
 	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
 	ADD(test_remote_write_back_sends_what_leaves_the_pool);
 	ADD(test_remote_fetched_blocks_are_not_sent_back);
+	ADD(test_remote_daemon_counts_a_corrupted_value_as_a_miss);
+	ADD(test_remote_client_policy_skips_a_slower_fetch);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_bad_url_stops_the_start);
 	suite_add_tcase(s, tc);

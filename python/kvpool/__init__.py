@@ -36,10 +36,13 @@ __all__ = [
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
     "InvalidArgument", "NotFound", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
+    "REMOTE_NEVER",
 ]
 __version__ = "0.1.0"
 
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH, PRIO_PINNED = 0, 1, 2, 3
+#: Client.set_remote_policy(max_us=REMOTE_NEVER): never ask the remote tier.
+REMOTE_NEVER = _kvpool.REMOTE_NEVER
 
 Key = Union[bytes, bytearray, memoryview]
 Tokens = Any  # a sequence of ints, array('I') or a uint32 NumPy array

@@ -815,6 +815,42 @@ fail:
 	return NULL;
 }
 
+static PyObject *remote_dict(const struct kvp_wire_remote_stats *r)
+{
+	PyObject *d = PyDict_New();
+
+	if (!d)
+		return NULL;
+	U(d, r, enabled);
+	U(d, r, up);
+	U(d, r, nodes);
+	U(d, r, nodes_up);
+	U(d, r, slots);
+	U(d, r, gets);
+	U(d, r, hits);
+	U(d, r, misses);
+	U(d, r, corrupt);
+	U(d, r, errors);
+	U(d, r, skipped);
+	U(d, r, puts);
+	U(d, r, put_errors);
+	U(d, r, put_skipped);
+	U(d, r, bytes_in);
+	U(d, r, bytes_out);
+	U(d, r, redirects);
+	U(d, r, inflight);
+	U(d, r, latency_us);
+	U(d, r, bandwidth);
+	U(d, r, fetches);
+	U(d, r, restored);
+	U(d, r, sent);
+	U(d, r, skipped_slow);
+	return d;
+fail:
+	Py_DECREF(d);
+	return NULL;
+}
+
 static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 {
 	kvp_ns_stats_t ns[64];
@@ -867,6 +903,10 @@ static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 	if (!t || PyDict_SetItemString(d, "events", t) < 0)
 		goto fail_t;
 	Py_DECREF(t);
+	t = remote_dict(&st.remote);
+	if (!t || PyDict_SetItemString(d, "remote", t) < 0)
+		goto fail_t;
+	Py_DECREF(t);
 	l = PyList_New(0);
 	if (!l)
 		goto fail;
@@ -900,6 +940,19 @@ fail:
 	return NULL;
 }
 #undef U
+
+static PyObject *Client_set_remote_policy(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "prefill_rate", "max_us", NULL };
+	unsigned int rate = 0, max_us = 0;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|II", kwlist, &rate, &max_us))
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	kvp_set_remote_policy(self->c, rate, max_us);
+	Py_RETURN_NONE;
+}
 
 static PyObject *Client_evict(ClientObject *self, PyObject *args, PyObject *kw)
 {
@@ -1210,6 +1263,11 @@ static PyMethodDef Client_methods[] = {
 	  "block_keys(tokens, parent=None) -> keys (32 bytes each) of the full blocks." },
 	{ "info", (PyCFunction)Client_info, METH_NOARGS, "info() -> the session's facts." },
 	{ "stats", (PyCFunction)Client_stats, METH_NOARGS, "stats() -> the daemon's counters." },
+	{ "set_remote_policy", (PyCFunction)(void (*)(void))Client_set_remote_policy,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "set_remote_policy(prefill_rate=0, max_us=0) - when acquire() lets the daemon ask "
+	  "its remote tier: prefill_rate tokens/s (0: the daemon's), max_us a cut-off "
+	  "(0: none, REMOTE_NEVER: never)." },
 	{ "evict", (PyCFunction)(void (*)(void))Client_evict, METH_VARARGS | METH_KEYWORDS,
 	  "evict(namespace=None, max=0) -> pages evicted (admin)." },
 	{ "list_clients", (PyCFunction)Client_list_clients, METH_NOARGS,
@@ -1763,7 +1821,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_SHA256", KVP_KEYS_VLLM_SHA256) < 0 ||
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_XXHASH", KVP_KEYS_VLLM_XXHASH) < 0 ||
 	    PyModule_AddIntConstant(m, "BACKEND_HOST", KVP_BACKEND_HOST) < 0 ||
-	    PyModule_AddIntConstant(m, "BACKEND_CUDA", KVP_BACKEND_CUDA) < 0)
+	    PyModule_AddIntConstant(m, "BACKEND_CUDA", KVP_BACKEND_CUDA) < 0 ||
+	    PyModule_AddIntConstant(m, "REMOTE_NEVER", (long)KVP_REMOTE_NEVER) < 0)
 		goto fail;
 	if (pthread_atfork(NULL, NULL, in_child) != 0) {
 		PyErr_SetString(PyExc_RuntimeError, "pthread_atfork failed");

@@ -40,8 +40,9 @@ def key(i):
     return bytes((i * 37 + j) & 0xff for j in range(32))
 
 
-def acquire(keys, tokens=(), parent=b"\0" * 32):
-    return (struct.pack("<II", len(keys), len(tokens)) + parent + b"".join(keys) +
+def acquire(keys, tokens=(), parent=b"\0" * 32, prefill_rate=0, remote_max_us=0):
+    return (struct.pack("<II", len(keys), len(tokens)) + parent +
+            struct.pack("<II", prefill_rate, remote_max_us) + b"".join(keys) +
             b"".join(struct.pack("<I", t) for t in tokens))
 
 

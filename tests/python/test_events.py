@@ -429,3 +429,57 @@ def test_events_refused_endpoint(tmp_path):
         assert r.returncode != 0
         assert "--kv-events %s: cannot bind" % ep in r.stderr, r.stderr
     busy.close()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_events_remote_medium(tmp_path):
+    """The remote tier (--remote) is a medium of its own: a block is
+    announced in REMOTE once Redis answered its SET, or once it came back
+    from there; a block that leaves the index leaves every medium."""
+    import shutil
+    import subprocess
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server is missing (Debian: apt-get install redis-server)")
+    script = os.path.join(TOP, "tests", "redis-cluster.sh")
+    port = free_port()
+    subprocess.run(["sh", script, "single", str(tmp_path / "redis"), str(port)], check=True)
+    url = "redis://127.0.0.1:%d" % port
+    try:
+        ctx, pub, rep = start(tmp_path, "--remote", url, "--remote-write", "through")
+        with ctx as d:
+            sub = Sub(pub, rep)
+            with kvpool.Client(d.sock, "ev", GEO) as a:
+                toks = list(range(500, 500 + 3 * BT))
+                keys = publish_chain(a, toks)
+                d.wait_for(lambda st: st["remote"]["puts"] == 3 and
+                           st["remote"]["inflight"] == 0, "3 pages in Redis")
+                assert a.evict("ev") == 3     # no local tier below: dropped
+                # another client of the same machine: fetched back from Redis
+                got, _ = a.acquire(keys, tokens=toks)
+                assert len(got) == 3
+                a.release(got)
+            st = d.stats()
+            assert st["remote"]["restored"] == 3 and st["remote"]["corrupt"] == 0
+            n = settled(d)
+            h = [vhash(k) for k in keys]
+            t = [toks[i * BT:(i + 1) * BT] for i in range(3)]
+            evs = per_block(events_of(sub.collect(n - 1)))
+            stored = [("stored", "CPU", h[i], h[i - 1] if i else None, t[i]) for i in range(3)]
+            remote = [("stored", "REMOTE", h[i], h[i - 1] if i else None, t[i])
+                      for i in range(3)]
+            assert evs[:3] == stored
+            assert sorted(evs[3:6]) == sorted(remote)   # as the SETs were answered
+            # evicted leaves first: each leaves the pool and the index
+            assert evs[6:12] == [("removed", m, h[i]) for i in (2, 1, 0)
+                                 for m in ("CPU", "REMOTE")]
+            # fetched: in the pool again, and known to be in Redis
+            assert sorted(evs[12:]) == sorted(stored + remote)
+            sub.close()
+    finally:
+        subprocess.run(["sh", script, "stop", str(tmp_path / "redis")])
