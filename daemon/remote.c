@@ -114,9 +114,12 @@ static void node_fail(struct rnode *nd, const char *why);
 
 /* --- the state log: one line per change ------------------------------ */
 
+/* note_state() - serving means a master is connected: a connect under way
+ * (a reconnect's back-off) is not a change of state, else a cluster that
+ * is gone would be logged as back at every try. */
 static void note_state(struct remote *r)
 {
-	bool up = remote_up(r);
+	bool up = r->st.nodes_up > 0 && r->map.covered > 0;
 
 	if (up == r->was_up)
 		return;
@@ -1134,6 +1137,11 @@ uint64_t remote_fetch_ns(const struct remote *r, uint32_t n, uint64_t bytes)
 void remote_get_stats(const struct remote *r, struct remote_stats *st)
 {
 	*st = r->st;
+}
+
+bool remote_serving(const struct remote *r)
+{
+	return r && r->st.nodes_up > 0 && r->map.covered > 0;
 }
 
 const char *remote_describe(const struct remote *r)

@@ -112,6 +112,10 @@ bool remote_busy(const struct remote *r);
  * connecting (requests queue until it is through). */
 bool remote_up(const struct remote *r);
 
+/* remote_serving() - a master is connected and slots are mapped: what the
+ * log and STATS call serving (remote_up() also counts connects under way). */
+bool remote_serving(const struct remote *r);
+
 /*
  * remote_fetch_ns() - how long fetching n pages of bytes would take now,
  * from the measured latency and bandwidth: UINT64_MAX when the tier is

@@ -58,6 +58,12 @@ bool remote_up(const struct remote *r)
 	return false;
 }
 
+bool remote_serving(const struct remote *r)
+{
+	(void)r;
+	return false;
+}
+
 uint64_t remote_fetch_ns(const struct remote *r, uint32_t n, uint64_t bytes)
 {
 	(void)r, (void)n, (void)bytes;

@@ -433,7 +433,7 @@ static void remote_record(const struct remote *rt, struct kvp_wire_remote_stats 
 		return;
 	remote_get_stats(rt, &st);
 	w->enabled = 1;
-	w->up = remote_up(rt);
+	w->up = remote_serving(rt);
 	w->nodes = st.nodes;
 	w->nodes_up = st.nodes_up;
 	w->slots = st.slots;

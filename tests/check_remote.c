@@ -361,6 +361,15 @@ static void kill_first_master(void)
 	sh("%s/tests/redis-cluster.sh kill %s %u", KVP_SRCDIR, dir, port);
 }
 
+/* replica_in_sync() - the first master's replica has all it was sent. */
+static void replica_in_sync(void)
+{
+	ck_assert_int_eq(sh("for i in $(seq 100); do r=$(redis-cli -p %u info replication | "
+			    "tr -d '\\r'); m=$(echo \"$r\" | sed -n 's/^master_repl_offset://p'); "
+			    "s=$(echo \"$r\" | sed -n 's/^slave0:.*offset=\\([0-9]*\\).*/\\1/p'); "
+			    "[ \"$m\" = \"$s\" ] && exit 0; sleep 0.05; done; exit 1", port), 0);
+}
+
 START_TEST(test_remote_a_master_killed_during_reads_fails_over)
 {
 	struct remote *a, *b;
@@ -371,11 +380,7 @@ START_TEST(test_remote_a_master_killed_during_reads_fails_over)
 	a = open_remote(cluster_url(), 500);
 	b = open_remote(cluster_url(), 500);
 	ck_assert_uint_eq(put_all(a, 1000, 5), 1000);
-	/* the first master's replica has all of it */
-	ck_assert_int_eq(sh("for i in $(seq 100); do r=$(redis-cli -p %u info replication | "
-			    "tr -d '\\r'); m=$(echo \"$r\" | sed -n 's/^master_repl_offset://p'); "
-			    "s=$(echo \"$r\" | sed -n 's/^slave0:.*offset=\\([0-9]*\\).*/\\1/p'); "
-			    "[ \"$m\" = \"$s\" ] && exit 0; sleep 0.05; done; exit 1", port), 0);
+	replica_in_sync();
 	get_all(b, 1000, 5, &right, &missed, kill_first_master);
 	/* misses or right bytes, never wrong ones (get_all checks) */
 	ck_assert_uint_eq(right + missed, 1000);
@@ -827,6 +832,116 @@ START_TEST(test_remote_client_policy_skips_a_slower_fetch)
 }
 END_TEST
 
+/* log_count() - how many times d's log says text. */
+static unsigned log_count(const struct daemon *d, const char *text)
+{
+	static char log[1 << 16];
+	const char *at = log;
+	unsigned n = 0;
+
+	read_file(d->log, log, sizeof(log));
+	while ((at = strstr(at, text)) != NULL) {
+		n++;
+		at += strlen(text);
+	}
+	return n;
+}
+
+START_TEST(test_remote_daemon_reads_through_a_failover)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-timeout", "500", NULL };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	unsigned p, hits = 0, i;
+	kvp_client *c;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	replica_in_sync();
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	/* a master dies halfway: right bytes or misses (acquire_prompt()
+	 * checks every page), never a wait past the timeout */
+	for (p = 0; p < PROMPTS; p++) {
+		if (p == PROMPTS / 2)
+			kill_first_master();
+		hits += acquire_prompt(c, p);
+	}
+	ck_assert_uint_ge(hits, PROMPTS / 2 * BLOCKS);	/* those before it, whole */
+	/* its replica takes over; the daemon finds it and serves every
+	 * prompt whole again (what it has in its pool, the rest from Redis) */
+	for (i = 0; i < 100; i++) {
+		stats_of(b.sock, &st);
+		if (st.remote.nodes_up == 3 && st.remote.slots == 16384)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_msg(st.remote.nodes_up == 3 && st.remote.slots == 16384,
+		      "after the failover: %llu masters up, %llu slots",
+		      (unsigned long long)st.remote.nodes_up, (unsigned long long)st.remote.slots);
+	for (i = 0; i < 20; i++) {
+		for (p = 0, hits = 0; p < PROMPTS; p++)
+			hits += acquire_prompt(c, p);
+		if (hits == PROMPTS * BLOCKS)
+			break;
+		usleep(250 * 1000);	/* nodes that have not heard: CLUSTERDOWN */
+	}
+	ck_assert_uint_eq(hits, PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 0);
+	ck_assert_uint_gt(st.remote.disconnects, 0);
+	kvp_close(c);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_cluster_gone_and_back_leaves_the_daemon_serving)
+{
+	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
+			       "--remote-write", "through", "--remote-timeout", "500", NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+	unsigned i;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, args);
+	wait_log(&a, "serving (");
+	machine_a(a.sock);
+	/* every node gone: the pool and its tiers go on, and the log says so once */
+	sh("%s/tests/redis-cluster.sh stop %s", KVP_SRCDIR, dir);
+	wait_log(&a, "unreachable");
+	machine_a(a.sock);	/* publishes and evicts: no wait on Redis */
+	ck_assert_uint_gt(machine_b(a.sock), 0);	/* what its pool kept */
+	ck_assert_uint_eq(log_count(&a, "unreachable"), 1);
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.up, 0);
+	status_has(a.sock, "remote tier   UNREACHABLE");
+	/* a cluster on the same addresses again: found, said once */
+	snprintf(dir, sizeof(dir), "%s/XXXXXX", root);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	cluster("start", NULL);
+	for (i = 0; i < 100; i++) {
+		stats_of(a.sock, &st);
+		if (st.remote.up && st.remote.nodes_up == 3)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_uint_eq(st.remote.nodes_up, 3);
+	ck_assert_uint_eq(log_count(&a, "unreachable"), 1);
+	ck_assert_uint_eq(log_count(&a, ": serving ("), 2);
+	check_conservation(a.sock);
+	daemon_stop(&a);
+}
+END_TEST
+
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
@@ -867,6 +982,8 @@ static Suite *remote_suite(void)
 	ADD(test_remote_fetched_blocks_are_not_sent_back);
 	ADD(test_remote_daemon_counts_a_corrupted_value_as_a_miss);
 	ADD(test_remote_client_policy_skips_a_slower_fetch);
+	ADD(test_remote_daemon_reads_through_a_failover);
+	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_bad_url_stops_the_start);
 	suite_add_tcase(s, tc);
