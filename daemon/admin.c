@@ -16,6 +16,7 @@
 #include "daemon/lease.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"
+#include "daemon/tier.h"
 
 _Static_assert(ACCESS_READ == KVP_RIGHT_READ && ACCESS_WRITE == KVP_RIGHT_WRITE &&
 	       ACCESS_ADMIN == KVP_RIGHT_ADMIN, "the wire's rights are the rules'");
@@ -460,7 +461,7 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 		if (only && n != only)
 			continue;
 		while (!ev.max || c->evicted < ev.max) {
-			rc = lease_evict_one(s->pool, n);
+			rc = tier_evict_one(s->pool, n);
 			if (rc > 0) {
 				c->evicted++;
 				continue;

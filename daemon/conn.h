@@ -205,7 +205,7 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 		     const uint8_t *payload);
 
 /* requests_retry() - staging buffers of n's tier came free: serve the
- * requests that waited for them (as lease_room_hook). */
+ * requests that waited for them (as tier_room_hook). */
 void requests_retry(struct ns *n);
 
 /* requests_conn_gone() - drop every lease of c and leave its namespace. */

@@ -8,12 +8,13 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/access.c daemon/loop.c \
 	daemon/server.c daemon/sockfile.c daemon/requests.c daemon/share.c daemon/admin.c \
 	daemon/lease.c daemon/ns.c daemon/prefix.c daemon/siphash.c daemon/pool.c \
 	daemon/backend_host.c daemon/spill.c daemon/hosttier.c daemon/save.c \
+	daemon/tier.c daemon/tier_host.c daemon/tier_nvme.c \
 	daemon/meminfo.c daemon/events.c daemon/events_pub.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/access.h daemon/loop.h \
 	daemon/loop_sync.h \
 	daemon/server.h daemon/sockfile.h daemon/conn.h daemon/requests.h daemon/lease.h daemon/ns.h \
 	daemon/prefix.h daemon/siphash.h daemon/pool.h daemon/backend.h daemon/spill.h \
-	daemon/hosttier.h daemon/meminfo.h daemon/events.h daemon/events_int.h
+	daemon/hosttier.h daemon/meminfo.h daemon/events.h daemon/events_int.h daemon/tier.h
 
 noinst_LTLIBRARIES += daemon/libkvpoold.la
 daemon_libkvpoold_la_SOURCES = $(KVPOOLD_SRCS)

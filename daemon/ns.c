@@ -21,6 +21,7 @@
 #include "daemon/ns.h"
 #include "daemon/rpage.h"
 #include "daemon/rtier.h"
+#include "daemon/tier.h"
 
 /* Bounds on geometry fields: generous, but they keep products in range. */
 #define NS_MAX_LAYERS		1024u
@@ -208,7 +209,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 		    !memcmp(sc.parents[i], n->root, KVP_KEY_BYTES))
 			continue;
 		orphans += prefix_count(n->idx);
-		lease_drop_subtree(n->pool, n, e);
+		tier_drop_subtree(n->pool, n, e);
 		orphans -= prefix_count(n->idx);
 	}
 	sc.kept -= orphans;

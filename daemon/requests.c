@@ -24,6 +24,7 @@
 #include "daemon/remote.h"
 #include "daemon/requests.h"
 #include "daemon/server.h"
+#include "daemon/tier.h"
 
 /* --- helpers --------------------------------------------------------------- */
 
@@ -137,7 +138,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	struct pool_counts pc;
 	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms, hfree = 0;
 
-	if (!ns->tier || avail >= n || !lease_room_possible(s->pool, ns, n))
+	if (!ns->tier || avail >= n || !tier_room_possible(s->pool, ns, n))
 		return false;	/* nothing to wait for, or a refusal to come */
 	need = n - avail;
 	if (ns->host) {
@@ -155,7 +156,7 @@ bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t
 	if ((now >= need || !ss.writing) && !ms)
 		return false;
 	/* what can go now goes; the rest waits */
-	lease_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
+	tier_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
 	return defer_for_tier(c, req, ns, ms);
@@ -219,7 +220,7 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 
 	if (requests_tier_wait(c, req, n))
 		return false;	/* served again when the tier has room */
-	rc = lease_make_room(s->pool, ns, n);
+	rc = tier_make_room(s->pool, ns, n);
 	if (rc == -EAGAIN) {
 		/* the tiers cannot take the evictions yet: wait for them */
 		if (requests_defer_tier(c, req, ns))
@@ -263,7 +264,7 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 	 * next requests find free pages (and spill writes get going). */
 	target = pool_ns_capacity(s->pool, ns->pool_ns);
 	if (pool_available(s->pool, ns->pool_ns) < target * s->opt->free_watermark_pct / 100)
-		lease_evict_ahead(s->pool, ns, target * s->opt->free_watermark_high_pct / 100);
+		tier_evict_ahead(s->pool, ns, target * s->opt->free_watermark_high_pct / 100);
 	return true;
 }
 

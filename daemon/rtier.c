@@ -19,6 +19,7 @@
 #include "daemon/remote.h"
 #include "daemon/requests.h"
 #include "daemon/rtier.h"
+#include "daemon/tier.h"
 
 struct rfetch {
 	struct conn *c;
@@ -79,7 +80,9 @@ void rtier_ns_gone(struct ns *n)
 			q->n = NULL;
 }
 
-void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
+/* rtier_left_pool() - the full block e is leaving the pool (to a lower
+ * tier or out of the index); page holds its bytes until this returns. */
+static void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 {
 	struct rput *q = NULL;
 
@@ -112,6 +115,15 @@ void rtier_published(struct ns *n, uint32_t e, const void *page)
 	if (n->remote_through)
 		rtier_left_pool(n, e, page);
 }
+
+/* The remote tier in the walk: a copy of every full block that leaves the
+ * pool (written back), holding no entry of the index; what it has comes
+ * back through rtier_fetch(). */
+const struct tier_ops tier_remote_ops = {
+	.name = "remote",
+	.copy = true,
+	.left_pool = rtier_left_pool,
+};
 
 /* index_fetched() - index the leading blocks that came back, cached;
  * free every other page. */
@@ -258,7 +270,7 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out_free;
 	/* room for what comes back; the tiers not taking it now is no reason
 	 * to wait: serve what the pool has */
-	if (lease_make_room(p, n, count) < 0 ||
+	if (tier_make_room(p, n, count) < 0 ||
 	    pool_alloc(p, n->pool_ns, count, f->pages, msg, sizeof(msg)) < 0)
 		goto out_free;
 	f->c = c;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rtier.h - the remote tier in the daemon: which pages go to Redis (a full
- * block leaving the pool; with --remote-write through, also on publish)
- * and how an ACQUIRE that misses locally gets the rest of its chain back
+ * rtier.h - the remote tier in the daemon: in the tier walk (tier.h) it is
+ * tier_remote_ops, a copy tier that gets every full block leaving the
+ * pool (with --remote-write through, also each one published), and here
+ * is how an ACQUIRE that misses locally gets the rest of its chain back
  * (one GET per block, pipelined per node, into fresh pool pages; the
  * blocks that came back in order are indexed, and the request is served
  * again from the start, now from the pool). remote.c does the talking.
@@ -17,10 +18,6 @@
 
 struct conn;
 struct ns;
-
-/* rtier_left_pool() - the full block e is leaving the pool (to a lower
- * tier or out of the index); page holds its bytes until this returns. */
-void rtier_left_pool(struct ns *n, uint32_t e, const void *page);
 
 /* rtier_ns_gone() - n is being freed: SETs still in flight forget it. */
 void rtier_ns_gone(struct ns *n);

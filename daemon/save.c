@@ -6,7 +6,7 @@
  * (making room as eviction does: copies first, then the oldest leaves)
  * and --save-on-stop seconds allow. A warm restart re-indexes them with
  * the rest. The writes go through the loop like any spill; each one that
- * ends lets the next go (lease_save_hook), and a timeout ends the save
+ * ends lets the next go (tier_save_hook), and a timeout ends the save
  * when the time is up. Then the loop drains and the daemon exits.
  */
 #include <errno.h>
@@ -15,6 +15,7 @@
 #include "daemon/conn.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
+#include "daemon/tier.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -74,7 +75,7 @@ static void save_more(struct ns *n)
 
 	if (!s || !n->saving)
 		return;
-	while ((rc = lease_save_one(s->pool, n)) > 0)
+	while ((rc = tier_save_one(s->pool, n)) > 0)
 		n->saved++;
 	if (rc == -EAGAIN && spill_get_writing(n->tier))
 		return;		/* a write ends: this runs again */
@@ -113,7 +114,7 @@ bool save_start(struct server *s)
 	if (!s->opt->save_on_stop || !s->opt->spill_dir[0])
 		return false;
 	stopping = s;
-	lease_save_hook = save_more;
+	tier_save_hook = save_more;
 	for (i = 0; i < s->nst.count; i++) {
 		struct ns *n = s->nst.ns[i];
 

@@ -31,6 +31,7 @@
 #include "daemon/lease.h"
 #include "daemon/server.h"
 #include "daemon/sockfile.h"
+#include "daemon/tier.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -861,7 +862,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	if (s->nrules)
 		log_info("access: %u rules; clients have only the rights they grant",
 			 s->nrules);
-	lease_room_hook = requests_retry;
+	tier_room_hook = requests_retry;
 	if (o->host_tier_size)
 		log_info("host tier: %llu bytes per namespace of %s memory", (unsigned long long)
 			 o->host_tier_size, be->ops->kind == KVP_BACKEND_CUDA ? "pinned" : "private");

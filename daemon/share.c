@@ -18,6 +18,7 @@
 #include "daemon/log.h"
 #include "daemon/requests.h"
 #include "daemon/rtier.h"
+#include "daemon/tier.h"
 
 /*
  * A deferred ACQUIRE: some of its blocks are being read back from the
@@ -381,7 +382,7 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 			goto out_nomem;
 	}
 	/* the held entries stay where they are while room is made */
-	rc = lease_make_room(p, n, nfresh);
+	rc = tier_make_room(p, n, nfresh);
 	if (rc == -EAGAIN) {
 		/* the tiers take the evictions later: let go of everything */
 		unpin_plan(c, ents, pages, *got);
@@ -594,22 +595,13 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 {
 	struct pool *p = c->srv->pool;
 	struct ns *n = c->ns;
+	const struct tier_ops *t;
 
 	*e = ntokens ? prefix_find_partial_exact(n->idx, parent_key, tokens, ntokens)
 		     : prefix_find(n->idx, key);
-	if (*e != PREFIX_NIL && (prefix_where(n->idx, *e) == PREFIX_HOST ||
-	    (prefix_where(n->idx, *e) == PREFIX_SPILLED &&
-	     !spill_busy(n->tier, prefix_slot(n->idx, *e))))) {
-		/* the key's bytes are in a tier: this page takes their place */
-		uint32_t slot = prefix_slot(n->idx, *e);
-		bool host = prefix_where(n->idx, *e) == PREFIX_HOST;
-
-		if (host)
-			hosttier_free(n->host, slot);
-		prefix_restoring(n->idx, *e, page);
-		prefix_restored(n->idx, *e);
-		if (!host)
-			prefix_copy_set(n->idx, *e, slot);	/* the same bytes */
+	if (*e != PREFIX_NIL && (t = tier_of_entry(n, *e)) != NULL &&
+	    t->publish_over(n, *e, page)) {
+		/* the key's bytes were in a tier: this page takes their place */
 		pool_publish(p, page);
 		pool_set_tag(p, page, *e);
 		n->st.publishes++;
