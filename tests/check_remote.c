@@ -609,6 +609,21 @@ static void status_has(const char *sock, const char *text)
 	ck_assert_msg(strstr(out, text) != NULL, "'%s' not in:\n%s", text, out);
 }
 
+/* a_published() - a cluster, and machine A (a daemon of its own) that
+ * published PROMPTS prompts into it (write-through) and is gone. */
+static void a_published(void)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	struct daemon a;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+}
+
 START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 {
 	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
@@ -674,18 +689,12 @@ static long sets(void)
 
 START_TEST(test_remote_fetched_blocks_are_not_sent_back)
 {
-	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
 	const char *b_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
 				 NULL };
-	struct daemon a, b;
+	struct daemon b;
 	long before;
 
-	cluster("start", NULL);
-	cluster_url();
-	daemon_start(&a, a_args);
-	machine_a(a.sock);
-	daemon_stop(&a);
+	a_published();
 	before = sets();
 	ck_assert_int_ge(before, PROMPTS * BLOCKS);	/* replicas count theirs too */
 	daemon_start(&b, b_args);	/* 256 pages: what it fetches, it evicts */
@@ -753,20 +762,14 @@ static void one_key(unsigned on, char *k, size_t len)
 
 START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
 {
-	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
 				 NULL };
 	struct kvp_wire_stats st;
-	struct daemon a, b;
+	struct daemon b;
 	char k[256];
 	unsigned hits;
 
-	cluster("start", NULL);
-	cluster_url();
-	daemon_start(&a, a_args);
-	machine_a(a.sock);
-	daemon_stop(&a);
+	a_published();
 	one_key(port, k, sizeof(k));
 	ck_assert_msg(k[0], "no kvp1:* key on the first master");
 	/* one byte of its data, on its master (no redirect needed) */
@@ -785,19 +788,13 @@ END_TEST
 
 START_TEST(test_remote_client_policy_skips_a_slower_fetch)
 {
-	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
 				 NULL };
 	struct kvp_wire_stats st;
-	struct daemon a, b;
+	struct daemon b;
 	kvp_client *c;
 
-	cluster("start", NULL);
-	cluster_url();
-	daemon_start(&a, a_args);
-	machine_a(a.sock);
-	daemon_stop(&a);
+	a_published();
 	daemon_start(&b, b_args);
 	c = join(b.sock);
 	/* never: the pool has nothing, so nothing */
@@ -849,20 +846,14 @@ static unsigned log_count(const struct daemon *d, const char *text)
 
 START_TEST(test_remote_daemon_reads_through_a_failover)
 {
-	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
 				 "--remote-timeout", "500", NULL };
 	struct kvp_wire_stats st;
-	struct daemon a, b;
+	struct daemon b;
 	unsigned p, hits = 0, i;
 	kvp_client *c;
 
-	cluster("start", NULL);
-	cluster_url();
-	daemon_start(&a, a_args);
-	machine_a(a.sock);
-	daemon_stop(&a);
+	a_published();
 	replica_in_sync();
 	daemon_start(&b, b_args);
 	c = join(b.sock);
@@ -951,6 +942,22 @@ START_TEST(test_remote_bad_url_stops_the_start)
 
 	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
 	ck_assert_msg(strstr(out, "bad port") != NULL, "%s", out);
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
+}
+END_TEST
+
+START_TEST(test_remote_plain_server_given_as_a_cluster_stops_the_start)
+{
+	char u[128], out[4096];
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote", u, NULL };
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u", KVP_SRCDIR, dir, port), 0);
+	snprintf(u, sizeof(u), "redis-cluster://127.0.0.1:%u", port);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "is not a Redis Cluster node") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "redis://127.0.0.1:") != NULL, "%s", out);	/* what to give */
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
 }
 END_TEST
 
@@ -986,6 +993,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_bad_url_stops_the_start);
+	ADD(test_remote_plain_server_given_as_a_cluster_stops_the_start);
 	suite_add_tcase(s, tc);
 	return s;
 }
