@@ -944,13 +944,19 @@ fail:
 static PyObject *Client_set_remote_policy(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "prefill_rate", "max_us", NULL };
-	unsigned int rate = 0, max_us = 0;
+	long long rate = 0, max_us = 0;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|II", kwlist, &rate, &max_us))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|LL", kwlist, &rate, &max_us))
 		return NULL;
+	if (rate < 0 || rate > UINT32_MAX || max_us < 0 || max_us > UINT32_MAX) {
+		PyErr_Format(PyExc_ValueError, "set_remote_policy: prefill_rate %lld and max_us "
+			     "%lld must each be 0 .. %u (max_us=kvpool.REMOTE_NEVER: never)",
+			     rate, max_us, UINT32_MAX);
+		return NULL;
+	}
 	if (!client_ok(self))
 		return NULL;
-	kvp_set_remote_policy(self->c, rate, max_us);
+	kvp_set_remote_policy(self->c, (uint32_t)rate, (uint32_t)max_us);
 	Py_RETURN_NONE;
 }
 

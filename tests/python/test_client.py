@@ -80,6 +80,26 @@ def test_publish_acquire_dedup_and_partial(client, daemon):
     assert st["pages_cached"] == 3 and st["pages_private"] == 0
 
 
+def test_remote_policy_and_counters_without_a_remote_tier(client, daemon):
+    """set_remote_policy() rides on acquire(); without --remote it changes
+    nothing, and stats() says there is no remote tier."""
+    keys = client.block_keys(np.arange(16, dtype=np.uint32))
+    pages = client.alloc(1)
+    client.publish(pages, keys)
+    client.release(pages)
+    for rate, cut in ((0, kvpool.REMOTE_NEVER), (1000, 0), (0, 0)):
+        assert client.set_remote_policy(prefill_rate=rate, max_us=cut) is None
+        got = client.acquire(keys)
+        assert len(got.pages) == 1
+        client.release(got.pages)
+    with pytest.raises(ValueError, match="prefill_rate -1"):
+        client.set_remote_policy(prefill_rate=-1)
+    with pytest.raises(ValueError, match="max_us 4294967296"):
+        client.set_remote_policy(max_us=2 ** 32)
+    r = daemon.stats()["remote"]
+    assert r["enabled"] == 0 and r["gets"] == 0 and r["skipped_slow"] == 0
+
+
 def test_cow_and_retain(client):
     (p,) = client.alloc(1)
     client.page_array(p)[:] = 1.0
