@@ -38,7 +38,21 @@ struct pending {
 	uint32_t partial_tokens;	/* of the partial page, when planned > nfull */
 	uint64_t *pages;		/* [planned] */
 	uint8_t *restored;		/* [planned]: read from the tier */
-	uint32_t *slot_index;		/* [tier slots]: which entry a slot fills */
+	struct pread {			/* [planned]: the reads in flight */
+		struct tier_read r;
+		struct pending *pd;
+		uint32_t i;
+	} *reads;
+};
+
+/* What an ACQUIRE can be served now: reads back from the tiers, within
+ * what each can start at once. */
+struct plan {
+	const struct tier_ops *t[TIERS_MAX];
+	uint32_t budget[TIERS_MAX];	/* reads each may still start */
+	unsigned nt;
+	uint32_t reads;			/* planned, in all */
+	uint32_t async;			/* of them answered later */
 };
 
 /* acquire_reply() - answer an ACQUIRE with the pages of its first got
@@ -103,36 +117,25 @@ static void pending_finish(struct pending *pd)
 	}
 	free(pd->pages);
 	free(pd->restored);
-	free(pd->slot_index);
+	free(pd->reads);
 	free(pd);
 	conn_put(c);
 }
 
-/* restore_done() - one entry is back from the tier, or failed. */
-static void restore_done(void *arg, uint32_t slot, int res)
+/* restore_done() - one entry is back from its tier, or lost (a miss:
+ * the entries after it are let go of). */
+static void restore_done(struct tier_read *r, int res)
 {
-	struct pending *pd = arg;
+	struct pread *rd = (struct pread *)((char *)r - offsetof(struct pread, r));
+	struct pending *pd = rd->pd;
 	struct pool *p = pd->c->srv->pool;
-	struct ns *n = pd->n;
-	uint32_t i = pd->slot_index[slot];
-	uint32_t e = n->slot_entry[slot];
+	uint32_t i = rd->i;
 
 	if (res == 0) {
-		/* the slot stays, a copy of the page (published pages never
-		 * change): evicting it again writes nothing */
 		pool_restored(p, pd->pages[i]);
-		prefix_restored(n->idx, e);
-		prefix_copy_set(n->idx, e, slot);
+		prefix_restored(pd->n->idx, r->e);
 	} else {
-		n->slot_entry[slot] = PREFIX_NIL;
-		spill_free(n->tier, slot);
-		if (ns_fault_first(n, res == -EBADMSG ? NS_FAULT_CHECKSUM : NS_FAULT_READ))
-			log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is "
-				 "freed (further ones are counted in STATS, not logged)",
-				 n->name, slot, spill_path(n->tier),
-				 res == -EBADMSG ? "its checksum or header does not match"
-						 : strerror(-res));
-		prefix_remove(n->idx, e);
+		prefix_remove(pd->n->idx, r->e);
 		pool_unref(p, pd->pages[i]);	/* INFLIGHT: free again */
 		pd->pages[i] = 0;
 		if (i < pd->hits)
@@ -166,32 +169,45 @@ static uint32_t find_partial(struct ns *n, const struct kvp_wire_acquire *a,
 						: a->parent, tail, len);
 }
 
-/*
- * plan_entry() - whether entry e can be served now: in the pool, in the
- * host tier, or in the NVMe tier and readable now (not being written, a
- * staging buffer left of bufs). *hosted and *restores count the second
- * and third kinds; *writing is set when e's spill write is in flight.
- */
-static bool plan_entry(struct ns *n, uint32_t e, uint32_t bufs, uint32_t *hosted,
-		       uint32_t *restores, bool *writing)
+/* plan_init() - n's tiers, each with the reads it can start at once. */
+static void plan_init(struct ns *n, struct plan *pl)
 {
-	unsigned where = prefix_where(n->idx, e);
+	unsigned k;
 
-	if (where == PREFIX_IN_POOL)
+	pl->nt = tiers_of(n, pl->t);
+	for (k = 0; k < pl->nt; k++)
+		pl->budget[k] = pl->t[k]->copy ? 0 : pl->t[k]->read_budget(n);
+	pl->reads = pl->async = 0;
+}
+
+/*
+ * plan_entry() - whether entry e can be served now: in the pool, or in a
+ * tier that can read it back now (within its budget), which *pl counts.
+ * *writing is set when e's write to its tier is in flight.
+ */
+static bool plan_entry(struct ns *n, uint32_t e, struct plan *pl, bool *writing)
+{
+	const struct tier_ops *t;
+	unsigned k;
+	int rc;
+
+	if (prefix_where(n->idx, e) == PREFIX_IN_POOL)
 		return true;
-	if (where == PREFIX_HOST) {
-		(*hosted)++;
-		return true;
-	}
-	if (where != PREFIX_SPILLED)
-		return false;
-	if (spill_busy(n->tier, prefix_slot(n->idx, e))) {
+	t = tier_of_entry(n, e);
+	if (!t)
+		return false;	/* on its way back already */
+	rc = t->readable(n, e);
+	if (rc == -EBUSY)
 		*writing = true;
+	if (rc <= 0)
 		return false;
-	}
-	if (*restores >= bufs)
+	for (k = 0; k < pl->nt && pl->t[k] != t; k++)
+		;
+	if (k == pl->nt || !pl->budget[k])
 		return false;
-	(*restores)++;
+	pl->budget[k]--;
+	pl->reads++;
+	pl->async += t->async;
 	return true;
 }
 
@@ -201,15 +217,15 @@ static bool plan_entry(struct ns *n, uint32_t e, uint32_t bufs, uint32_t *hosted
  * block whose spill write is still in flight.
  */
 static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys, uint32_t *ents,
-			  uint32_t *hosted, uint32_t *restores, bool *writing)
+			  struct plan *pl, bool *writing)
 {
-	uint32_t i, e, bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
+	uint32_t i, e;
 
-	*hosted = *restores = 0;
+	plan_init(n, pl);
 	*writing = false;
 	for (i = 0; i < nkeys; i++) {
 		e = prefix_find(n->idx, keys + (size_t)i * KVP_KEY_BYTES);
-		if (e == PREFIX_NIL || !plan_entry(n, e, bufs, hosted, restores, writing))
+		if (e == PREFIX_NIL || !plan_entry(n, e, pl, writing))
 			break;
 		ents[i] = e;
 	}
@@ -217,24 +233,33 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys, uin
 }
 
 /*
- * restore_host() - copy the hosted entry e back into the fresh page and
- * lease it to c. Returns true, or false when the copy failed (the entry
- * is gone from the index, a miss) or the lease could not be recorded
- * (the page stays in the pool, cached).
+ * restore_one() - read entry i (e, in tier t) back into the fresh page:
+ * leased to c at once when the tier copies it now, or when pd's reads end
+ * (pd: needed for a tier that answers later). Returns false when the
+ * block is lost (gone from the index: a miss) or the lease could not be
+ * recorded (the page stays in the pool, cached).
  */
-static bool restore_host(struct conn *c, struct ns *n, uint32_t e, uint64_t page)
+static bool restore_one(struct conn *c, struct pending *pd, const struct tier_ops *t,
+			uint32_t i, uint32_t e, uint64_t page)
 {
 	struct pool *p = c->srv->pool;
-	uint32_t slot = prefix_slot(n->idx, e);
+	struct ns *n = c->ns;
+	struct pread now, *rd = pd ? &pd->reads[i] : &now;
+	int rc;
 
 	pool_inflight(p, page);
 	pool_set_tag(p, page, e);
 	prefix_restoring(n->idx, e, page);
-	if (hosttier_get(n->host, slot, pool_page_addr(p, page)) < 0) {
-		if (ns_fault_first(n, NS_FAULT_READ))
-			log_warn("namespace '%s': copying host tier slot %u back failed; a "
-				 "miss (further ones are counted in STATS, not logged)",
-				 n->name, slot);
+	rd->r = (struct tier_read){ restore_done, n, e };
+	rd->pd = pd;
+	rd->i = i;
+	rc = t->read(n, e, pool_page_addr(p, page), &rd->r);
+	if (rc > 0) {		/* restore_done() follows */
+		pd->restored[i] = 1;
+		pd->outstanding++;
+		return true;
+	}
+	if (rc < 0) {
 		prefix_remove(n->idx, e);
 		pool_unref(p, page);	/* INFLIGHT: free again */
 		return false;
@@ -246,36 +271,6 @@ static bool restore_host(struct conn *c, struct ns *n, uint32_t e, uint64_t page
 		return false;
 	}
 	return true;
-}
-
-/*
- * restore_nvme() - start reading the spilled entry e (entry i) back into
- * the fresh page for pd. Returns false when the read could not be
- * started: the block is lost, a miss.
- */
-static bool restore_nvme(struct pending *pd, uint32_t i, uint32_t e, uint64_t page)
-{
-	struct pool *p = pd->c->srv->pool;
-	struct ns *n = pd->n;
-	uint32_t slot = prefix_slot(n->idx, e);
-
-	pool_inflight(p, page);
-	pool_set_tag(p, page, e);
-	prefix_restoring(n->idx, e, page);
-	pd->restored[i] = 1;
-	pd->slot_index[slot] = i;
-	pd->outstanding++;
-	if (spill_read(n->tier, slot, prefix_key(n->idx, e), pool_page_addr(p, page),
-		       restore_done, pd) == 0)
-		return true;
-	/* the ring is full */
-	pd->outstanding--;
-	pd->restored[i] = 0;
-	n->slot_entry[slot] = PREFIX_NIL;
-	spill_free(n->tier, slot);
-	prefix_remove(n->idx, e);
-	pool_unref(p, page);
-	return false;
 }
 
 /* hold_tiers() - hold (or, !on, release) the entries of ents[0..n) that
@@ -341,8 +336,8 @@ static void unpin_plan(struct conn *c, const uint32_t *ents, uint64_t *pages, ui
 
 /*
  * start_restores() - for the pinned plan ents[0..*got) (see pin_plan()),
- * copy the host tier's entries back and start reading the NVMe tier's
- * back into fresh INFLIGHT pages. Returns the pending request, or NULL
+ * read each entry that is in a tier back into a fresh INFLIGHT page
+ * (pl: how many, and how many answer later). Returns the pending request, or NULL
  * when nothing needs reading (all leased; *got may have shrunk if the
  * pool had no room for the restores or a copy failed). *err is -ENOMEM,
  * or -EAGAIN when making room waits for the tiers: then the plan is
@@ -350,15 +345,13 @@ static void unpin_plan(struct conn *c, const uint32_t *ents, uint64_t *pages, ui
  * again.
  */
 static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint64_t *pages,
-				      uint32_t *got, uint32_t hosted, uint32_t restores,
-				      int *err)
+				      uint32_t *got, const struct plan *pl, int *err)
 {
 	struct pool *p = c->srv->pool;
 	struct ns *n = c->ns;
-	struct spill_stats ts;
 	struct pending *pd = NULL;
 	uint64_t *fresh = NULL;
-	uint32_t i, r = 0, nfresh = restores + hosted, cut;
+	uint32_t i, r = 0, nfresh = pl->reads, cut;
 	char msg[256];
 	int rc;
 
@@ -368,8 +361,7 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 	fresh = calloc(nfresh, sizeof(*fresh));
 	if (!fresh)
 		goto out_nomem;
-	if (restores) {
-		spill_get_stats(n->tier, &ts);
+	if (pl->async) {
 		pd = calloc(1, sizeof(*pd));
 		if (!pd)
 			goto out_nomem;
@@ -377,8 +369,8 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 		pd->n = n;
 		pd->pages = pages;
 		pd->restored = calloc(*got, 1);
-		pd->slot_index = calloc(ts.slots, sizeof(*pd->slot_index));
-		if (!pd->restored || !pd->slot_index)
+		pd->reads = calloc(*got, sizeof(*pd->reads));
+		if (!pd->restored || !pd->reads)
 			goto out_nomem;
 	}
 	/* the held entries stay where they are while room is made */
@@ -403,16 +395,14 @@ static struct pending *start_restores(struct conn *c, const uint32_t *ents, uint
 		prefix_touch(n->idx, ents[i], true);
 	cut = *got;
 	for (i = 0; i < *got; i++) {
-		unsigned where;
+		const struct tier_ops *t;
 		bool ok = false;
 
 		if (pages[i])
 			continue;
-		where = prefix_where(n->idx, ents[i]);
-		if (r < nfresh && where == PREFIX_HOST)
-			ok = restore_host(c, n, ents[i], fresh[r++]);
-		else if (pd && r < nfresh && where == PREFIX_SPILLED)
-			ok = restore_nvme(pd, i, ents[i], fresh[r++]);
+		t = tier_of_entry(n, ents[i]);
+		if (t && r < nfresh && (pd || !t->async))
+			ok = restore_one(c, pd, t, i, ents[i], fresh[r++]);
 		else	/* a key named twice (restoring already), or no page left */
 			prefix_unhold(n->idx, ents[i]);
 		if (ok)
@@ -445,7 +435,7 @@ out_touch:
 out_free:
 	if (pd) {
 		free(pd->restored);
-		free(pd->slot_index);
+		free(pd->reads);
 	}
 	free(pd);
 	free(fresh);
@@ -463,9 +453,10 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 {
 	struct kvp_wire_acquire a;
 	struct pending *pd;
+	struct plan pl;
 	const uint8_t *keys;
 	const void *raw;
-	uint32_t *tail, *ents, hits, got, hosted, restores, pe, bufs, tokens = 0;
+	uint32_t *tail, *ents, hits, got, pe, tokens = 0;
 	uint64_t *pages;
 	struct ns *n;
 	bool writing, wait = false;
@@ -494,12 +485,11 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out;
 	}
 	/* Find first, lease after: a refusal must change nothing. */
-	hits = plan_hits(n, keys, a.nkeys, ents, &hosted, &restores, &writing);
+	hits = plan_hits(n, keys, a.nkeys, ents, &pl, &writing);
 	got = hits;
 	pe = writing ? PREFIX_NIL : find_partial(n, &a, keys, raw, hits, tail);
 	if (pe != PREFIX_NIL) {
-		bufs = n->tier ? spill_idle_buffers(n->tier) : 0;
-		if (plan_entry(n, pe, bufs, &hosted, &restores, &wait)) {
+		if (plan_entry(n, pe, &pl, &wait)) {
 			ents[got++] = pe;
 			tokens = prefix_tokens(n->idx, pe);
 		}
@@ -523,11 +513,11 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out;
 	}
 	/* reads need free pages: wait for the tier rather than serve less */
-	if ((hosted || restores) && requests_tier_wait(c, req, hosted + restores)) {
+	if (pl.reads && requests_tier_wait(c, req, pl.reads)) {
 		unpin_plan(c, ents, pages, got);
 		goto out;
 	}
-	pd = start_restores(c, ents, pages, &got, hosted, restores, &err);
+	pd = start_restores(c, ents, pages, &got, &pl, &err);
 	if (err == -EAGAIN) {
 		/* the tiers cannot take what would make room yet: wait */
 		if (requests_defer_tier(c, req, n))

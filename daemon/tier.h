@@ -23,7 +23,10 @@
  *     returns, and a slot being written is not given up;
  *   - a request that cannot be met changes nothing (tier_make_room()
  *     decides first).
- * Reads back into the pool are the requests' business (share.c, rtier.c).
+ * Reads back into the pool go through the same tables (readable(),
+ * read()), for the ACQUIREs that hit an entry in a local tier (share.c);
+ * the remote tier, which holds no entry, is asked by key for what the
+ * index no longer has (rtier.c).
  */
 #ifndef KVP_TIER_H
 #define KVP_TIER_H
@@ -34,9 +37,22 @@
 #include "daemon/ns.h"
 #include "daemon/pool.h"
 
+/*
+ * A read back into the pool (tier_ops.read()), embedded in the caller's
+ * state, which stays valid until done() is called. done(r, res): res 0,
+ * the page holds the bytes; -errno, they are lost (the tier let go of its
+ * slot): a miss.
+ */
+struct tier_read {
+	void (*done)(struct tier_read *r, int res);
+	struct ns *n;
+	uint32_t e;
+};
+
 struct tier_ops {
 	const char *name;		/* "host", "nvme", "remote" */
 	bool copy;			/* holds copies, no entry of the index */
+	bool async;			/* read() answers later, through done() */
 
 	/* in_tier() - a local tier: e is in it now (in a slot, or being
 	 * written there). */
@@ -93,6 +109,21 @@ struct tier_ops {
 	/* forget_copy() - e is leaving the index from the pool: a slot of
 	 * this tier that still holds a copy of it is given back. May be NULL. */
 	void (*forget_copy)(struct ns *n, uint32_t e);
+
+	/* readable() - e's bytes can be read back now: 1; 0 not (on its way
+	 * in or out); -EBUSY its write is in flight (wait for it). */
+	int (*readable)(const struct ns *n, uint32_t e);
+
+	/* read_budget() - reads the tier can start at once (UINT32_MAX: no
+	 * limit; the NVMe tier: its free staging buffers). */
+	uint32_t (*read_budget)(const struct ns *n);
+
+	/* read() - copy e's bytes (e is restoring: prefix_restoring()) into
+	 * page. 0: they are there now; 1: r->done() follows, from the loop;
+	 * -errno: they are lost (the tier let go of its slot): a miss. The
+	 * tier's slot afterwards is its own business (the host tier frees it,
+	 * the NVMe tier keeps it as the block's copy). */
+	int (*read)(struct ns *n, uint32_t e, void *page, struct tier_read *r);
 
 	/* publish_over() - a client published e's block again, into page,
 	 * while e is in this tier: page takes its place in the pool, and the

@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "daemon/hosttier.h"
+#include "daemon/log.h"
 #include "daemon/tier.h"
 
 static bool host_in_tier(const struct ns *n, uint32_t e)
@@ -61,6 +62,33 @@ static void host_not_taken(struct ns *n)
 	hosttier_dropped(n->host);
 }
 
+static int host_readable(const struct ns *n, uint32_t e)
+{
+	(void)n;
+	(void)e;
+	return 1;
+}
+
+static uint32_t host_read_budget(const struct ns *n)
+{
+	(void)n;
+	return UINT32_MAX;
+}
+
+/* host_read() - one copy back; the slot is free either way. */
+static int host_read(struct ns *n, uint32_t e, void *page, struct tier_read *r)
+{
+	uint32_t slot = prefix_slot(n->idx, e);
+
+	(void)r;
+	if (hosttier_get(n->host, slot, page) == 0)
+		return 0;
+	if (ns_fault_first(n, NS_FAULT_READ))
+		log_warn("namespace '%s': copying host tier slot %u back failed; a miss "
+			 "(further ones are counted in STATS, not logged)", n->name, slot);
+	return -EIO;
+}
+
 static bool host_publish_over(struct ns *n, uint32_t e, uint64_t page)
 {
 	hosttier_free(n->host, prefix_slot(n->idx, e));
@@ -79,5 +107,8 @@ const struct tier_ops tier_host_ops = {
 	.moved = host_moved,
 	.drop = host_drop,
 	.not_taken = host_not_taken,
+	.readable = host_readable,
+	.read_budget = host_read_budget,
+	.read = host_read,
 	.publish_over = host_publish_over,
 };

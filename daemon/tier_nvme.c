@@ -170,6 +170,54 @@ static void nvme_forget_copy(struct ns *n, uint32_t e)
 	}
 }
 
+static int nvme_readable(const struct ns *n, uint32_t e)
+{
+	if (prefix_where(n->idx, e) != PREFIX_SPILLED)
+		return 0;
+	return spill_busy(n->tier, prefix_slot(n->idx, e)) ? -EBUSY : 1;
+}
+
+static uint32_t nvme_read_budget(const struct ns *n)
+{
+	return spill_idle_buffers(n->tier);
+}
+
+/* nvme_read_done() - the slot stays, a copy of the page (published pages
+ * never change): evicting it again writes nothing. A failed read or a
+ * check that did not pass frees it. */
+static void nvme_read_done(void *arg, uint32_t slot, int res)
+{
+	struct tier_read *r = arg;
+	struct ns *n = r->n;
+
+	if (res == 0) {
+		prefix_copy_set(n->idx, r->e, slot);
+	} else {
+		n->slot_entry[slot] = PREFIX_NIL;
+		spill_free(n->tier, slot);
+		if (ns_fault_first(n, res == -EBADMSG ? NS_FAULT_CHECKSUM : NS_FAULT_READ))
+			log_warn("namespace '%s': slot %u of %s: %s; a miss, the slot is "
+				 "freed (further ones are counted in STATS, not logged)",
+				 n->name, slot, spill_path(n->tier),
+				 res == -EBADMSG ? "its checksum or header does not match"
+						 : strerror(-res));
+	}
+	r->done(r, res);
+}
+
+/* nvme_read() - start reading the slot back through a staging buffer. */
+static int nvme_read(struct ns *n, uint32_t e, void *page, struct tier_read *r)
+{
+	uint32_t slot = prefix_slot(n->idx, e);
+
+	if (spill_read(n->tier, slot, prefix_key(n->idx, e), page, nvme_read_done, r) == 0)
+		return 1;
+	/* the ring is full: the block is lost */
+	n->slot_entry[slot] = PREFIX_NIL;
+	spill_free(n->tier, slot);
+	return -EBUSY;
+}
+
 /* nvme_publish_over() - the slot holds the same bytes: it stays, a copy. */
 static bool nvme_publish_over(struct ns *n, uint32_t e, uint64_t page)
 {
@@ -185,6 +233,7 @@ static bool nvme_publish_over(struct ns *n, uint32_t e, uint64_t page)
 
 const struct tier_ops tier_nvme_ops = {
 	.name = "nvme",
+	.async = true,
 	.in_tier = nvme_in_tier,
 	.reuse = nvme_reuse,
 	.ready = nvme_ready,
@@ -196,5 +245,8 @@ const struct tier_ops tier_nvme_ops = {
 	.moved = nvme_moved,
 	.drop = nvme_drop,
 	.forget_copy = nvme_forget_copy,
+	.readable = nvme_readable,
+	.read_budget = nvme_read_budget,
+	.read = nvme_read,
 	.publish_over = nvme_publish_over,
 };
