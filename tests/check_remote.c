@@ -933,6 +933,35 @@ START_TEST(test_remote_cluster_gone_and_back_leaves_the_daemon_serving)
 }
 END_TEST
 
+START_TEST(test_remote_daemons_share_through_a_full_server)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-write", "through", NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 NULL };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	unsigned hits;
+
+	/* one server of 8 MiB under allkeys-lru: 1,000 pages of 16 KiB do not fit */
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u 8mb", KVP_SRCDIR, dir,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);	/* right bytes or misses (it checks) */
+	ck_assert_uint_gt(hits, 0);
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);	/* the oldest were evicted */
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 0);	/* whole pages, never half */
+	ck_assert_uint_gt(st.remote.misses, 0);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
@@ -992,6 +1021,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_daemon_reads_through_a_failover);
 	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
+	ADD(test_remote_daemons_share_through_a_full_server);
 	ADD(test_remote_bad_url_stops_the_start);
 	ADD(test_remote_plain_server_given_as_a_cluster_stops_the_start);
 	suite_add_tcase(s, tc);
