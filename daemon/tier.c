@@ -216,9 +216,11 @@ int tier_save_one(struct pool *p, struct ns *n)
 	const void *src;
 	uint64_t page;
 	uint32_t slot;
+	unsigned j;
+	bool busy;
 	int rc;
 
-	for (k = 0; k < nt && t[k] != &tier_nvme_ops; k++)
+	for (k = 0; k < nt && !t[k]->persistent; k++)
 		;
 	if (k == nt) {
 		if (e != PREFIX_NIL)
@@ -238,18 +240,20 @@ int tier_save_one(struct pool *p, struct ns *n)
 		pool_evict(p, page);
 		return 1;
 	}
-	if (k == 0 || t[0] != &tier_host_ops)
-		return 0;
-	e = prefix_host_victim(n->idx);
-	if (e == PREFIX_NIL)
-		return 0;
-	slot = prefix_slot(n->idx, e);
-	src = t[0]->bytes(n, e);
-	rc = place(n, t, k + 1, k, e, src, true);
-	if (rc < 0)
-		return rc;
-	t[0]->moved(n, e, slot);
-	return 1;
+	/* then the tiers above it, leaves first */
+	for (j = 0; j < k; j++) {
+		e = t[j]->victim(n, &busy);
+		src = e == PREFIX_NIL ? NULL : t[j]->bytes(n, e);
+		if (!src)
+			continue;
+		slot = prefix_slot(n->idx, e);
+		rc = place(n, t, k + 1, k, e, src, true);
+		if (rc < 0)
+			return rc;
+		t[j]->moved(n, e, slot);
+		return 1;
+	}
+	return 0;
 }
 
 bool tier_room_possible(struct pool *p, struct ns *n, uint64_t want)

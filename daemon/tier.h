@@ -53,6 +53,7 @@ struct tier_ops {
 	const char *name;		/* "host", "nvme", "remote" */
 	bool copy;			/* holds copies, no entry of the index */
 	bool async;			/* read() answers later, through done() */
+	bool persistent;		/* outlives the daemon: a stop saves there */
 
 	/* in_tier() - a local tier: e is in it now (in a slot, or being
 	 * written there). */
@@ -173,8 +174,8 @@ int tier_evict_one(struct pool *p, struct ns *n);
 
 /*
  * tier_save_one() - for a clean stop: move one page of n down to its
- * NVMe tier, a cached pool page (leaves first; one with a copy goes back
- * to it without a write), else a host tier page. 1 when one went (or is
+ * persistent tier (NVMe), a cached pool page (leaves first; one with a
+ * copy goes back to it without a write), else a page of a tier above it. 1 when one went (or is
  * being written), 0 when none is left, -EAGAIN when the tier cannot take
  * it now (a write in flight will let it), -ENOSPC when it cannot at all.
  */

@@ -234,6 +234,7 @@ static bool nvme_publish_over(struct ns *n, uint32_t e, uint64_t page)
 const struct tier_ops tier_nvme_ops = {
 	.name = "nvme",
 	.async = true,
+	.persistent = true,
 	.in_tier = nvme_in_tier,
 	.reuse = nvme_reuse,
 	.ready = nvme_ready,
