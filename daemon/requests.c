@@ -109,7 +109,7 @@ static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, struc
 		if (loop_timeout(s->loop, &ns->rate_op, &ns->rate_ts, ms) == 0)
 			ns->rate_armed = true;
 	}
-	if (!ns->rate_armed && !spill_get_writing(ns->tier))
+	if (!ns->rate_armed && !tier_writing(ns))
 		return false;
 	requests_defer_on(c, req, ns);
 	return true;
@@ -117,46 +117,30 @@ static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, struc
 
 bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns)
 {
-	return ns->tier && defer_for_tier(c, req, ns, spill_rate_wait_ms(ns->tier, 1));
+	return tier_writes(ns) && defer_for_tier(c, req, ns, tier_write_wait_ms(ns, 1));
 }
 
 /*
  * requests_tier_wait() - back-pressure: true when making room for n pages
- * would spill more pages to the NVMe tier than it can take now: staging
- * buffers free while writes are in flight, and what --spill-rate allows.
- * (With a host tier, its free slots take pages at once, and each page
- * beyond them makes its oldest page spill.) Then it spills what it can
- * and queues c's request, served again from the start when a write
- * completes or the rate allows more, instead of dropping cached pages it
- * could keep.
+ * would write more pages to a tier (NVMe) than it can take now: staging
+ * buffers free while writes are in flight, and what --spill-rate allows
+ * (tier_must_wait(); a tier above it, host memory, takes pages at once
+ * into its free slots). Then it evicts what can go now and queues c's
+ * request, served again from the start when a write completes or the
+ * rate allows more, instead of dropping cached pages it could keep.
  */
 bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
 {
 	struct server *s = c->srv;
 	struct ns *ns = c->ns;
-	struct spill_stats ss;
-	struct pool_counts pc;
-	uint64_t avail = pool_available(s->pool, ns->pool_ns), need, now, ms, hfree = 0;
+	uint64_t avail = pool_available(s->pool, ns->pool_ns), now, ms;
 
-	if (!ns->tier || avail >= n || !tier_room_possible(s->pool, ns, n))
+	if (!tier_writes(ns) || avail >= n || !tier_room_possible(s->pool, ns, n))
 		return false;	/* nothing to wait for, or a refusal to come */
-	need = n - avail;
-	if (ns->host) {
-		hfree = hosttier_free_slots(ns->host);
-		if (hfree >= need)
-			return false;	/* the host tier takes them all now */
-		need -= hfree;
-	}
-	spill_get_stats(ns->tier, &ss);
-	pool_counts(s->pool, ns->pool_ns, &pc);
-	if (!pc.by_state[PAGE_CACHED])
-		return false;	/* nothing to spill: evict as usual */
-	now = spill_idle_buffers(ns->tier);
-	ms = spill_rate_wait_ms(ns->tier, (uint32_t)(need < UINT32_MAX ? need : UINT32_MAX));
-	if ((now >= need || !ss.writing) && !ms)
+	if (!tier_must_wait(s->pool, ns, n - avail, &now, &ms))
 		return false;
 	/* what can go now goes; the rest waits */
-	tier_evict_ahead(s->pool, ns, avail + hfree + (now < need ? now : need));
+	tier_evict_ahead(s->pool, ns, avail + now);
 	if (pool_available(s->pool, ns->pool_ns) >= n)
 		return false;
 	return defer_for_tier(c, req, ns, ms);

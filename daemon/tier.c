@@ -256,6 +256,69 @@ int tier_save_one(struct pool *p, struct ns *n)
 	return 0;
 }
 
+/* writer() - n's first local tier whose writes end later, or NULL; the
+ * free slots of the tiers above it into *free. */
+static const struct tier_ops *writer(const struct ns *n, uint64_t *free)
+{
+	const struct tier_ops *t[TIERS_MAX];
+	unsigned k, nt = tiers_of(n, t);
+
+	*free = 0;
+	for (k = 0; k < nt; k++) {
+		if (t[k]->copy)
+			continue;
+		if (t[k]->write_budget)
+			return t[k];
+		*free += t[k]->free_slots(n);
+	}
+	return NULL;
+}
+
+bool tier_writes(const struct ns *n)
+{
+	uint64_t free;
+
+	return writer(n, &free) != NULL;
+}
+
+bool tier_writing(const struct ns *n)
+{
+	uint64_t free;
+	const struct tier_ops *w = writer(n, &free);
+
+	return w && w->writing(n);
+}
+
+uint64_t tier_write_wait_ms(const struct ns *n, uint32_t pages)
+{
+	uint64_t free;
+	const struct tier_ops *w = writer(n, &free);
+
+	return w ? w->write_wait_ms(n, pages) : 0;
+}
+
+bool tier_must_wait(struct pool *p, struct ns *n, uint64_t need, uint64_t *now,
+		    uint64_t *ms)
+{
+	struct pool_counts pc;
+	const struct tier_ops *w;
+	uint64_t free, can;
+
+	w = writer(n, &free);
+	if (!w || free >= need)
+		return false;	/* nothing to write, or the tiers above take them all */
+	need -= free;
+	pool_counts(p, n->pool_ns, &pc);
+	if (!pc.by_state[PAGE_CACHED])
+		return false;	/* nothing to evict: the caller goes on as usual */
+	can = w->write_budget(n);
+	*ms = w->write_wait_ms(n, (uint32_t)(need < UINT32_MAX ? need : UINT32_MAX));
+	if ((can >= need || !w->writing(n)) && !*ms)
+		return false;
+	*now = free + (can < need ? can : need);
+	return true;
+}
+
 bool tier_room_possible(struct pool *p, struct ns *n, uint64_t want)
 {
 	uint64_t avail = pool_available(p, n->pool_ns);

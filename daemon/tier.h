@@ -126,6 +126,15 @@ struct tier_ops {
 	 * the NVMe tier keeps it as the block's copy). */
 	int (*read)(struct ns *n, uint32_t e, void *page, struct tier_read *r);
 
+	/* For a tier whose take() starts a write that ends later (NVMe;
+	 * NULL for one that takes a page at once): write_budget() - writes
+	 * it can start now (free staging buffers); write_wait_ms() - how long
+	 * a rate cap asks to wait before it writes pages more (0: not);
+	 * writing() - writes are in flight (one ending wakes the waiters). */
+	uint32_t (*write_budget)(const struct ns *n);
+	uint64_t (*write_wait_ms)(const struct ns *n, uint32_t pages);
+	bool (*writing)(const struct ns *n);
+
 	/* publish_over() - a client published e's block again, into page,
 	 * while e is in this tier: page takes its place in the pool, and the
 	 * tier gives its slot back or keeps it as a copy. false when it
@@ -189,6 +198,27 @@ void tier_drop_subtree(struct pool *p, struct ns *n, uint32_t e);
 /* tier_lose_below() - a tier lost e's bytes (a failed write): the blocks
  * below it go, then e leaves the index (its slot is free already). */
 void tier_lose_below(struct ns *n, uint32_t e);
+
+/* tier_writes() - n has a tier whose writes end later (requests may
+ * wait for them). tier_writing() - such writes are in flight now.
+ * tier_write_wait_ms() - what its rate cap asks to wait for pages more
+ * (0 without one). */
+bool tier_writes(const struct ns *n);
+bool tier_writing(const struct ns *n);
+uint64_t tier_write_wait_ms(const struct ns *n, uint32_t pages);
+
+/*
+ * tier_must_wait() - back-pressure: making room for need more pages in
+ * n's pool would take more writes than the writing tier can start now,
+ * or its rate cap says wait. Then true, with *now the pages the tiers can
+ * take at once (free slots above it, and the writes it can start) and
+ * *ms the cap's wait; the caller evicts that many and waits for the rest
+ * rather than drop cached pages it could keep. False when the tiers take
+ * them all now, or there is nothing to write (no such tier, or no cached
+ * page to evict).
+ */
+bool tier_must_wait(struct pool *p, struct ns *n, uint64_t need, uint64_t *now,
+		    uint64_t *ms);
 
 /* tier_room_hook - called when a tier write of n completed and its
  * staging buffer is free again (requests that wait for one retry);

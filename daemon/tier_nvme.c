@@ -218,6 +218,16 @@ static int nvme_read(struct ns *n, uint32_t e, void *page, struct tier_read *r)
 	return -EBUSY;
 }
 
+static uint64_t nvme_write_wait_ms(const struct ns *n, uint32_t pages)
+{
+	return spill_rate_wait_ms(n->tier, pages);
+}
+
+static bool nvme_writing(const struct ns *n)
+{
+	return spill_get_writing(n->tier) > 0;
+}
+
 /* nvme_publish_over() - the slot holds the same bytes: it stays, a copy. */
 static bool nvme_publish_over(struct ns *n, uint32_t e, uint64_t page)
 {
@@ -249,5 +259,8 @@ const struct tier_ops tier_nvme_ops = {
 	.readable = nvme_readable,
 	.read_budget = nvme_read_budget,
 	.read = nvme_read,
+	.write_budget = nvme_read_budget,	/* the same staging buffers */
+	.write_wait_ms = nvme_write_wait_ms,
+	.writing = nvme_writing,
 	.publish_over = nvme_publish_over,
 };
