@@ -114,12 +114,12 @@ static void node_fail(struct rnode *nd, const char *why);
 
 /* --- the state log: one line per change ------------------------------ */
 
-/* note_state() - serving means a master is connected: a connect under way
- * (a reconnect's back-off) is not a change of state, else a cluster that
- * is gone would be logged as back at every try. */
+/* note_state() - log a change of remote_serving(): a connect under way (a
+ * reconnect's back-off) is not one, else a cluster that is gone would be
+ * logged as back at every try. */
 static void note_state(struct remote *r)
 {
-	bool up = r->st.nodes_up > 0 && r->map.covered > 0;
+	bool up = remote_serving(r);
 
 	if (up == r->was_up)
 		return;

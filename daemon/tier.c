@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "daemon/lease.h"
 #include "daemon/tier.h"
 
 void (*tier_room_hook)(struct ns *n);
