@@ -25,8 +25,9 @@ class Pool:
 
     def __init__(self, log: logging.Logger, role: str, socket: Optional[str],
                  namespace: str, geometry: kvpool.Geometry, scheme: int = 0,
-                 seed: Optional[str] = None, retry: float = 5.0) -> None:
+                 seed: Optional[str] = None, retry: float = 5.0, hint: str = "") -> None:
         self.log, self.role, self.socket = log, role, socket
+        self.hint = hint  # what to change when the daemon refuses the identity
         self.namespace, self.geometry, self.scheme, self.seed = namespace, geometry, scheme, seed
         self.retry = retry
         self._client: Optional[kvpool.Client] = None
@@ -64,8 +65,9 @@ class Pool:
                               key_scheme=self.scheme, key_seed=self.seed)
         except kvpool.Mismatch as e:
             self._next = time.monotonic() + max(self.retry, 60.0)
-            self.warn("mismatch", "namespace '%s' refused this instance: %s; serving "
-                      "without the shared KV cache", self.namespace, e)
+            self.warn("mismatch", "namespace '%s' refused this instance: %s%s; serving "
+                      "without the shared KV cache", self.namespace, e,
+                      "; " + self.hint if self.hint else "")
             return None
         except OSError as e:
             self._next = time.monotonic() + self.retry

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVEL
 
 __all__ = ["KVPoolConnector", "KVPoolMetadata", "KVPoolWorkerMetadata", "Identity",
-           "identity_of"]
+           "identity_of", "key_seed_of"]
 
 _DTYPES = {torch.float16: kvpool.DType.F16, torch.bfloat16: kvpool.DType.BF16,
            torch.float32: kvpool.DType.F32, torch.uint8: kvpool.DType.FP8}
@@ -99,7 +99,6 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                 tp_rank: int = 0) -> Identity:
     """The namespace, geometry and key scheme vLLM's config asks for, or
     Unsupported saying why."""
-    from vllm.v1.core.kv_cache_utils import get_none_hash_seed
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
@@ -144,7 +143,41 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     g = kvpool.Geometry(layers=len(names), kv_heads=spec.num_kv_heads,
                         head_dim=spec.head_size, block_tokens=spec.block_size,
                         dtype=dtype, model=ident)
-    return Identity(ns, g, scheme, get_none_hash_seed(), names, algo)
+    return Identity(ns, g, scheme, key_seed_of(algo), names, algo)
+
+
+def key_seed_of(algo: str) -> str:
+    """The seed vLLM derives its root block hash (NONE_HASH) from, for
+    hash algorithm algo, in this process: the one init_none_hash() took if
+    it ran here, else the one it will take, from the same inputs by the same
+    function (PYTHONHASHSEED when set, else vLLM's fixed default for the
+    SHA-256 algorithms). vLLM builds the scheduler, and so this connector,
+    before its engine core calls init_none_hash(), and its workers never
+    call it: get_none_hash_seed() alone would name the default seed there
+    whatever PYTHONHASHSEED says. An xxhash algorithm without PYTHONHASHSEED
+    (a random seed per process) is refused before this is asked."""
+    from vllm.v1.core import kv_cache_utils as kcu
+    resolved = getattr(kcu, "_NONE_HASH_SEED", None)
+    if resolved is not None:
+        return str(resolved)
+    resolve = getattr(kcu, "resolve_none_hash_seed", None)
+    if resolve is not None:
+        from vllm.utils.hashing import get_hash_fn_by_name
+        return str(resolve(get_hash_fn_by_name(algo)))
+    seed = os.environ.get("PYTHONHASHSEED")
+    return seed if seed is not None else getattr(kcu, "DEFAULT_NONE_HASH_SEED",
+                                                 "vllm-none-hash")
+
+
+def _seed_hint(seed: str) -> str:
+    """What to change when kvpoold refuses this instance's key seed."""
+    env = os.environ.get("PYTHONHASHSEED")
+    if env is not None:
+        return ("this instance derives its block hashes from PYTHONHASHSEED=%s: run "
+                "kvpoold with --key-seed %s, or give every instance kvpoold's seed"
+                % (env, env))
+    return ("PYTHONHASHSEED is unset, so this instance derives its block hashes from "
+            "vLLM's default seed '%s': set PYTHONHASHSEED to kvpoold's --key-seed" % seed)
 
 
 def _extra(vllm_config: "VllmConfig") -> Dict[str, Any]:
@@ -359,7 +392,7 @@ class KVPoolConnector(KVConnectorBase_V1):
             name = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker %d" % rank
             self._pool = Pool(logger, name, self._socket, self._ident.namespace,
                               self._ident.geometry, self._ident.scheme, self._ident.seed,
-                              self._retry)
+                              self._retry, _seed_hint(self._ident.seed))
         # scheduler side
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}

@@ -43,7 +43,7 @@ class Engine:
             [sys.executable, os.path.join(HERE, "vllm_engine.py"), "--model",
              os.path.join(self.dir, "model"), "--extra", json.dumps(cfg), *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.err_path, "w"),
-            text=True, env=dict(os.environ, PYTHONHASHSEED=SEED, **(env or {}),
+            text=True, env=dict(dict(os.environ, PYTHONHASHSEED=SEED), **(env or {}),
                                 PYTHONPATH=os.path.join(TOP, "python")))
 
     def ready(self):
@@ -131,6 +131,27 @@ def test_instances_of_another_model_share_nothing(pool):
         assert b.call(op="run", prompts=[PROMPT], max_tokens=2)["cached"] == [0]
         names = {n["name"] for n in pool.stats()["namespaces"]}
         assert len(names) == 2, names
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_instance_with_another_hash_seed_is_refused_saying_so_and_serves(pool):
+    a = Engine(pool.sock).ready()
+    b = Engine(pool.sock, env={"PYTHONHASHSEED": "1"}).ready()
+    try:
+        ra = a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        # B's block hashes start from another root: kvpoold refuses it at
+        # connect instead of letting it miss forever, and B says what to change
+        rb = b.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert rb["cached"] == [0] and len(rb["outputs"][0]) == 2
+        rb = b.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert b.warnings("refused this instance") == 2, b.stderr()  # scheduler, worker
+        assert b.warnings("PYTHONHASHSEED=1: run kvpoold with --key-seed 1") == 2
+        assert b.call(op="stats")["worker"].get("saved_blocks", 0) == 0
+        assert pool.stats()["pages_cached"] == 12 and leased(pool) == 0
+        assert a.call(op="stats")["worker"]["saved_blocks"] == 12
+        assert ra["cached"] == [0]
     finally:
         a.close()
         b.close()

@@ -201,10 +201,8 @@ class Engine:
         kvc = make_kv_cache_config(args.block, args.blocks)
         self.vc.cache_config.num_gpu_blocks = args.blocks
         self.hash_fn = get_hash_fn_by_name(args.algo)
-        init_none_hash(self.hash_fn)
-        self.sched = Scheduler(vllm_config=self.vc, kv_cache_config=kvc, log_stats=True,
-                               structured_output_manager=StructuredOutputManager(self.vc),
-                               block_size=args.block)
+        # the workers first, as vLLM's executor starts them: they never
+        # call init_none_hash()
         self.child = None
         if args.worker_process:
             ctx = mp.get_context("fork")
@@ -213,6 +211,12 @@ class Engine:
             self.child.start()
         else:
             self.worker = Worker(self.vc, kvc, args.block)
+        # in vLLM's order (EngineCore.__init__): the scheduler, and with it
+        # the connector, before init_none_hash() seeds the block hashes
+        self.sched = Scheduler(vllm_config=self.vc, kv_cache_config=kvc, log_stats=True,
+                               structured_output_manager=StructuredOutputManager(self.vc),
+                               block_size=args.block)
+        init_none_hash(self.hash_fn)
         self.reqs = {}
         self.n = 0
 
