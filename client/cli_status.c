@@ -154,10 +154,10 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	       ",\"head_dim\":%" PRIu32 ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\""
 	       ",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
 	       ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
-	       PRIu32 ",\"hit_rate\":", n->id, n->layers, n->kv_heads, n->head_dim,
-	       n->block_tokens, stats_dtype_name(n->dtype), n->clients, n->slabs,
+	       PRIu32 ",\"backend\":\"%s\",\"hit_rate\":", n->id, n->layers, n->kv_heads,
+	       n->head_dim, n->block_tokens, stats_dtype_name(n->dtype), n->clients, n->slabs,
 	       n->page_bytes, n->page_stride, stats_scheme_name(n->key_scheme),
-	       n->pinned_quota);
+	       n->pinned_quota, stats_backend_name(n->backend));
 	if (asked)
 		printf("%.4f", (double)n->prefix.hits / (double)asked);
 	else
@@ -193,13 +193,15 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	       ",\"errors\":{\"nospc\":%" PRIu64 ",\"stale\":%" PRIu64
 	       ",\"limit\":%" PRIu64 ",\"inval\":%" PRIu64 ",\"mismatch\":%" PRIu64
 	       "},\"pool_bytes\":%" PRIu64 ",\"slab_bytes\":%" PRIu64
-	       ",\"slabs\":%" PRIu64 ",\"pages\":",
+	       ",\"slabs\":%" PRIu64 ",\"max_slabs\":%" PRIu64 ",\"host_pool_bytes\":%"
+	       PRIu64 ",\"host_slabs\":%" PRIu64 ",\"pages\":",
 	       st->pid, stats_backend_name(st->backend), st->uptime_ms,
 	       st->clients, st->max_clients, st->connections_total,
 	       st->connections_refused, st->closed_output, st->closed_idle,
 	       st->requests_denied, st->requests_total, st->protocol_errors, st->allocs, st->releases, st->errors_nospc, st->errors_stale,
 	       st->errors_limit, st->errors_inval, st->errors_mismatch,
-	       st->pool_bytes, st->slab_bytes, st->slabs);
+	       st->pool_bytes, st->slab_bytes, st->slabs, st->max_slabs,
+	       st->host_pool_bytes, st->host_slabs);
 	print_counts_json(&pc);
 	printf(",\"prefix\":");
 	print_prefix_json(&st->prefix);
@@ -238,6 +240,10 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	       stats_backend_name(st->backend), cli_fmt_size(cli, a, st->pool_bytes),
 	       cli_fmt_size(cli, b, st->slab_bytes), st->slabs,
 	       st->slabs == 1 ? "slab" : "slabs");
+	if (st->host_pool_bytes)
+		printf("host pages    %s for namespaces that ask for them, %" PRIu64 " %s in use\n",
+		       cli_fmt_size(cli, a, st->host_pool_bytes), st->host_slabs,
+		       st->host_slabs == 1 ? "slab" : "slabs");
 	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
 	       " %s since start, %" PRIu64 " refused, %" PRIu64
 	       " disconnected with replies unread, %" PRIu64 " idle)\n",
@@ -268,11 +274,12 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		nc = COUNTS_OF(ns[i]);
 		printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
 		       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
-		       "%s per page, keys %s, clients %" PRIu32 "\n",
+		       "%s per page, keys %s, clients %" PRIu32 "%s\n",
 		       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
 		       ns[i].head_dim, ns[i].block_tokens, stats_dtype_name(ns[i].dtype),
 		       cli_fmt_size(cli, a, ns[i].page_bytes),
-		       stats_scheme_name(ns[i].key_scheme), ns[i].clients);
+		       stats_scheme_name(ns[i].key_scheme), ns[i].clients,
+		       ns[i].backend != st->backend ? ", host pages" : "");
 		print_counts("  pages", &nc);
 		print_prefix("  sharing", &ns[i].prefix);
 		print_tier("  host tier", &ns[i].host, true);

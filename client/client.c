@@ -283,6 +283,7 @@ static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
 		h.block_tokens = g->block_tokens;
 		h.dtype = g->dtype;
 		h.key_scheme = g->key_scheme;
+		h.memory = g->memory;
 		if (g->key_seed)
 			keys_seed_id(g->key_seed, h.key_seed_id);
 	}
@@ -577,8 +578,8 @@ KVP_API size_t kvp_page_bytes(const kvp_client *c)
 
 /*
  * reserve_view() - reserve the namespace's view: as many slab spans as the
- * pool may have slabs (STATS: pool_bytes / slab_bytes), PROT_NONE until
- * map_slab() maps a slab into its span. A span is the slab rounded up to
+ * pool may have slabs (STATS: max_slabs, the slab numbers of all its
+ * memories), PROT_NONE until map_slab() maps a slab into its span. A span is the slab rounded up to
  * a multiple of both the page stride and the system page, so that every
  * page of every slab is at view + index x page_stride. Without the room
  * (or the STATS), no view: slabs are mapped wherever mmap puts them.
@@ -599,7 +600,7 @@ static void reserve_view(struct kvp_client *c)
 	for (a = stride, b = sys; b; t = a % b, a = b, b = t)
 		;
 	unit = stride / a * sys;	/* lcm(stride, system page) */
-	nslabs = st.pool_bytes / st.slab_bytes;
+	nslabs = st.max_slabs;	/* slab numbers are shared by the pool's memories */
 	if (nslabs > KVP_MAX_SLABS)
 		nslabs = KVP_MAX_SLABS;
 	c->span = (c->hello.slab_bytes + unit - 1) / unit * unit;

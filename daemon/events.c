@@ -189,11 +189,14 @@ static int grow(void **v, uint32_t *cap, uint32_t want, size_t size)
 	return 0;
 }
 
-/* medium_of() - the raw event's medium of a PREFIX_M_* one. */
-static unsigned medium_of(unsigned m)
+/* medium_of() - the raw event's medium of a PREFIX_M_* one of n: the
+ * pool's is the host's ("CPU") for a namespace of host pages beside a
+ * cuda backend's ("GPU"). */
+static unsigned medium_of(const struct ns *n, unsigned m)
 {
 	if (m == PREFIX_M_POOL)
-		return EVM_POOL;
+		return n->be->ops->kind == KVP_BACKEND_HOST &&
+		       strcmp(n->events->cfg.pool_medium, "GPU") == 0 ? EVM_HOST : EVM_POOL;
 	if (m == PREFIX_M_REMOTE)
 		return EVM_REMOTE;
 	return m == PREFIX_M_HOST ? EVM_HOST : EVM_NVME;
@@ -260,12 +263,12 @@ static void ev_moved(void *arg, const struct prefix *x, uint32_t e, unsigned gon
 
 	for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 		if (gone & m)
-			add_removed(ev, n, key, medium_of(m));
+			add_removed(ev, n, key, medium_of(n, m));
 	ids = prefix_block_ids(x, e, &nids);
 	for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 		if (came & m)
 			add_stored(ev, n, key, prefix_parent_key(x, e), ids, nids,
-				   medium_of(m));
+				   medium_of(n, m));
 }
 
 /* topic_of() - the template with {host}, {model} and {ns} filled in. The
@@ -346,7 +349,7 @@ void events_ns_gone(struct events *ev, struct ns *n, const struct ns_table *t)
 			for (m = PREFIX_M_POOL; m <= PREFIX_M_REMOTE; m <<= 1)
 				if (prefix_media(n->idx, e) & m)
 					add_removed(ev, n, prefix_key(n->idx, e),
-						    medium_of(m));
+						    medium_of(n, m));
 	}
 	batch_close(ev);	/* before n goes: the batch points to it */
 	prefix_set_sink(n->idx, NULL, NULL);

@@ -278,6 +278,44 @@ static int backend_open(const struct options *o, struct backend *be,
 	return rc;
 }
 
+/*
+ * host_pages_open() - beside the cuda backend, host memory for the
+ * namespaces that ask for host pages (the vLLM connector's): a host
+ * backend in hb and a budget of --host-pool-size (default --pool-size)
+ * as the pool's second memory; none with --host-pool-size 0. Returns 0,
+ * or -errno with err filled (hb->ops then NULL).
+ */
+static int host_pages_open(const struct options *o, struct pool *pool, struct backend *hb,
+			   char *err, size_t errlen)
+{
+	uint64_t bytes = o->host_pool_size == OPTIONS_AS_POOL ? o->pool_size : o->host_pool_size;
+	int rc;
+
+	if (!bytes) {
+		log_info("host pages: none beside the cuda backend (--host-pool-size 0); "
+			 "clients that ask for them are refused");
+		return 0;
+	}
+	rc = backend_host_init(hb, err, errlen);
+	if (rc < 0)
+		return rc;
+	hb->prefault = o->prefault;
+	rc = pool_mem_add(pool, hb, bytes);
+	if (rc < 0) {
+		snprintf(err, errlen, "--host-pool-size %llu: %s", (unsigned long long)bytes,
+			 rc == -EINVAL ? "the pool has no slab numbers left for it (4096 "
+			 "slabs in all, with --pool-size's); raise --slab-size or lower "
+			 "the sizes" : strerror(-rc));
+		hb->ops->fini(hb);
+		hb->ops = NULL;
+		return rc;
+	}
+	log_info("host pages: up to %llu bytes of memfd slabs beside the cuda backend, "
+		 "for namespaces that ask for host pages (the vLLM connector does)",
+		 (unsigned long long)pool_mem_bytes(pool, (uint32_t)rc));
+	return 0;
+}
+
 /* write_pid_file() - our pid into path, mode 0644, never through a link
  * or into a file that is not ours. */
 static int write_pid_file(const char *path)
@@ -307,7 +345,7 @@ int main(int argc, char **argv)
 	static struct stoppers stoppers = { .sd = &sdw };
 	struct server *srv = NULL;
 	struct pool *pool = NULL;
-	struct backend be = { 0 };
+	struct backend be = { 0 }, host_be = { 0 };	/* host_be: host pages beside cuda */
 	struct loop loop;
 	const char *note;
 	char err[8192];
@@ -403,6 +441,13 @@ int main(int argc, char **argv)
 			  (unsigned long long)opt.slab_size, strerror(-rc));
 		goto out_backend;
 	}
+	if (be.ops->kind == KVP_BACKEND_CUDA) {
+		rc = host_pages_open(&opt, pool, &host_be, err, sizeof(err));
+		if (rc < 0) {
+			log_error("%s", err);
+			goto out_pool;
+		}
+	}
 	listen_fd = systemd_listen_fd(opt.socket_path, err, sizeof(err));
 	if (listen_fd == -EINVAL) {
 		log_error("%s", err);
@@ -454,10 +499,14 @@ out_server:
 	metrics_free(stoppers.metrics);
 	server_free(srv);
 	pool_free(pool);
+	if (host_be.ops)
+		host_be.ops->fini(&host_be);
 	be.ops->fini(&be);
 	goto out_close_sig;
 out_pool:
 	pool_free(pool);
+	if (host_be.ops)
+		host_be.ops->fini(&host_be);
 out_backend:
 	if (be.ops)
 		be.ops->fini(&be);

@@ -152,6 +152,7 @@ static void ns_identity(const struct ns *n, struct spill_ns *id)
 	id->key_scheme = n->key_scheme;
 	id->page_bytes = n->page_bytes;
 	memcpy(id->root, n->root, sizeof(id->root));
+	id->memory = n->memory;
 }
 
 /*
@@ -171,7 +172,7 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	int rc;
 
 	ns_identity(n, &id);
-	rc = spill_open(&n->tier, k->loop, k->be, k->spill_dir, k->spill_bytes,
+	rc = spill_open(&n->tier, k->loop, n->be, k->spill_dir, k->spill_bytes,
 			k->spill_discard, &id, &why, err, errlen);
 	if (rc < 0)
 		return rc;
@@ -279,7 +280,19 @@ static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h
 			 "(vllm-sha256) or 4 (vllm-xxhash)", h->ns, *scheme);
 		return -KVP_S_INVAL;
 	}
+	if (h->memory == KVP_MEMORY_HOST && k->host_memory < 0) {
+		snprintf(err, errlen, "namespace '%s': this client asks for host pages, and "
+			 "kvpoold serves none beside its cuda backend (--host-pool-size 0); "
+			 "ask the daemon's admin for a --host-pool-size", h->ns);
+		return -KVP_S_INVAL;
+	}
 	return 0;
+}
+
+/* memory_of() - the pool memory of a namespace that asks for memory. */
+static uint32_t memory_of(const struct ns_config *k, uint32_t memory)
+{
+	return memory == KVP_MEMORY_HOST ? (uint32_t)k->host_memory : 0;
 }
 
 /*
@@ -306,7 +319,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 			 h->ns, t->count);
 		return -KVP_S_LIMIT;
 	}
-	pns = pool_ns_add(p, pb);
+	pns = pool_ns_add_mem(p, pb, memory_of(k, h->memory));
 	if (pns == -EINVAL) {
 		snprintf(err, errlen, "namespace '%s': a page of %llu bytes does not fit "
 			 "in a slab of %llu bytes; raise --slab-size", h->ns,
@@ -342,10 +355,12 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->page_bytes = pb;
 	n->pool_ns = pns;
 	n->pool = p;
+	n->be = pool_ns_backend(p, pns);
+	n->memory = h->memory;
 	n->pinned_quota = pool_ns_capacity(p, pns) * k->pinned_pct / 100;
 	ns_remote_open(n, k);
 	if (k->host_bytes) {
-		if (hosttier_open(&n->host, k->be, k->host_bytes, pb, err, errlen) < 0)
+		if (hosttier_open(&n->host, n->be, k->host_bytes, pb, err, errlen) < 0)
 			goto out_free;
 	}
 	if (k->spill_dir && k->spill_dir[0]) {
@@ -478,6 +493,11 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 			 "digits or . _ - : / @", h->ns);
 		return -KVP_S_INVAL;
 	}
+	if (h->memory > KVP_MEMORY_HOST) {
+		snprintf(err, errlen, "namespace '%s': memory %u is not 0 (the daemon's "
+			 "backend) or 1 (host pages)", h->ns, h->memory);
+		return -KVP_S_INVAL;
+	}
 	if (seed_differs(k, h, err, errlen))
 		return -KVP_S_MISMATCH;
 	n = ns_find(t, h->ns);
@@ -494,6 +514,8 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	}
 	if (!field && strcmp(n->model, h->model) != 0)
 		field = "model";
+	if (!field && h->memory == KVP_MEMORY_HOST && n->be->ops->kind != KVP_BACKEND_HOST)
+		field = "memory";
 	if (field && n->from_disk && j->may_create) {
 		/* Nobody has used what the tier file brought back: a client that
 		 * may create the namespace makes it anew with its geometry, and
@@ -510,6 +532,13 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 				 "another %s; cold start", h->ns, field);
 			return ns_create(t, p, k, h, j->uid, out, err, errlen);
 		}
+	}
+	if (field && strcmp(field, "memory") == 0) {
+		snprintf(err, errlen, "namespace '%s' holds GPU pages (kvpoold's %s "
+			 "backend), this client asks for host pages: give clients that "
+			 "need host pages a namespace of their own", n->name,
+			 n->be->ops->name);
+		return -KVP_S_MISMATCH;
 	}
 	if (field && strcmp(field, "model") == 0) {
 		snprintf(err, errlen, "namespace '%s' holds model '%s', this client "
@@ -570,6 +599,9 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		h.block_tokens = id.block_tokens;
 		h.dtype = id.dtype;
 		h.key_scheme = id.key_scheme;
+		h.memory = id.memory;
+		if (h.memory == KVP_MEMORY_HOST && k->host_memory < 0)
+			h.memory = KVP_MEMORY_DEFAULT;	/* no host pages now */
 		if (!name_ok(h.ns) || ns_find(t, h.ns))
 			continue;
 		if (ns_create(t, p, k, &h, geteuid(), &n, err, sizeof(err)) < 0) {

@@ -33,6 +33,9 @@ struct ns {
 	uint64_t page_bytes;
 	int pool_ns;		/* its namespace in the pool */
 	struct pool *pool;	/* the pool (borrowed) */
+	struct backend *be;	/* its pages' memory: copies and tiers go
+				 * through it (the pool's, borrowed) */
+	uint32_t memory;	/* KVP_MEMORY_* its creator asked for */
 	uint32_t clients;	/* connections joined to it now */
 	uint32_t key_scheme;	/* KVP_WIRE_KEYS_* */
 	uint8_t root[KVP_KEY_BYTES];	/* parent key of first blocks */
@@ -89,7 +92,10 @@ struct ns_config {
 	uint64_t spill_rate;	/* bytes/s, 0: no cap */
 	bool spill_discard;
 	struct loop *loop;	/* for the tier's I/O */
-	struct backend *be;	/* moves page bytes to and from the tier */
+	/* the pool memory of namespaces that ask for host pages
+	 * (KVP_MEMORY_HOST): 0 when the pool's backend is host, 1 beside a
+	 * cuda backend, -1 when there is none (--host-pool-size 0) */
+	int host_memory;
 	struct events *events;	/* KV events, or NULL */
 	struct remote *remote;	/* the remote tier, or NULL */
 	bool remote_through;

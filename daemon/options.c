@@ -75,6 +75,9 @@ static const struct opt_def opt_table[] = {
 	  "SIZE", "most memory for pages, e.g. 8G (default 1G)", NULL },
 	{ "slab-size", 'S', OPT_SIZE, OFF(slab_size), 0, 64u << 10, 1ull << 40,
 	  "SIZE", "memory per slab, a multiple of 64K (default 64M)", NULL },
+	{ "host-pool-size", 0, OPT_SIZE, OFF(host_pool_size), 0, 0, 1ull << 50,
+	  "SIZE", "with the cuda backend, host memory for the namespaces that ask for "
+	  "host pages, as the vLLM connector does (default: --pool-size; 0: none)", NULL },
 	{ "backend", 'b', OPT_CHOICE, OFF(backend), 0, 0, 0,
 	  "KIND", "auto, host or cuda (default auto: cuda if a GPU answers)",
 	  backend_names },
@@ -208,6 +211,7 @@ void options_defaults(struct options *o)
 		 getenv("KVPOOL_SOCKET") : "/run/kvpool/kvpool.sock");
 	o->pool_size = 1ull << 30;
 	o->slab_size = 64ull << 20;
+	o->host_pool_size = OPTIONS_AS_POOL;
 	o->backend = BACKEND_AUTO;
 	o->max_clients = 256;
 	o->max_ns_per_uid = 16;
@@ -490,6 +494,14 @@ static int options_check(const struct options *o, char *err, size_t errlen)
 		snprintf(err, errlen, "free-watermark-high %llu is below free-watermark %llu",
 			 (unsigned long long)o->free_watermark_high_pct,
 			 (unsigned long long)o->free_watermark_pct);
+		return -EINVAL;
+	}
+	if (o->host_pool_size != OPTIONS_AS_POOL && o->host_pool_size &&
+	    o->host_pool_size < o->slab_size) {
+		snprintf(err, errlen, "host-pool-size %llu holds no slab of %llu bytes; "
+			 "raise it, or give 0 for no host pages",
+			 (unsigned long long)o->host_pool_size,
+			 (unsigned long long)o->slab_size);
 		return -EINVAL;
 	}
 	if (o->pool_size / o->slab_size > KVP_MAX_SLABS) {

@@ -24,6 +24,9 @@ enum backend_choice {
 	BACKEND_CUDA = 2,
 };
 
+/* host_pool_size when the option is not given: as --pool-size */
+#define OPTIONS_AS_POOL UINT64_MAX
+
 struct options {
 	char config_file[OPTIONS_PATH_MAX];	/* "" when none */
 	char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
@@ -49,6 +52,8 @@ struct options {
 	uint64_t remote_fetch_max;	/* blocks one ACQUIRE fetches */
 	uint64_t pool_size;		/* bytes of page memory at most */
 	uint64_t slab_size;		/* bytes per slab */
+	uint64_t host_pool_size;	/* bytes of host pages beside the cuda
+					 * backend; OPTIONS_AS_POOL: pool_size */
 	unsigned backend;		/* enum backend_choice */
 	unsigned io;			/* enum loop_io: auto, uring, sync */
 	uint64_t cuda_device;		/* the GPU of the cuda backend */

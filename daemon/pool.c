@@ -13,7 +13,10 @@
  * transitions that use it.
  *
  * Slabs are created lazily and live until pool_free(); a slab belongs to
- * the namespace that first needed it. Each namespace's free pages form
+ * the namespace that first needed it. A pool has one memory (pool_init())
+ * or two (pool_mem_add(): host pages beside the GPU's), each a backend
+ * with a budget of slabs of its own; a namespace takes its slabs from
+ * one of them, and slab numbers are shared. Each namespace's free pages form
  * one LIFO list threaded through the page metadata of its slabs, so a
  * page freed last is reused first (warm in caches and TLBs).
  */
@@ -44,6 +47,7 @@ struct pool_page {
 
 struct pool_slab {
 	struct backend_slab mem;	/* from be->ops->slab_create() */
+	uint32_t memory;		/* the pool memory it came from */
 	struct pool_page *pages;	/* [npages], owned */
 	uint32_t npages;
 	int ns;				/* owning namespace; -1: released */
@@ -58,14 +62,23 @@ struct pool_ns {
 	uint32_t pages_per_slab;
 	uint16_t free_slab;		/* head of the LIFO free list, or POOL_NIL_SLAB */
 	uint32_t free_index;
+	uint32_t memory;		/* where its slabs come from */
 	struct pool_counts counts;
 };
 
-struct pool {
+/* A memory: a backend and its budget. */
+struct pool_mem {
 	struct backend *be;		/* borrowed */
-	uint64_t pool_bytes;
+	uint64_t bytes;
+	uint32_t max_slabs;		/* min(bytes / slab_bytes, KVP_MAX_SLABS) */
+	uint32_t live;			/* its slabs that exist now */
+};
+
+struct pool {
+	struct pool_mem mem[POOL_MAX_MEM];
+	uint32_t nmem;
 	uint64_t slab_bytes;
-	uint32_t max_slabs;		/* min(pool_bytes / slab_bytes, KVP_MAX_SLABS) */
+	uint32_t max_slabs;		/* the memories' max_slabs, at most KVP_MAX_SLABS */
 	uint32_t nslabs;		/* slabs[0..nslabs) were made */
 	uint32_t released;		/* of them released (ns -1), to reuse */
 	struct pool_slab *slabs;	/* [max_slabs], owned */
@@ -92,6 +105,14 @@ static void pool_err(char *err, size_t errlen, const char *fmt, ...)
 static bool pool_ns_valid(const struct pool *p, int ns)
 {
 	return ns >= 0 && (uint32_t)ns < p->nns && p->ns[ns].used;
+}
+
+/* mem_room() - slabs the budget of namespace ns's memory still allows. */
+static uint32_t mem_room(const struct pool *p, int ns)
+{
+	const struct pool_mem *m = &p->mem[p->ns[ns].memory];
+
+	return m->max_slabs - m->live;
 }
 
 /*
@@ -171,6 +192,7 @@ static struct pool_page *free_pop(struct pool *p, struct pool_ns *n,
 static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 {
 	struct pool_ns *n = &p->ns[ns];
+	struct pool_mem *m = &p->mem[n->memory];
 	uint32_t slab = p->nslabs, i, gen = 1;
 	struct pool_slab *s;
 	int rc;
@@ -186,10 +208,11 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	}
 	s = &p->slabs[slab];
 
-	rc = p->be->ops->slab_create(p->be, (size_t)p->slab_bytes, &s->mem,
+	rc = m->be->ops->slab_create(m->be, (size_t)p->slab_bytes, &s->mem,
 				     err, errlen);
 	if (rc < 0)
 		return rc;
+	s->memory = n->memory;
 	s->pages = calloc(n->pages_per_slab, sizeof(*s->pages));
 	if (!s->pages) {
 		pool_err(err, errlen, "no memory for the metadata of %u pages "
@@ -210,6 +233,7 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	p->counts.total += s->npages;
 	p->counts.by_state[PAGE_FREE] += s->npages;
 	p->counts.slabs++;
+	m->live++;
 	if (slab == p->nslabs)
 		p->nslabs++;
 	else
@@ -217,7 +241,7 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	return 0;
 
 out_destroy_slab:
-	p->be->ops->slab_destroy(p->be, &s->mem);
+	m->be->ops->slab_destroy(m->be, &s->mem);
 	s->pages = NULL;
 	s->npages = 0;
 	if (slab < p->nslabs)
@@ -247,12 +271,43 @@ int pool_init(struct pool **out, struct backend *be, uint64_t pool_bytes,
 		free(p);
 		return -ENOMEM;
 	}
-	p->be = be;
-	p->pool_bytes = pool_bytes;
+	p->mem[0].be = be;
+	p->mem[0].bytes = pool_bytes;
+	p->mem[0].max_slabs = (uint32_t)max_slabs;
+	p->nmem = 1;
 	p->slab_bytes = slab_bytes;
 	p->max_slabs = (uint32_t)max_slabs;
 	*out = p;
 	return 0;
+}
+
+/*
+ * pool_mem_add() - see pool.h. Grows the slab table by the new memory's
+ * slabs (the total stays within KVP_MAX_SLABS, what a handle can name).
+ * O(slabs).
+ */
+int pool_mem_add(struct pool *p, struct backend *be, uint64_t bytes)
+{
+	struct pool_slab *slabs;
+	uint64_t max;
+
+	if (p->nmem >= POOL_MAX_MEM || p->nslabs || p->slab_bytes > bytes)
+		return -EINVAL;
+	max = bytes / p->slab_bytes;
+	if (max > KVP_MAX_SLABS - p->max_slabs)
+		max = KVP_MAX_SLABS - p->max_slabs;
+	if (!max)
+		return -EINVAL;
+	slabs = calloc((size_t)(p->max_slabs + max), sizeof(*slabs));
+	if (!slabs)
+		return -ENOMEM;
+	free(p->slabs);
+	p->slabs = slabs;
+	p->max_slabs += (uint32_t)max;
+	p->mem[p->nmem].be = be;
+	p->mem[p->nmem].bytes = bytes;
+	p->mem[p->nmem].max_slabs = (uint32_t)max;
+	return (int)p->nmem++;
 }
 
 /* pool_free() - see pool.h. O(slabs). */
@@ -263,27 +318,35 @@ void pool_free(struct pool *p)
 	if (!p)
 		return;
 	for (i = 0; i < p->nslabs; i++) {
+		struct backend *be = p->mem[p->slabs[i].memory].be;
+
 		if (p->slabs[i].ns >= 0)
-			p->be->ops->slab_destroy(p->be, &p->slabs[i].mem);
+			be->ops->slab_destroy(be, &p->slabs[i].mem);
 		free(p->slabs[i].pages);
 	}
 	free(p->slabs);
 	free(p);
 }
 
+int pool_ns_add(struct pool *p, uint64_t page_bytes)
+{
+	return pool_ns_add_mem(p, page_bytes, 0);
+}
+
 /*
- * pool_ns_add() - see pool.h. Pages per slab are slab_bytes / stride,
+ * pool_ns_add_mem() - see pool.h. Pages per slab are slab_bytes / stride,
  * capped at KVP_MAX_SLAB_PAGES (what a handle can index); past the cap a
  * slab's tail is unused address space, never touched. A number released
  * by pool_ns_release() is reused first. O(namespaces).
  */
-int pool_ns_add(struct pool *p, uint64_t page_bytes)
+int pool_ns_add_mem(struct pool *p, uint64_t page_bytes, uint32_t memory)
 {
 	uint64_t stride, pages;
 	struct pool_ns *n;
 	uint32_t i;
 
-	if (page_bytes == 0 || page_bytes > UINT64_MAX - (POOL_PAGE_ALIGN - 1))
+	if (page_bytes == 0 || page_bytes > UINT64_MAX - (POOL_PAGE_ALIGN - 1) ||
+	    memory >= p->nmem)
 		return -EINVAL;
 	stride = (page_bytes + POOL_PAGE_ALIGN - 1) / POOL_PAGE_ALIGN * POOL_PAGE_ALIGN;
 	if (stride > p->slab_bytes)
@@ -302,6 +365,7 @@ int pool_ns_add(struct pool *p, uint64_t page_bytes)
 	n->stride = stride;
 	n->pages_per_slab = (uint32_t)pages;
 	n->free_slab = POOL_NIL_SLAB;
+	n->memory = memory;
 	if (i == p->nns)
 		p->nns++;
 	return (int)i;
@@ -339,8 +403,7 @@ int pool_alloc(struct pool *p, int ns, size_t n, uint64_t *handles,
 	}
 	nsp = &p->ns[ns];
 	have = nsp->counts.by_state[PAGE_FREE];
-	can = have + (uint64_t)(p->max_slabs - p->nslabs + p->released) *
-		     nsp->pages_per_slab;
+	can = have + (uint64_t)mem_room(p, ns) * nsp->pages_per_slab;
 	if (n > can) {
 		pool_err(err, errlen, "%zu pages wanted, at most %llu can be "
 			 "free in namespace %d; the pool is full", n,
@@ -506,7 +569,7 @@ uint64_t pool_available(const struct pool *p, int ns)
 	if (!pool_ns_valid(p, ns))
 		return 0;
 	return p->ns[ns].counts.by_state[PAGE_FREE] +
-	       (uint64_t)(p->max_slabs - p->nslabs + p->released) * p->ns[ns].pages_per_slab;
+	       (uint64_t)mem_room(p, ns) * p->ns[ns].pages_per_slab;
 }
 
 uint64_t pool_ns_capacity(const struct pool *p, int ns)
@@ -514,7 +577,7 @@ uint64_t pool_ns_capacity(const struct pool *p, int ns)
 	if (!pool_ns_valid(p, ns))
 		return 0;
 	return p->ns[ns].counts.total +
-	       (uint64_t)(p->max_slabs - p->nslabs + p->released) * p->ns[ns].pages_per_slab;
+	       (uint64_t)mem_room(p, ns) * p->ns[ns].pages_per_slab;
 }
 
 /* pool_refs() - see pool.h. O(1); 0 for an invalid h. */
@@ -559,7 +622,27 @@ void *pool_page_addr(const struct pool *p, uint64_t h)
 
 uint64_t pool_bytes(const struct pool *p)
 {
-	return p->pool_bytes;
+	return p->mem[0].bytes;
+}
+
+uint32_t pool_slabs_max(const struct pool *p)
+{
+	return p->max_slabs;
+}
+
+uint64_t pool_mem_bytes(const struct pool *p, uint32_t memory)
+{
+	return memory < p->nmem ? p->mem[memory].bytes : 0;
+}
+
+uint32_t pool_mem_slabs(const struct pool *p, uint32_t memory)
+{
+	return memory < p->nmem ? p->mem[memory].live : 0;
+}
+
+struct backend *pool_ns_backend(const struct pool *p, int ns)
+{
+	return pool_ns_valid(p, ns) ? p->mem[p->ns[ns].memory].be : NULL;
 }
 
 uint64_t pool_slab_bytes(const struct pool *p)
@@ -665,7 +748,8 @@ int pool_ns_release(struct pool *p, int ns)
 		for (i = 0, maxgen = 0; i < sl->npages; i++)
 			if (sl->pages[i].gen > maxgen)
 				maxgen = sl->pages[i].gen;
-		p->be->ops->slab_destroy(p->be, &sl->mem);
+		p->mem[sl->memory].be->ops->slab_destroy(p->mem[sl->memory].be, &sl->mem);
+		p->mem[sl->memory].live--;
 		p->counts.total -= sl->npages;
 		p->counts.by_state[PAGE_FREE] -= sl->npages;
 		p->counts.slabs--;

@@ -9,6 +9,11 @@
  * slabs. Metadata work is O(1) per page. The pool knows nothing of
  * sockets or clients: leases are counted as references.
  *
+ * Memories: the pool's backend is memory 0. pool_mem_add() gives it a
+ * second one with a budget of its own (the host pages a cuda daemon
+ * serves to the namespaces that ask for them); a namespace's slabs come
+ * from the memory it was added with.
+ *
  * Handles: a page handle is a 64-bit value (see kvpool_wire.h):
  *     gen << 32 | slab << KVP_HANDLE_INDEX_BITS | index
  * gen counts how often the page was freed, starting at 1, so a handle of
@@ -57,6 +62,16 @@ int pool_init(struct pool **out, struct backend *be, uint64_t pool_bytes,
 void pool_free(struct pool *p);
 
 /*
+ * pool_mem_add() - a second memory: slabs from be (borrowed; must outlive
+ * the pool), at most bytes of them, beside the first memory's budget.
+ * Only before the first slab is made. Returns the memory's number (1), or
+ * -EINVAL (a second one exists, slabs exist, bytes is less than a slab,
+ * or the slab numbers are all taken), or -ENOMEM.
+ */
+#define POOL_MAX_MEM 2u
+int pool_mem_add(struct pool *p, struct backend *be, uint64_t bytes);
+
+/*
  * pool_ns_add() - register a page size; pages of a namespace are
  * page_bytes long, laid out page_stride apart (page_bytes rounded up to
  * POOL_PAGE_ALIGN). Returns the namespace id (>= 0; released ids are
@@ -66,6 +81,14 @@ void pool_free(struct pool *p);
 #define POOL_PAGE_ALIGN 256u
 #define POOL_MAX_NS 256u
 int pool_ns_add(struct pool *p, uint64_t page_bytes);
+
+/* pool_ns_add_mem() - pool_ns_add() for slabs from memory (0 is
+ * pool_ns_add()'s); -EINVAL also for a memory the pool does not have. */
+int pool_ns_add_mem(struct pool *p, uint64_t page_bytes, uint32_t memory);
+
+/* pool_ns_backend() - the backend of namespace ns's memory, which moves
+ * its pages' bytes (copies, tiers); NULL for an unknown ns. */
+struct backend *pool_ns_backend(const struct pool *p, int ns);
 
 /* pool_ns_page_stride(), pool_ns_pages_per_slab() - a namespace's layout. */
 uint64_t pool_ns_page_stride(const struct pool *p, int ns);
@@ -164,7 +187,14 @@ int pool_ns_release(struct pool *p, int ns);
  * 0); false at the end. */
 bool pool_next(const struct pool *p, int ns, uint64_t *cursor, uint64_t *h);
 
-/* pool_bytes(), pool_slab_bytes(), pool_slabs_used() - the budget. */
+/* pool_bytes(), pool_slab_bytes(), pool_slabs_used() - the budget (of
+ * memory 0) and the slab numbers in use (of every memory);
+ * pool_slabs_max() - the slab numbers all memories may use.
+ * pool_mem_bytes(), pool_mem_slabs() - a memory's budget and its slabs
+ * now; 0 for a memory the pool does not have. */
+uint64_t pool_mem_bytes(const struct pool *p, uint32_t memory);
+uint32_t pool_slabs_max(const struct pool *p);
+uint32_t pool_mem_slabs(const struct pool *p, uint32_t memory);
 uint64_t pool_bytes(const struct pool *p);
 uint64_t pool_slab_bytes(const struct pool *p);
 uint32_t pool_slabs_used(const struct pool *p);

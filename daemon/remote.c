@@ -50,6 +50,7 @@ struct rreq {
 	uint8_t key[KVP_KEY_BYTES];
 	char rkey[RPAGE_KEY_LEN];	/* its Redis key, made once */
 	void *dst;			/* GET: the page */
+	struct backend *be;		/* of the page's memory */
 	uint64_t bytes;
 	remote_done_fn done;
 	void *arg;
@@ -284,7 +285,7 @@ static void *direct_string(const redisReadTask *t, char *str, size_t len)
 	r->str[RPAGE_HDR] = '\0';
 	r->len = len;
 	r->type = REDIS_REPLY_STRING;
-	be = nd->r->c.be;
+	be = q->be;
 	r->integer = be->ops->from_host(be, q->dst, str + RPAGE_HDR, q->bytes) < 0 ?
 		     DIRECT_FAILED : DIRECT_COPIED;
 	return r;
@@ -506,8 +507,8 @@ static int get_value(struct rreq *q, const redisReply *rep)
 		rc = rpage_check_split(rep->str, rep->len, q->dst, q->id, q->key, q->bytes);
 	} else {
 		rc = rpage_check(rep->str, rep->len, q->id, q->key, q->bytes);
-		if (rc == 0 && r->c.be->ops->from_host(r->c.be, q->dst, rep->str + RPAGE_HDR,
-							q->bytes) < 0) {
+		if (rc == 0 && q->be->ops->from_host(q->be, q->dst, rep->str + RPAGE_HDR,
+						      q->bytes) < 0) {
 			r->st.errors++;
 			return -EIO;
 		}
@@ -665,7 +666,7 @@ static struct rnode *route(struct remote *r, const struct rreq *q)
 	return nd;
 }
 
-int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
@@ -675,6 +676,7 @@ int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	if (!q)
 		return -ENOMEM;
 	q->dst = dst;
+	q->be = be;
 	nd = route(r, q);
 	if (!nd || !rate_take(r, bytes + RPAGE_HDR) || node_send(nd, q, NULL, 0, false) < 0) {
 		free(q);
@@ -702,7 +704,7 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 	memcpy(buf + hl, q->rkey, RPAGE_KEY_LEN);
 	hl += RPAGE_KEY_LEN;
 	hl += snprintf(buf + hl, 28, "\r\n$%llu\r\n", (unsigned long long)(RPAGE_HDR + q->bytes));
-	if (r->c.be->ops->to_host(r->c.be, buf + hl + RPAGE_HDR, src, q->bytes) < 0) {
+	if (q->be->ops->to_host(q->be, buf + hl + RPAGE_HDR, src, q->bytes) < 0) {
 		free(buf);
 		return NULL;
 	}
@@ -712,7 +714,7 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 	return buf;
 }
 
-int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
@@ -724,6 +726,7 @@ int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 
 	if (!q)
 		return -ENOMEM;
+	q->be = be;
 	nd = route(r, q);
 	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
 		free(q);

@@ -25,7 +25,6 @@
 struct remote_config {
 	const char *url;		/* redis-cluster://... or redis://... */
 	const char *password;		/* overrides the URL's; NULL: the URL's */
-	struct backend *be;		/* copies between pages and host memory */
 	uint32_t timeout_ms;		/* a node silent this long is down (0: 1000) */
 	uint32_t max_inflight;		/* requests per node (0: 256) */
 	uint64_t max_rate;		/* bytes/s each way, 0: no cap */
@@ -76,7 +75,8 @@ void remote_close(struct remote *r);
 
 /*
  * remote_get() - fetch the page of block key in namespace id into dst
- * (bytes, a pool page) and check it. done(arg, res) follows, never from
+ * (bytes, a pool page of backend be's memory, which copies into it) and
+ * check it. done(arg, res) follows, never from
  * inside this call: res 0 (dst holds the page), -ENOENT (not there),
  * -EILSEQ / -EBADMSG / -ESTALE (a value that failed its checks, counted:
  * a miss; dst may hold its bytes, the value is read straight into it),
@@ -85,17 +85,17 @@ void remote_close(struct remote *r);
  * Returns 0, or -EAGAIN (not sent: the node is down, its slot has no
  * master, or a limit says not now) with done never called.
  */
-int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
 	       remote_done_fn done, void *arg);
 
 /*
- * remote_put() - store the page at src (bytes) as block key of namespace
- * id; src is copied before this returns. done (may be NULL) follows with
+ * remote_put() - store the page at src (bytes, of backend be's memory)
+ * as block key of namespace id; src is copied before this returns. done (may be NULL) follows with
  * 0 or -errno, as for remote_get(). Returns 0 or -EAGAIN (not sent) or
  * -ENOMEM.
  */
-int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg);
 

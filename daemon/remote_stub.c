@@ -25,19 +25,19 @@ void remote_close(struct remote *r)
 	(void)r;
 }
 
-int remote_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
-	(void)r, (void)id, (void)key, (void)dst, (void)bytes, (void)done, (void)arg;
+	(void)r, (void)be, (void)id, (void)key, (void)dst, (void)bytes, (void)done, (void)arg;
 	return -EAGAIN;
 }
 
-int remote_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
-	(void)r, (void)id, (void)key, (void)src, (void)bytes, (void)done, (void)arg;
+	(void)r, (void)be, (void)id, (void)key, (void)src, (void)bytes, (void)done, (void)arg;
 	return -EAGAIN;
 }
 

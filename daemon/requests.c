@@ -320,7 +320,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 
 	memset(&rep, 0, sizeof(rep));
 	rep.client_id = c->id;
-	rep.backend = s->be->ops->kind;
+	rep.backend = n ? n->be->ops->kind : s->be->ops->kind;
 	rep.slab_bytes = pool_slab_bytes(s->pool);
 	rep.max_batch = wire_max_pages(s->opt->max_msg_size);
 	rep.max_leases = s->opt->max_leases;
@@ -475,6 +475,7 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->prefix = n->st;
 	r->prefix.pinned = prefix_pinned(n->idx);
 	r->remote = n->remote_st;
+	r->backend = n->be->ops->kind;
 }
 
 uint8_t *server_stats(struct server *s, size_t *lenp)
@@ -500,6 +501,11 @@ uint8_t *server_stats(struct server *s, size_t *lenp)
 	st.namespaces = s->nst.count;
 	st.pool_bytes = pool_bytes(s->pool);
 	st.slab_bytes = pool_slab_bytes(s->pool);
+	st.max_slabs = pool_slabs_max(s->pool);
+	if (s->keys.host_memory > 0) {
+		st.host_pool_bytes = pool_mem_bytes(s->pool, (uint32_t)s->keys.host_memory);
+		st.host_slabs = pool_mem_slabs(s->pool, (uint32_t)s->keys.host_memory);
+	}
 	st.connections_total = s->n.connections_total;
 	st.connections_refused = s->n.connections_refused;
 	st.requests_total = s->n.requests_total;
@@ -738,9 +744,11 @@ static void handle_cow(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!requests_alloc_pages(c, req, n, reply + 1))
 		goto out;
 	for (i = 0; i < n; i++) {
-		rc = s->be->ops->page_copy(s->be, pool_page_addr(s->pool, reply[1 + i]),
-					   pool_page_addr(s->pool, wire_handle_at(handles, i)),
-					   (size_t)c->ns->page_bytes);
+		struct backend *be = c->ns->be;
+
+		rc = be->ops->page_copy(be, pool_page_addr(s->pool, reply[1 + i]),
+					pool_page_addr(s->pool, wire_handle_at(handles, i)),
+					(size_t)c->ns->page_bytes);
 		if (rc < 0) {
 			for (i = 0; i < n; i++)
 				lease_drop(&c->leases, s->pool, c->ns, reply[1 + i]);

@@ -95,7 +95,7 @@ static void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 			memcpy(q->key, prefix_key(n->idx, e), KVP_KEY_BYTES);
 		}
 	}
-	if (remote_put(n->remote, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
+	if (remote_put(n->remote, n->be, n->rid, prefix_key(n->idx, e), page, n->page_bytes,
 		       q ? put_done : NULL, q) < 0) {
 		free(q);
 		return;
@@ -285,7 +285,7 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
 	for (i = 0; i < count; i++) {
 		f->ones[i] = (struct rfetch_one){ f, i };
 		f->res[i] = -EAGAIN;
-		if (remote_get(n->remote, n->rid, f->keys + (size_t)i * KVP_KEY_BYTES,
+		if (remote_get(n->remote, n->be, n->rid, f->keys + (size_t)i * KVP_KEY_BYTES,
 			       pool_page_addr(p, f->pages[i]), n->page_bytes, fetch_done,
 			       &f->ones[i]) < 0)
 			break;	/* the blocks after it would not be indexed */

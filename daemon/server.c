@@ -58,7 +58,7 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 			      size_t errlen)
 {
 	struct remote_config rc = {
-		.url = o->remote, .be = s->be, .timeout_ms = (uint32_t)o->remote_timeout,
+		.url = o->remote, .timeout_ms = (uint32_t)o->remote_timeout,
 		.max_inflight = (uint32_t)o->remote_max_inflight, .max_rate = o->remote_rate,
 		.password = getenv("KVPOOL_REMOTE_PASSWORD"),
 	};
@@ -836,7 +836,10 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
-	s->keys.be = be;
+	/* host pages: the pool's own with the host backend; beside cuda, the
+	 * pool's second memory when kvpoold made one (--host-pool-size) */
+	s->keys.host_memory = be->ops->kind == KVP_BACKEND_HOST ? 0 :
+			      pool_mem_bytes(pool, 1) ? 1 : -1;
 	if (o->kv_events[0]) {
 		struct events_config ec = {
 			.endpoint = o->kv_events, .replay = o->kv_events_replay,

@@ -403,9 +403,20 @@ int spill_read_ns(const char *path, struct spill_ns *ns)
 	return rc;
 }
 
+/* same_ns() - the file was made for namespace ns, in whichever memory. */
+static bool same_ns(const struct spill_ns *file, const struct spill_ns *ns)
+{
+	struct spill_ns f = *file;
+
+	f.memory = ns->memory;	/* not compared: see struct spill_ns */
+	return !memcmp(&f, ns, sizeof(f));
+}
+
 /* check_warm() - NULL when the file's header fits this tier exactly,
- * else why it does not. */
-static const char *check_warm(struct spill *sp, const struct spill_ns *ns, uint64_t bytes)
+ * else why it does not; *moved when it fits but names another memory
+ * (the header is then written again; the slots stay). */
+static const char *check_warm(struct spill *sp, const struct spill_ns *ns, uint64_t bytes,
+			      bool *moved)
 {
 	struct file_hdr *h;
 	const char *why = NULL;
@@ -418,11 +429,13 @@ static const char *check_warm(struct spill *sp, const struct spill_ns *ns, uint6
 		why = "the file header is not a valid kvpool tier header";
 	else if (h->format != SPILL_FORMAT)
 		why = "the file has another format version";
-	else if (memcmp(&h->ns, ns, sizeof(*ns)))
+	else if (!same_ns(&h->ns, ns))
 		why = "the namespace's geometry, model or key root changed";
 	else if (h->slot_bytes != sp->slot_bytes || h->nslots != sp->nslots ||
 		 h->file_bytes != bytes || h->align != sp->align)
 		why = "the spill size or the slot layout changed";
+	else
+		*moved = h->ns.memory != ns->memory;
 	free(h);
 	return why;
 }
@@ -518,7 +531,7 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	struct spill *sp;
 	uint64_t arena;
 	uint32_t i;
-	bool existed, created;
+	bool existed, created, moved = false;
 	int rc;
 
 	*why = NULL;
@@ -555,11 +568,11 @@ int spill_open(struct spill **out, struct loop *l, struct backend *be,
 	if (rc < 0)
 		goto out_close;
 	if (existed && !discard)
-		*why = check_warm(sp, ns, bytes);
+		*why = check_warm(sp, ns, bytes, &moved);
 	else if (existed)
 		*why = "--spill-discard";
-	if (!existed || *why) {
-		rc = wipe_slots(sp);
+	if (!existed || *why || moved) {
+		rc = (existed && !*why) ? 0 : wipe_slots(sp);
 		if (rc == 0)
 			rc = write_header(sp, ns, bytes);
 		if (rc < 0) {

@@ -21,7 +21,7 @@
 #include "daemon/backend.h"
 #include "daemon/loop.h"
 
-#define SPILL_FORMAT	1u	/* on-disk format version */
+#define SPILL_FORMAT	2u	/* on-disk format version (2: spill_ns.memory) */
 #define SPILL_HDR	4096u	/* bytes of the file header and of a slot header */
 /* Token ids a partial page's slot header can carry. */
 #define SPILL_MAX_TOKENS ((SPILL_HDR - 128u) / 4u)
@@ -34,6 +34,10 @@ struct spill_ns {
 	uint32_t layers, kv_heads, head_dim, block_tokens, dtype, key_scheme;
 	uint64_t page_bytes;
 	uint8_t root[KVP_KEY_BYTES];
+	uint32_t memory;	/* KVP_MEMORY_* the namespace was made with: kept
+				 * for a restart, not compared (a page's bytes
+				 * are the same in either memory) */
+	uint32_t reserved;
 };
 
 /* What a slot says about its page. */

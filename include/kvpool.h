@@ -67,6 +67,14 @@ typedef struct kvp_geometry {
 	 * from the root key the daemon gives. When set, kvp_connect() is
 	 * refused (-EBADE) unless kvpoold's --key-seed is the same. */
 	const char *key_seed;
+	/* where the namespace's pages live: KVP_MEMORY_DEFAULT (0), the
+	 * daemon's backend (GPU memory when it runs the cuda backend), or
+	 * KVP_MEMORY_HOST, host memory whatever the backend, for clients that
+	 * work on the pages with the CPU or copy them with DMA (the vLLM
+	 * connector): kvp_view() needs host pages. The namespace's creator
+	 * chooses; a later client asking for another memory is refused
+	 * (-EBADE). kvp_info()'s backend says which the namespace has. */
+	uint32_t memory;
 } kvp_geometry;
 
 /* --- Prefix keys ----------------------------------------------------------

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	4u
+#define KVP_WIRE_VERSION	5u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -137,6 +137,10 @@ enum kvp_backend_kind {
 	KVP_BACKEND_CUDA = 2,	/* cudaMalloc slabs, CUDA IPC handles */
 };
 
+/* Where a namespace's pages live (HELLO memory; since version 5). */
+#define KVP_MEMORY_DEFAULT	0u	/* the daemon's backend: GPU memory with cuda */
+#define KVP_MEMORY_HOST		1u	/* host memory (memfd slabs), whatever the backend */
+
 /* KV element types of a namespace. */
 enum kvp_wire_dtype {
 	KVP_WIRE_DTYPE_F16 = 1,
@@ -165,8 +169,14 @@ struct kvp_wire_hello {
 	 * its own keys from (vLLM: PYTHONHASHSEED, else "vllm-none-hash");
 	 * all zero: none asked, the client keys from the namespace's root */
 	uint8_t key_seed_id[8];
+	/* since version 5: KVP_MEMORY_*, the memory of the namespace's pages.
+	 * The namespace's creator chooses it; a later client that asks for
+	 * another is refused (MISMATCH), one that asks DEFAULT takes the
+	 * namespace's. The reply's backend says which it is. */
+	uint32_t memory;
+	uint32_t reserved;	/* 0 */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 256, "kvp_wire_hello is 256 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 264, "kvp_wire_hello is 264 bytes");
 
 /* HELLO reply: the namespace's page layout and this session's limits. */
 struct kvp_wire_hello_reply {
@@ -175,7 +185,8 @@ struct kvp_wire_hello_reply {
 	uint64_t page_stride;	/* distance between pages in a slab */
 	uint64_t slab_bytes;
 	uint32_t pages_per_slab;
-	uint32_t backend;	/* enum kvp_backend_kind */
+	uint32_t backend;	/* enum kvp_backend_kind of the namespace's pages
+				 * (the daemon's for an inspection session) */
 	uint32_t ns_id;
 	uint32_t max_batch;	/* most pages in one ALLOC or RELEASE */
 	uint64_t max_leases;	/* most pages this client may hold */
@@ -524,8 +535,15 @@ struct kvp_wire_stats {
 	uint64_t requests_denied;	/* refused by the access rules (PERM) */
 	struct kvp_wire_events_stats events;	/* since version 3 */
 	struct kvp_wire_remote_stats remote;	/* since version 4 */
+	/* since version 5: host pages beside a cuda backend's (--host-pool-size,
+	 * for namespaces that ask KVP_MEMORY_HOST; 0 with the host backend,
+	 * whose pool_bytes holds every namespace), and the slab numbers the
+	 * pool may use in all (a client's view spans them) */
+	uint64_t host_pool_bytes;
+	uint64_t host_slabs;	/* its slabs now (also counted in slabs) */
+	uint64_t max_slabs;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 760, "kvp_wire_stats is 760 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 784, "kvp_wire_stats is 784 bytes");
 
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
@@ -553,8 +571,10 @@ struct kvp_wire_ns_stats {
 	struct kvp_wire_tier_stats nvme;
 	struct kvp_wire_tier_stats host;
 	struct kvp_wire_ns_remote_stats remote;	/* since version 4 */
+	uint32_t backend;	/* since version 5: enum kvp_backend_kind of its pages */
+	uint32_t reserved;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 568, "kvp_wire_ns_stats is 568 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 576, "kvp_wire_ns_stats is 576 bytes");
 
 #ifdef __cplusplus
 }

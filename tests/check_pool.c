@@ -3,8 +3,8 @@
  * check_pool.c - unit tests of the page pool (daemon/pool.c) on the real
  * host backend (daemon/backend_host.c, memfd slabs): allocation and
  * addresses, shared and sealed slabs, release and stale handles, the
- * budget, forged handles, references, conservation of counts, and
- * namespaces.
+ * budget, forged handles, references, conservation of counts,
+ * namespaces, and two memories (host pages beside a device's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -583,6 +583,101 @@ START_TEST(test_pool_namespaces_never_share_a_slab)
 }
 END_TEST
 
+/* ---- memories: host pages beside the device's ----------------------- */
+
+/* A second backend: the host backend's memory under another kind, as the
+ * cuda backend's slabs would be, counting the slabs it makes. */
+static struct backend dev;
+static struct backend_ops dev_ops;
+static int dev_slabs;
+
+static int dev_slab_create(struct backend *b, size_t bytes, struct backend_slab *sl,
+			   char *e, size_t elen)
+{
+	dev_slabs++;
+	return real_ops->slab_create(b, bytes, sl, e, elen);
+}
+
+/* pool_make_two() - device memory of dslabs slabs (memory 0, namespace 0)
+ * and host memory of hslabs (memory 1, namespace 1), both of PAGE bytes. */
+static void pool_make_two(unsigned int dslabs, unsigned int hslabs)
+{
+	ck_assert_int_eq(backend_host_init(&dev, err, sizeof(err)), 0);
+	real_ops = dev.ops;
+	dev_ops = *dev.ops;
+	dev_ops.name = "test-device";
+	dev_ops.kind = KVP_BACKEND_CUDA;
+	dev_ops.slab_create = dev_slab_create;
+	dev.ops = &dev_ops;
+	dev_slabs = 0;
+	ck_assert_int_eq(pool_init(&p, &dev, (uint64_t)dslabs * SLAB, SLAB), 0);
+	ck_assert_int_eq(pool_mem_add(p, &be, (uint64_t)hslabs * SLAB), 1);
+	ck_assert_int_eq(pool_ns_add(p, PAGE), 0);
+	ck_assert_int_eq(pool_ns_add_mem(p, PAGE, 1), 1);
+}
+
+static void pool_free_two(void)
+{
+	pool_free(p);
+	p = NULL;
+	dev.ops = real_ops;
+	dev.ops->fini(&dev);
+}
+
+START_TEST(test_pool_memories_have_budgets_of_their_own)
+{
+	static uint64_t h[5 * PPS];
+	struct pool_counts c;
+
+	pool_make_two(2, 3);
+	ck_assert_ptr_eq(pool_ns_backend(p, 0), &dev);
+	ck_assert_ptr_eq(pool_ns_backend(p, 1), &be);
+	ck_assert_uint_eq(pool_slabs_max(p), 5);
+	ck_assert_uint_eq(pool_mem_bytes(p, 1), 3 * SLAB);
+	ck_assert_uint_eq(pool_available(p, 0), 2 * PPS);
+	ck_assert_uint_eq(pool_available(p, 1), 3 * PPS);
+	/* the device's budget holds 2 slabs, whatever the host's has left */
+	ck_assert_int_eq(pool_alloc(p, 0, 3 * PPS, h, err, sizeof(err)), -ENOSPC);
+	ck_assert_int_eq(pool_alloc(p, 0, 2 * PPS, h, err, sizeof(err)), 0);
+	ck_assert_int_eq(dev_slabs, 2);
+	ck_assert_uint_eq(pool_available(p, 1), 3 * PPS);
+	/* host pages come from the host backend, all 3 slabs of them */
+	ck_assert_int_eq(pool_alloc(p, 1, 3 * PPS, h + 2 * PPS, err, sizeof(err)), 0);
+	ck_assert_int_eq(dev_slabs, 2);
+	ck_assert_uint_eq(pool_mem_slabs(p, 0), 2);
+	ck_assert_uint_eq(pool_mem_slabs(p, 1), 3);
+	ck_assert_ptr_nonnull(pool_page_addr(p, h[2 * PPS]));
+	ck_assert_int_eq(pool_alloc(p, 1, 1, h, err, sizeof(err)), -ENOSPC);
+	pool_counts(p, 1, &c);
+	ck_assert_uint_eq(c.slabs, 3);
+	assert_conserved(2);
+	/* a namespace released gives its slabs back to its own memory */
+	for (unsigned i = 0; i < 3 * PPS; i++)
+		ck_assert_int_eq(pool_unref(p, h[2 * PPS + i]), PAGE_FREE);
+	ck_assert_int_eq(pool_ns_release(p, 1), 0);
+	ck_assert_uint_eq(pool_mem_slabs(p, 1), 0);
+	ck_assert_int_eq(pool_ns_add_mem(p, PAGE, 1), 1);
+	ck_assert_uint_eq(pool_available(p, 1), 3 * PPS);
+	ck_assert_uint_eq(pool_available(p, 0), 0);
+	pool_free_two();
+}
+END_TEST
+
+START_TEST(test_pool_mem_add_only_before_the_first_slab)
+{
+	uint64_t h;
+
+	pool_make(2);
+	ck_assert_int_eq(pool_ns_add_mem(p, PAGE, 1), -EINVAL);	/* no memory 1 */
+	ck_assert_int_eq(pool_mem_add(p, &be, SLAB - 1), -EINVAL);	/* not a slab */
+	ck_assert_int_eq(pool_alloc(p, 0, 1, &h, err, sizeof(err)), 0);
+	ck_assert_int_eq(pool_mem_add(p, &be, 2 * SLAB), -EINVAL);	/* slabs exist */
+	ck_assert_uint_eq(pool_slabs_max(p), 2);
+	ck_assert_uint_eq(pool_mem_bytes(p, 1), 0);
+	assert_conserved(1);
+}
+END_TEST
+
 Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -628,6 +723,12 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_ns_add_stops_at_the_most_namespaces);
 	tcase_add_test(tc, test_pool_released_namespace_numbers_are_reused);
 	tcase_add_test(tc, test_pool_namespaces_never_share_a_slab);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("memories");
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, test_pool_memories_have_budgets_of_their_own);
+	tcase_add_test(tc, test_pool_mem_add_only_before_the_first_slab);
 	suite_add_tcase(s, tc);
 
 	return s;

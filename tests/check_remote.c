@@ -107,7 +107,7 @@ static void turn_ms(uint64_t ms)
 
 static struct remote *open_remote(const char *url, uint32_t timeout_ms)
 {
-	struct remote_config c = { .url = url, .be = &BE, .timeout_ms = timeout_ms };
+	struct remote_config c = { .url = url, .timeout_ms = timeout_ms };
 	struct remote *r = NULL;
 	const char *note;
 	char err[512];
@@ -176,7 +176,7 @@ static unsigned put_all(struct remote *r, unsigned n, unsigned seed)
 		o[i] = (struct one){ &b, i };
 		key_of(i, key);
 		fill(page, i, seed);
-		while (remote_put(r, ns_id, key, page, PAGE, done_fn, &o[i]) == -EAGAIN &&
+		while (remote_put(r, &BE, ns_id, key, page, PAGE, done_fn, &o[i]) == -EAGAIN &&
 		       sent < 100000) {
 			loop_turn(&L, 1);	/* the in-flight cap: wait for answers */
 			sent++;
@@ -210,7 +210,7 @@ static void get_all(struct remote *r, unsigned n, unsigned seed, unsigned *right
 		o[i] = (struct one){ &b, i };
 		key_of(i, key);
 		memset(pages + (size_t)i * PAGE, 0xee, PAGE);
-		if (remote_get(r, ns_id, key, pages + (size_t)i * PAGE, PAGE, done_fn,
+		if (remote_get(r, &BE, ns_id, key, pages + (size_t)i * PAGE, PAGE, done_fn,
 			       &o[i]) < 0) {
 			b.res[i] = -EAGAIN;	/* not sent: a miss at once */
 			if (++b.done == n)
@@ -481,7 +481,7 @@ END_TEST
 
 START_TEST(test_remote_wrong_kind_of_server_is_refused_at_start)
 {
-	struct remote_config c = { .be = &BE };
+	struct remote_config c = { 0 };
 	struct remote *r = NULL;
 	const char *note;
 	char u[128], err[512];
@@ -504,7 +504,7 @@ END_TEST
 
 START_TEST(test_remote_auth)
 {
-	struct remote_config c = { .be = &BE };
+	struct remote_config c = { 0 };
 	struct remote *r = NULL;
 	const char *note;
 	char u[128], err[512];

@@ -13,6 +13,7 @@
 Suite *hset_suite(void);
 Suite *kernels_suite(void);
 Suite *keys_suite(void);
+Suite *ns_suite(void);
 Suite *options_suite(void);
 Suite *pool_suite(void);
 Suite *prefix_suite(void);

@@ -31,7 +31,7 @@ from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpa
                       library_version)
 
 __all__ = [
-    "Client", "Geometry", "DType", "Scheme", "Acquired", "PageView", "CudaPage", "DLPage",
+    "Client", "Geometry", "DType", "Scheme", "Memory", "Acquired", "PageView", "CudaPage", "DLPage",
     "key_root",
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
@@ -68,6 +68,12 @@ class Scheme(enum.IntEnum):
     FAST = _kvpool.KEYS_VLLM_XXHASH_CBOR
     VLLM_SHA256 = _kvpool.KEYS_VLLM_SHA256
     VLLM_XXHASH = _kvpool.KEYS_VLLM_XXHASH
+
+
+class Memory(enum.IntEnum):
+    """Where a namespace's pages live (Client(memory=...))."""
+    DEFAULT = _kvpool.MEMORY_DEFAULT  # kvpoold's backend: GPU memory with cuda
+    HOST = _kvpool.MEMORY_HOST  # host memory whatever the backend: view(), DMA
 
 
 _VLLM_ALGOS = {"sha256": Scheme.VLLM_SHA256, "sha256_cbor": Scheme.VLLM_SHA256_CBOR,
@@ -122,12 +128,17 @@ class Client(_kvpool.Client):
     from itself (an engine computing vLLM's hashes: its PYTHONHASHSEED, or
     "vllm-none-hash"): the connect fails with Mismatch unless kvpoold's is
     the same. readonly: page views are read-only (a reader's slabs are
-    mapped read-only by the daemon's access rules anyway).
+    mapped read-only by the daemon's access rules anyway). memory: where the
+    namespace's pages live when this client creates it (Memory.HOST: host
+    memory even beside kvpoold's cuda backend, for view() and DMA copies);
+    joining a namespace of GPU pages with Memory.HOST fails with Mismatch.
+    info()["backend"] says which memory the namespace has.
     """
 
     def __init__(self, socket: Optional[str] = None, namespace: Optional[str] = None,
                  geometry: Optional[Geometry] = None, *, key_scheme: int = 0,
-                 key_seed: Optional[str] = None, readonly: bool = False) -> None:
+                 key_seed: Optional[str] = None, readonly: bool = False,
+                 memory: int = Memory.DEFAULT) -> None:
         if namespace is not None and geometry is None:
             raise TypeError("Client(namespace=%r) needs geometry=kvpool.Geometry(...)"
                             % namespace)
@@ -139,7 +150,7 @@ class Client(_kvpool.Client):
                          kv_heads=geometry.kv_heads, head_dim=geometry.head_dim,
                          block_tokens=geometry.block_tokens, dtype=int(geometry.dtype),
                          model=geometry.model, key_scheme=int(key_scheme),
-                         key_seed=key_seed, readonly=readonly)
+                         key_seed=key_seed, readonly=readonly, memory=int(memory))
 
     def __enter__(self) -> "Client":
         return super().__enter__()

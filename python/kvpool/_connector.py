@@ -61,8 +61,11 @@ class Pool:
         if time.monotonic() < self._next:
             return None
         try:
+            # host pages whatever kvpoold's backend: the connectors copy
+            # through the namespace's view (a GPU engine by DMA from it)
             c = kvpool.Client(self.socket, self.namespace, self.geometry,
-                              key_scheme=self.scheme, key_seed=self.seed)
+                              key_scheme=self.scheme, key_seed=self.seed,
+                              memory=kvpool.Memory.HOST)
         except kvpool.Mismatch as e:
             self._next = time.monotonic() + max(self.retry, 60.0)
             self.warn("mismatch", "namespace '%s' refused this instance: %s%s; serving "

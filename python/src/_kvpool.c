@@ -132,18 +132,18 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "namespace", "layers", "kv_heads", "head_dim",
 				  "block_tokens", "dtype", "model", "key_scheme", "key_seed",
-				  "readonly", NULL };
+				  "readonly", "memory", NULL };
 	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL;
 	unsigned int layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, dtype = 0,
-		     scheme = 0;
+		     scheme = 0, memory = 0;
 	int readonly = 0, rc;
 	char err[ERRBUF];
 	kvp_geometry g;
 	kvp_client *c = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzp", kwlist, &sock, &ns, &layers,
-					 &kv_heads, &head_dim, &block_tokens, &dtype, &model,
-					 &scheme, &seed, &readonly))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpI", kwlist, &sock, &ns,
+					 &layers, &kv_heads, &head_dim, &block_tokens, &dtype,
+					 &model, &scheme, &seed, &readonly, &memory))
 		return -1;
 	if (self->c) {
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
@@ -163,6 +163,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	g.model = model;
 	g.key_scheme = scheme;
 	g.key_seed = seed;
+	g.memory = memory;
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvp_connect(sock, ns, ns ? &g : NULL, &c);
 	if (rc < 0)
@@ -875,6 +876,10 @@ static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 	U(d, &st, pages_cached);
 	U(d, &st, pages_spilled);
 	U(d, &st, pages_inflight);
+	U(d, &st, backend);
+	U(d, &st, host_pool_bytes);
+	U(d, &st, host_slabs);
+	U(d, &st, max_slabs);
 	U(d, &st, clients);
 	U(d, &st, allocs);
 	U(d, &st, releases);
@@ -911,8 +916,9 @@ static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 	if (!l)
 		goto fail;
 	for (i = 0; i < rc && i < 64; i++) {
-		PyObject *n = Py_BuildValue("{sssIsIsKsKsKsKsKsKsKsK}", "name", ns[i].name, "id",
-					    ns[i].id, "clients", ns[i].clients, "pages_total",
+		PyObject *n = Py_BuildValue("{sssIsIsIsKsKsKsKsKsKsKsK}", "name", ns[i].name,
+					    "id", ns[i].id, "clients", ns[i].clients, "backend",
+					    ns[i].backend, "pages_total",
 					    (unsigned long long)ns[i].pages_total, "pages_free",
 					    (unsigned long long)ns[i].pages_free, "pages_private",
 					    (unsigned long long)ns[i].pages_private, "pages_shared",
@@ -1828,6 +1834,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_XXHASH", KVP_KEYS_VLLM_XXHASH) < 0 ||
 	    PyModule_AddIntConstant(m, "BACKEND_HOST", KVP_BACKEND_HOST) < 0 ||
 	    PyModule_AddIntConstant(m, "BACKEND_CUDA", KVP_BACKEND_CUDA) < 0 ||
+	    PyModule_AddIntConstant(m, "MEMORY_DEFAULT", KVP_MEMORY_DEFAULT) < 0 ||
+	    PyModule_AddIntConstant(m, "MEMORY_HOST", KVP_MEMORY_HOST) < 0 ||
 	    PyModule_AddIntConstant(m, "REMOTE_NEVER", (long)KVP_REMOTE_NEVER) < 0)
 		goto fail;
 	if (pthread_atfork(NULL, NULL, in_child) != 0) {

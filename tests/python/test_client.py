@@ -100,6 +100,25 @@ def test_remote_policy_and_counters_without_a_remote_tier(client, daemon):
     assert r["enabled"] == 0 and r["gets"] == 0 and r["skipped_slow"] == 0
 
 
+def test_host_pages_asked_for_are_what_the_host_backend_gives(daemon):
+    """memory=Memory.HOST (the connectors ask it) on a host daemon: the
+    namespace's pages are host memory, viewed in place; a memory kvpoold
+    does not know is refused, saying which values it takes."""
+    with kvpool.Client(daemon.sock, "engine", GEO, memory=kvpool.Memory.HOST) as c:
+        assert c.info()["backend"] == kvpool._kvpool.BACKEND_HOST
+        (p,) = c.alloc(1)
+        c.kv_array()[c.page_index(p)] = 2.0
+        assert np.all(c.page_array(p) == 2.0)
+        c.release([p])
+        with kvpool.Client(daemon.sock, "engine", GEO) as d:  # asking nothing joins it
+            assert d.info()["backend"] == kvpool._kvpool.BACKEND_HOST
+    st = daemon.stats()
+    assert [n["backend"] for n in st["namespaces"]] == [kvpool._kvpool.BACKEND_HOST]
+    assert st["host_pool_bytes"] == 0 and st["max_slabs"] == 8  # 8M in 1M slabs
+    with pytest.raises(kvpool.InvalidArgument, match="memory 7 is not 0 .* or 1"):
+        kvpool.Client(daemon.sock, "other", GEO, memory=7)
+
+
 def test_cow_and_retain(client):
     (p,) = client.alloc(1)
     client.page_array(p)[:] = 1.0
