@@ -393,6 +393,12 @@ class KVPoolConnector(KVConnectorBase_V1):
             self._pool = Pool(logger, name, self._socket, self._ident.namespace,
                               self._ident.geometry, self._ident.scheme, self._ident.seed,
                               self._retry, _seed_hint(self._ident.seed))
+            if role == KVConnectorRole.SCHEDULER:
+                # connect now, not on the first request's lookup (which
+                # would wait for it); a daemon that is not there is said
+                # once, and tried again every retry_seconds
+                with self._pool.lock:
+                    self._pool.client()
         # scheduler side
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
@@ -551,6 +557,9 @@ class KVPoolConnector(KVConnectorBase_V1):
         except (KeyError, Unsupported) as e:
             logger.warning("kvpool: %s; this instance runs without the kvpool connector", e)
             self._pool, self._copier = None, None
+            return
+        with self._pool.lock:  # connect and map the view now, not in the first load
+            self._pool.client_view()
 
     def _client_and_view(self):
         if self._pool is None or self._copier is None:
