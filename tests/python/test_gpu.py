@@ -2,7 +2,8 @@
 """The Python package on the CUDA backend (tests/gpu/device-check.sh runs
 it on a GPU machine; elsewhere it skips, saying why): a page written on
 the device through DLPack by one process is read back, in place, through
-__cuda_array_interface__ by another."""
+__cuda_array_interface__ by another; host pages beside the GPU pool, as
+the engine connectors ask them, have a view."""
 import os
 import subprocess
 import sys
@@ -52,6 +53,28 @@ def test_device_pages_in_place_across_processes(gpu_daemon):
                            env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
         assert r.stdout.strip() == "same", r.stdout + r.stderr
         c.release([p])
+
+
+def test_host_pages_beside_the_gpu_pool_have_a_view(gpu_daemon):
+    """What the engine connectors ask on a GPU machine: kvpoold's cuda
+    backend serves a namespace of host pages (--host-pool-size, default as
+    large as --pool-size) with a view, beside one of GPU pages; asking host
+    pages in the GPU namespace is refused naming the memory."""
+    st = gpu_daemon.stats()
+    assert st["backend"] == kvpool._kvpool.BACKEND_CUDA and st["host_pool_bytes"] == 8 << 20
+    with kvpool.Client(gpu_daemon.sock, "host", GEO, memory=kvpool.Memory.HOST) as h, \
+            kvpool.Client(gpu_daemon.sock, "gpu", GEO) as g:
+        assert h.info()["backend"] == kvpool._kvpool.BACKEND_HOST
+        assert g.info()["backend"] == kvpool._kvpool.BACKEND_CUDA
+        (p,) = h.alloc(1)
+        h.kv_array()[h.page_index(p)] = 7.0
+        assert float(h.page_array(p).max()) == 7.0
+        h.release([p])
+        with pytest.raises(kvpool.Mismatch, match="holds GPU pages"):
+            kvpool.Client(gpu_daemon.sock, "gpu", GEO, memory=kvpool.Memory.HOST)
+    st = gpu_daemon.stats()
+    assert st["host_slabs"] == 1 and sorted(n["backend"] for n in st["namespaces"]) == [
+        kvpool._kvpool.BACKEND_HOST, kvpool._kvpool.BACKEND_CUDA]
 
 
 def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
