@@ -13,7 +13,7 @@ usage: engines.py --socket PATH --work DIR [--config NAME]... [--lengths L,...]
 Configurations: alone (vLLM with its own prefix caching, nothing shared
 between processes: what recomputing costs a fresh process; its engine 1
 then also serves engine 2's prompts, a hit in vLLM's own prefix cache with
-nothing to transfer: the floor any connector can reach), kvpool (the
+nothing to transfer: what sharing can at best give), kvpool (the
 connector, kvpoold at --socket), lmcache-server (vLLM's
 --kv-offloading-backend lmcache: LMCache's multi-process mode, one
 `lmcache server` the engines share), lmcache (LMCache's vLLM connector
@@ -128,7 +128,7 @@ def error_of(text):
     return lines[-1] if lines else text
 
 
-LABELS = {"own-cache": "vLLM's own prefix cache, engine 1 again (the floor)",
+LABELS = {"own-cache": "vLLM's own prefix cache, engine 1 again (the reference)",
           "alone": "vLLM alone", "kvpool": "kvpool", "lmcache-server": "LMCache server",
           "lmcache": "LMCache connector (CPU, disk)",
           "offload": "vLLM offloading", "offload-simple": "vLLM simple offloading"}
@@ -287,7 +287,7 @@ def main() -> int:
                                len(got.tokens)), flush=True)
             if c == "alone":
                 # engine 1 again, with engine 2's prompts: vLLM's own prefix
-                # cache in one process, no transfer at all (the floor)
+                # cache in one process, no transfer at all (the reference)
                 for r in range(a.reps):
                     for n, s in cases:
                         got = engines[0].complete(prompts[r, n, s, 1], NEW_TOKENS)

@@ -87,7 +87,8 @@ sect=$tmp/section.md
 	echo "request to its first token, with the prompt tokens vLLM reported cached."
 	echo "vLLM alone's engines 2 and 3 compute every prompt again: vLLM's prefix"
 	echo "cache lives in one process; its engine 1 then serves engine 2's prompts"
-	echo "too, hits in its own prefix cache with nothing to transfer: the floor. kvpool: \`kvpoold --key-seed 0\` and the"
+	echo "too, hits in its own prefix cache with nothing to transfer (the reference"
+	echo "for what sharing can give). kvpool: \`kvpoold --key-seed 0\` and the"
 	echo "connector as docs/vllm.md gives it. LMCache server: one \`lmcache server\`"
 	echo "(--l1-size-gb 1) and vLLM's \`--kv-offloading-size 1 --kv-offloading-backend"
 	echo "lmcache\` (LMCacheMPConnector) with \`LMCACHE_MP_TRANSFER_MODE=lmcache_driven\`:"
@@ -104,7 +105,7 @@ sect=$tmp/section.md
 		echo "| engine 2's time to first token at 2k tokens, 90 % shared, ≥ 8x lower than recomputing (vLLM alone's engine 2) | $(bench_calc "$speedup" %.1f)x | $(verdict "$speedup >= 8") |"
 	fi
 	if [ -n "$floor" ]; then
-		echo "| the same for vLLM's own prefix cache (engine 1 again: nothing to transfer, the most any connector reaches here) | $(bench_calc "$floor" %.1f)x | (the bound) |"
+		echo "| the same ratio for vLLM's own prefix cache (engine 1 again: nothing to transfer; what a connector can at best come near here) | $(bench_calc "$floor" %.1f)x | (reference) |"
 	fi
 	if [ -n "$cost" ]; then
 		echo "| saving costs engine 1's time to first token < 10 % (median over the cases) | $(bench_calc "$cost * 100" %+.1f) % | $(verdict "$cost < 0.10") |"
