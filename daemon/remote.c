@@ -80,7 +80,8 @@ struct rnode {
 
 struct remote {
 	struct loop *l;
-	struct remote_config c;
+	struct remote_config c;		/* c.password is password, or NULL */
+	char *password;			/* our copy: each connection sends AUTH */
 	struct rc_url url;
 	struct rc_map map;
 	struct rnode **nodes;		/* [map.nnodes], by map index */
@@ -1021,6 +1022,19 @@ out:
 	return rc;
 }
 
+/* forget_password() - zero r's passwords (its copy of the caller's, and
+ * the URL's). */
+static void forget_password(struct remote *r)
+{
+	explicit_bzero(r->url.password, sizeof(r->url.password));
+	if (r->password) {
+		explicit_bzero(r->password, strlen(r->password));
+		free(r->password);
+	}
+	r->password = NULL;
+	r->c.password = NULL;
+}
+
 int remote_open(struct remote **out, struct loop *l, const struct remote_config *c,
 		const char **note, char *err, size_t errlen)
 {
@@ -1035,6 +1049,14 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 		return -ENOMEM;
 	r->l = l;
 	r->c = *c;
+	if (c->password) {	/* the caller's buffer ends with remote_open() */
+		r->password = strdup(c->password);
+		if (!r->password) {
+			free(r);
+			return -ENOMEM;
+		}
+		r->c.password = r->password;
+	}
 	if (!r->c.timeout_ms)
 		r->c.timeout_ms = 1000;
 	if (!r->c.max_inflight)
@@ -1079,6 +1101,7 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	return 0;
 out_free:
 	rc_map_fini(&r->map);
+	forget_password(r);
 	free(r);
 	return rc;
 }
@@ -1090,6 +1113,7 @@ void remote_close(struct remote *r)
 	if (!r)
 		return;
 	r->closing = true;
+	forget_password(r);	/* no connection is made from here on */
 	for (i = 0; i < r->nnodes; i++) {
 		struct rnode *nd = r->nodes[i];
 

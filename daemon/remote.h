@@ -24,7 +24,7 @@
 
 struct remote_config {
 	const char *url;		/* redis-cluster://... or redis://... */
-	const char *password;		/* overrides the URL's; NULL: the URL's */
+	const char *password;		/* overrides the URL's; NULL: the URL's (copied) */
 	uint32_t timeout_ms;		/* a node silent this long is down (0: 1000) */
 	uint32_t max_inflight;		/* requests per node (0: 256) */
 	uint64_t max_rate;		/* bytes/s each way, 0: no cap */

@@ -529,6 +529,44 @@ START_TEST(test_remote_auth)
 }
 END_TEST
 
+/* the password given (as --remote-password-file's is) in a buffer that
+ * is zeroed once remote_open() returns: every reconnect still sends it */
+START_TEST(test_remote_auth_again_after_a_reconnect)
+{
+	struct remote_config c = { 0 };
+	struct remote_stats st;
+	struct remote *r = NULL;
+	const char *note;
+	char u[128], err[512], pw[64];
+	unsigned right, missed, i;
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u && redis-cli -p %u "
+			    "config set requirepass s3cret >/dev/null", KVP_SRCDIR, dir, port,
+			    port), 0);
+	snprintf(u, sizeof(u), "redis://127.0.0.1:%u", port);
+	snprintf(pw, sizeof(pw), "s3cret");
+	c.url = u;
+	c.password = pw;
+	ck_assert_msg(remote_open(&r, &L, &c, &note, err, sizeof(err)) == 0, "%s", err);
+	explicit_bzero(pw, sizeof(pw));
+	ck_assert_uint_eq(put_all(r, 10, 5), 10);
+	ck_assert_int_eq(sh("redis-cli -p %u -a s3cret --no-auth-warning client kill type normal "
+			    ">/dev/null", port), 0);
+	for (i = 0; i < 50; i++) {	/* the loss is seen, then the tick reconnects */
+		turn_ms(100);
+		remote_get_stats(r, &st);
+		if (st.disconnects && remote_up(r))
+			break;
+	}
+	ck_assert_uint_ge(st.disconnects, 1);
+	ck_assert(remote_up(r));
+	get_all(r, 10, 5, &right, &missed, NULL);
+	ck_assert_uint_eq(right, 10);
+	ck_assert_uint_eq(put_all(r, 10, 6), 10);
+	close_remote(r);
+}
+END_TEST
+
 /* --- two daemons, one cluster ----------------------------------------- */
 
 #define BT 16u
@@ -988,6 +1026,54 @@ START_TEST(test_remote_daemons_share_through_a_full_server)
 }
 END_TEST
 
+/* remote_settled() - a's remote tier has no request in flight and,
+ * when reconnected, is up again after at least one lost connection. */
+static void remote_settled(const char *sock, bool lost, struct kvp_wire_stats *st)
+{
+	unsigned i;
+
+	for (i = 0; i < 100; i++) {
+		stats_of(sock, st);
+		if (!st->remote.inflight && st->remote.up && (!lost || st->remote.disconnects))
+			return;
+		usleep(50 * 1000);
+	}
+	ck_abort_msg("remote tier not settled: inflight %llu, up %llu, disconnects %llu",
+		     (unsigned long long)st->remote.inflight, (unsigned long long)st->remote.up,
+		     (unsigned long long)st->remote.disconnects);
+}
+
+START_TEST(test_remote_password_file_after_a_reconnect)
+{
+	char pwfile[300];
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-write", "through", "--remote-password-file", pwfile,
+				 NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u && redis-cli -p %u "
+			    "config set requirepass s3cret >/dev/null", KVP_SRCDIR, dir, port,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	snprintf(pwfile, sizeof(pwfile), "%s/password", dir);
+	ck_assert_int_eq(sh("printf 's3cret\\n' >%s && chmod 600 %s", pwfile, pwfile), 0);
+	daemon_start(&a, a_args);
+	serve_prompts(a.sock, 0, 1);
+	remote_settled(a.sock, false, &st);
+	ck_assert_uint_eq(st.remote.puts, BLOCKS);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	ck_assert_int_eq(sh("redis-cli -p %u -a s3cret --no-auth-warning client kill type normal "
+			    ">/dev/null", port), 0);
+	remote_settled(a.sock, true, &st);
+	serve_prompts(a.sock, 1, 2);	/* through the new connection: AUTH again */
+	remote_settled(a.sock, true, &st);
+	ck_assert_uint_eq(st.remote.puts, 2 * BLOCKS);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	daemon_stop(&a);
+}
+END_TEST
+
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
@@ -1035,6 +1121,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_a_full_server_drops_pages_whole);
 	ADD(test_remote_wrong_kind_of_server_is_refused_at_start);
 	ADD(test_remote_auth);
+	ADD(test_remote_auth_again_after_a_reconnect);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("daemon");
 	tcase_add_checked_fixture(tc, setup, teardown);
@@ -1048,6 +1135,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_daemons_share_through_a_full_server);
+	ADD(test_remote_password_file_after_a_reconnect);
 	ADD(test_remote_bad_url_stops_the_start);
 	ADD(test_remote_plain_server_given_as_a_cluster_stops_the_start);
 	suite_add_tcase(s, tc);
