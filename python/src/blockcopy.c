@@ -7,8 +7,9 @@
  * token, K|V]), with the GIL released and the blocks split over threads.
  *
  * Every address is checked against the range of its side's layer before
- * anything is copied: a bad block index is a ValueError, never a stray
- * write.
+ * anything is copied, with every sum and product of strides and counts
+ * checked for overflow: a bad block index or stride is a ValueError,
+ * never a stray write.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -175,20 +176,35 @@ static int side_parse(PyObject *layers, PyObject *strides, const char *what,
 	return 0;
 }
 
-/* side_check() - block b of every layer of s lies inside that layer's range. */
-static int side_check(const struct bc_side *s, size_t layers, size_t heads, size_t tokens,
-		      size_t run, int64_t b, size_t pair, const char *what)
+/* side_span() - the bytes one block of one layer of s touches from its
+ * first address: K|V, heads, tokens and a run; false when that does not
+ * fit in a size_t (strides or counts made to wrap). */
+static bool side_span(const struct bc_side *s, size_t heads, size_t tokens, size_t run,
+		      size_t *span)
 {
-	size_t l, span = (size_t)s->skv + (heads - 1) * (size_t)s->shead +
-			 (tokens - 1) * (size_t)s->stoken + run;
+	size_t h, t;
 
-	if (b < 0)
+	return !__builtin_mul_overflow(heads - 1, (size_t)s->shead, &h) &&
+	       !__builtin_mul_overflow(tokens - 1, (size_t)s->stoken, &t) &&
+	       !__builtin_add_overflow(h, t, span) &&
+	       !__builtin_add_overflow(*span, (size_t)s->skv, span) &&
+	       !__builtin_add_overflow(*span, run, span);
+}
+
+/* side_check() - block b of every layer of s lies inside that layer's
+ * range, every sum and product computed without wrapping. */
+static int side_check(const struct bc_side *s, size_t layers, size_t span, int64_t b,
+		      size_t pair, const char *what)
+{
+	uintptr_t off, a, end;
+	size_t l;
+
+	if (b < 0 || __builtin_mul_overflow((uintptr_t)b, (uintptr_t)s->sblock, &off))
 		goto bad;
 	for (l = 0; l < layers; l++) {
-		uintptr_t a = s->layer[l].base + (uintptr_t)b * (uintptr_t)s->sblock;
-
-		if (a < s->layer[l].lo || a + span > s->layer[l].hi ||
-		    a + span < a)
+		if (__builtin_add_overflow(s->layer[l].base, off, &a) ||
+		    __builtin_add_overflow(a, span, &end) || a < s->layer[l].lo ||
+		    end > s->layer[l].hi)
 			goto bad;
 	}
 	return 0;
@@ -206,7 +222,7 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	struct bc_side dst = { 0 }, src = { 0 };
 	struct bc_job job[BC_MAX_THREADS];
 	pthread_t tid[BC_MAX_THREADS];
-	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0;
+	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0, dspan, sspan;
 	unsigned int threads = 1;
 	bool stream;
 	Py_buffer pb;
@@ -230,18 +246,25 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	if (side_parse(odl, ods, "destination", &dst, &layers) < 0 ||
 	    side_parse(osl, oss, "source", &src, &layers) < 0)
 		goto out;
+	if (!side_span(&dst, heads, tokens, run, &dspan) ||
+	    !side_span(&src, heads, tokens, run, &sspan)) {
+		PyErr_Format(PyExc_ValueError, "copy_blocks: strides x (heads %zu, tokens %zu) "
+			     "+ run %zu overflow the address space; nothing was copied", heads,
+			     tokens, run);
+		goto out;
+	}
 	n = (size_t)pb.len / 16;
 	for (i = 0; i < n; i++) {
 		const int64_t *pr = (const int64_t *)pb.buf + 2 * i;
 
-		if (side_check(&dst, layers, heads, tokens, run, pr[0], i, "destination") < 0 ||
-		    side_check(&src, layers, heads, tokens, run, pr[1], i, "source") < 0)
+		if (side_check(&dst, layers, dspan, pr[0], i, "destination") < 0 ||
+		    side_check(&src, layers, sspan, pr[1], i, "source") < 0)
 			goto out;
 	}
 	nt = threads < 1 ? 1 : threads > BC_MAX_THREADS ? BC_MAX_THREADS : threads;
 	if (nt > n)
 		nt = n ? n : 1;
-	stream = (double)n * (double)layers * 2.0 * (double)(heads * tokens * run) >=
+	stream = (double)n * (double)layers * 2.0 * (double)heads * (double)tokens * (double)run >=
 		 (double)BC_STREAM_BYTES;
 	for (i = 0; i < nt; i++)
 		job[i] = (struct bc_job){ &dst, &src, pb.buf, n * i / nt, n * (i + 1) / nt,

@@ -98,3 +98,44 @@ def test_an_address_outside_either_side_copies_nothing():
     with pytest.raises(ValueError, match="positive"):
         _kvpool.copy_blocks(pl, ps, vl, vs, torch.tensor([[0, 0]]).numpy(), 0, 16, run)
     assert not pool.any()
+
+
+WRAP = r"""
+import sys, torch
+sys.path[:0] = {path!r}
+from kvpool import _kvpool
+from test_copy import make, vllm_side, pool_side
+kv, pool = make(6, 4, 2, 2, 16, 8)
+vl, vs = vllm_side(kv)
+pl, ps = pool_side(pool)
+pairs = torch.tensor([[{db}, 0]]).numpy()
+try:
+    _kvpool.copy_blocks(pl, {strides}, vl, vs, pairs, {heads}, 16, 16)
+except ValueError as e:
+    print("refused:", e)
+    sys.exit(0 if not pool.any() else 3)
+sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("strides,heads,db", [
+    # (heads - 1) x head stride wraps to 0: the span looks tiny
+    ("(ps[0], ps[1], 1 << 62, ps[3])", 5, 0),
+    # block x block stride wraps to 0: block 4 looks like block 0
+    ("(1 << 62, ps[1], ps[2], ps[3])", 2, 4),
+    # K|V stride plus the rest wraps past the end of the address space
+    ("(ps[0], (1 << 63) - 1, (1 << 63) - 1, ps[3])", 3, 0),
+])
+def test_strides_that_wrap_are_refused_not_written(strides, heads, db):
+    """Sums and products of strides and counts that overflow a size_t
+    once beat the bounds check: a wild write (SIGSEGV). Run in a child, so
+    that a crash is this test's failure, not pytest's end."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = WRAP.format(path=[here] + sys.path, strides=strides, heads=heads, db=db)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stdout, r.stderr)
+    assert "refused" in r.stdout and "nothing was copied" in r.stdout
