@@ -7,7 +7,8 @@
 noinst_LTLIBRARIES += client/libkvpshared.la
 client_libkvpshared_la_SOURCES = client/wire.c client/wire.h \
 	client/hset.c client/hset.h client/keys.c client/keys.h \
-	client/size.c client/size.h client/stats_text.c client/stats_text.h
+	client/size.c client/size.h client/stats_text.c client/stats_text.h \
+	client/utf8.c client/utf8.h
 client_libkvpshared_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 client_libkvpshared_la_LIBADD = $(XXHASH_LIBS)
 

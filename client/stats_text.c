@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "client/stats_text.h"
+#include "client/utf8.h"
 
 bool stats_conserved(const kvp_stats_t *st)
 {
@@ -251,16 +252,27 @@ static const struct state_field states[] = {
 /* (pages_spilled counts both tiers: the "nvme" line is that less host.used,
  * and a "host" line follows with host.used.) */
 
-/* label(out, ) - a label value, escaped as the exposition format wants. */
+/* label(out, ) - a label value, escaped as the exposition format wants:
+ * a byte that is not UTF-8, or a control character, is written as U+FFFD,
+ * so that no value (a namespace read back from an old tier file) makes
+ * the whole page invalid. */
 static void label(FILE *out, const char *s)
 {
-	for (; *s; s++) {
-		if (*s == '\\' || *s == '"')
+	size_t n = strlen(s), len;
+
+	while (n) {
+		len = utf8_char(s, n);
+		if (len == 1 && (*s == '\\' || *s == '"'))
 			fprintf(out, "\\%c", *s);
-		else if (*s == '\n')
+		else if (len == 1 && *s == '\n')
 			fprintf(out, "\\n");
+		else if (!len || utf8_control(s, len))
+			fputs("\xef\xbf\xbd", out);
 		else
-			putc(*s, out);
+			fwrite(s, 1, len, out);
+		len = len ? len : 1;
+		s += len;
+		n -= len;
 	}
 }
 

@@ -14,6 +14,7 @@
 
 #include "kvpool.h"
 #include "client/keys.h"
+#include "client/utf8.h"
 #include "client/wire.h"
 #include "daemon/lease.h"
 #include "daemon/log.h"
@@ -486,11 +487,19 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	const char *field;
 	uint64_t pb;
 	struct ns *n;
+	size_t bad;
 	int rc;
 
 	if (!name_ok(h->ns)) {
 		snprintf(err, errlen, "namespace name '%.63s' is not 1 to 63 letters, "
 			 "digits or . _ - : / @", h->ns);
+		return -KVP_S_INVAL;
+	}
+	if (!utf8_printable(h->model, &bad)) {
+		snprintf(err, errlen, "namespace '%s': the model identity is not printable "
+			 "UTF-8 (byte %zu is 0x%02x: a control character or not UTF-8); name "
+			 "the model as its hub does (e.g. meta-llama/Llama-3.1-8B)", h->ns,
+			 bad, (unsigned)(unsigned char)h->model[bad]);
 		return -KVP_S_INVAL;
 	}
 	if (h->memory > KVP_MEMORY_HOST) {

@@ -60,7 +60,8 @@ enum kvp_dtype {
 typedef struct kvp_geometry {
 	uint32_t layers, kv_heads, head_dim, block_tokens;
 	uint32_t dtype;			/* enum kvp_dtype */
-	const char *model;		/* model identity, e.g. "meta-llama/Llama-3.1-8B" */
+	const char *model;		/* model identity, e.g. "meta-llama/Llama-3.1-8B":
+				 * printable UTF-8, at most 127 bytes */
 	uint32_t key_scheme;		/* enum kvp_key_scheme; 0: the daemon's default */
 	/* the key seed this client derives keys from itself (vLLM: its
 	 * PYTHONHASHSEED, else "vllm-none-hash"), or NULL: none, it keys

@@ -9,10 +9,14 @@
  * refused saying so.
  */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <check.h>
 
+#include "client/stats_text.h"
+#include "client/utf8.h"
 #include "daemon/backend.h"
 #include "daemon/ns.h"
 #include "daemon/pool.h"
@@ -161,6 +165,66 @@ START_TEST(test_ns_bad_memory_and_no_host_pages_are_refused_saying_so)
 }
 END_TEST
 
+START_TEST(test_ns_a_model_identity_that_is_not_printable_utf8_is_refused)
+{
+	static const char *const bad[] = {
+		"caf\xe9",		/* Latin-1, not UTF-8 */
+		"org/\xc0\xaf" "model",	/* an overlong '/' */
+		"a\xed\xa0\x80" "b",	/* a surrogate */
+		"line\nbreak",		/* a control character */
+		"c1\xc2\x85",		/* a C1 control (NEL) */
+		"end\xe2\x82",	/* cut short */
+	};
+	struct kvp_wire_hello h = hello("engine", 0);
+	struct ns *n = NULL;
+	unsigned i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		snprintf(h.model, sizeof(h.model), "%s", bad[i]);
+		ck_assert_int_eq(ns_join(&t, p, &k, &h, &writer, &n, err, sizeof(err)),
+				 -KVP_S_INVAL);
+		ck_assert_msg(strstr(err, "the model identity is not printable UTF-8"), "%s", err);
+		ck_assert_ptr_null(n);
+		ck_assert_uint_eq(t.count, 0);
+	}
+	/* names in any script are fine */
+	snprintf(h.model, sizeof(h.model), "%s", "\xe6\xa8\xa1\xe5\x9e\x8b/caf\xc3\xa9-\xf0\x9f\xa6\x99");
+	ck_assert_int_eq(ns_join(&t, p, &k, &h, &writer, &n, err, sizeof(err)), 0);
+	ck_assert_ptr_nonnull(n);
+}
+END_TEST
+
+/* A name or model read back from an old tier file is printed, escaped:
+ * bytes that are not UTF-8 and control characters as U+FFFD, quotes and
+ * backslashes as the exposition format says. */
+START_TEST(test_ns_metrics_labels_are_valid_utf8_whatever_the_model)
+{
+	kvp_stats_t st;
+	kvp_ns_stats_t ns;
+	char *text = NULL, *line;
+	size_t len = 0;
+	FILE *out;
+
+	memset(&st, 0, sizeof(st));
+	memset(&ns, 0, sizeof(ns));
+	strcpy(ns.name, "engine");
+	strcpy(ns.model, "caf\xe9 \"q\" \\ \x01\xf0\x9f\xa6\x99");
+	out = open_memstream(&text, &len);
+	ck_assert_ptr_nonnull(out);
+	stats_metrics(out, &st, &ns, 1);
+	fclose(out);
+	line = strstr(text, "kvpool_namespace_info{");
+	ck_assert_ptr_nonnull(line);
+	ck_assert_msg(strstr(line, "model=\"caf\xef\xbf\xbd \\\"q\\\" \\\\ \xef\xbf\xbd\xf0\x9f\xa6\x99\""),
+		      "%.200s", line);
+	for (size_t i = 0, n; text[i]; i += n) {	/* the whole page is UTF-8 */
+		n = utf8_char(text + i, strlen(text + i));
+		ck_assert_msg(n, "byte %zu of the page is not UTF-8", i);
+	}
+	free(text);
+}
+END_TEST
+
 Suite *ns_suite(void)
 {
 	Suite *s = suite_create("ns");
@@ -173,6 +237,8 @@ Suite *ns_suite(void)
 	tcase_add_test(tc, test_ns_host_pages_in_a_namespace_of_device_pages_are_refused);
 	tcase_add_test(tc, test_ns_a_client_asking_nothing_joins_a_namespace_of_host_pages);
 	tcase_add_test(tc, test_ns_bad_memory_and_no_host_pages_are_refused_saying_so);
+	tcase_add_test(tc, test_ns_a_model_identity_that_is_not_printable_utf8_is_refused);
+	tcase_add_test(tc, test_ns_metrics_labels_are_valid_utf8_whatever_the_model);
 	suite_add_tcase(s, tc);
 	return s;
 }
