@@ -216,8 +216,10 @@ static int listen_on(const char *spec, char *where, size_t wlen, char *err, size
 	char host[256] = "127.0.0.1", port[16];
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV }, *ai;
-	const char *colon = strrchr(spec, ':');
+	const char *colon = strrchr(spec, ':'), *given = spec;
 	int fd, rc, one = 1;
+	unsigned long pn;
+	char *end;
 	size_t hl;
 
 	if (!colon) {
@@ -236,6 +238,12 @@ static int listen_on(const char *spec, char *where, size_t wlen, char *err, size
 		memcpy(host, spec, hl);
 		host[hl] = '\0';
 		snprintf(port, sizeof(port), "%s", colon + 1);
+	}
+	pn = strtoul(port, &end, 10);
+	if (!port[0] || *end || port[0] == '-' || port[0] == '+' || pn < 1 || pn > 65535) {
+		snprintf(err, errlen, "--metrics-listen %s: port '%s' is not 1..65535", given,
+			 port);
+		return -EINVAL;
 	}
 	rc = getaddrinfo(host, port, &hints, &ai);
 	if (rc != 0) {

@@ -157,3 +157,13 @@ def test_a_port_in_use_or_a_bad_address_stops_start_up_with_the_reason():
     with pytest.raises(RuntimeError) as e:
         Daemon(["--metrics-listen", "no.such.host.invalid:9"])
     assert "--metrics-listen: no.such.host.invalid port 9" in str(e.value)
+
+
+@pytest.mark.parametrize("spec", ["99999", "127.0.0.1:65536", "[::1]:0", "127.0.0.1:-1",
+                                  "127.0.0.1:80x"])
+def test_a_port_outside_1_to_65535_stops_start_up(spec):
+    """Once, 99999 was taken mod 65536 and kvpoold listened on 34463."""
+    with pytest.raises(RuntimeError) as e:
+        Daemon(["--metrics-listen", spec])
+    assert "--metrics-listen %s: port '%s' is not 1..65535" % (spec, spec.rsplit(":", 1)[-1]) \
+        in str(e.value)
