@@ -3,6 +3,7 @@
  * rcluster.c - Redis Cluster routing: URLs, key slots, the slot map and
  * redirects (see rcluster.h). Pure functions over memory; no I/O.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,14 +246,30 @@ void rc_map_fini(struct rc_map *m)
 	rc_map_init(m);
 }
 
-int rc_map_node(struct rc_map *m, const char *host, uint16_t port)
+bool rc_numeric(const char *host)
 {
-	struct rc_addr *n;
+	struct in6_addr a;
+
+	return inet_pton(AF_INET, host, &a) == 1 || inet_pton(AF_INET6, host, &a) == 1;
+}
+
+int rc_map_find(const struct rc_map *m, const char *host, uint16_t port)
+{
 	unsigned i;
 
 	for (i = 0; i < m->nnodes; i++)
 		if (m->nodes[i].port == port && !strcmp(m->nodes[i].host, host))
 			return (int)i;
+	return -1;
+}
+
+int rc_map_node(struct rc_map *m, const char *host, uint16_t port)
+{
+	struct rc_addr *n;
+	int i = rc_map_find(m, host, port);
+
+	if (i >= 0)
+		return i;
 	if (m->nnodes == RC_NODES_MAX)
 		return -ENOSPC;
 	if (strlen(host) >= RC_HOST_MAX)
@@ -301,9 +318,11 @@ static int slots_entry(const redisReply *e, unsigned *start, unsigned *stop,
 int rc_map_load(struct rc_map *m, const redisReply *r, const struct rc_addr *from,
 		char *err, size_t errlen)
 {
+	uint8_t seen[RC_SLOTS / 8] = { 0 };
 	uint16_t *owner;
-	unsigned i, s, start, stop, covered = 0;
+	unsigned i, s, start, stop, covered = 0, named = 0;
 	const redisReply *h;
+	const char *host;
 	int node, rc = 0;
 
 	if (r->type == REDIS_REPLY_ERROR) {
@@ -315,10 +334,16 @@ int rc_map_load(struct rc_map *m, const redisReply *r, const struct rc_addr *fro
 			 r->type);
 		return -EPROTO;
 	}
+	if (r->elements > RC_SLOTS) {	/* each entry holds one slot at least */
+		snprintf(err, errlen, "CLUSTER SLOTS has %zu entries, more than the %u "
+			 "slots of a cluster: not a cluster's map", r->elements, RC_SLOTS);
+		return -EPROTO;
+	}
 	owner = malloc(sizeof(m->owner));
 	if (!owner)
 		return -ENOMEM;
 	memset(owner, 0xff, sizeof(m->owner));
+	/* one pass: each slot is looked at once, since ranges may not overlap */
 	for (i = 0; i < r->elements; i++) {
 		if (slots_entry(r->element[i], &start, &stop, &h) < 0) {
 			snprintf(err, errlen, "CLUSTER SLOTS entry %u is not "
@@ -326,23 +351,39 @@ int rc_map_load(struct rc_map *m, const redisReply *r, const struct rc_addr *fro
 			rc = -EPROTO;
 			goto out;
 		}
-		if (!strcmp(h->element[0]->str, "?"))
+		for (s = start; s <= stop; s++) {
+			if (seen[s / 8] & (1u << (s % 8))) {
+				snprintf(err, errlen, "CLUSTER SLOTS entry %u (slots %u-%u) "
+					 "overlaps another at slot %u: not a cluster's map",
+					 i, start, stop, s);
+				rc = -EPROTO;
+				goto out;
+			}
+			seen[s / 8] |= (uint8_t)(1u << (s % 8));
+		}
+		host = h->element[0]->str[0] ? h->element[0]->str : from->host;
+		if (!strcmp(host, "?"))
 			continue;	/* its endpoint is unknown: no owner */
-		node = rc_map_node(m, h->element[0]->str[0] ? h->element[0]->str : from->host,
-				   (uint16_t)h->element[1]->integer);
+		if (!rc_numeric(host)) {	/* never resolved on the loop */
+			if (!named++)
+				snprintf(m->named, sizeof(m->named), "%.*s", (int)sizeof(m->named) - 1,
+					 host);
+			continue;
+		}
+		node = rc_map_node(m, host, (uint16_t)h->element[1]->integer);
 		if (node < 0) {
 			snprintf(err, errlen, "CLUSTER SLOTS entry %u: cannot add node '%s': %s",
-				 i, h->element[0]->str, strerror(-node));
+				 i, host, strerror(-node));
 			rc = node == -ENOMEM ? -ENOMEM : -EPROTO;
 			goto out;
 		}
-		for (s = start; s <= stop; s++) {
-			covered += owner[s] == RC_NONE;
+		for (s = start; s <= stop; s++)
 			owner[s] = (uint16_t)node;
-		}
+		covered += stop - start + 1;
 	}
 	memcpy(m->owner, owner, sizeof(m->owner));
 	m->covered = covered;
+	m->nnamed = named;
 out:
 	free(owner);
 	return rc;

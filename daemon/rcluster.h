@@ -64,6 +64,8 @@ struct rc_map {
 	struct rc_addr *nodes;		/* [nnodes]: masters and replicas seen */
 	unsigned nnodes, cap;
 	unsigned covered;		/* slots that have an owner */
+	unsigned nnamed;		/* entries of the last load given by host name */
+	char named[64];			/* the first of those names, for the log */
 };
 
 /* rc_map_init() / rc_map_fini() - an empty map (no slot served); fini frees
@@ -77,15 +79,25 @@ void rc_map_fini(struct rc_map *m);
  */
 int rc_map_node(struct rc_map *m, const char *host, uint16_t port);
 
+/* rc_map_find() - the index of host:port in m, or -1: never adds. */
+int rc_map_find(const struct rc_map *m, const char *host, uint16_t port);
+
+/* rc_numeric() - host is a numeric IPv4 or IPv6 address: connecting to it
+ * asks no resolver. */
+bool rc_numeric(const char *host);
+
 /*
  * rc_map_load() - replace m's slot ownership by what the CLUSTER SLOTS
  * reply r says: each range [start, end] goes to its master (the first
  * node of the entry). A master given as "" is the node that answered,
  * from (the Redis 7 way of saying "the address you used"); one given as
- * "?" (unknown endpoint) leaves its slots without an owner. Nodes already
- * in m keep their index, so requests in flight stay valid. Returns 0, or
- * -EPROTO (r is not a CLUSTER SLOTS reply: err says how; m is unchanged)
- * or -ENOMEM.
+ * "?" (unknown endpoint) leaves its slots without an owner, and so does
+ * one given by host name (counted in m->nnamed): what a cluster names is
+ * connected to without asking a resolver, which could stall the loop.
+ * Nodes already in m keep their index. A reply a cluster cannot give
+ * (more entries than slots, ranges that overlap) is refused before it
+ * costs more than one look at each slot. Returns 0, or -EPROTO (r is not
+ * a CLUSTER SLOTS reply: err says how; m is unchanged) or -ENOMEM.
  */
 int rc_map_load(struct rc_map *m, const redisReply *r, const struct rc_addr *from,
 		char *err, size_t errlen);

@@ -12,6 +12,7 @@
  * down before that, so a callback that sends again never reaches it.
  */
 #include <errno.h>
+#include <netdb.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +62,8 @@ struct rreq {
 
 struct rnode {
 	struct remote *r;
-	unsigned idx;			/* in r->map.nodes */
+	struct rc_addr addr;		/* numeric: connecting asks no resolver */
+	struct rnode *next_retired;	/* named by no map now: freed when idle */
 	enum rnode_state state;
 	redisAsyncContext *ac;		/* NULL when down */
 	struct rreq *head, *tail;
@@ -74,6 +76,8 @@ struct rnode {
 	bool was_up;			/* connected; for one log line per change */
 	bool lost;			/* was up, then lost: say so when it is back */
 	bool failed;			/* its last connect failed or it was lost */
+	bool unasked;			/* it sent a reply nobody asked for */
+	bool erred;			/* it answered CLUSTERDOWN, LOADING and the like */
 	uint64_t busy_ns, busy_bytes;	/* the busy period now: start, bytes in */
 	unsigned busy_replies;
 };
@@ -86,6 +90,8 @@ struct remote {
 	struct rc_map map;
 	struct rnode **nodes;		/* [map.nnodes], by map index */
 	unsigned nnodes;
+	struct rnode *retired;		/* dropped by a new map; freed once idle */
+	uint64_t refused_ns;		/* the last redirect not followed, logged */
 	struct loop_op tick, cancel, idle;
 	struct __kernel_timespec ts, idle_ts;
 	unsigned ops;			/* of those three, in the ring */
@@ -156,7 +162,7 @@ static struct rnode *node_of(struct remote *r, unsigned idx)
 	if (!nd)
 		return NULL;
 	nd->r = r;
-	nd->idx = idx;
+	nd->addr = r->map.nodes[idx];
 	nd->backoff_ms = BACKOFF_MIN_MS;
 	r->nodes[idx] = nd;
 	return nd;
@@ -264,6 +270,40 @@ static redisReplyObjectFunctions direct_fn;
 #define DIRECT_COPIED	1	/* reply->integer of a string: the data is in the page */
 #define DIRECT_FAILED	2	/* ... the copy into the page failed */
 
+/*
+ * unasked() - a reply begins on nd's connection while no request waits
+ * for one: a server that speaks first, or answers twice. hiredis 0.14
+ * would assert (abort the daemon) on it; refusing to make its object
+ * (NULL: the reader fails) makes hiredis drop the connection instead,
+ * and on_disconnect() counts it. Replies come one at a time, so when a
+ * reply's first object is made, the requests it could answer are still
+ * queued.
+ */
+static bool unasked(const redisReadTask *t)
+{
+	struct rnode *nd = t->privdata;
+
+	if (t->parent || !nd || !nd->ac || nd->ac->replies.head)
+		return false;
+	nd->unasked = true;
+	return true;
+}
+
+static void *checked_array(const redisReadTask *t, int elements)
+{
+	return unasked(t) ? NULL : hiredis_fn->createArray(t, elements);
+}
+
+static void *checked_integer(const redisReadTask *t, long long value)
+{
+	return unasked(t) ? NULL : hiredis_fn->createInteger(t, value);
+}
+
+static void *checked_nil(const redisReadTask *t)
+{
+	return unasked(t) ? NULL : hiredis_fn->createNil(t);
+}
+
 static void *direct_string(const redisReadTask *t, char *str, size_t len)
 {
 	struct rnode *nd = t->privdata;
@@ -271,6 +311,8 @@ static void *direct_string(const redisReadTask *t, char *str, size_t len)
 	struct backend *be;
 	redisReply *r;
 
+	if (unasked(t))
+		return NULL;
 	if (t->parent || t->type != REDIS_REPLY_STRING || !q || !q->get ||
 	    len != RPAGE_HDR + q->bytes)
 		return hiredis_fn->createString(t, str, len);
@@ -292,7 +334,8 @@ static void *direct_string(const redisReadTask *t, char *str, size_t len)
 	return r;
 }
 
-/* direct_attach() - ac's replies of GETs go straight into their pages. */
+/* direct_attach() - ac's replies of GETs go straight into their pages, and
+ * a reply nobody asked for drops the connection. */
 static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
 {
 	redisReader *rd = ac->c.reader;
@@ -301,6 +344,9 @@ static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
 		hiredis_fn = rd->fn;
 		direct_fn = *rd->fn;
 		direct_fn.createString = direct_string;
+		direct_fn.createArray = checked_array;
+		direct_fn.createInteger = checked_integer;
+		direct_fn.createNil = checked_nil;
 	}
 	if (rd->fn != hiredis_fn)
 		return;		/* not the functions we know */
@@ -319,8 +365,8 @@ static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (!nd->auth_refused)
 		log_error("remote tier %s: %s:%u refused AUTH: %.*s; check the password "
 			  "(--remote-password-file, KVPOOL_REMOTE_PASSWORD or the URL) "
-			  "and the user's ACL", nd->r->desc, nd->r->map.nodes[nd->idx].host,
-			  nd->r->map.nodes[nd->idx].port, (int)rep->len, rep->str);
+			  "and the user's ACL", nd->r->desc, nd->addr.host, nd->addr.port,
+			  (int)rep->len, rep->str);
 	nd->auth_refused = true;
 	node_fail(nd, NULL);
 }
@@ -329,7 +375,7 @@ static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 static void node_connect(struct rnode *nd)
 {
 	struct remote *r = nd->r;
-	const struct rc_addr *a = &r->map.nodes[nd->idx];
+	const struct rc_addr *a = &nd->addr;
 	const char *pw = r->c.password ? r->c.password : r->url.password;
 	redisAsyncContext *ac;
 
@@ -386,8 +432,7 @@ static void node_down(struct rnode *nd)
 		nd->backoff_ms *= 2;
 	if (nd->was_up && !r->closing) {
 		log_warn("remote tier %s: lost %s:%u; its slots are misses until the "
-			 "slot map is read again", r->desc, r->map.nodes[nd->idx].host,
-			 r->map.nodes[nd->idx].port);
+			 "slot map is read again", r->desc, nd->addr.host, nd->addr.port);
 		nd->lost = true;
 	}
 	nd->was_up = false;
@@ -414,21 +459,41 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	nd->failed = false;
 	nd->backoff_ms = BACKOFF_MIN_MS;
 	if (nd->lost)
-		log_info("remote tier %s: %s:%u is back", nd->r->desc,
-			 nd->r->map.nodes[nd->idx].host, nd->r->map.nodes[nd->idx].port);
+		log_info("remote tier %s: %s:%u is back", nd->r->desc, nd->addr.host,
+			 nd->addr.port);
 	nd->lost = false;
 	nd->was_up = true;
 	count_nodes(nd->r);
 	note_state(nd->r);
 }
 
+/* broke_protocol() - say (at most once a minute) that nd sent what no
+ * Redis server sends, and count it: an error. */
+static void broke_protocol(struct rnode *nd, const char *what)
+{
+	static uint64_t said_ns;
+	uint64_t now = now_ns();
+
+	nd->r->st.errors++;
+	if (said_ns && now - said_ns < 60000000000ull)
+		return;
+	said_ns = now;
+	log_warn("remote tier %s: %s:%u %s; dropped the connection (is something else "
+		 "listening on that port?)", nd->r->desc, nd->addr.host, nd->addr.port, what);
+}
+
 static void on_disconnect(const redisAsyncContext *ac, int status)
 {
 	struct rnode *nd = ac->data;
 
-	(void)status;
-	if (nd && nd->ac == ac)
-		node_down(nd);
+	if (!nd || nd->ac != ac)
+		return;
+	if (nd->unasked)
+		broke_protocol(nd, "sent a reply nobody asked for");
+	else if (status != REDIS_OK && ac->err == REDIS_ERR_PROTOCOL)
+		broke_protocol(nd, "broke the protocol");
+	nd->unasked = false;
+	node_down(nd);
 }
 
 /* node_fail() - drop nd's connection now: its requests end as misses. */
@@ -441,7 +506,7 @@ static void node_fail(struct rnode *nd, const char *why)
 	if (why && nd->was_up && !nd->r->closing) {
 		log_warn("remote tier %s: %s:%u %s; dropping the connection; its slots "
 			 "are misses until it or its replica answers", nd->r->desc,
-			 nd->r->map.nodes[nd->idx].host, nd->r->map.nodes[nd->idx].port, why);
+			 nd->addr.host, nd->addr.port, why);
 		nd->lost = true;
 		nd->was_up = false;	/* said once */
 	}
@@ -522,7 +587,57 @@ static int get_value(struct rreq *q, const redisReply *rep)
 	return 0;
 }
 
-/* redirect() - follow MOVED or ASK for q; true when q went on. */
+/* is_seed() - a is one of the URL's seeds (resolved at the start). */
+static bool is_seed(const struct remote *r, const struct rc_addr *a)
+{
+	unsigned i;
+
+	for (i = 0; i < r->url.nseeds; i++)
+		if (r->url.seeds[i].port == a->port && !strcmp(r->url.seeds[i].host, a->host))
+			return true;
+	return false;
+}
+
+/* want_map() - read the slot map again, at the next tick that the
+ * MAP_EVERY_MS limit allows. */
+static void want_map(struct remote *r)
+{
+	if (!r->url.cluster || r->closing)
+		return;
+	r->map_wanted = true;
+	tick_arm(r);
+}
+
+/* refused() - say (once a minute) that nd redirected to a, which no map
+ * names: no request and no password goes there. */
+static void refused(struct remote *r, const struct rc_addr *a, const struct rnode *nd)
+{
+	uint64_t now = now_ns();
+
+	if (r->refused_ns && now - r->refused_ns < 60000000000ull)
+		return;
+	r->refused_ns = now;
+	log_warn("remote tier %s: %s:%u redirected to %s:%u, which no slot map names and "
+		 "no seed is; not followed (a miss), reading the map again", r->desc,
+		 nd->addr.host, nd->addr.port, a->host, a->port);
+}
+
+/* cluster_trouble() - an error that says the map may be stale: the node
+ * is no master of the slot, or the cluster is changing. */
+static bool cluster_trouble(const redisReply *rep)
+{
+	static const char *const what[] = { "CLUSTERDOWN", "LOADING", "MASTERDOWN",
+					    "TRYAGAIN" };
+	unsigned i;
+
+	for (i = 0; i < sizeof(what) / sizeof(what[0]); i++)
+		if (rep->len >= strlen(what[i]) && !memcmp(rep->str, what[i], strlen(what[i])))
+			return true;
+	return false;
+}
+
+/* redirect() - follow MOVED or ASK for q to a node of the map or a seed;
+ * true when q went on. */
 static bool redirect(struct rreq *q, const redisReply *rep)
 {
 	struct remote *r = q->r;
@@ -532,13 +647,20 @@ static bool redirect(struct rreq *q, const redisReply *rep)
 	uint16_t slot;
 	int idx;
 
-	kind = rc_redirect_parse(rep->str, rep->len, &r->map.nodes[nd->idx], &slot, &a);
+	kind = rc_redirect_parse(rep->str, rep->len, &nd->addr, &slot, &a);
 	if (kind == RC_NO_REDIRECT)
 		return false;
-	r->st.redirects++;
-	idx = rc_map_node(&r->map, a.host, a.port);
-	if (idx < 0)
+	idx = rc_map_find(&r->map, a.host, a.port);
+	if (idx < 0 && is_seed(r, &a))
+		idx = rc_map_node(&r->map, a.host, a.port);
+	if (idx < 0) {
+		/* a node no map names: maybe a new master, maybe anyone's; the
+		 * map, read again from the cluster, says which */
+		refused(r, &a, nd);
+		want_map(r);
 		return false;
+	}
+	r->st.redirects++;
 	if (kind == RC_MOVED) {
 		if (r->map.owner[slot] == RC_NONE)
 			r->map.covered++;
@@ -578,6 +700,10 @@ static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (rep->type == REDIS_REPLY_ERROR) {
 		if (redirect(q, rep))
 			return;
+		if (cluster_trouble(rep)) {	/* read the map from another node */
+			q->node->erred = true;
+			want_map(r);
+		}
 		if (q->get)
 			r->st.errors++;
 		else
@@ -585,6 +711,7 @@ static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		req_finish(q, -EIO);
 		return;
 	}
+	q->node->erred = false;
 	if (!q->get) {
 		res = rep->type == REDIS_REPLY_STATUS ? 0 : -EIO;
 		if (res)
@@ -753,71 +880,161 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 
 /* --- the slot map ------------------------------------------------------ */
 
-static bool node_is(const struct remote *r, uint16_t idx, bool up)
+/*
+ * keep_live_owners() - a slot that the new map nm gives to no one, or to a
+ * node that failed, stays with its old owner when that one is connected
+ * and answered its last request. Nodes learn of a failover by gossip, one
+ * after another: a map read from one that has not heard yet names the
+ * dead master again, and its slots would be misses until the next read.
+ * A live node is never a wrong place to ask: one that no longer owns the
+ * slot answers MOVED, and the request follows. was[] is scratch space of
+ * RC_NODES_MAX entries.
+ */
+static void keep_live_owners(struct remote *r, struct rc_map *nm, struct rnode **was)
 {
-	const struct rnode *nd = idx < r->nnodes ? r->nodes[idx] : NULL;
+	unsigned i, j, s;
+	int idx;
 
-	return nd && (up ? nd->state == RN_UP : nd->state == RN_DOWN && nd->failed);
+	for (i = 0; i < nm->nnodes; i++) {	/* the node behind each new index */
+		was[i] = NULL;
+		for (j = 0; j < r->nnodes && !was[i]; j++)
+			if (r->nodes[j] && r->nodes[j]->addr.port == nm->nodes[i].port &&
+			    !strcmp(r->nodes[j]->addr.host, nm->nodes[i].host))
+				was[i] = r->nodes[j];
+	}
+	for (s = 0; s < RC_SLOTS; s++) {
+		uint16_t o = r->map.owner[s], n = nm->owner[s];
+		struct rnode *old = o != RC_NONE && o < r->nnodes ? r->nodes[o] : NULL;
+
+		if (!old || old->state != RN_UP || old->erred || (n != RC_NONE && was[n] == old))
+			continue;
+		if (n != RC_NONE && !(was[n] && was[n]->state == RN_DOWN && was[n]->failed))
+			continue;
+		idx = rc_map_node(nm, old->addr.host, old->addr.port);
+		if (idx < 0)
+			continue;
+		was[idx] = old;
+		nm->covered += n == RC_NONE;
+		nm->owner[s] = (uint16_t)idx;
+	}
+}
+
+/* node_retire() - nd is named by no map: drop its connection quietly (its
+ * requests end as misses); the tick frees it once nothing is in flight. */
+static void node_retire(struct remote *r, struct rnode *nd)
+{
+	redisAsyncContext *ac = nd->ac;
+
+	nd->ac = NULL;		/* on_disconnect() finds another: nothing more */
+	nd->state = RN_DOWN;
+	nd->next_retired = r->retired;
+	r->retired = nd;
+	if (ac)
+		redisAsyncFree(ac);	/* deferred by hiredis when inside its callback */
 }
 
 /*
- * keep_live_owners() - a slot that the new map gives to a node that failed
- * stays with its old owner when that one is connected. Nodes learn of a
- * failover by gossip, one after another: a map read from one that has not
- * heard yet names the dead master again, and its slots would be misses
- * until the next read. A live node is never a wrong place to ask: one that
- * no longer owns the slot answers MOVED, and the request follows.
+ * map_replace() - nm becomes r's map: nodes it names keep their
+ * connections (under their new index), the others are retired, so that
+ * no node outlives the maps that name it and nothing from a reply stays
+ * longer than the next one. nm's nodes move into r. -ENOMEM: r unchanged.
  */
-static void keep_live_owners(struct remote *r, const uint16_t *old)
+static int map_replace(struct remote *r, struct rc_map *nm)
 {
-	unsigned s;
+	struct rnode **v = calloc(nm->nnodes ? nm->nnodes : 1, sizeof(*v)), **old = r->nodes;
+	unsigned i, j, nold = r->nnodes;
 
-	for (s = 0; s < RC_SLOTS; s++) {
-		uint16_t o = old[s], n = r->map.owner[s];
+	if (!v)
+		return -ENOMEM;
+	for (i = 0; i < nm->nnodes; i++)
+		for (j = 0; j < nold && !v[i]; j++)
+			if (old[j] && old[j]->addr.port == nm->nodes[i].port &&
+			    !strcmp(old[j]->addr.host, nm->nodes[i].host)) {
+				v[i] = old[j];
+				old[j] = NULL;
+			}
+	free(r->map.nodes);
+	r->map = *nm;
+	r->nodes = v;
+	r->nnodes = nm->nnodes;
+	/* retired last: their requests end now, and whatever their callers
+	 * send next sees the new map */
+	for (j = 0; j < nold; j++)
+		if (old[j])
+			node_retire(r, old[j]);
+	free(old);
+	return 0;
+}
 
-		if (n == o || o == RC_NONE || !node_is(r, o, true))
-			continue;
-		if (n == RC_NONE) {
-			r->map.owner[s] = o;
-			r->map.covered++;
-		} else if (node_is(r, n, false)) {
-			r->map.owner[s] = o;
+/* free_retired() - free the retired nodes that nothing points to. */
+static void free_retired(struct remote *r, bool all)
+{
+	struct rnode **pp = &r->retired, *nd;
+
+	while ((nd = *pp)) {
+		if (all || (!nd->inflight && !nd->ac)) {
+			*pp = nd->next_retired;
+			free(nd);
+		} else {
+			pp = &nd->next_retired;
 		}
 	}
+}
+
+/* say_named() - log that the map m read from a names masters by host name. */
+static void say_named(const struct remote *r, const struct rc_map *m, const struct rc_addr *a)
+{
+	if (m->nnamed)
+		log_warn("remote tier %s: the slot map from %s:%u names %u masters by host "
+			 "name (such as '%s'), not by address; their slots are misses (set "
+			 "cluster-preferred-endpoint-type ip on the cluster)", r->desc,
+			 a->host, a->port, m->nnamed, m->named);
 }
 
 static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct remote *r = priv;
-	struct rnode *nd = ac->data;
-	uint16_t *old;
+	struct rnode *nd = ac->data, **was;
+	struct rc_map *nm;
 	char err[256];
 	int rc;
 
 	r->map_inflight = false;
 	if (!reply || r->closing || !nd)
 		return;
-	old = malloc(sizeof(r->map.owner));
-	if (!old)
+	nm = malloc(sizeof(*nm));
+	was = calloc(RC_NODES_MAX, sizeof(*was));
+	if (!nm || !was) {
+		free(nm);
+		free(was);
 		return;		/* the next tick reads it again */
-	memcpy(old, r->map.owner, sizeof(r->map.owner));
-	rc = rc_map_load(&r->map, reply, &r->map.nodes[nd->idx], err, sizeof(err));
+	}
+	rc_map_init(nm);
+	rc = rc_map_load(nm, reply, &nd->addr, err, sizeof(err));
 	if (rc < 0) {
-		free(old);
-		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc,
-			 r->map.nodes[nd->idx].host, r->map.nodes[nd->idx].port, err);
+		rc_map_fini(nm);
+		free(nm);
+		free(was);
+		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc, nd->addr.host,
+			 nd->addr.port, err);
 		return;
 	}
-	keep_live_owners(r, old);
-	free(old);
+	say_named(r, nm, &nd->addr);
+	keep_live_owners(r, nm, was);
+	free(was);
+	if (map_replace(r, nm) < 0) {
+		rc_map_fini(nm);
+		free(nm);
+		return;
+	}
+	free(nm);
 	r->st.map_loads++;
 	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
 	/* the map says who serves: a master in back-off is tried at once */
 	for (unsigned s = 0; s < RC_SLOTS; s++) {
-		struct rnode *m = node_of(r, r->map.owner[s] == RC_NONE ? 0 : r->map.owner[s]);
+		struct rnode *m = r->map.owner[s] == RC_NONE ? NULL : node_of(r, r->map.owner[s]);
 
-		if (r->map.owner[s] != RC_NONE && m && m->state == RN_DOWN &&
-		    !m->auth_refused && m->retry_ns) {
+		if (m && m->state == RN_DOWN && !m->auth_refused && m->retry_ns) {
 			m->retry_ns = 0;
 			m->backoff_ms = BACKOFF_MIN_MS;
 		}
@@ -827,30 +1044,49 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 	note_state(r);
 }
 
-/* map_read() - ask a connected node (a master, else a seed) for the map. */
-static void map_read(struct remote *r)
+/* seed_node() - the node of the next seed that did not just answer with an
+ * error, connected or connecting; NULL when none can be asked now. */
+static struct rnode *seed_node(struct remote *r)
 {
-	struct rnode *nd = NULL;
+	struct rnode *nd;
 	unsigned i, k;
 	int idx;
 
-	for (i = 0; i < r->nnodes && !nd; i++)
-		if (r->nodes[i] && r->nodes[i]->state == RN_UP)
-			nd = r->nodes[i];
-	if (!nd) {	/* no one is up: try the next seed */
+	for (i = 0; i < r->url.nseeds; i++) {
 		k = r->seed_next++ % r->url.nseeds;
 		idx = rc_map_node(&r->map, r->url.seeds[k].host, r->url.seeds[k].port);
 		nd = idx < 0 ? NULL : node_of(r, (unsigned)idx);
-		if (!nd)
-			return;
+		if (!nd || nd->erred)
+			continue;
 		if (nd->state == RN_DOWN) {
 			if (now_ns() < nd->retry_ns)
-				return;
+				continue;
 			node_connect(nd);
 		}
-		if (!nd->ac)
-			return;
+		if (nd->ac)
+			return nd;
 	}
+	return NULL;
+}
+
+/* map_read() - ask for the map: a connected master that did not just
+ * answer with an error, else a seed that did not, else anyone connected
+ * (a map from a node whose own is stale would only keep it stale). */
+static void map_read(struct remote *r)
+{
+	struct rnode *nd = NULL;
+	unsigned i;
+
+	for (i = 0; i < r->nnodes && !nd; i++)
+		if (r->nodes[i] && r->nodes[i]->state == RN_UP && !r->nodes[i]->erred)
+			nd = r->nodes[i];
+	if (!nd)
+		nd = seed_node(r);
+	for (i = 0; i < r->nnodes && !nd; i++)
+		if (r->nodes[i] && r->nodes[i]->state == RN_UP)
+			nd = r->nodes[i];
+	if (!nd)
+		return;
 	if (redisAsyncCommand(nd->ac, slots_reply, r, "CLUSTER SLOTS") == REDIS_OK)
 		r->map_inflight = true;
 }
@@ -872,6 +1108,8 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (r->closing)
 		return;
+	free_retired(r, false);
+	need = r->retired != NULL;
 	master = calloc(nmap ? nmap : 1, 1);
 	if (master)
 		for (s = 0; s < RC_SLOTS; s++)
@@ -1004,6 +1242,8 @@ static int check_seed(struct remote *r, const struct rc_addr *a, char *err, size
 		rc = -EPROTO;
 	} else if (r->url.cluster) {
 		rc = rc_map_load(&r->map, rep, a, err, errlen);
+		if (rc == 0)
+			say_named(r, &r->map, a);
 		rc = rc < 0 ? rc : 1;
 	} else if (rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_enabled:1")) {
 		snprintf(err, errlen, "remote tier: %s:%u is a Redis Cluster node: give "
@@ -1020,6 +1260,47 @@ out:
 	if (c)
 		redisFree(c);
 	return rc;
+}
+
+/*
+ * resolve_seeds() - the URL's host names as addresses, once, at the start
+ * (the one place where waiting for a resolver stalls no one): from then
+ * on every connection goes to a numeric address. IPv4 first, as Redis
+ * Cluster announces. Returns 0 or -EINVAL (err says which name).
+ */
+static int resolve_seeds(struct remote *r, char *err, size_t errlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *p, *pick;
+	unsigned i;
+	int rc;
+
+	for (i = 0; i < r->url.nseeds; i++) {
+		struct rc_addr *a = &r->url.seeds[i];
+
+		if (rc_numeric(a->host))
+			continue;
+		rc = getaddrinfo(a->host, NULL, &hints, &ai);
+		if (rc != 0) {
+			snprintf(err, errlen, "remote tier: cannot resolve '%s' of --remote: "
+				 "%s; give an address, or a name the resolver knows when "
+				 "kvpoold starts", a->host, gai_strerror(rc));
+			return -EINVAL;
+		}
+		for (pick = ai, p = ai; p; p = p->ai_next)
+			if (p->ai_family == AF_INET) {
+				pick = p;
+				break;
+			}
+		rc = getnameinfo(pick->ai_addr, pick->ai_addrlen, a->host, sizeof(a->host),
+				 NULL, 0, NI_NUMERICHOST);
+		freeaddrinfo(ai);
+		if (rc != 0) {
+			snprintf(err, errlen, "remote tier: '%s' of --remote: %s", a->host,
+				 gai_strerror(rc));
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
 /* forget_password() - zero r's passwords (its copy of the caller's, and
@@ -1075,6 +1356,9 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	snprintf(r->desc, sizeof(r->desc), "%s%.60s:%u%s", r->url.cluster ? "redis-cluster://"
 		 : "redis://", r->url.seeds[0].host, r->url.seeds[0].port,
 		 r->url.nseeds > 1 ? ",..." : "");
+	rc = resolve_seeds(r, err, errlen);
+	if (rc < 0)
+		goto out_free;
 	for (i = 0, rc = 0; i < r->url.nseeds && rc == 0; i++)
 		rc = check_seed(r, &r->url.seeds[i], err, errlen);
 	if (rc < 0)
@@ -1130,6 +1414,7 @@ void remote_close(struct remote *r)
 	for (i = 0; i < r->nnodes; i++)
 		free(r->nodes[i]);
 	free(r->nodes);
+	free_retired(r, true);	/* their connections went when they retired */
 	rc_map_fini(&r->map);
 	r->nodes = NULL;
 	r->nnodes = 0;

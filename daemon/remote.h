@@ -35,7 +35,8 @@ struct remote_config {
 struct remote_stats {
 	uint64_t gets, hits, misses;	/* GETs sent; values served; not there */
 	uint64_t corrupt;		/* values that failed their checks */
-	uint64_t errors;		/* GETs lost to a dead node, a timeout, an error */
+	uint64_t errors;		/* GETs lost to a dead node, a timeout, an error;
+				 * connections dropped for breaking the protocol */
 	uint64_t skipped;		/* GETs not sent: node down, limits */
 	uint64_t puts, put_errors, put_skipped;
 	uint64_t bytes_in, bytes_out;

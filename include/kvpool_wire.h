@@ -462,7 +462,8 @@ struct kvp_wire_remote_stats {
 	uint64_t hits;		/* values that came back and passed their checks */
 	uint64_t misses;	/* keys the cluster did not have */
 	uint64_t corrupt;	/* values that failed their checks: misses */
-	uint64_t errors;	/* GETs lost to a dead node, a timeout or an error reply */
+	uint64_t errors;	/* GETs lost to a dead node, a timeout or an error reply,
+				 * and connections dropped for breaking the protocol */
 	uint64_t skipped;	/* GETs not sent: node down, in-flight cap, rate cap */
 	uint64_t puts;		/* SETs sent */
 	uint64_t put_errors;	/* SETs that failed */

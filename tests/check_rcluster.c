@@ -195,6 +195,11 @@ START_TEST(test_rcluster_map_refuses_a_bad_reply_unchanged)
 		"*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nh\r\n:1\r\n",	/* past the last slot */
 		"*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$1\r\nh\r\n:0\r\n",	/* port 0 */
 		"*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n:1\r\n:1\r\n",		/* host not a string */
+		/* ranges that overlap, also with an unknown endpoint */
+		"*2\r\n*3\r\n:0\r\n:100\r\n*2\r\n$1\r\nh\r\n:1\r\n"
+		"*3\r\n:100\r\n:200\r\n*2\r\n$1\r\nh\r\n:2\r\n",
+		"*2\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\n?\r\n:1\r\n"
+		"*3\r\n:5\r\n:5\r\n*2\r\n$9\r\n127.0.0.1\r\n:2\r\n",
 	};
 	struct rc_addr from = { "127.0.0.1", 7000 };
 	struct rc_map m;
@@ -215,6 +220,63 @@ START_TEST(test_rcluster_map_refuses_a_bad_reply_unchanged)
 		freeReplyObject(r);
 	}
 	rc_map_fini(&m);
+}
+END_TEST
+
+/* More entries than slots is no cluster's map: refused before any slot
+ * is looked at (300,000 full ranges once cost the loop seconds). */
+START_TEST(test_rcluster_map_refuses_more_entries_than_slots)
+{
+	static const char entry[] = "*3\r\n:0\r\n:0\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n";
+	struct rc_addr from = { "127.0.0.1", 7000 };
+	size_t el = sizeof(entry) - 1, len;
+	struct rc_map m;
+	redisReply *r;
+	char err[256], *s;
+
+	s = malloc(32 + el * (RC_SLOTS + 1));
+	ck_assert_ptr_nonnull(s);
+	len = (size_t)sprintf(s, "*%u\r\n", RC_SLOTS + 1);
+	for (unsigned i = 0; i <= RC_SLOTS; i++, len += el)
+		memcpy(s + len, entry, el);
+	s[len] = '\0';
+	r = resp(s);
+	rc_map_init(&m);
+	ck_assert_int_eq(rc_map_load(&m, r, &from, err, sizeof(err)), -EPROTO);
+	ck_assert_str_eq(err, "CLUSTER SLOTS has 16385 entries, more than the 16384 slots of a "
+			 "cluster: not a cluster's map");
+	ck_assert_uint_eq(m.covered, 0);
+	rc_map_fini(&m);
+	freeReplyObject(r);
+	free(s);
+}
+END_TEST
+
+/* A master given by host name owns nothing: connecting to it would ask a
+ * resolver on the daemon's loop. */
+START_TEST(test_rcluster_map_takes_addresses_not_names)
+{
+	static const char named[] =
+		"*3\r\n"
+		"*3\r\n:0\r\n:99\r\n*2\r\n$8\r\nredis-a1\r\n:7000\r\n"
+		"*3\r\n:100\r\n:199\r\n*2\r\n$7\r\nfe80::1\r\n:7001\r\n"
+		"*3\r\n:200\r\n:16383\r\n*2\r\n$8\r\n10.0.0.2\r\n:7002\r\n";
+	struct rc_addr from = { "10.0.0.2", 7002 };
+	struct rc_map m;
+	redisReply *r = resp(named);
+	char err[256];
+
+	rc_map_init(&m);
+	ck_assert_int_eq(rc_map_load(&m, r, &from, err, sizeof(err)), 0);
+	ck_assert_uint_eq(rc_map_owner(&m, 50), RC_NONE);
+	ck_assert_uint_ne(rc_map_owner(&m, 150), RC_NONE);
+	ck_assert_uint_ne(rc_map_owner(&m, 300), RC_NONE);
+	ck_assert_uint_eq(m.covered, RC_SLOTS - 100);
+	ck_assert_uint_eq(m.nnamed, 1);
+	ck_assert_str_eq(m.named, "redis-a1");
+	ck_assert(rc_numeric("127.0.0.1") && rc_numeric("::1") && !rc_numeric("localhost"));
+	rc_map_fini(&m);
+	freeReplyObject(r);
 }
 END_TEST
 
@@ -384,6 +446,8 @@ static Suite *rcluster_suite(void)
 	tcase_add_test(tc, test_rcluster_map_from_cluster_slots);
 	tcase_add_test(tc, test_rcluster_map_reload_keeps_node_numbers);
 	tcase_add_test(tc, test_rcluster_map_refuses_a_bad_reply_unchanged);
+	tcase_add_test(tc, test_rcluster_map_refuses_more_entries_than_slots);
+	tcase_add_test(tc, test_rcluster_map_takes_addresses_not_names);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("redirects");
 	tcase_add_test(tc, test_rcluster_redirects);

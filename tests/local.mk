@@ -28,6 +28,10 @@
 #                        Redis Cluster on loopback (tests/redis-cluster.sh):
 #                        redirects, failover, corruption, a full server;
 #                        77 (SKIP) without redis-server
+#   tests/check_hostile  the remote tier's client against a scripted fake
+#                        node (tests/fake_redis.c) that lies: replies
+#                        nobody asked for, redirects anywhere, host names,
+#                        a giant or stale slot map
 #   tests/cuda_*         GPU tests; exit 77 (SKIP) where no GPU answers
 
 if HAVE_CHECK
@@ -111,6 +115,12 @@ tests_check_remote_SOURCES = tests/check_remote.c tests/harness.c tests/harness.
 tests_check_remote_CPPFLAGS = $(AM_CPPFLAGS) -DKVP_SRCDIR='"$(abs_top_srcdir)"'
 tests_check_remote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
 tests_check_remote_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
+	$(HIREDIS_LIBS)
+check_PROGRAMS += tests/check_hostile
+TESTS += tests/check_hostile
+tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h
+tests_check_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
+tests_check_hostile_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
 	$(HIREDIS_LIBS)
 endif
 
