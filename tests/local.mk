@@ -235,7 +235,7 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Wno-gnu-variable-sized-type-not-at-end
 FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
 	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS) $(EVENTS_CFLAGS)
-FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c
+FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c client/utf8.c
 FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c daemon/rpage.c daemon/rtier.c \
 	daemon/remote_stub.c
 EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
@@ -252,7 +252,7 @@ tests/fuzz/fuzz_wire: $(srcdir)/tests/fuzz/fuzz_wire.c client/wire.c config.h \
 		-o $@ $(srcdir)/tests/fuzz/fuzz_wire.c $(srcdir)/client/wire.c
 tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS) \
 		$(FUZZ_DAEMON_SRCS) config.h $(include_HEADERS) $(noinst_HEADERS) \
-		client/wire.h client/hset.h client/keys.h client/size.h
+		client/wire.h client/hset.h client/keys.h client/size.h client/utf8.h
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
 		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
