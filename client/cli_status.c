@@ -107,7 +107,8 @@ static void print_remote_json(const struct kvp_wire_remote_stats *r)
 {
 	printf("{\"enabled\":%s,\"up\":%s,\"nodes\":%" PRIu64 ",\"nodes_up\":%" PRIu64
 	       ",\"slots\":%" PRIu64 ",\"gets\":%" PRIu64 ",\"hits\":%" PRIu64
-	       ",\"misses\":%" PRIu64 ",\"corrupt\":%" PRIu64 ",\"errors\":%" PRIu64
+	       ",\"misses\":%" PRIu64 ",\"corrupt\":%" PRIu64 ",\"forged\":%" PRIu64
+	       ",\"errors\":%" PRIu64
 	       ",\"skipped\":%" PRIu64 ",\"puts\":%" PRIu64 ",\"put_errors\":%" PRIu64
 	       ",\"put_skipped\":%" PRIu64 ",\"bytes_in\":%" PRIu64 ",\"bytes_out\":%"
 	       PRIu64 ",\"redirects\":%" PRIu64 ",\"map_loads\":%" PRIu64
@@ -116,7 +117,7 @@ static void print_remote_json(const struct kvp_wire_remote_stats *r)
 	       ",\"fetches\":%" PRIu64 ",\"restored\":%" PRIu64 ",\"sent\":%" PRIu64
 	       ",\"skipped_slow\":%" PRIu64 "}", r->enabled ? "true" : "false",
 	       r->up ? "true" : "false", r->nodes, r->nodes_up, r->slots, r->gets, r->hits,
-	       r->misses, r->corrupt, r->errors, r->skipped, r->puts, r->put_errors,
+	       r->misses, r->corrupt, r->forged, r->errors, r->skipped, r->puts, r->put_errors,
 	       r->put_skipped, r->bytes_in, r->bytes_out, r->redirects, r->map_loads,
 	       r->connects, r->disconnects, r->inflight, r->latency_us, r->bandwidth,
 	       r->fetches, r->restored, r->sent, r->skipped_slow);
@@ -132,11 +133,12 @@ static void print_remote(const struct kvp_wire_remote_stats *r)
 	       " in flight\n", r->up ? "serving" : "UNREACHABLE", r->nodes_up, r->nodes,
 	       r->slots, r->latency_us, (double)r->bandwidth / 1e6, r->inflight);
 	printf("              %" PRIu64 " fetches: %" PRIu64 " GETs, %" PRIu64 " hits, %"
-	       PRIu64 " misses, %" PRIu64 " corrupt, %" PRIu64 " errors, %" PRIu64
+	       PRIu64 " misses, %" PRIu64 " corrupt (%" PRIu64 " forged), %" PRIu64
+	       " errors, %" PRIu64
 	       " not sent, %" PRIu64 " blocks restored, %" PRIu64 " skipped as slower; "
 	       "%" PRIu64 " pages sent (%" PRIu64 " failed, %" PRIu64 " not sent); %" PRIu64
 	       " redirects\n", r->fetches, r->gets, r->hits, r->misses, r->corrupt,
-	       r->errors, r->skipped, r->restored, r->skipped_slow, r->puts, r->put_errors,
+	       r->forged, r->errors, r->skipped, r->restored, r->skipped_slow, r->puts, r->put_errors,
 	       r->put_skipped, r->redirects);
 }
 

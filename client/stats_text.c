@@ -127,8 +127,11 @@ struct family {
 	{ "remote_misses_total", "counter", "GETs of keys the remote tier did not have.", \
 	  R(misses), 0, false }, \
 	{ "remote_corrupt_total", "counter", \
-	  "Remote values that failed their header or checksum check (served as misses).", \
+	  "Remote values that failed their checks (served as misses).", \
 	  R(corrupt), 0, false }, \
+	{ "remote_forged_total", "counter", \
+	  "Of those, values whose seal did not open: forged, another key, or damaged.", \
+	  R(forged), 0, false }, \
 	{ "remote_errors_total", "counter", \
 	  "GETs lost to a dead node, a timeout or an error reply (misses).", R(errors), 0, false }, \
 	{ "remote_skipped_total", "counter", \

@@ -29,14 +29,15 @@ daemon_libkvpoold_la_LIBADD += $(CUDA_LIBS)
 else
 daemon_libkvpoold_la_SOURCES += daemon/backend_cuda_stub.c
 endif
-# The remote tier's client (hiredis); without it, remote_stub.c refuses
-# --remote. rtier.c (what goes there and comes back) and rpage.c (the
-# value format) are in every build.
+# The remote tier's client (hiredis) and its sealed values (rvalue.c,
+# libsodium); without them, remote_stub.c refuses --remote. rtier.c (what
+# goes there and comes back) and rpage.c (its names) are in every build.
 noinst_HEADERS += daemon/rcluster.h daemon/rpage.h daemon/rloop.h daemon/remote.h \
-	daemon/rtier.h
+	daemon/rtier.h daemon/rvalue.h
 daemon_libkvpoold_la_SOURCES += daemon/rpage.c daemon/rtier.c
 if HAVE_REMOTE
-daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rloop.c daemon/remote.c
+daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rloop.c daemon/remote.c \
+	daemon/rvalue.c
 daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS)
 daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS)
 else

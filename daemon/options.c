@@ -175,6 +175,10 @@ static const struct opt_def opt_table[] = {
 	{ "remote-password-file", 0, OPT_STRING, OFF(remote_password_file),
 	  SZ(remote_password_file), 0, 0, "PATH", "the Redis password (AUTH) is the "
 	  "first line of PATH (default: the URL's, or $KVPOOL_REMOTE_PASSWORD)", NULL },
+	{ "remote-key-file", 0, OPT_STRING, OFF(remote_key_file), SZ(remote_key_file), 0, 0,
+	  "PATH", "seal the pages kept in Redis (encrypted, authenticated) with the key "
+	  "in PATH (32 bytes or more, the same file on every machine that shares; not "
+	  "readable by others); required with --remote", NULL },
 	{ "remote-write", 0, OPT_CHOICE, OFF(remote_write), 0, 0, 0,
 	  "WHEN", "back: a page goes to Redis when it leaves the pool (default); "
 	  "through: also when it is published", remote_write_names },

@@ -44,6 +44,7 @@ struct options {
 	uint64_t kv_events_replay_batches;	/* batches kept for replay */
 	char remote[1024];		/* --remote URL; "": no remote tier */
 	char remote_password_file[256];	/* "": the URL's or $KVPOOL_REMOTE_PASSWORD */
+	char remote_key_file[256];	/* seals the values; required with --remote */
 	unsigned remote_write;		/* 0 back (pages leaving the pool), 1 through */
 	uint64_t remote_timeout;	/* ms a node may stay silent */
 	uint64_t remote_max_inflight;	/* requests per node */

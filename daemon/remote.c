@@ -26,6 +26,7 @@
 #include "daemon/rcluster.h"
 #include "daemon/remote.h"
 #include "daemon/rloop.h"
+#include "daemon/rvalue.h"
 
 #define TICK_MS		50u
 #define BACKOFF_MIN_MS	100u
@@ -86,6 +87,7 @@ struct remote {
 	struct loop *l;
 	struct remote_config c;		/* c.password is password, or NULL */
 	char *password;			/* our copy: each connection sends AUTH */
+	uint8_t sk[RVALUE_KEY_BYTES];	/* the values' sealing key */
 	struct rc_url url;
 	struct rc_map map;
 	struct rnode **nodes;		/* [map.nnodes], by map index */
@@ -257,12 +259,14 @@ static void on_connect(const redisAsyncContext *ac, int status);
 static void on_disconnect(const redisAsyncContext *ac, int status);
 
 /*
- * The reply of a GET goes straight into its page: hiredis would copy the
- * value into a string of its own, and the string into the page, both
- * copies of the whole page. Replies come in the order of the requests, so
- * when a top-level string is read, the oldest request in flight on that
- * connection is the GET it answers; its header goes into the reply, for
- * the checks, and its data into the page. Anything else is hiredis's.
+ * The reply of a GET goes straight into its page, when that is host
+ * memory: hiredis would copy the value into a string of its own, and the
+ * string into the page, both copies of the whole page. Replies come in
+ * the order of the requests, so when a top-level string is read, the
+ * oldest request in flight on that connection is the GET it answers; its
+ * header goes into the reply, for the checks, and its sealed data into
+ * the page, where it is opened in place. Anything else is hiredis's
+ * (device pages: opened in the reply, then copied).
  */
 static redisReplyObjectFunctions *hiredis_fn;
 static redisReplyObjectFunctions direct_fn;
@@ -314,8 +318,8 @@ static void *direct_string(const redisReadTask *t, char *str, size_t len)
 	if (unasked(t))
 		return NULL;
 	if (t->parent || t->type != REDIS_REPLY_STRING || !q || !q->get ||
-	    len != RPAGE_HDR + q->bytes)
-		return hiredis_fn->createString(t, str, len);
+	    len != RPAGE_HDR + q->bytes || q->be->ops->kind != KVP_BACKEND_HOST)
+		return hiredis_fn->createString(t, str, len);	/* opened in the reply */
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return NULL;
@@ -570,9 +574,11 @@ static int get_value(struct rreq *q, const redisReply *rep)
 		return -EIO;
 	}
 	if (rep->integer == DIRECT_COPIED) {	/* the data is in the page already */
-		rc = rpage_check_split(rep->str, rep->len, q->dst, q->id, q->key, q->bytes);
+		rc = rvalue_open(rep->str, rep->len, q->dst, r->sk, q->id, q->key, q->bytes);
 	} else {
-		rc = rpage_check(rep->str, rep->len, q->id, q->key, q->bytes);
+		rc = rep->len < RPAGE_HDR ? -EBADMSG :
+		     rvalue_open(rep->str, rep->len, rep->str + RPAGE_HDR, r->sk, q->id, q->key,
+				 q->bytes);
 		if (rc == 0 && q->be->ops->from_host(q->be, q->dst, rep->str + RPAGE_HDR,
 						      q->bytes) < 0) {
 			r->st.errors++;
@@ -581,6 +587,7 @@ static int get_value(struct rreq *q, const redisReply *rep)
 	}
 	if (rc < 0) {
 		r->st.corrupt++;
+		r->st.forged += rc == -EKEYREJECTED;
 		return rc;
 	}
 	r->st.hits++;
@@ -836,7 +843,7 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 		free(buf);
 		return NULL;
 	}
-	rpage_pack(buf + hl, q->id, q->key, q->bytes);
+	rvalue_seal(buf + hl, r->sk, q->id, q->key, q->bytes);
 	memcpy(buf + hl + RPAGE_HDR + q->bytes, "\r\n", 2);
 	*len = (size_t)hl + RPAGE_HDR + q->bytes + 2;
 	return buf;
@@ -1303,10 +1310,11 @@ static int resolve_seeds(struct remote *r, char *err, size_t errlen)
 	return 0;
 }
 
-/* forget_password() - zero r's passwords (its copy of the caller's, and
- * the URL's). */
+/* forget_password() - zero r's secrets: its sealing key, its copy of the
+ * caller's password and the URL's. */
 static void forget_password(struct remote *r)
 {
+	explicit_bzero(r->sk, sizeof(r->sk));
 	explicit_bzero(r->url.password, sizeof(r->url.password));
 	if (r->password) {
 		explicit_bzero(r->password, strlen(r->password));
@@ -1325,11 +1333,22 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	int rc = 0;
 
 	*note = NULL;
+	if (!c->key || c->key_len < RVALUE_FILE_MIN) {
+		snprintf(err, errlen, "remote tier: no key to seal its values with (give "
+			 "--remote-key-file)");
+		return -EINVAL;
+	}
+	if (rvalue_init() < 0) {
+		snprintf(err, errlen, "remote tier: libsodium would not start");
+		return -ENOSYS;
+	}
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
 	r->l = l;
 	r->c = *c;
+	rvalue_key(c->key, c->key_len, r->sk);
+	r->c.key = NULL;	/* the caller's; r->sk is ours */
 	if (c->password) {	/* the caller's buffer ends with remote_open() */
 		r->password = strdup(c->password);
 		if (!r->password) {

@@ -25,6 +25,8 @@
 struct remote_config {
 	const char *url;		/* redis-cluster://... or redis://... */
 	const char *password;		/* overrides the URL's; NULL: the URL's (copied) */
+	const void *key;		/* the key file's bytes, the values' seal made */
+	size_t key_len;			/* from them (rvalue_key()); required */
 	uint32_t timeout_ms;		/* a node silent this long is down (0: 1000) */
 	uint32_t max_inflight;		/* requests per node (0: 256) */
 	uint64_t max_rate;		/* bytes/s each way, 0: no cap */
@@ -35,6 +37,7 @@ struct remote_config {
 struct remote_stats {
 	uint64_t gets, hits, misses;	/* GETs sent; values served; not there */
 	uint64_t corrupt;		/* values that failed their checks */
+	uint64_t forged;		/* of those, values whose seal did not open */
 	uint64_t errors;		/* GETs lost to a dead node, a timeout, an error;
 				 * connections dropped for breaking the protocol */
 	uint64_t skipped;		/* GETs not sent: node down, limits */
@@ -77,10 +80,11 @@ void remote_close(struct remote *r);
 /*
  * remote_get() - fetch the page of block key in namespace id into dst
  * (bytes, a pool page of backend be's memory, which copies into it) and
- * check it. done(arg, res) follows, never from
+ * check and open it (rvalue.h). done(arg, res) follows, never from
  * inside this call: res 0 (dst holds the page), -ENOENT (not there),
- * -EILSEQ / -EBADMSG / -ESTALE (a value that failed its checks, counted:
- * a miss; dst may hold its bytes, the value is read straight into it),
+ * -EBADMSG / -ESTALE / -EKEYREJECTED (a value that failed its checks,
+ * counted: a miss; dst may hold other bytes, the value is read straight
+ * into it),
  * -EHOSTDOWN (its node went away), -ETIMEDOUT,
  * -ECANCELED (the tier is closing). dst must stay valid until done.
  * Returns 0, or -EAGAIN (not sent: the node is down, its slot has no

@@ -426,6 +426,7 @@ static void remote_record(const struct remote *rt, struct kvp_wire_remote_stats 
 	w->hits = st.hits;
 	w->misses = st.misses;
 	w->corrupt = st.corrupt;
+	w->forged = st.forged;
 	w->errors = st.errors;
 	w->skipped = st.skipped;
 	w->puts = st.puts;

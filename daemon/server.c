@@ -13,6 +13,7 @@
  * complete, and the last completion frees the connection.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +30,7 @@
 #include "daemon/conn.h"
 #include "daemon/events.h"
 #include "daemon/remote.h"
+#include "daemon/rvalue.h"
 #include "daemon/lease.h"
 #include "daemon/server.h"
 #include "daemon/sockfile.h"
@@ -49,10 +52,48 @@ uint64_t server_now_ms(void)
 }
 
 /*
- * server_remote_open() - the remote tier of --remote, its password from
- * --remote-password-file, $KVPOOL_REMOTE_PASSWORD or the URL. A bad URL,
- * a server of the wrong kind or a refused password stop the start; no
- * server answering does not.
+ * read_key_file() - the bytes of --remote-key-file into buf (at most
+ * RVALUE_FILE_MAX): a regular file of 32 bytes or more that other users
+ * cannot read. Returns its length, or -EINVAL with err saying what to do.
+ */
+static ssize_t read_key_file(const char *path, uint8_t *buf, size_t cap, char *err,
+			     size_t errlen)
+{
+	struct stat st;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "--remote-key-file %s: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -EINVAL;
+	}
+	if (!S_ISREG(st.st_mode) || (st.st_mode & S_IROTH)) {
+		snprintf(err, errlen, "--remote-key-file %s: %s; chmod 600 it (or 640, "
+			 "group kvpool)", path, S_ISREG(st.st_mode) ? "other users can read "
+			 "the key" : "not a regular file");
+		close(fd);
+		return -EINVAL;
+	}
+	n = read(fd, buf, cap);
+	close(fd);
+	if (n < RVALUE_FILE_MIN) {
+		snprintf(err, errlen, "--remote-key-file %s: %zd bytes; it needs %u or more "
+			 "of random (head -c 32 /dev/urandom)", path, n < 0 ? (ssize_t)0 : n,
+			 RVALUE_FILE_MIN);
+		return -EINVAL;
+	}
+	return n;
+}
+
+/*
+ * server_remote_open() - the remote tier of --remote, its values sealed
+ * with --remote-key-file (required: without it anyone who may write to
+ * Redis could make this pool serve bytes of their choosing), its password
+ * from --remote-password-file, $KVPOOL_REMOTE_PASSWORD or the URL. A bad
+ * URL or key file, a server of the wrong kind or a refused password stop
+ * the start; no server answering does not.
  */
 static int server_remote_open(struct server *s, const struct options *o, char *err,
 			      size_t errlen)
@@ -62,11 +103,27 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 		.max_inflight = (uint32_t)o->remote_max_inflight, .max_rate = o->remote_rate,
 		.password = getenv("KVPOOL_REMOTE_PASSWORD"),
 	};
+	uint8_t key[RVALUE_FILE_MAX];
 	char pw[256];
 	const char *note;
+	ssize_t kl;
 	FILE *f;
 	int r;
 
+	if (!o->remote_key_file[0]) {
+		snprintf(err, errlen, "--remote needs --remote-key-file: pages in Redis are "
+			 "sealed with a key that only pools holding it can open (else whoever "
+			 "may write to Redis chooses what this pool serves). Make one, and "
+			 "give the same file to every machine that shares: (umask 077; "
+			 "head -c 32 /dev/urandom > /etc/kvpool/remote.key)");
+		return -EINVAL;
+	}
+	kl = read_key_file(o->remote_key_file, key, sizeof(key), err, errlen);
+	if (kl < 0)
+		return (int)kl;
+	rc.key = key;
+	rc.key_len = (size_t)kl;
+	pw[0] = '\0';
 	if (o->remote_password_file[0]) {
 		f = fopen(o->remote_password_file, "re");
 		if (!f || !fgets(pw, sizeof(pw), f)) {
@@ -74,6 +131,7 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 				 o->remote_password_file, f ? "empty" : strerror(errno));
 			if (f)
 				fclose(f);
+			explicit_bzero(key, sizeof(key));
 			return -EINVAL;
 		}
 		fclose(f);
@@ -82,12 +140,14 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 	}
 	r = remote_open(&s->remote, s->loop, &rc, &note, err, errlen);
 	explicit_bzero(pw, sizeof(pw));
+	explicit_bzero(key, sizeof(key));
 	if (r < 0)
 		return r;
 	if (note)
 		log_warn("%s", note);
 	log_info("remote tier %s: write-%s, timeout %llu ms, %llu requests in flight "
-		 "per node%s", remote_describe(s->remote), o->remote_write ? "through" : "back",
+		 "per node, values sealed%s", remote_describe(s->remote),
+		 o->remote_write ? "through" : "back",
 		 (unsigned long long)o->remote_timeout,
 		 (unsigned long long)o->remote_max_inflight,
 		 o->remote_prefill_rate ? ", fetched only when faster than prefill" : "");

@@ -481,7 +481,8 @@ struct kvp_wire_remote_stats {
 	uint64_t restored;	/* blocks it gave back, indexed in the pool */
 	uint64_t sent;		/* pages the namespaces sent to it */
 	uint64_t skipped_slow;	/* ACQUIREs that did not ask: recomputing is faster */
-	uint64_t reserved;
+	uint64_t forged;	/* of corrupt: values whose seal did not open (forged,
+				 * sealed under another key, or damaged) */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_remote_stats) == 224, "kvp_wire_remote_stats is 224 bytes");
 

@@ -85,7 +85,9 @@ static uint64_t turn(uint64_t ms)
 
 static struct remote *open_remote(void)
 {
-	struct remote_config c = { .url = url, .timeout_ms = 1000, .check_ms = 1000 };
+	static const char key[] = "thirty-two bytes of a key file, not random";
+	struct remote_config c = { .url = url, .timeout_ms = 1000, .check_ms = 1000,
+				   .key = key, .key_len = sizeof(key) };
 	struct remote *r = NULL;
 	const char *note;
 	char err[512];

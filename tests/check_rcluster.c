@@ -14,6 +14,7 @@
 
 #include "daemon/rcluster.h"
 #include "daemon/rpage.h"
+#include "daemon/rvalue.h"
 
 /* resp() - the reply that the RESP bytes s encode; caller frees it with
  * freeReplyObject(). */
@@ -386,44 +387,111 @@ START_TEST(test_rpage_key_names_identity_and_block)
 }
 END_TEST
 
-START_TEST(test_rpage_round_trip_and_every_mismatch_is_a_miss)
+/* open_copy() - rvalue_open() of a copy of v (opening decrypts in place). */
+static int open_copy(const uint8_t *v, size_t len, const uint8_t *sk, const uint8_t *id,
+		     const uint8_t *key, uint64_t bytes)
+{
+	static uint8_t w[RPAGE_HDR + 8192];
+
+	ck_assert_uint_le(len, sizeof(w));
+	memcpy(w, v, len);
+	return rvalue_open(w, len, w + RPAGE_HDR, sk, id, key, bytes);
+}
+
+START_TEST(test_rvalue_round_trip_and_every_mismatch_is_a_miss)
 {
 	enum { BYTES = 4096 };
 	uint8_t id[RPAGE_ID_BYTES], key[KVP_KEY_BYTES], other[KVP_KEY_BYTES];
-	uint8_t *v = malloc(RPAGE_HDR + BYTES), *w = malloc(RPAGE_HDR + BYTES + 1);
+	uint8_t sk[RVALUE_KEY_BYTES], sk2[RVALUE_KEY_BYTES], page[BYTES];
+	uint8_t *v = malloc(RPAGE_HDR + BYTES + 1), *w = malloc(RPAGE_HDR + BYTES + 1);
 	struct spill_ns ns;
 	unsigned i;
 
+	ck_assert_int_eq(rvalue_init(), 0);
+	rvalue_key("the same file on every machine, 32+ bytes", 41, sk);
+	rvalue_key("another machine's file, 32 bytes or more", 41, sk2);
 	test_ns(&ns);
 	rpage_ns_id(&ns, id);
 	memset(key, 7, sizeof(key));
 	memset(other, 8, sizeof(other));
 	for (i = 0; i < BYTES; i++)
-		v[RPAGE_HDR + i] = (uint8_t)(i * 31 + 1);
-	rpage_pack(v, id, key, BYTES);
-	ck_assert_int_eq(rpage_check(v, RPAGE_HDR + BYTES, id, key, BYTES), 0);
+		page[i] = (uint8_t)(i * 31 + 1);
+	memcpy(v + RPAGE_HDR, page, BYTES);
+	rvalue_seal(v, sk, id, key, BYTES);
+	/* sealed: no 16 bytes of the page are left in the clear */
+	for (i = 0; i + 16 <= BYTES; i += 16)
+		ck_assert_msg(!memmem(v, RPAGE_HDR + BYTES, page + i, 16),
+			      "page bytes %u.. are readable in the value", i);
+	memcpy(w, v, RPAGE_HDR + BYTES);
+	ck_assert_int_eq(rvalue_open(w, RPAGE_HDR + BYTES, w + RPAGE_HDR, sk, id, key, BYTES), 0);
+	ck_assert_mem_eq(w + RPAGE_HDR, page, BYTES);
+	/* the same page sealed again: another nonce, other bytes */
+	memcpy(w + RPAGE_HDR, page, BYTES);
+	rvalue_seal(w, sk, id, key, BYTES);
+	ck_assert(memcmp(w, v, RPAGE_HDR + BYTES));
 	/* another key or namespace, or another page size */
-	ck_assert_int_eq(rpage_check(v, RPAGE_HDR + BYTES, id, other, BYTES), -ESTALE);
+	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES, sk, id, other, BYTES), -ESTALE);
 	id[0] ^= 1;
-	ck_assert_int_eq(rpage_check(v, RPAGE_HDR + BYTES, id, key, BYTES), -ESTALE);
+	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES, sk, id, key, BYTES), -ESTALE);
 	id[0] ^= 1;
 	/* cut short, grown, or nothing but a header */
-	ck_assert_int_eq(rpage_check(v, RPAGE_HDR + BYTES - 1, id, key, BYTES), -EBADMSG);
-	memcpy(w, v, RPAGE_HDR + BYTES);
-	ck_assert_int_eq(rpage_check(w, RPAGE_HDR + BYTES + 1, id, key, BYTES), -EBADMSG);
-	ck_assert_int_eq(rpage_check(v, 10, id, key, BYTES), -EBADMSG);
+	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES - 1, sk, id, key, BYTES), -EBADMSG);
+	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES + 1, sk, id, key, BYTES), -EBADMSG);
+	ck_assert_int_eq(open_copy(v, 10, sk, id, key, BYTES), -EBADMSG);
+	/* a pool with another key file: the seal does not open */
+	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES, sk2, id, key, BYTES), -EKEYREJECTED);
 	/* one bit anywhere */
 	for (i = 0; i < RPAGE_HDR + BYTES; i += 97) {
 		memcpy(w, v, RPAGE_HDR + BYTES);
 		w[i] ^= 0x10;
-		ck_assert_msg(rpage_check(w, RPAGE_HDR + BYTES, id, key, BYTES) < 0,
+		ck_assert_msg(open_copy(w, RPAGE_HDR + BYTES, sk, id, key, BYTES) < 0,
 			      "a flipped bit at byte %u was served", i);
 	}
 	memcpy(w, v, RPAGE_HDR + BYTES);
 	w[RPAGE_HDR + 5] ^= 0x10;
-	ck_assert_int_eq(rpage_check(w, RPAGE_HDR + BYTES, id, key, BYTES), -EILSEQ);
+	ck_assert_int_eq(open_copy(w, RPAGE_HDR + BYTES, sk, id, key, BYTES), -EKEYREJECTED);
+	memcpy(w, v, RPAGE_HDR + BYTES);
+	w[100] ^= 0x10;		/* in the nonce: authenticated too */
+	ck_assert_int_eq(open_copy(w, RPAGE_HDR + BYTES, sk, id, key, BYTES), -EKEYREJECTED);
 	free(v);
 	free(w);
+}
+END_TEST
+
+/* What a writer to Redis without the key can make: the old format (its
+ * checksums were unkeyed: anyone could recompute them), or this one with
+ * chosen bytes and any tag. Neither opens. */
+START_TEST(test_rvalue_a_writer_without_the_key_cannot_forge_a_page)
+{
+	enum { BYTES = 1024 };
+	uint8_t id[RPAGE_ID_BYTES], key[KVP_KEY_BYTES], sk[RVALUE_KEY_BYTES];
+	uint8_t v[RPAGE_HDR + BYTES], w[RPAGE_HDR + BYTES];
+	uint32_t one = 1;
+	unsigned t;
+
+	ck_assert_int_eq(rvalue_init(), 0);
+	rvalue_key("a key file of thirty-two bytes or more", 38, sk);
+	memset(id, 3, sizeof(id));
+	memset(key, 4, sizeof(key));
+	memset(v + RPAGE_HDR, 0x5a, BYTES);
+	rvalue_seal(v, sk, id, key, BYTES);
+	/* the old format: the header as it was, format 1 */
+	memcpy(w, v, sizeof(w));
+	memcpy(w + 8, &one, 4);
+	ck_assert_int_eq(open_copy(w, sizeof(w), sk, id, key, BYTES), -EBADMSG);
+	/* this format, its header copied from a real value, the data chosen,
+	 * tags tried at random */
+	for (t = 0; t < 64; t++) {
+		memcpy(w, v, RPAGE_HDR);
+		memset(w + RPAGE_HDR, 0x66, BYTES);
+		for (unsigned k = 0; k < 16; k++)
+			w[RPAGE_HDR - 16 + k] = (uint8_t)(rand() >> 7);
+		ck_assert_int_eq(open_copy(w, sizeof(w), sk, id, key, BYTES), -EKEYREJECTED);
+	}
+	/* and the real value's tag over chosen data */
+	memcpy(w, v, RPAGE_HDR);
+	memset(w + RPAGE_HDR, 0x66, BYTES);
+	ck_assert_int_eq(open_copy(w, sizeof(w), sk, id, key, BYTES), -EKEYREJECTED);
 }
 END_TEST
 
@@ -463,7 +531,8 @@ static Suite *rpage_suite(void)
 
 	tcase_add_test(tc, test_rpage_identity_is_model_geometry_and_salt);
 	tcase_add_test(tc, test_rpage_key_names_identity_and_block);
-	tcase_add_test(tc, test_rpage_round_trip_and_every_mismatch_is_a_miss);
+	tcase_add_test(tc, test_rvalue_round_trip_and_every_mismatch_is_a_miss);
+	tcase_add_test(tc, test_rvalue_a_writer_without_the_key_cannot_forge_a_page);
 	suite_add_tcase(s, tc);
 	return s;
 }

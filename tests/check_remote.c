@@ -35,6 +35,8 @@
 static struct loop L;
 static struct backend BE;
 static char root[64];		/* the parent's: every test's cluster under it */
+static char keyfile[96];	/* root/remote.key: every daemon's, so they share */
+static const char key_bytes[] = "thirty-two bytes of a key file, not random";
 static char dir[96];
 static unsigned port;		/* the first node's */
 static uint8_t ns_id[RPAGE_ID_BYTES];
@@ -107,7 +109,8 @@ static void turn_ms(uint64_t ms)
 
 static struct remote *open_remote(const char *url, uint32_t timeout_ms)
 {
-	struct remote_config c = { .url = url, .timeout_ms = timeout_ms };
+	struct remote_config c = { .url = url, .timeout_ms = timeout_ms, .key = key_bytes,
+				   .key_len = sizeof(key_bytes) };
 	struct remote *r = NULL;
 	const char *note;
 	char err[512];
@@ -491,7 +494,7 @@ END_TEST
 
 START_TEST(test_remote_wrong_kind_of_server_is_refused_at_start)
 {
-	struct remote_config c = { 0 };
+	struct remote_config c = { .key = key_bytes, .key_len = sizeof(key_bytes) };
 	struct remote *r = NULL;
 	const char *note;
 	char u[128], err[512];
@@ -514,7 +517,7 @@ END_TEST
 
 START_TEST(test_remote_auth)
 {
-	struct remote_config c = { 0 };
+	struct remote_config c = { .key = key_bytes, .key_len = sizeof(key_bytes) };
 	struct remote *r = NULL;
 	const char *note;
 	char u[128], err[512];
@@ -543,7 +546,7 @@ END_TEST
  * is zeroed once remote_open() returns: every reconnect still sends it */
 START_TEST(test_remote_auth_again_after_a_reconnect)
 {
-	struct remote_config c = { 0 };
+	struct remote_config c = { .key = key_bytes, .key_len = sizeof(key_bytes) };
 	struct remote_stats st;
 	struct remote *r = NULL;
 	const char *note;
@@ -682,7 +685,8 @@ static void status_has(const char *sock, const char *text)
 static void a_published(void)
 {
 	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
 	struct daemon a;
 
 	cluster("start", NULL);
@@ -695,9 +699,10 @@ static void a_published(void)
 START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 {
 	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
-				 url, "--remote-write", "through", NULL };
-	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
 				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
 	struct daemon a, b;
 
 	cluster("start", NULL);
@@ -758,7 +763,7 @@ static long sets(void)
 START_TEST(test_remote_fetched_blocks_are_not_sent_back)
 {
 	const char *b_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
-				 NULL };
+				 "--remote-key-file", keyfile, NULL };
 	struct daemon b;
 	long before;
 
@@ -775,9 +780,9 @@ END_TEST
 START_TEST(test_remote_write_back_sends_what_leaves_the_pool)
 {
 	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
-				 url, NULL };
+				 url, "--remote-key-file", keyfile, NULL };
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
-				 NULL };
+				 "--remote-key-file", keyfile, NULL };
 	struct daemon a, b;
 	unsigned hits;
 
@@ -800,7 +805,8 @@ END_TEST
 START_TEST(test_remote_unreachable_cluster_leaves_the_daemon_serving)
 {
 	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
-			       url, "--remote-write", "through", NULL };
+			       url, "--remote-key-file", keyfile, "--remote-write", "through",
+			       NULL };
 	struct daemon a;
 
 	cluster_url();		/* nothing listens there */
@@ -831,7 +837,7 @@ static void one_key(unsigned on, char *k, size_t len)
 START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
 {
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
-				 NULL };
+				 "--remote-key-file", keyfile, NULL };
 	struct kvp_wire_stats st;
 	struct daemon b;
 	char k[256];
@@ -848,6 +854,7 @@ START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
 	ck_assert_uint_gt(hits, 0);
 	stats_of(b.sock, &st);
 	ck_assert_uint_eq(st.remote.corrupt, 1);
+	ck_assert_uint_eq(st.remote.forged, 1);	/* damaged: its seal does not open */
 	ck_assert_uint_eq(st.remote.restored, hits);
 	check_conservation(b.sock);
 	daemon_stop(&b);
@@ -857,7 +864,7 @@ END_TEST
 START_TEST(test_remote_client_policy_skips_a_slower_fetch)
 {
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
-				 NULL };
+				 "--remote-key-file", keyfile, NULL };
 	struct kvp_wire_stats st;
 	struct daemon b;
 	kvp_client *c;
@@ -915,6 +922,7 @@ static unsigned log_count(const struct daemon *d, const char *text)
 START_TEST(test_remote_daemon_reads_through_a_failover)
 {
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile,
 				 "--remote-timeout", "500", NULL };
 	struct kvp_wire_stats st;
 	struct daemon b;
@@ -964,6 +972,7 @@ END_TEST
 START_TEST(test_remote_cluster_gone_and_back_leaves_the_daemon_serving)
 {
 	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
+			       "--remote-key-file", keyfile,
 			       "--remote-write", "through", "--remote-timeout", "500", NULL };
 	struct kvp_wire_stats st;
 	struct daemon a;
@@ -1004,9 +1013,10 @@ END_TEST
 START_TEST(test_remote_daemons_share_through_a_full_server)
 {
 	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
-				 url, "--remote-write", "through", NULL };
-	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
 				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
 	struct kvp_wire_stats st;
 	struct daemon a, b;
 	unsigned hits;
@@ -1057,6 +1067,7 @@ START_TEST(test_remote_password_file_after_a_reconnect)
 {
 	char pwfile[300];
 	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile,
 				 "--remote-write", "through", "--remote-password-file", pwfile,
 				 NULL };
 	struct kvp_wire_stats st;
@@ -1087,7 +1098,8 @@ END_TEST
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
-			       "/tmp/kvp-remote-never.sock", "--remote", "redis-cluster://h:0",
+			       "/tmp/kvp-remote-never.sock", "--remote-key-file", keyfile,
+			       "--remote", "redis-cluster://h:0",
 			       NULL };
 	char out[4096];
 
@@ -1101,13 +1113,78 @@ START_TEST(test_remote_plain_server_given_as_a_cluster_stops_the_start)
 {
 	char u[128], out[4096];
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
-			       "/tmp/kvp-remote-never.sock", "--remote", u, NULL };
+			       "/tmp/kvp-remote-never.sock", "--remote-key-file", keyfile,
+			       "--remote", u, NULL };
 
 	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u", KVP_SRCDIR, dir, port), 0);
 	snprintf(u, sizeof(u), "redis-cluster://127.0.0.1:%u", port);
 	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
 	ck_assert_msg(strstr(out, "is not a Redis Cluster node") != NULL, "%s", out);
 	ck_assert_msg(strstr(out, "redis://127.0.0.1:") != NULL, "%s", out);	/* what to give */
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
+}
+END_TEST
+
+/* A writer to Redis without the key: a kvpoold with a key file of its
+ * own, serving the victim's prompts (same model, same salt: the same Redis
+ * keys) with bytes of its choosing. Before values were sealed it could
+ * recompute their checksums; now none of its values opens for the pools
+ * of the real key, which count them as forged and serve them as misses,
+ * while pools of the real key still share. */
+START_TEST(test_remote_a_forger_without_the_key_gets_no_hit)
+{
+	char forger_key[128];
+	const char *f_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", forger_key, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct kvp_wire_stats st;
+	struct daemon f, b;
+	unsigned hits;
+
+	cluster("start", NULL);
+	cluster_url();
+	snprintf(forger_key, sizeof(forger_key), "%s/forger.key", dir);
+	ck_assert_int_eq(sh("(umask 077; head -c 32 /dev/urandom > %s)", forger_key), 0);
+	daemon_start(&f, f_args);
+	machine_a(f.sock);	/* its pages hold the right bytes: sealed otherwise */
+	daemon_stop(&f);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);
+	ck_assert_uint_eq(hits, 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_gt(st.remote.forged, 0);
+	ck_assert_uint_eq(st.remote.forged, st.remote.corrupt);
+	ck_assert_uint_eq(st.remote.restored, 0);
+	status_has(b.sock, "forged");
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+/* --remote without a key file, or with one that others can read or that
+ * is too short, stops the start, saying how to make one. */
+START_TEST(test_remote_needs_a_key_file_of_its_own)
+{
+	char k[128], out[4096];
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote",
+			       "redis-cluster://127.0.0.1:7000", NULL, NULL, NULL };
+
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "--remote needs --remote-key-file") &&
+		      strstr(out, "(umask 077; head -c 32 /dev/urandom > /etc/kvpool/remote.key)"),
+		      "%s", out);
+	snprintf(k, sizeof(k), "%s/open.key", dir);
+	argv[6] = "--remote-key-file";
+	argv[7] = k;
+	ck_assert_int_eq(sh("head -c 32 /dev/urandom > %s && chmod 644 %s", k, k), 0);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "other users can read the key; chmod 600"), "%s", out);
+	ck_assert_int_eq(sh("head -c 16 /dev/urandom > %s && chmod 600 %s", k, k), 0);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "16 bytes; it needs 32 or more"), "%s", out);
 	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
 }
 END_TEST
@@ -1147,6 +1224,8 @@ static Suite *remote_suite(void)
 	ADD(test_remote_daemons_share_through_a_full_server);
 	ADD(test_remote_password_file_after_a_reconnect);
 	ADD(test_remote_bad_url_stops_the_start);
+	ADD(test_remote_a_forger_without_the_key_gets_no_hit);
+	ADD(test_remote_needs_a_key_file_of_its_own);
 	ADD(test_remote_plain_server_given_as_a_cluster_stops_the_start);
 	suite_add_tcase(s, tc);
 	return s;
@@ -1166,6 +1245,11 @@ int main(void)
 	snprintf(root, sizeof(root), "/tmp/kvp-remote-XXXXXX");
 	if (!mkdtemp(root)) {
 		perror("check_remote: mkdtemp");
+		return EXIT_FAILURE;
+	}
+	snprintf(keyfile, sizeof(keyfile), "%s/remote.key", root);
+	if (sh("(umask 077; head -c 32 /dev/urandom > %s)", keyfile) != 0) {
+		fprintf(stderr, "check_remote: cannot write %s\n", keyfile);
 		return EXIT_FAILURE;
 	}
 	sr = srunner_create(remote_suite());

@@ -831,6 +831,7 @@ static PyObject *remote_dict(const struct kvp_wire_remote_stats *r)
 	U(d, r, hits);
 	U(d, r, misses);
 	U(d, r, corrupt);
+	U(d, r, forged);
 	U(d, r, errors);
 	U(d, r, skipped);
 	U(d, r, puts);

@@ -450,8 +450,12 @@ def test_events_remote_medium(tmp_path):
     port = free_port()
     subprocess.run(["sh", script, "single", str(tmp_path / "redis"), str(port)], check=True)
     url = "redis://127.0.0.1:%d" % port
+    key = tmp_path / "remote.key"
+    key.write_bytes(os.urandom(32))
+    key.chmod(0o600)
     try:
-        ctx, pub, rep = start(tmp_path, "--remote", url, "--remote-write", "through")
+        ctx, pub, rep = start(tmp_path, "--remote", url, "--remote-key-file", str(key),
+                              "--remote-write", "through")
         with ctx as d:
             sub = Sub(pub, rep)
             with kvpool.Client(d.sock, "ev", GEO) as a:
