@@ -275,9 +275,10 @@ static void ev_moved(void *arg, const struct prefix *x, uint32_t e, unsigned gon
  * model is the first word of the namespace's model identity, or its
  * second when the first names the engine, as kvpool's connectors write it
  * ("vllm MODEL ...", "sglang MODEL ..."). */
-static void topic_of(const struct events *ev, const struct ns *n, char *out, size_t len)
+static void topic_of(const struct events *ev, const char *ns_name, const char *ns_model,
+		     char *out, size_t len)
 {
-	const char *t = ev->cfg.topic, *model = n->model, *end;
+	const char *t = ev->cfg.topic, *model = ns_model, *end;
 	char name[KVP_MODEL_MAX];
 	size_t o = 0;
 
@@ -294,7 +295,7 @@ static void topic_of(const struct events *ev, const struct ns *n, char *out, siz
 		else if (!strncmp(t, "{model}", 7))
 			v = name, t += 7;
 		else if (!strncmp(t, "{ns}", 4))
-			v = n->name, t += 4;
+			v = ns_name, t += 4;
 		if (v)
 			o += (size_t)snprintf(out + o, len - o, "%s", v);
 		else
@@ -312,7 +313,7 @@ void events_ns_open(struct events *ev, struct ns *n)
 	n->events = ev;
 	if (!ev)
 		return;
-	topic_of(ev, n, topic, sizeof(topic));
+	topic_of(ev, n->name, n->model, topic, sizeof(topic));
 	n->ev_topic = strdup(topic);
 	if (!n->ev_topic) {
 		log_error("namespace '%s': out of memory for its KV events topic; it "
@@ -321,6 +322,30 @@ void events_ns_open(struct events *ev, struct ns *n)
 		return;
 	}
 	prefix_set_sink(n->idx, ev_moved, n);
+}
+
+/* same_owner() - a and b made namespaces as the same owner: the same
+ * uid, or both the operator (root or the daemon's user). */
+static bool same_owner(uid_t a, uid_t b)
+{
+	return a == b || ((a == 0 || a == geteuid()) && (b == 0 || b == geteuid()));
+}
+
+const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
+				    const char *name, const char *model, uid_t creator)
+{
+	char topic[TOPIC_MAX];
+	uint32_t i;
+
+	if (!ev)
+		return NULL;
+	topic_of(ev, name, model, topic, sizeof(topic));
+	for (i = 0; i < t->count; i++)
+		if (t->ns[i]->events && !same_owner(t->ns[i]->creator, creator) &&
+		    strcmp(t->ns[i]->name, name) &&	/* not the one it replaces */
+		    !strcmp(t->ns[i]->ev_topic, topic))
+			return t->ns[i];
+	return NULL;
 }
 
 static void add_cleared(struct events *ev, const struct ns *n)
@@ -517,6 +542,17 @@ void events_ns_open(struct events *ev, struct ns *n)
 {
 	(void)ev;
 	n->events = NULL;
+}
+
+const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
+				    const char *name, const char *model, uid_t creator)
+{
+	(void)ev;
+	(void)t;
+	(void)name;
+	(void)model;
+	(void)creator;
+	return NULL;
 }
 
 void events_ns_gone(struct events *ev, struct ns *n, const struct ns_table *t)

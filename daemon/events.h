@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "kvpool_wire.h"
 
@@ -48,6 +49,7 @@ struct events_config {
 	uint64_t queue_bytes;	/* queued, and kept for replay, at most each */
 	uint64_t replay_batches;	/* kept for replay at most */
 	const char *pool_medium;	/* the pool's medium: "GPU" or "CPU" */
+	gid_t ipc_gid;		/* ipc:// sockets' group ((gid_t)-1: the daemon's) */
 	struct loop *loop;	/* for the batch window's timer (NULL: a batch
 				 * per loop turn) */
 };
@@ -69,6 +71,17 @@ int events_start(struct events **out, const struct events_config *cfg, char *err
  * reports to ev from now on (call before its first entry).
  */
 void events_ns_open(struct events *ev, struct ns *n);
+
+/*
+ * events_topic_owner() - a namespace named name, of model, made by
+ * creator, would publish on the topic of another namespace that someone
+ * else made: that namespace (so that the caller refuses to make it: one
+ * namespace may not speak for another), else NULL (also without events).
+ * Root and the daemon's user count as one: the operator (namespaces a
+ * restart brings back are the daemon's).
+ */
+const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
+				    const char *name, const char *model, uid_t creator);
 
 /*
  * events_ns_gone() - n is about to be dropped with everything it holds:

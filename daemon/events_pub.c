@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -377,6 +378,31 @@ static void *publisher(void *arg)
 	}
 }
 
+/*
+ * ipc_share() - an ipc:// socket file is mode 0660, of --kv-events-ipc-group
+ * (else the daemon's group): under the daemon's umask it would be 0600,
+ * and a router running as another user could not connect. Who may reach
+ * it is also who may enter its directory. Abstract sockets (ipc://@NAME)
+ * have no file. 0, or -errno with err.
+ */
+static int ipc_share(const struct events *ev, const char *flag, const char *endpoint,
+		     char *err, size_t errlen)
+{
+	const char *path = endpoint + 6;
+
+	if (strncmp(endpoint, "ipc://", 6) || path[0] == '@')
+		return 0;
+	if ((ev->cfg.ipc_gid != (gid_t)-1 && chown(path, (uid_t)-1, ev->cfg.ipc_gid) < 0) ||
+	    chmod(path, 0660) < 0) {
+		int rc = -errno;
+
+		snprintf(err, errlen, "%s %s: cannot give the socket mode 0660 and its group: "
+			 "%s", flag, endpoint, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
 /* open_socket() - a socket of type bound to endpoint, or NULL with err. */
 static void *open_socket(struct events *ev, int type, const char *flag,
 			 const char *endpoint, char *err, size_t errlen)
@@ -399,6 +425,10 @@ static void *open_socket(struct events *ev, int type, const char *flag,
 	if (zmq_bind(s, endpoint) < 0) {
 		snprintf(err, errlen, "%s %s: cannot bind: %s; give tcp://ADDR:PORT with a "
 			 "free port, or ipc://PATH", flag, endpoint, zmq_strerror(errno));
+		zmq_close(s);
+		return NULL;
+	}
+	if (ipc_share(ev, flag, endpoint, err, errlen) < 0) {
 		zmq_close(s);
 		return NULL;
 	}

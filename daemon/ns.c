@@ -426,8 +426,11 @@ static int ns_destroy(struct ns_table *t, struct pool *p, struct ns *n)
 /* may_create() - j may create a namespace now; else err says why and
  * the status is returned. */
 static int may_create(const struct ns_table *t, const struct ns_config *k,
-		      const struct ns_joiner *j, const char *name, char *err, size_t errlen)
+		      const struct ns_joiner *j, const struct kvp_wire_hello *h, char *err,
+		      size_t errlen)
 {
+	const char *name = h->ns;
+	const struct ns *o;
 	uint32_t i, mine = 0;
 
 	if (!j->may_create) {
@@ -443,6 +446,15 @@ static int may_create(const struct ns_table *t, const struct ns_config *k,
 			 "drop) or ask the daemon's admin to raise it", name,
 			 (unsigned)j->uid, mine, k->max_per_uid);
 		return -KVP_S_LIMIT;
+	}
+	o = events_topic_owner(k->events, t, name, h->model, j->uid);
+	if (o) {
+		snprintf(err, errlen, "cannot create namespace '%s': its KV events topic "
+			 "would be that of namespace '%s', which another user made, and one "
+			 "namespace may not publish for another; use a model identity of "
+			 "your own, or ask the daemon's admin for a topic with {ns} "
+			 "(--kv-events-topic)", name, o->name);
+		return -KVP_S_PERM;
 	}
 	return 0;
 }
@@ -511,7 +523,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 		return -KVP_S_MISMATCH;
 	n = ns_find(t, h->ns);
 	if (!n) {
-		rc = may_create(t, k, j, h->ns, err, errlen);
+		rc = may_create(t, k, j, h, err, errlen);
 		return rc < 0 ? rc : ns_create(t, p, k, h, j->uid, out, err, errlen);
 	}
 
@@ -532,7 +544,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 		 * changes nothing. */
 		rc = hello_check(k, h, &pb, &scheme, err, errlen);
 		if (rc == 0)
-			rc = may_create(t, k, j, h->ns, err, errlen);
+			rc = may_create(t, k, j, h, err, errlen);
 		if (rc < 0)
 			return rc;
 		events_ns_gone(n->events, n, t);

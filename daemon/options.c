@@ -168,6 +168,9 @@ static const struct opt_def opt_table[] = {
 	  NULL },
 	{ "kv-events-replay-batches", 0, OPT_UINT, OFF(kv_events_replay_batches), 0, 1,
 	  10000000, "N", "batches kept for replay, at most (default 10000)", NULL },
+	{ "kv-events-ipc-group", 0, OPT_STRING, OFF(kv_events_ipc_group),
+	  SZ(kv_events_ipc_group), 0, 0, "GROUP", "ipc:// event sockets are mode 0660, "
+	  "this group's: a router in it may connect (default: the daemon's group)", NULL },
 	{ "remote", 0, OPT_STRING, OFF(remote), SZ(remote), 0, 0,
 	  "URL", "keep pages in Redis too, below the local tiers: redis-cluster://"
 	  "HOST:PORT[,HOST:PORT...] or redis://HOST:PORT (default: off; docs/remote.md)",

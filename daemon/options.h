@@ -38,6 +38,7 @@ struct options {
 	char kv_events[256];		/* --kv-events ENDPOINT; "": off */
 	char kv_events_replay[256];	/* --kv-events-replay ENDPOINT; "": none */
 	char kv_events_topic[256];	/* topic template */
+	char kv_events_ipc_group[64];	/* ipc:// sockets' group; "": the daemon's */
 	unsigned kv_events_format;	/* 0 map (vLLM >= 0.24), 1 array */
 	unsigned kv_events_hashes;	/* 0 int, 1 bytes */
 	uint64_t kv_events_queue;	/* bytes queued (and kept for replay) at most */

@@ -299,7 +299,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		joiner.may_create = (rights & (ACCESS_WRITE | ACCESS_ADMIN)) != 0;
 		joiner.unlimited = c->cred.uid == 0 || c->cred.uid == geteuid();
 		rc = ns_join(&s->nst, s->pool, &s->keys, &h, &joiner, &n, err, sizeof(err));
-		if (rc == -KVP_S_PERM) {
+		if (rc == -KVP_S_PERM && !joiner.may_create) {
 			conn_error(c, req, KVP_S_PERM, "%s; uid %u (gid %u) has %s there: let "
 				   "a writer create it first, or ask the daemon's admin for an "
 				   "--access rule (kvpoold(8), ACCESS)", err,

@@ -907,8 +907,21 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 			.hashes = o->kv_events_hashes, .queue_bytes = o->kv_events_queue,
 			.replay_batches = o->kv_events_replay_batches,
 			.pool_medium = be->ops->kind == KVP_BACKEND_CUDA ? "GPU" : "CPU",
-			.loop = l,
+			.loop = l, .ipc_gid = (gid_t)-1,
 		};
+
+		if (o->kv_events_ipc_group[0]) {
+			struct group *gr = getgrnam(o->kv_events_ipc_group);
+
+			if (!gr) {
+				snprintf(err, errlen, "--kv-events-ipc-group '%s' is not a group "
+					 "on this system (see getent group)",
+					 o->kv_events_ipc_group);
+				rc = -EINVAL;
+				goto out_socket;
+			}
+			ec.ipc_gid = gr->gr_gid;
+		}
 
 		rc = events_start(&s->events, &ec, err, errlen);
 		if (rc < 0)

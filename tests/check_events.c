@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -473,6 +475,126 @@ START_TEST(test_events_bad_endpoints_stop_the_start_naming_them)
 }
 END_TEST
 
+/* publish_one() - publish one block (tokens from first) into namespace ns
+ * of model through sock, and let it go. */
+static void publish_one(const char *sock, const char *ns, const char *model, uint32_t first)
+{
+	kvp_geometry g = geo;
+	uint32_t tokens[BT];
+	kvp_page page, canon;
+	kvp_key key;
+	kvp_client *c;
+	uint32_t i;
+
+	g.model = model;
+	for (i = 0; i < BT; i++)
+		tokens[i] = first + i;
+	ck_assert_int_eq(kvp_connect(sock, ns, &g, &c), 0);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, tokens, BT, NULL, 0, &key), 1);
+	ck_assert_int_eq(kvp_alloc(c, 1, &page), 0);
+	ck_assert_int_eq(kvp_publish_tokens(c, NULL, NULL, &page, &key, tokens, 1,
+					    KVP_PRIO_NORMAL, &canon), 0);
+	ck_assert_int_eq(kvp_release(c, &page, 1), 0);
+	kvp_close(c);
+}
+
+/* A tenant with write rights on its own namespace only once set its model
+ * to a victim's and published on the victim's topic; such a namespace is
+ * not made now. The operator's own namespaces (tensor-parallel ranks) may
+ * share a topic, and with {ns} in the template nothing is shared. */
+START_TEST(test_events_one_namespace_may_not_publish_for_another)
+{
+	static const char *const none[] = { "--socket-group", "nogroup", "--access",
+					    "* read,write 65534", NULL };
+	static const char *const with_ns[] = { "--socket-group", "nogroup", "--access",
+					       "* read,write 65534", "--kv-events-topic",
+					       "kv@{host}@{model}@{ns}", NULL };
+	const char *const *topics[] = { none, with_ns };
+	struct ev_env e;
+	int status, t;
+	pid_t pid;
+
+	for (t = 0; t < 2; t++) {
+		start(&e, topics[t]);
+		ck_assert_int_eq(chmod(e.d.dir, 0711), 0);
+		publish_one(e.d.sock, "victim", "victim/model", 100);
+		publish_one(e.d.sock, "victim-rank1", "victim/model", 100);	/* the operator's */
+		pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			kvp_geometry g = geo;
+			kvp_client *c;
+			int rc;
+
+			become_nobody();
+			g.model = "victim/model";
+			rc = kvp_connect(e.d.sock, "mallory", &g, &c);
+			if (t == 0) {
+				expect(rc == -EACCES, 10);
+				expect(strstr(kvp_last_error(), "may not publish for another"), 11);
+				expect(strstr(kvp_last_error(), "'victim"), 12);
+			} else {
+				expect(rc == 0, 13);
+				kvp_close(c);
+			}
+			g.model = "mallory/own-model";	/* a model of its own: fine */
+			expect(kvp_connect(e.d.sock, "mallory2", &g, &c) == 0, 14);
+			kvp_close(c);
+			_exit(0);
+		}
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child step %d",
+			      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		finish(&e);
+	}
+}
+END_TEST
+
+/* ipc:// sockets were 0600 under the daemon's umask, so a router running
+ * as another user could not subscribe, as docs/events.md says it may. */
+START_TEST(test_events_a_router_of_the_ipc_group_subscribes_as_another_user)
+{
+	static const char *const group[] = { "--kv-events-ipc-group", "nogroup", NULL };
+	struct ev_env e;
+	struct stat st;
+	int status, i;
+	pid_t pid;
+
+	start(&e, group);
+	ck_assert_int_eq(chmod(e.d.dir, 0711), 0);	/* the socket is its mode's */
+	ck_assert_int_eq(stat(e.pub + 6, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0660);
+	ck_assert_uint_eq(st.st_gid, harness_nogroup_gid);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		void *ctx, *sub;
+		struct msg m;
+
+		become_nobody();	/* keeps nogroup */
+		ctx = zmq_ctx_new();
+		sub = zmq_socket(ctx, ZMQ_SUB);
+		expect(zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0) == 0, 10);
+		expect(zmq_connect(sub, e.pub) == 0, 11);
+		expect(recv_msg(sub, &m, 8000), 12);	/* a batch came */
+		expect(m.n == 3, 13);
+		_exit(0);
+	}
+	for (i = 0; i < 16; i++) {	/* until the child has one (slow joiner) */
+		usleep(300000);
+		publish_one(e.d.sock, "ev", "test/events", 1000 + i * BT);
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			break;
+	}
+	if (i == 16)
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child step %d",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	finish(&e);
+}
+END_TEST
+
 static Suite *events_suite(void)
 {
 	Suite *s = suite_create("events");
@@ -485,6 +607,16 @@ static Suite *events_suite(void)
 	tcase_add_test(tc, test_events_malformed_replay_requests_change_nothing);
 	tcase_add_test(tc, test_events_a_full_queue_drops_counts_and_never_blocks);
 	tcase_add_test(tc, test_events_bad_endpoints_stop_the_start_naming_them);
+	suite_add_tcase(s, tc);
+	if (!harness_have_nobody()) {
+		printf("check_events: the tests of another user need root and the users "
+		       "nobody and nogroup; not run\n");
+		return s;
+	}
+	tc = tcase_create("another user");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_events_one_namespace_may_not_publish_for_another);
+	tcase_add_test(tc, test_events_a_router_of_the_ipc_group_subscribes_as_another_user);
 	suite_add_tcase(s, tc);
 	return s;
 }
