@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,13 @@
 #include <microhttpd.h>
 
 #define METRICS_WAIT_MS 2000
+/* A scrape takes milliseconds: connections are few, short and per host,
+ * so that idle or slow connections from one host cannot take every slot
+ * and blind the alerts of the others. */
+#define METRICS_CONNS		64u	/* connections in all */
+#define METRICS_CONNS_PER_IP	4u	/* from one address (Prometheus: 1 each) */
+#define METRICS_IDLE_S		3u	/* a connection silent this long is closed */
+#define METRICS_SAY_EVERY_NS	60000000000ull	/* libmicrohttpd's errors: a line a minute */
 
 struct metrics {
 	struct loop *loop;
@@ -47,6 +55,8 @@ struct metrics {
 	size_t len;
 	uint64_t asked, gen;	/* snapshots asked for, and the one text is */
 	bool stopping;
+	uint64_t said_ns;	/* libmicrohttpd's last error logged */
+	unsigned unsaid;	/* its errors since, not logged */
 };
 
 bool metrics_built(void)
@@ -55,6 +65,38 @@ bool metrics_built(void)
 }
 
 static void metrics_post(struct metrics *m);
+
+/*
+ * mhd_log() - libmicrohttpd's errors (a refused connection, a timeout)
+ * go to the daemon's log, one line a minute at most with a count of the
+ * others: a flood of connections must not flood the log too.
+ */
+static void mhd_log(void *arg, const char *fmt, va_list ap)
+{
+	struct metrics *m = arg;
+	struct timespec ts;
+	char line[256];
+	uint64_t now;
+	unsigned unsaid;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	pthread_mutex_lock(&m->mu);
+	if (m->said_ns && now - m->said_ns < METRICS_SAY_EVERY_NS) {
+		m->unsaid++;
+		pthread_mutex_unlock(&m->mu);
+		return;
+	}
+	m->said_ns = now;
+	unsaid = m->unsaid;
+	m->unsaid = 0;
+	pthread_mutex_unlock(&m->mu);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	line[strcspn(line, "\n")] = '\0';
+	log_warn("metrics: %s (%u more such in the last minute not logged; at most %u "
+		 "connections, %u from one address, closed after %u s idle)", line, unsaid,
+		 METRICS_CONNS, METRICS_CONNS_PER_IP, METRICS_IDLE_S);
+}
 
 /* metrics_render() - the loop's side: STATS as text, swapped in. */
 static void metrics_render(struct metrics *m)
@@ -304,8 +346,10 @@ int metrics_start(struct metrics **out, const char *listen, struct loop *l, stru
 	metrics_render(m);	/* a first snapshot, before any scrape */
 	m->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
 				  NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, m->lfd,
-				  MHD_OPTION_CONNECTION_LIMIT, 32u,
-				  MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+				  MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNS,
+				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_CONNS_PER_IP,
+				  MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m, MHD_OPTION_END);
 	if (!m->mhd) {
 		snprintf(err, errlen, "--metrics-listen: libmicrohttpd would not start on %s",
 			 listen);

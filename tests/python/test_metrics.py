@@ -167,3 +167,45 @@ def test_a_port_outside_1_to_65535_stops_start_up(spec):
         Daemon(["--metrics-listen", spec])
     assert "--metrics-listen %s: port '%s' is not 1..65535" % (spec, spec.rsplit(":", 1)[-1]) \
         in str(e.value)
+
+
+def test_idle_connections_from_one_host_do_not_blind_the_scrapes(metrics_daemon):
+    """40 idle connections (32 took every slot once, and every refusal was
+    a line on stderr): one address holds a few slots at most, a scrape
+    from another still gets its page, idle ones are closed within
+    seconds, and the log says so once, not 40 times."""
+    import http.client
+    d = metrics_daemon
+    port = int(d.metrics.split(":")[2].split("/")[0])
+    idle = []
+    for _ in range(40):
+        s = socket.socket()
+        s.connect(("127.0.0.1", port))   # from 127.0.0.1, and silent
+        idle.append(s)
+    try:
+        time.sleep(0.3)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=5,
+                                       source_address=("127.0.0.2", 0))
+        c.request("GET", "/metrics")
+        r = c.getresponse()
+        assert r.status == 200 and b"kvpool_up" in r.read()
+        c.close()
+        # the idle ones are closed after 3 s: the same address scrapes again
+        time.sleep(4)
+        status, _, body = get(d.metrics)
+        assert status == 200
+        closed = 0
+        for s in idle:
+            s.settimeout(0.1)
+            try:
+                closed += s.recv(1) == b""
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:
+                pass
+        assert closed == 40
+    finally:
+        for s in idle:
+            s.close()
+    lines = [ln for ln in d.read_log().splitlines() if "metrics:" in ln and "warn" in ln]
+    assert 1 <= len(lines) <= 2, lines
