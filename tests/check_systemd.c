@@ -211,6 +211,75 @@ START_TEST(test_the_units_verify)
 }
 END_TEST
 
+/* The unit allows AF_UNIX only, which stops --metrics-listen, --kv-events
+ * tcp:// and --remote from opening sockets; the drop-in the package ships
+ * (contrib/systemd/network.conf) allows AF_INET and AF_INET6: it
+ * verifies with the unit, and where a systemd manager runs, kvpoold
+ * under the unit's restriction cannot listen for /metrics and can with
+ * the drop-in's. */
+START_TEST(test_the_network_drop_in_verifies_and_opens_inet)
+{
+	const char *src = getenv("KVPOOL_SRCDIR"), *real = getenv("KVPOOLD_REAL");
+	char dir[64], cmd[3 * PATH_MAX + 512], out[8192], abs[PATH_MAX], prog[PATH_MAX];
+	const char *argv[] = { NULL, "verify", "--man=no", NULL, NULL };
+	char svc[256];
+	int st, i;
+
+	static const char *const runs[2] = { "AF_UNIX", "AF_UNIX AF_INET AF_INET6" };
+
+	ck_assert_msg(which("systemd-analyze", prog, sizeof(prog)), "systemd-analyze is "
+		      "missing: apt-get install systemd (contrib/quickstart test does)");
+	argv[0] = prog;
+	ck_assert_ptr_nonnull(src);
+	ck_assert_ptr_nonnull(realpath(real ? real : harness_kvpoold(), abs));
+	make_dir(dir, sizeof(dir));
+	snprintf(cmd, sizeof(cmd), "grep -qx 'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' "
+		 "'%s/contrib/systemd/network.conf' && "
+		 "sed 's|/usr/sbin/kvpoold|%s|' '%s/contrib/systemd/kvpoold.service' > "
+		 "%s/kvpoold.service && cp '%s/contrib/systemd/kvpoold.socket' %s/ && "
+		 "mkdir %s/kvpoold.service.d && cp '%s/contrib/systemd/network.conf' "
+		 "%s/kvpoold.service.d/", src, abs, src, dir, src, dir, dir, src, dir);
+	ck_assert_int_eq(system(cmd), 0);
+	snprintf(svc, sizeof(svc), "%s/kvpoold.service", dir);
+	argv[3] = svc;
+	/* the unit with its drop-in, as systemd finds it in the unit path
+	 * (the trailing ':' keeps the default path after it); a line of the
+	 * drop-in that systemd cannot parse would be output */
+	snprintf(cmd, sizeof(cmd), "%s:", dir);
+	setenv("SYSTEMD_UNIT_PATH", cmd, 1);
+	st = run_cmd(argv, out, sizeof(out));
+	unsetenv("SYSTEMD_UNIT_PATH");
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0 && out[0] == '\0',
+		      "systemd-analyze verify with network.conf: status %d:\n%s", st, out);
+	if (system("systemctl is-system-running >/dev/null 2>&1 || "
+		   "[ \"$(systemctl is-system-running 2>/dev/null)\" = degraded ]") != 0) {
+		printf("check_systemd: no systemd manager runs here: kvpoold under the "
+		       "unit's RestrictAddressFamilies= not tried (systemd-run needs one)\n");
+		remove_dir(dir);
+		return;
+	}
+	for (i = 0; i < 2; i++) {
+		/* kvpoold in a transient unit with one or the other restriction,
+		 * stopped by timeout(1) after 3 s */
+		snprintf(cmd, sizeof(cmd), "systemd-run --quiet --wait --collect --pipe "
+			 "-p 'RestrictAddressFamilies=%s' timeout -s TERM 3 %s --foreground "
+			 "--socket %s/run%d.sock --metrics-listen 127.0.0.1:%u --pool-size 1M "
+			 "--slab-size 1M >%s/run%d.log 2>&1", runs[i], abs, dir, i,
+			 20000 + (unsigned)getpid() % 20000, dir, i);
+		st = system(cmd);
+		snprintf(cmd, sizeof(cmd), "%s/run%d.log", dir, i);
+		read_file(cmd, out, sizeof(out));
+		if (i == 0)
+			ck_assert_msg(strstr(out, "Address family not supported"),
+				      "AF_UNIX only, and kvpoold listened:\n%s", out);
+		else
+			ck_assert_msg(strstr(out, "metrics: Prometheus text at"),
+				      "with network.conf, no /metrics:\n%s", out);
+	}
+	remove_dir(dir);
+}
+END_TEST
+
 /* A client connects before kvpoold runs at all: systemd-socket-activate
  * holds the socket and starts kvpoold at that first connection, handing
  * it over; the client is served once kvpoold is ready. */
@@ -367,6 +436,7 @@ static Suite *systemd_suite(void)
 
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_the_units_verify);
+	tcase_add_test(tc, test_the_network_drop_in_verifies_and_opens_inet);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("activation");
