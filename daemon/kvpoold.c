@@ -370,6 +370,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 1;
 	}
+	for (unsigned i = 0; i < opt.nwarnings; i++)	/* secrets others may read */
+		log_warn("%s", opt.warnings[i]);
 	if (!opt.foreground && !opt.log_file[0]) {
 		char why[256];
 

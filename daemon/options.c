@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "kvpool_wire.h"
 #include "client/size.h"
@@ -119,7 +120,11 @@ static const struct opt_def opt_table[] = {
 	  "SEED", "root key seed, vLLM's NONE_HASH seed (default: $PYTHONHASHSEED, else "
 	  "vllm-none-hash, as vLLM)", NULL },
 	{ "key-salt", 0, OPT_STRING, OFF(key_salt), SZ(key_salt), 0, 0,
-	  "SALT", "secret mixed with each namespace's name into its root key", NULL },
+	  "SALT", "secret mixed with each namespace's name into its root key (on the "
+	  "command line it shows in ps: prefer --key-salt-file)", NULL },
+	{ "key-salt-file", 0, OPT_STRING, OFF(key_salt_file), SZ(key_salt_file), 0, 0,
+	  "PATH", "the key salt is the first line of PATH (a file only kvpoold's user "
+	  "may read)", NULL },
 	{ "pinned-quota", 0, OPT_UINT, OFF(pinned_pct), 0, 0, 100,
 	  "PCT", "pinned pages per namespace, % of its pages (default 10)", NULL },
 	{ "free-watermark", 0, OPT_UINT, OFF(free_watermark_pct), 0, 0, 50,
@@ -483,6 +488,98 @@ int options_load_file(struct options *o, const char *path,
 	return rc;
 }
 
+/* warn() - keep a warning for kvpoold to log once its log is set up. */
+static void warn(struct options *o, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void warn(struct options *o, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (o->nwarnings >= sizeof(o->warnings) / sizeof(o->warnings[0]))
+		return;
+	va_start(ap, fmt);
+	vsnprintf(o->warnings[o->nwarnings++], sizeof(o->warnings[0]), fmt, ap);
+	va_end(ap);
+}
+
+/* others_read() - path is a file that users other than its owner and
+ * group may read. */
+static bool others_read(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && (st.st_mode & S_IROTH);
+}
+
+/* url_has_password() - a --remote URL with PASSWORD@ in it. */
+static bool url_has_password(const char *url)
+{
+	const char *p = strstr(url, "://");
+
+	return p && strchr(p + 3, '@');
+}
+
+/*
+ * options_secrets() - read --key-salt-file, and say where secrets are
+ * exposed: on the command line (every user sees argv in ps), or in a
+ * file other users may read. argv_salt / argv_url: pass 2 set them.
+ */
+static int options_secrets(struct options *o, bool argv_salt, bool argv_url, char *err,
+			   size_t errlen)
+{
+	if (o->key_salt_file[0]) {
+		FILE *f;
+		char line[sizeof(o->key_salt) + 2];
+
+		if (o->key_salt[0]) {
+			snprintf(err, errlen, "give the key salt once: --key-salt or "
+				 "--key-salt-file, not both");
+			return -EINVAL;
+		}
+		f = fopen(o->key_salt_file, "re");
+		if (!f) {
+			snprintf(err, errlen, "--key-salt-file %s: %s", o->key_salt_file,
+				 strerror(errno));
+			return -EINVAL;
+		}
+		if (!fgets(line, sizeof(line), f)) {
+			fclose(f);
+			snprintf(err, errlen, "--key-salt-file %s: empty; its first line is the "
+				 "salt", o->key_salt_file);
+			return -EINVAL;
+		}
+		fclose(f);
+		line[strcspn(line, "\r\n")] = '\0';
+		if (!line[0] || strlen(line) >= sizeof(o->key_salt)) {
+			snprintf(err, errlen, "--key-salt-file %s: its first line is %s",
+				 o->key_salt_file, line[0] ? "longer than 255 bytes" : "empty");
+			explicit_bzero(line, sizeof(line));
+			return -EINVAL;
+		}
+		memcpy(o->key_salt, line, strlen(line) + 1);
+		explicit_bzero(line, sizeof(line));
+		if (others_read(o->key_salt_file))
+			warn(o, "--key-salt-file %s: other users can read the key salt; "
+			     "chmod 600 it (or 640, group kvpool)", o->key_salt_file);
+	}
+	if (argv_salt)
+		warn(o, "--key-salt on the command line shows in ps to every user; put it "
+		     "in a file only kvpoold's user may read (--key-salt-file)");
+	if (argv_url && url_has_password(o->remote))
+		warn(o, "--remote: the password in the URL shows in ps to every user; use "
+		     "--remote-password-file or KVPOOL_REMOTE_PASSWORD");
+	if (o->config_file[0] && others_read(o->config_file) &&
+	    ((!argv_salt && o->key_salt[0] && !o->key_salt_file[0]) ||
+	     (!argv_url && url_has_password(o->remote))))
+		warn(o, "config file %s holds a secret (key-salt, or a password in remote) "
+		     "and other users can read it; chmod 640 it, group kvpool (the "
+		     "package installs it so)", o->config_file);
+	if (o->remote_password_file[0] && others_read(o->remote_password_file))
+		warn(o, "--remote-password-file %s: other users can read the password; "
+		     "chmod 600 it (or 640, group kvpool)", o->remote_password_file);
+	return 0;
+}
+
 /* options_check() - rules that tie options together. */
 static int options_check(const struct options *o, char *err, size_t errlen)
 {
@@ -528,6 +625,7 @@ int options_parse(struct options *o, int argc, char **argv,
 	struct option longopts[N_OPTS + 4];
 	char shortopts[3 * N_OPTS + 16], why[OPTIONS_PATH_MAX + 128];
 	char *sp = shortopts;
+	bool argv_salt, argv_url;
 	size_t i;
 	int c, idx, rc;
 
@@ -613,6 +711,7 @@ int options_parse(struct options *o, int argc, char **argv,
 
 	/* Pass 2: the flags, which override the file. */
 	optind = 0;	/* 0: glibc starts over, GNU extensions included */
+	argv_salt = argv_url = false;
 	while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
 		const struct opt_def *d = NULL;
 
@@ -628,7 +727,12 @@ int options_parse(struct options *o, int argc, char **argv,
 			snprintf(err, errlen, "--%s: %s", d->name, why);
 			return -EINVAL;
 		}
+		argv_salt = argv_salt || d->offset == OFF(key_salt);
+		argv_url = argv_url || d->offset == OFF(remote);
 	}
+	rc = options_secrets(o, argv_salt, argv_url, err, errlen);
+	if (rc < 0)
+		return rc;
 	return options_check(o, err, errlen);
 }
 

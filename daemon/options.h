@@ -72,6 +72,9 @@ struct options {
 	unsigned key_scheme;		/* index in key_scheme names: 0 vllm, 1 fast */
 	char key_seed[256];		/* root key = H(seed) */
 	char key_salt[256];		/* "" or mixed into each namespace's root */
+	char key_salt_file[OPTIONS_PATH_MAX];	/* key_salt is its first line */
+	char warnings[4][256];		/* what options_parse() found unsafe, to log */
+	unsigned nwarnings;
 	uint64_t pinned_pct;		/* pinned quota per namespace, % of its pages */
 	uint64_t free_watermark_pct;	/* below this % free, evict ahead ... */
 	uint64_t free_watermark_high_pct;	/* ... until this % is free */

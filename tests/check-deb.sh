@@ -52,9 +52,16 @@ for f in usr/sbin/kvpoold usr/bin/kvpool etc/kvpool/kvpoold.conf \
 	usr/share/man/man8/kvpoold.8.gz usr/share/man/man1/kvpool.1.gz \
 	usr/share/man/man3/libkvpool.3.gz usr/include/kvpool.h "usr/lib/$ma/libkvpool.so.0" \
 	"usr/lib/$ma/libkvpool.so" "usr/lib/$ma/pkgconfig/kvpool.pc" \
-	usr/lib/sysusers.d/kvpool.conf; do
+	usr/lib/sysusers.d/kvpool.conf usr/share/kvpool/systemd/network.conf; do
 	[ -e "$root/$f" ] || fail "the packages hold no /$f"
 done
+# kvpoold.conf may hold secrets: 0640 in the package, group kvpool once
+# the postinst ran
+dpkg-deb -c "$work/kvpool_${version}_"*.deb | grep -q '^-rw-r----- .* \./etc/kvpool/kvpoold.conf$' ||
+	fail "/etc/kvpool/kvpoold.conf is not 0640 in the package"
+dpkg-deb -I "$work/kvpool_${version}_"*.deb postinst 2>/dev/null |
+	grep -q 'chown root:kvpool /etc/kvpool/kvpoold.conf' ||
+	fail "the postinst does not give kvpoold.conf to group kvpool"
 units=$(find "$root" -name kvpoold.socket -o -name kvpoold.service | wc -l)
 [ "$units" -eq 2 ] || fail "the units are not in the package (found $units)"
 grep -q '^ExecStart=/usr/sbin/kvpoold ' "$(find "$root" -name kvpoold.service)" ||

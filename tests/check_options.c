@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -119,6 +120,68 @@ START_TEST(test_options_file_is_read_and_flags_override_it)
 	ck_assert_uint_eq(o.max_clients, 5);
 	ck_assert_uint_eq(o.max_msg_size, 64 * 1024);
 	ck_assert(o.foreground);
+}
+END_TEST
+
+/* warned() - one of o's warnings says text. */
+static bool warned(const char *text)
+{
+	for (unsigned i = 0; i < o.nwarnings; i++)
+		if (strstr(o.warnings[i], text))
+			return true;
+	return false;
+}
+
+/* Secrets: --key-salt in argv shows in ps, a config file or password file
+ * others can read gives them away: each is a warning; the salt may come
+ * from a file of its own. */
+START_TEST(test_options_secrets_exposed_are_warned_and_the_salt_may_be_a_file)
+{
+	char salt[64];
+
+	ck_assert_int_eq(parse("--key-salt", "s3cret"), 0);
+	ck_assert(warned("--key-salt on the command line shows in ps"));
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--remote", "redis://:pw@127.0.0.1:6379"), 0);
+	ck_assert(warned("the password in the URL shows in ps"));
+	/* the config file holds the salt, and others can read it */
+	write_cfg("key-salt = s3cret\n");
+	ck_assert_int_eq(chmod(cfg, 0644), 0);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("-c", cfg), 0);
+	ck_assert(warned("holds a secret (key-salt, or a password in remote) and other users "
+			 "can read it; chmod 640"));
+	ck_assert_int_eq(chmod(cfg, 0640), 0);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("-c", cfg), 0);
+	ck_assert_uint_eq(o.nwarnings, 0);
+	/* the salt from a file: its first line */
+	strcpy(salt, "/tmp/kvpool-salt-XXXXXX");
+	close(mkstemp(salt));
+	write_cfg("");
+	{
+		FILE *f = fopen(salt, "w");
+
+		ck_assert_ptr_nonnull(f);
+		fputs("pepper\nnot this\n", f);
+		fclose(f);
+	}
+	ck_assert_int_eq(chmod(salt, 0600), 0);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--key-salt-file", salt), 0);
+	ck_assert_str_eq(o.key_salt, "pepper");
+	ck_assert_uint_eq(o.nwarnings, 0);
+	ck_assert_int_eq(chmod(salt, 0644), 0);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--key-salt-file", salt), 0);
+	ck_assert(warned("other users can read the key salt"));
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--key-salt-file", salt, "--key-salt", "x"), -EINVAL);
+	ck_assert_str_eq(err, "give the key salt once: --key-salt or --key-salt-file, not both");
+	unlink(salt);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--key-salt-file", salt), -EINVAL);
+	ck_assert_msg(strstr(err, "--key-salt-file /tmp/kvpool-salt-"), "%s", err);
 }
 END_TEST
 
@@ -372,6 +435,7 @@ Suite *options_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_options_file_is_read_and_flags_override_it);
 	tcase_add_test(tc, test_options_file_values_may_be_quoted);
+	tcase_add_test(tc, test_options_secrets_exposed_are_warned_and_the_salt_may_be_a_file);
 	tcase_add_test(tc, test_options_sample_config_gives_the_defaults);
 	tcase_add_test(tc, test_options_socket_comes_from_kvpool_socket_unless_given);
 	tcase_add_test(tc, test_options_unknown_key_names_file_and_line);

@@ -271,7 +271,7 @@ endif
 EXTRA_DIST += tests/check-deb.sh debian/control debian/rules debian/changelog \
 	debian/copyright debian/source/format debian/kvpool.install \
 	debian/libkvpool0.install debian/libkvpool-dev.install debian/kvpool.docs \
-	debian/not-installed
+	debian/not-installed debian/kvpool.postinst
 check-deb: all
 	$(SHELL) $(srcdir)/tests/check-deb.sh $(abs_top_builddir)
 .PHONY: check-deb
