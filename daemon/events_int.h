@@ -41,8 +41,18 @@ struct emsg {
 	uint32_t hash_len;	/* the namespace's digest: 32 or 16 bytes */
 	uint32_t block_size;
 	bool packed;
+	_Atomic uint32_t refs;	/* packed: the ring's, and replays' in ZeroMQ's queues */
 	size_t len;		/* bytes after the topic */
 	uint8_t data[];
+};
+
+/* A replay whose batches ZeroMQ still holds for its peer (sent without a
+ * copy: references to the ring's batches). */
+struct replay {
+	struct replay *next;
+	uint8_t id[256];	/* the peer's ROUTER identity */
+	size_t id_len;
+	_Atomic uint32_t out;	/* its batches not yet written to the peer */
 };
 
 struct raw_ev {
@@ -107,6 +117,10 @@ struct events {
 	void *ctx, *pub, *router;
 	struct emsg **ring;	/* the replay ring, packed batches */
 	uint64_t ring_cap, ring_head, ring_count, ring_bytes;
+	struct replay *replaying;	/* replays in progress */
+	unsigned nreplaying;
+	_Atomic uint64_t replay_bytes;	/* of batches replays hold: the budget's */
+	uint64_t refused_ns;		/* the last refused replay logged */
 
 	_Atomic uint64_t sent_batches, sent_events, replays, replayed;
 };

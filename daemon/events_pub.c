@@ -27,6 +27,13 @@
 
 #define PUB_HWM		100000		/* as vLLM's publisher */
 #define LINGER_MS	1000
+/* Replays: peers that ask and never read must not grow kvpoold by peers x
+ * ring. Batches go out without copies (references to the ring's), one
+ * replay at a time per peer, REPLAY_PEERS at once, and all of them hold
+ * at most the ring's own budget (--kv-events-queue) of batches; a replay
+ * beyond that gets the end marker alone, as if nothing were kept. */
+#define REPLAY_PEERS	16
+#define MAX_REQUEST	1024		/* bytes of a message a peer may send us */
 #define PUBLISHER_NICE	10		/* below the loop and the clients */
 
 /* --- packing: raw events into vLLM's KVEventBatch ---------------------- */
@@ -175,6 +182,7 @@ static struct emsg *pack_batch(struct events *ev, const struct emsg *m)
 		*out = *m;
 		out->next = NULL;
 		out->packed = true;
+		atomic_init(&out->refs, 1);
 		out->len = p.sb.size;
 		memcpy(out->data, m->data, m->topic_len);
 		memcpy(out->data + m->topic_len, p.sb.data, p.sb.size);
@@ -224,8 +232,16 @@ static bool send_batch(void *sock, const struct emsg *m, const void *id, size_t 
 	return send_parts(sock, buf, len, k);
 }
 
-/* ring_keep() - m joins the replay ring (freed when it is off), the
- * oldest leaving while the ring is over its count or bytes. */
+/* emsg_put() - drop a reference to packed batch m: the last frees it. */
+static void emsg_put(struct emsg *m)
+{
+	if (atomic_fetch_sub(&m->refs, 1) == 1)
+		free(m);
+}
+
+/* ring_keep() - m joins the replay ring (freed when it is off and no
+ * replay holds it), the oldest leaving while the ring is over its count
+ * or bytes. */
 static void ring_keep(struct events *ev, struct emsg *m)
 {
 	struct emsg *old;
@@ -240,24 +256,122 @@ static void ring_keep(struct events *ev, struct emsg *m)
 		ev->ring_head = (ev->ring_head + 1) % ev->ring_cap;
 		ev->ring_count--;
 		ev->ring_bytes -= old->len;
-		free(old);
+		emsg_put(old);
 	}
 	ev->ring[(ev->ring_head + ev->ring_count++) % ev->ring_cap] = m;
 	ev->ring_bytes += m->len;
 }
 
+/* A replayed batch's payload in ZeroMQ's queue: what its free needs. */
+struct rref {
+	struct events *ev;
+	struct emsg *m;
+	struct replay *r;
+};
+
+/* rref_free() - ZeroMQ (its I/O thread) is done with a replayed batch:
+ * written to the peer, or dropped with it. r is last: once its count is
+ * 0 the publisher thread may free it. */
+static void rref_free(void *data, void *hint)
+{
+	struct rref *f = hint;
+	struct replay *r = f->r;
+
+	(void)data;
+	atomic_fetch_sub(&f->ev->replay_bytes, f->m->len);
+	emsg_put(f->m);
+	free(f);
+	atomic_fetch_sub(&r->out, 1);
+}
+
+/* replays_prune() - free the replays ZeroMQ has written out; the one of
+ * peer id (id_len bytes) still in progress, or NULL. */
+static struct replay *replays_prune(struct events *ev, const uint8_t *id, size_t id_len)
+{
+	struct replay **pp = &ev->replaying, *r, *found = NULL;
+
+	while ((r = *pp)) {
+		if (!atomic_load(&r->out)) {
+			*pp = r->next;
+			ev->nreplaying--;
+			free(r);
+			continue;
+		}
+		if (r->id_len == id_len && !memcmp(r->id, id, id_len))
+			found = r;
+		pp = &r->next;
+	}
+	return found;
+}
+
+/* send_ref() - batch m to the peer of r as [id, "", topic, seq, payload],
+ * the payload a reference to m. False when the peer's queue is full. */
+static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
+{
+	struct rref *f = malloc(sizeof(*f));
+	uint8_t seq[8];
+	zmq_msg_t part;
+	const void *buf[4];
+	size_t len[4];
+	int i;
+
+	if (!f)
+		return false;
+	seq_bytes(m->seq, seq);
+	buf[0] = r->id, len[0] = r->id_len;
+	buf[1] = "", len[1] = 0;
+	buf[2] = m->data, len[2] = m->topic_len;
+	buf[3] = seq, len[3] = 8;
+	for (i = 0; i < 4; i++)
+		if (zmq_send(ev->router, buf[i], len[i], ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
+			free(f);
+			return false;	/* ZeroMQ drops the frames sent */
+		}
+	*f = (struct rref){ ev, m, r };
+	atomic_fetch_add(&m->refs, 1);
+	atomic_fetch_add(&r->out, 1);
+	atomic_fetch_add(&ev->replay_bytes, m->len);
+	if (zmq_msg_init_data(&part, m->data + m->topic_len, m->len, rref_free, f) < 0) {
+		rref_free(NULL, f);
+		return false;
+	}
+	if (zmq_msg_send(&part, ev->router, ZMQ_DONTWAIT) < 0) {
+		zmq_msg_close(&part);	/* rref_free() */
+		return false;
+	}
+	return true;
+}
+
+/* refused() - say (once a minute at most) why a replay got nothing. */
+static void refused(struct events *ev, const char *why)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (ev->refused_ns && now - ev->refused_ns < 60000000000ull)
+		return;
+	ev->refused_ns = now;
+	log_warn("kv events: a replay got the end marker alone: %s (at most one replay "
+		 "in progress per peer, %d at once, holding --kv-events-queue bytes in all)",
+		 why, REPLAY_PEERS);
+}
+
 /* serve_replay() - one request [identity, "", start (8 bytes, big-endian)]
  * gets every kept batch from start on, then [identity, "", "", -1, ""], as
- * vLLM's publisher answers. Anything else is ignored. */
+ * vLLM's publisher answers; a replay the limits above refuse gets the end
+ * marker alone. Anything else is ignored. */
 static void serve_replay(struct events *ev)
 {
 	uint8_t frames[3][256], end[8];
 	size_t flen[3];
 	const void *buf[5];
 	size_t len[5];
-	uint64_t start = 0, i;
+	uint64_t start = 0, i, need = 0;
 	int n = 0, more, got;
 	size_t ml = sizeof(more);
+	struct replay *r;
 
 	do {
 		got = zmq_recv(ev->router, n < 3 ? frames[n] : frames[2], sizeof(frames[0]),
@@ -277,15 +391,36 @@ static void serve_replay(struct events *ev)
 	}
 	for (i = 0; i < 8; i++)
 		start = start << 8 | frames[2][i];
-	atomic_fetch_add(&ev->replays, 1);
 	for (i = 0; i < ev->ring_count; i++) {
 		const struct emsg *m = ev->ring[(ev->ring_head + i) % ev->ring_cap];
 
-		if (m->seq < start)
-			continue;
-		if (!send_batch(ev->router, m, frames[0], flen[0]))
-			return;
-		atomic_fetch_add(&ev->replayed, 1);
+		need += m->seq >= start ? m->len : 0;
+	}
+	r = replays_prune(ev, frames[0], flen[0]);
+	if (r) {
+		refused(ev, "its peer has not read the last one");
+	} else if (need && ev->nreplaying >= REPLAY_PEERS) {
+		refused(ev, "too many peers are being replayed to");
+	} else if (need && atomic_load(&ev->replay_bytes) + need > ev->cfg.queue_bytes) {
+		refused(ev, "the replays in progress hold the byte budget");
+	} else if (need && (r = calloc(1, sizeof(*r)))) {
+		memcpy(r->id, frames[0], flen[0]);
+		r->id_len = flen[0];
+		r->next = ev->replaying;
+		ev->replaying = r;
+		ev->nreplaying++;
+		atomic_fetch_add(&ev->replays, 1);
+		for (i = 0; i < ev->ring_count; i++) {
+			struct emsg *m = ev->ring[(ev->ring_head + i) % ev->ring_cap];
+
+			if (m->seq < start)
+				continue;
+			if (!send_ref(ev, r, m))
+				return;
+			atomic_fetch_add(&ev->replayed, 1);
+		}
+	} else if (!need) {
+		atomic_fetch_add(&ev->replays, 1);	/* nothing to give: the marker */
 	}
 	memset(end, 0xff, sizeof(end));
 	buf[0] = frames[0], len[0] = flen[0];
@@ -408,7 +543,8 @@ static void *open_socket(struct events *ev, int type, const char *flag,
 			 const char *endpoint, char *err, size_t errlen)
 {
 	void *s = zmq_socket(ev->ctx, type);
-	int hwm = PUB_HWM, linger = LINGER_MS, on = 1;
+	int hwm = PUB_HWM, linger = LINGER_MS, on = 1, rcvhwm = 64;
+	int64_t maxmsg = MAX_REQUEST;
 
 	if (!s) {
 		snprintf(err, errlen, "%s: cannot make a ZeroMQ socket: %s", flag,
@@ -420,6 +556,10 @@ static void *open_socket(struct events *ev, int type, const char *flag,
 			    2 * (ev->cfg.replay_batches + 1) : PUB_HWM * 100);
 	zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof(hwm));
 	zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+	/* what peers send (subscriptions, replay requests) is small: a larger
+	 * message drops its peer; few wait at once */
+	zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof(maxmsg));
+	zmq_setsockopt(s, ZMQ_RCVHWM, &rcvhwm, sizeof(rcvhwm));
 	if (strchr(endpoint, '['))
 		zmq_setsockopt(s, ZMQ_IPV6, &on, sizeof(on));
 	if (zmq_bind(s, endpoint) < 0) {
@@ -498,16 +638,22 @@ void events_pub_fini(struct events *ev)
 {
 	uint64_t i;
 
-	for (i = 0; ev->ring && i < ev->ring_count; i++)
-		free(ev->ring[(ev->ring_head + i) % ev->ring_cap]);
-	free(ev->ring);
-	ev->ring = NULL;
+	struct replay *r;
+
 	if (ev->pub)
 		zmq_close(ev->pub);
 	if (ev->router)
 		zmq_close(ev->router);
 	if (ev->ctx)
-		zmq_ctx_term(ev->ctx);
+		zmq_ctx_term(ev->ctx);	/* ZeroMQ lets go of every replayed batch */
+	for (i = 0; ev->ring && i < ev->ring_count; i++)
+		emsg_put(ev->ring[(ev->ring_head + i) % ev->ring_cap]);
+	free(ev->ring);
+	ev->ring = NULL;
+	while ((r = ev->replaying)) {
+		ev->replaying = r->next;
+		free(r);
+	}
 }
 
 #endif /* HAVE_KV_EVENTS */
