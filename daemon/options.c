@@ -193,9 +193,13 @@ static const struct opt_def opt_table[] = {
 	{ "remote-timeout", 0, OPT_UINT, OFF(remote_timeout), 0, 10, 600000,
 	  "MS", "a Redis node silent this long is dropped: its requests are misses, "
 	  "and it is reconnected with back-off (default 1000)", NULL },
+	{ "remote-backlog", 0, OPT_SIZE, OFF(remote_backlog), 0, 1u << 20, 1ull << 40,
+	  "SIZE", "bytes of pages kept for Redis while their masters cannot take them "
+	  "(in-flight cap, rate cap, a node down); past it a page is not written, "
+	  "counted and logged (default 256M)", NULL },
 	{ "remote-max-inflight", 0, OPT_UINT, OFF(remote_max_inflight), 0, 1, 100000,
-	  "N", "requests in flight per Redis node, at most; past it pages are not "
-	  "written and blocks not fetched (default 256)", NULL },
+	  "N", "requests in flight per Redis node, at most; past it pages wait "
+	  "(--remote-backlog) and blocks are not fetched (default 256)", NULL },
 	{ "remote-rate", 0, OPT_SIZE, OFF(remote_rate), 0, 0, 1ull << 40,
 	  "SIZE", "bytes per second to and from Redis, at most (default 0: no cap)", NULL },
 	{ "remote-prefill-rate", 0, OPT_UINT, OFF(remote_prefill_rate), 0, 0, 1ull << 32,
@@ -247,6 +251,7 @@ void options_defaults(struct options *o)
 	o->kv_events_replay_batches = 10000;
 	o->remote_timeout = 1000;
 	o->remote_max_inflight = 256;
+	o->remote_backlog = 256ull << 20;
 	o->remote_fetch_max = 512;
 	o->log_level = LOG_LVL_INFO;
 	o->foreground = false;

@@ -49,6 +49,7 @@ struct options {
 	unsigned remote_write;		/* 0 back (pages leaving the pool), 1 through */
 	uint64_t remote_timeout;	/* ms a node may stay silent */
 	uint64_t remote_max_inflight;	/* requests per node */
+	uint64_t remote_backlog;	/* bytes of pages waiting to go to Redis */
 	uint64_t remote_rate;		/* bytes/s each way; 0: no cap */
 	uint64_t remote_prefill_rate;	/* tokens/s recomputing costs; 0: always fetch */
 	uint64_t remote_fetch_max;	/* blocks one ACQUIRE fetches */

@@ -33,6 +33,9 @@
 #define BACKOFF_MAX_MS	5000u
 #define MAP_EVERY_MS	1000u	/* re-read the slot map this often while it is wanted */
 #define MAX_HOPS	3u	/* redirects one request may follow */
+#define PUT_TRIES	3u	/* error replies to one SET before it is given up */
+#define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
+#define SAY_EVERY_NS	60000000000ull	/* rate of the "not written" line */
 
 enum rnode_state {
 	RN_DOWN,		/* no connection; the next try at retry_at */
@@ -59,6 +62,11 @@ struct rreq {
 	uint64_t t0;			/* sent, ns */
 	bool idle_sent;			/* its node had nothing in flight */
 	unsigned hops;
+	char *cmd;			/* SET: its RESP, kept until Redis answers */
+	size_t cmdlen;			/* (counted in the backlog) */
+	unsigned tries;			/* SET: sends so far */
+	unsigned errs;			/* SET: error replies so far */
+	uint64_t born_ns;		/* SET: when remote_put() took it */
 };
 
 struct rnode {
@@ -69,6 +77,7 @@ struct rnode {
 	redisAsyncContext *ac;		/* NULL when down */
 	struct rreq *head, *tail;
 	unsigned inflight;
+	struct rreq *wait_head, *wait_tail;	/* SETs for it, not sent yet */
 	uint64_t since_ns;		/* connect started */
 	uint64_t retry_ns;		/* DOWN: the next connect */
 	uint32_t backoff_ms;
@@ -94,6 +103,9 @@ struct remote {
 	unsigned nnodes;
 	struct rnode *retired;		/* dropped by a new map; freed once idle */
 	uint64_t refused_ns;		/* the last redirect not followed, logged */
+	struct rreq *lost_head, *lost_tail;	/* SETs whose slot has no master now */
+	uint64_t backlog;		/* bytes of SETs held: waiting or in flight */
+	uint64_t unwritten, unwritten_ns;	/* SETs given up since the last line */
 	struct loop_op tick, cancel, idle;
 	struct __kernel_timespec ts, idle_ts;
 	unsigned ops;			/* of those three, in the ring */
@@ -121,6 +133,10 @@ static uint64_t now_ns(void)
 
 static void tick_arm(struct remote *r);
 static void node_fail(struct rnode *nd, const char *why);
+static void node_pump(struct rnode *nd);
+static bool rate_take(struct remote *r, uint64_t bytes);
+static void put_retry(struct rreq *q, const char *why);
+static void put_forget(struct remote *r, struct rreq *q);
 
 /* --- the state log: one line per change ------------------------------ */
 
@@ -469,6 +485,7 @@ static void on_connect(const redisAsyncContext *ac, int status)
 	nd->was_up = true;
 	count_nodes(nd->r);
 	note_state(nd->r);
+	node_pump(nd);		/* the SETs that waited for it */
 }
 
 /* broke_protocol() - say (at most once a minute) that nd sent what no
@@ -532,6 +549,233 @@ static void req_finish(struct rreq *q, int res)
 
 static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
 		     bool asking);
+
+/* --- the backlog of SETs ------------------------------------------------
+
+ * A SET holds a copy of its page (cmd) from remote_put() until Redis
+ * answers it. One that its master cannot take now (--remote-max-inflight,
+ * the rate cap, a connect under way, a node down, a slot without a
+ * master) waits, in order, on its master's list or on lost_head, and
+ * goes as soon as it can; one whose node went away is sent again when it
+ * is back, and one whose slot moved or that got CLUSTERDOWN and the like
+ * is sent again, until PUT_TRIES error replies. The bytes held are bounded (--remote-backlog): past the bound a
+ * page is not taken, and a SET waiting PUT_MAX_AGE_NS is given up; both
+ * are counted and said once a minute, never silently. */
+
+static void wait_push(struct rreq **head, struct rreq **tail, struct rreq *q)
+{
+	q->prev = *tail;
+	q->next = NULL;
+	if (*tail)
+		(*tail)->next = q;
+	else
+		*head = q;
+	*tail = q;
+}
+
+static void wait_unshift(struct rreq **head, struct rreq **tail, struct rreq *q)
+{
+	q->prev = NULL;
+	q->next = *head;
+	if (*head)
+		(*head)->prev = q;
+	else
+		*tail = q;
+	*head = q;
+}
+
+static struct rreq *wait_pop(struct rreq **head, struct rreq **tail)
+{
+	struct rreq *q = *head;
+
+	if (!q)
+		return NULL;
+	*head = q->next;
+	if (*head)
+		(*head)->prev = NULL;
+	else
+		*tail = NULL;
+	q->next = q->prev = NULL;
+	return q;
+}
+
+/* put_forget() - q's bytes leave the backlog. */
+static void put_forget(struct remote *r, struct rreq *q)
+{
+	r->backlog -= q->cmdlen;
+	free(q->cmd);
+	q->cmd = NULL;
+	q->cmdlen = 0;
+}
+
+/* say_unwritten() - one more page not written: said at most once a
+ * minute, with how many since the last time. */
+static void say_unwritten(struct remote *r, const char *why)
+{
+	uint64_t now = now_ns();
+
+	r->unwritten++;
+	if (r->unwritten_ns && now - r->unwritten_ns < SAY_EVERY_NS)
+		return;
+	log_warn("remote tier %s: %llu page%s not written to Redis since the last such "
+		 "line (the last: %s); they stay in the local tiers only: raise "
+		 "--remote-backlog, or see to the cluster", r->desc,
+		 (unsigned long long)r->unwritten, r->unwritten == 1 ? "" : "s", why);
+	r->unwritten = 0;
+	r->unwritten_ns = now;
+}
+
+/* owner_of() - the node of q's slot in the map, whatever its state; NULL
+ * when the slot has no master. */
+static struct rnode *owner_of(struct remote *r, const struct rreq *q)
+{
+	uint16_t o = rc_map_owner(&r->map, rc_slot(q->rkey, sizeof(q->rkey)));
+
+	return o == RC_NONE ? NULL : node_of(r, o);
+}
+
+/* put_wait() - q waits for its master, or for a map that names one. */
+static void put_wait(struct remote *r, struct rreq *q)
+{
+	struct rnode *nd = owner_of(r, q);
+
+	if (nd)
+		wait_push(&nd->wait_head, &nd->wait_tail, q);
+	else
+		wait_push(&r->lost_head, &r->lost_tail, q);
+	tick_arm(r);
+}
+
+/* put_give_up() - q is not written: counted, said, and ended. */
+static void put_give_up(struct rreq *q, bool sent, const char *why)
+{
+	struct remote *r = q->r;
+
+	if (sent)
+		r->st.put_errors++;
+	else
+		r->st.put_skipped++;
+	if (!r->closing)
+		say_unwritten(r, why);
+	put_forget(r, q);
+	req_finish(q, r->closing ? -ECANCELED : -EIO);
+}
+
+/* put_retry() - q failed once: it waits to go again, or is given up. */
+static void put_retry(struct rreq *q, const char *why)
+{
+	struct remote *r = q->r;
+
+	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS)
+		put_give_up(q, true, why);
+	else
+		put_wait(r, q);
+}
+
+/* put_send() - q to nd, now. 0, or -EAGAIN. */
+static int put_send(struct rnode *nd, struct rreq *q)
+{
+	struct remote *r = nd->r;
+
+	if (!rate_take(r, q->cmdlen) || node_send(nd, q, q->cmd, q->cmdlen, false) < 0)
+		return -EAGAIN;
+	q->tries++;
+	r->st.puts++;
+	r->st.bytes_out += RPAGE_HDR + q->bytes;
+	return 0;
+}
+
+/* node_pump() - nd's waiting SETs go while it takes them. */
+static void node_pump(struct rnode *nd)
+{
+	struct rreq *q;
+
+	while (nd->wait_head && nd->ac && nd->state != RN_DOWN && !nd->r->closing &&
+	       nd->inflight < nd->r->c.max_inflight) {
+		q = wait_pop(&nd->wait_head, &nd->wait_tail);
+		if (put_send(nd, q) < 0) {
+			wait_unshift(&nd->wait_head, &nd->wait_tail, q);
+			break;	/* the rate cap: the tick tries again */
+		}
+	}
+}
+
+/* waits_reroute() - every waiting SET goes to the list of its slot's
+ * master in the map now (a new map moved slots, retired nodes). */
+static void waits_reroute(struct remote *r)
+{
+	struct rreq *h = NULL, *t = NULL, *q;
+	struct rnode *nd;
+	unsigned i;
+
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i])
+			while ((q = wait_pop(&r->nodes[i]->wait_head, &r->nodes[i]->wait_tail)))
+				wait_push(&h, &t, q);
+	for (nd = r->retired; nd; nd = nd->next_retired)
+		while ((q = wait_pop(&nd->wait_head, &nd->wait_tail)))
+			wait_push(&h, &t, q);
+	while ((q = wait_pop(&r->lost_head, &r->lost_tail)))
+		wait_push(&h, &t, q);
+	while ((q = wait_pop(&h, &t)))
+		put_wait(r, q);
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i])
+			node_pump(r->nodes[i]);
+}
+
+/* waits_expire() - give up the SETs that waited too long: the cluster
+ * cannot take them (a master down for good, a rate cap far too low). */
+static void waits_expire(struct remote *r, uint64_t now)
+{
+	struct rreq *q, *next;
+	unsigned i;
+
+	for (i = 0; i <= r->nnodes; i++) {
+		struct rreq **h, **t;
+
+		if (i < r->nnodes) {
+			if (!r->nodes[i])
+				continue;
+			h = &r->nodes[i]->wait_head;
+			t = &r->nodes[i]->wait_tail;
+		} else {
+			h = &r->lost_head;
+			t = &r->lost_tail;
+		}
+		for (q = *h; q; q = next) {
+			next = q->next;
+			if (now - q->born_ns <= PUT_MAX_AGE_NS)
+				break;	/* oldest first */
+			wait_pop(h, t);
+			put_give_up(q, q->tries > 0, "it waited 30 s for its master");
+		}
+	}
+}
+
+/* waits_pending() - SETs wait for a node that is up or coming up. */
+static bool waits_pending(const struct remote *r)
+{
+	unsigned i;
+
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i] && r->nodes[i]->wait_head && r->nodes[i]->state != RN_DOWN)
+			return true;
+	return false;
+}
+
+/* waits_any() - any SET waits, anywhere. */
+static bool waits_any(const struct remote *r)
+{
+	unsigned i;
+
+	if (r->lost_head)
+		return true;
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i] && r->nodes[i]->wait_head)
+			return true;
+	return false;
+}
 
 /* rate_take() - bytes fit the rate cap now (taken from the bucket). */
 static bool rate_take(struct remote *r, uint64_t bytes)
@@ -685,52 +929,66 @@ static bool redirect(struct rreq *q, const redisReply *rep)
 	return node_send(to, q, NULL, 0, kind == RC_ASK) == 0;
 }
 
+/* put_answer() - what Redis said to SET q: done, or sent again later
+ * (its node is gone, the slot moved, the cluster is changing). */
+static void put_answer(struct rreq *q, const redisReply *rep)
+{
+	struct remote *r = q->r;
+
+	if (rep && rep->type == REDIS_REPLY_STATUS) {
+		q->node->erred = false;
+		put_forget(r, q);
+		req_finish(q, 0);
+		return;
+	}
+	if (rep)
+		q->errs++;	/* a node that went away is not the SET's fault */
+	if (rep && rep->type == REDIS_REPLY_ERROR) {
+		redirect(q, rep);	/* MOVED: the map says where it goes now */
+		if (cluster_trouble(rep)) {
+			q->node->erred = true;
+			want_map(r);
+		}
+	}
+	put_retry(q, !rep ? "its master went away" : rep->type == REDIS_REPLY_ERROR ?
+		  "Redis answered an error" : "Redis answered what SET does not");
+}
+
 static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct rreq *q = priv;
 	struct remote *r = q->r;
+	struct rnode *nd = q->node;
 	redisReply *rep = reply;
 	uint64_t rtt = now_ns() - q->t0;
 	int res;
 
-	(void)ac;
 	list_del(q);
-	if (!rep) {	/* the connection went away */
-		if (q->get)
-			r->st.errors++;
-		else
-			r->st.put_errors++;
+	if (!q->get) {
+		put_answer(q, rep);
+	} else if (!rep) {	/* the connection went away */
+		r->st.errors++;
 		req_finish(q, r->closing ? -ECANCELED :
 			      q->node->timed_out ? -ETIMEDOUT : -EHOSTDOWN);
-		return;
-	}
-	if (rep->type == REDIS_REPLY_ERROR) {
+	} else if (rep->type == REDIS_REPLY_ERROR) {
 		if (redirect(q, rep))
 			return;
 		if (cluster_trouble(rep)) {	/* read the map from another node */
 			q->node->erred = true;
 			want_map(r);
 		}
-		if (q->get)
-			r->st.errors++;
-		else
-			r->st.put_errors++;
+		r->st.errors++;
 		req_finish(q, -EIO);
-		return;
-	}
-	q->node->erred = false;
-	if (!q->get) {
-		res = rep->type == REDIS_REPLY_STATUS ? 0 : -EIO;
-		if (res)
-			r->st.put_errors++;
+	} else {
+		q->node->erred = false;
+		if (q->idle_sent)	/* nothing queued before it: a latency sample */
+			r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8
+							     : rtt;
+		res = get_value(q, rep);
 		req_finish(q, res);
-		return;
 	}
-	if (q->idle_sent) {	/* nothing queued before it: a latency sample */
-		r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8 : rtt;
-	}
-	res = get_value(q, rep);
-	req_finish(q, res);
+	if (nd->ac == ac)	/* room on its connection: its waiting SETs go */
+		node_pump(nd);
 }
 
 /*
@@ -853,35 +1111,32 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg)
 {
-	struct rreq *q = req_new(r, false, id, key, bytes, done, arg);
+	struct rreq *q;
 	struct rnode *nd;
-	size_t len;
-	char *cmd;
-	int rc;
 
+	if (r->closing)
+		return -EAGAIN;
+	q = req_new(r, false, id, key, bytes, done, arg);
 	if (!q)
 		return -ENOMEM;
 	q->be = be;
-	nd = route(r, q);
-	if (!nd || !rate_take(r, bytes + RPAGE_HDR)) {
-		free(q);
-		r->st.put_skipped++;
-		return -EAGAIN;
-	}
-	cmd = format_set(r, q, src, &len);
-	if (!cmd) {
+	q->cmd = format_set(r, q, src, &q->cmdlen);
+	if (!q->cmd) {
 		free(q);
 		return -ENOMEM;
 	}
-	rc = node_send(nd, q, cmd, len, false);	/* hiredis copies cmd */
-	free(cmd);
-	if (rc < 0) {
+	if (r->backlog + q->cmdlen > r->c.max_backlog) {
+		free(q->cmd);
 		free(q);
 		r->st.put_skipped++;
+		say_unwritten(r, "the backlog of --remote-backlog bytes was full");
 		return -EAGAIN;
 	}
-	r->st.puts++;
-	r->st.bytes_out += RPAGE_HDR + bytes;
+	r->backlog += q->cmdlen;
+	q->born_ns = now_ns();
+	nd = owner_of(r, q);
+	if (!nd || nd->wait_head || put_send(nd, q) < 0)
+		put_wait(r, q);		/* in order, behind the others */
 	return 0;
 }
 
@@ -1035,6 +1290,7 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	free(nm);
+	waits_reroute(r);	/* waiting SETs go where the map says now */
 	r->st.map_loads++;
 	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
 	/* the map says who serves: a master in back-off is tried at once */
@@ -1116,7 +1372,13 @@ static void tick_done(struct loop_op *op, int res)
 	if (r->closing)
 		return;
 	free_retired(r, false);
-	need = r->retired != NULL;
+	waits_expire(r, now);
+	for (i = 0; i < r->nnodes; i++)	/* what the rate cap held back */
+		if (r->nodes[i])
+			node_pump(r->nodes[i]);
+	if (r->idle_fn && !remote_busy(r))
+		idle_arm(r);
+	need = r->retired != NULL || waits_any(r);
 	master = calloc(nmap ? nmap : 1, 1);
 	if (master)
 		for (s = 0; s < RC_SLOTS; s++)
@@ -1174,7 +1436,7 @@ static void idle_done(struct loop_op *op, int res)
 		free(r);
 		return;
 	}
-	if (r->closing || !fn || r->st.inflight)
+	if (r->closing || !fn || remote_busy(r))
 		return;
 	r->idle_fn = NULL;
 	fn(r->idle_arg);	/* may close r */
@@ -1189,7 +1451,7 @@ void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg)
 
 bool remote_busy(const struct remote *r)
 {
-	return r && r->st.inflight > 0;
+	return r && (r->st.inflight > 0 || waits_pending(r));
 }
 
 static void tick_arm(struct remote *r)
@@ -1359,6 +1621,8 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	}
 	if (!r->c.timeout_ms)
 		r->c.timeout_ms = 1000;
+	if (!r->c.max_backlog)
+		r->c.max_backlog = 256ull << 20;
 	if (!r->c.max_inflight)
 		r->c.max_inflight = 256;
 	if (!r->c.check_ms)
@@ -1417,6 +1681,28 @@ void remote_close(struct remote *r)
 		return;
 	r->closing = true;
 	forget_password(r);	/* no connection is made from here on */
+	if (waits_any(r)) {
+		struct rreq *h = NULL, *t = NULL, *q;
+		struct rnode *nd;
+		unsigned n = 0;
+
+		for (i = 0; i < r->nnodes; i++)
+			if (r->nodes[i])
+				while ((q = wait_pop(&r->nodes[i]->wait_head,
+						     &r->nodes[i]->wait_tail)))
+					wait_push(&h, &t, q);
+		for (nd = r->retired; nd; nd = nd->next_retired)
+			while ((q = wait_pop(&nd->wait_head, &nd->wait_tail)))
+				wait_push(&h, &t, q);
+		while ((q = wait_pop(&r->lost_head, &r->lost_tail)))
+			wait_push(&h, &t, q);
+		while ((q = wait_pop(&h, &t))) {
+			put_give_up(q, q->tries > 0, "the tier closed");
+			n++;
+		}
+		log_warn("remote tier %s: %u page%s not written to Redis at stop: their "
+			 "masters did not take them in time", r->desc, n, n == 1 ? "" : "s");
+	}
 	for (i = 0; i < r->nnodes; i++) {
 		struct rnode *nd = r->nodes[i];
 

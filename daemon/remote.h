@@ -29,6 +29,7 @@ struct remote_config {
 	size_t key_len;			/* from them (rvalue_key()); required */
 	uint32_t timeout_ms;		/* a node silent this long is down (0: 1000) */
 	uint32_t max_inflight;		/* requests per node (0: 256) */
+	uint64_t max_backlog;		/* bytes of SETs held, waiting or in flight (0: 256M) */
 	uint64_t max_rate;		/* bytes/s each way, 0: no cap */
 	uint32_t check_ms;		/* start-up check of the seeds (0: 1000) */
 };
@@ -96,19 +97,26 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 
 /*
  * remote_put() - store the page at src (bytes, of backend be's memory)
- * as block key of namespace id; src is copied before this returns. done (may be NULL) follows with
- * 0 or -errno, as for remote_get(). Returns 0 or -EAGAIN (not sent) or
- * -ENOMEM.
+ * as block key of namespace id; src is copied (sealed) before this
+ * returns. It is sent at once, or waits in order for its master (the
+ * in-flight cap, the rate cap, a node down or connecting, a slot without
+ * a master) and is sent again when its node went away (once it is back)
+ * or its slot moved (up to 3 error replies), within 30 s. done (may be
+ * NULL) follows with 0 or
+ * -errno, as for remote_get(). Returns 0, -EAGAIN (not taken: the
+ * backlog of max_backlog bytes is full, or the tier is closing; counted
+ * and logged) or -ENOMEM.
  */
 int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg);
 
 /*
- * remote_on_idle() - call fn(arg) once no request is in flight (from the
- * loop, never from inside this call), for a stop that lets its writes
- * end; requests still end within the timeout. remote_busy() - requests
- * are in flight.
+ * remote_on_idle() - call fn(arg) once no request is in flight and no
+ * SET waits for a node that is up (from the loop, never from inside this
+ * call), for a stop that lets its writes end; requests still end within
+ * the timeout. remote_busy() - requests are in flight, or SETs wait for
+ * a node that is up.
  */
 void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg);
 bool remote_busy(const struct remote *r);

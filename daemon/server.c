@@ -101,6 +101,7 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 	struct remote_config rc = {
 		.url = o->remote, .timeout_ms = (uint32_t)o->remote_timeout,
 		.max_inflight = (uint32_t)o->remote_max_inflight, .max_rate = o->remote_rate,
+		.max_backlog = o->remote_backlog,
 		.password = getenv("KVPOOL_REMOTE_PASSWORD"),
 	};
 	uint8_t key[RVALUE_FILE_MAX];

@@ -1095,6 +1095,66 @@ START_TEST(test_remote_password_file_after_a_reconnect)
 }
 END_TEST
 
+/* dbsize() - the keys of the server on port p. */
+static long dbsize(unsigned p)
+{
+	char cmd[128], line[64] = "";
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "redis-cli -p %u dbsize", p);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	pclose(f);
+	return strtol(line, NULL, 10);
+}
+
+/* One kvp_evict() of 2,000 pages once wrote 768 to 1,230 of them: the rest
+ * were skipped past --remote-max-inflight, and writes to a stalled master
+ * were dropped for good. Now they wait in the backlog, and go again once
+ * the master is back: every evicted page ends up in Redis. */
+START_TEST(test_remote_an_eviction_is_written_whole_through_caps_and_a_stall)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, "--remote-max-inflight", "8",
+				 "--remote-timeout", "300", NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+	kvp_client *c;
+	long keys = 0;
+	int i, n;
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u", KVP_SRCDIR, dir, port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	serve_prompts(a.sock, 0, PROMPTS);	/* 1,000 cached pages, none sent yet */
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.puts, 0);
+	/* the master stops taking writes for 1.2 s: SETs time out, the node
+	 * is dropped and connected again, twice or more */
+	ck_assert_int_eq(sh("redis-cli -p %u client pause 1200 WRITE >/dev/null", port), 0);
+	c = join(a.sock);
+	n = kvp_evict(c, "remote", 0);
+	kvp_close(c);
+	ck_assert_int_eq(n, PROMPTS * BLOCKS);
+	for (i = 0; i < 300 && keys < n; i++) {
+		usleep(50 * 1000);
+		keys = dbsize(port);
+	}
+	stats_of(a.sock, &st);
+	ck_assert_msg(keys == n, "%ld of %d evicted pages in Redis: %llu sent, %llu not "
+		      "sent, %llu failed", keys, n, (unsigned long long)st.remote.puts,
+		      (unsigned long long)st.remote.put_skipped,
+		      (unsigned long long)st.remote.put_errors);
+	ck_assert_uint_eq(st.remote.put_skipped, 0);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	ck_assert_uint_gt(st.remote.disconnects, 0);	/* the stall was seen */
+	check_conservation(a.sock);
+	daemon_stop(&a);
+}
+END_TEST
+
 START_TEST(test_remote_bad_url_stops_the_start)
 {
 	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
@@ -1223,6 +1283,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_daemons_share_through_a_full_server);
 	ADD(test_remote_password_file_after_a_reconnect);
+	ADD(test_remote_an_eviction_is_written_whole_through_caps_and_a_stall);
 	ADD(test_remote_bad_url_stops_the_start);
 	ADD(test_remote_a_forger_without_the_key_gets_no_hit);
 	ADD(test_remote_needs_a_key_file_of_its_own);
