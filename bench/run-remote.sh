@@ -153,7 +153,8 @@ A 3-master Redis Cluster $(redis-server --version | awk '{ print $3 }' | tr -d '
 loopback. kvpoold A publishes $prompts prompts of $chain blocks of $page bytes
 with \`--remote-write through\`; kvpoold B, an empty pool on the same
 cluster, ACQUIREs them, so that every block is fetched from Redis (one
-pipelined GET per block, read straight into a pool page and checked)
+pipelined GET per block, read straight into a pool page and opened there:
+decrypted and authenticated)
 before the reply; each ACQUIRE's pages are checked by the client off the
 clock. The reference is
 \`redis-benchmark --cluster -t get -d $value -c 3 -P $depth\` (the same value

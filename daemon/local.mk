@@ -38,8 +38,8 @@ daemon_libkvpoold_la_SOURCES += daemon/rpage.c daemon/rtier.c
 if HAVE_REMOTE
 daemon_libkvpoold_la_SOURCES += daemon/rcluster.c daemon/rloop.c daemon/remote.c \
 	daemon/rvalue.c
-daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS)
-daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS)
+daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS) $(LIBCRYPTO_CFLAGS)
+daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS) $(LIBCRYPTO_LIBS)
 else
 daemon_libkvpoold_la_SOURCES += daemon/remote_stub.c
 endif

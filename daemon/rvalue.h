@@ -13,6 +13,7 @@
 #ifndef KVP_RVALUE_H
 #define KVP_RVALUE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,10 @@
 
 /* rvalue_init() - the crypto library's start-up: 0, or -ENOSYS. */
 int rvalue_init(void);
+
+/* rvalue_use_sodium - seal and open with libsodium alone, also where
+ * OpenSSL would (the tests hold the two to each other). */
+extern bool rvalue_use_sodium;
 
 /* rvalue_key() - the sealing key made from the bytes of a key file: the
  * same file gives the same key on every machine. */

@@ -495,6 +495,42 @@ START_TEST(test_rvalue_a_writer_without_the_key_cannot_forge_a_page)
 }
 END_TEST
 
+/* OpenSSL's ChaCha20-Poly1305 under HChaCha20's subkey (where kvpoold was
+ * built with libcrypto) and libsodium's XChaCha20-Poly1305 make the same
+ * values: each opens what the other sealed, and both refuse a forgery,
+ * leaving zeros. */
+START_TEST(test_rvalue_openssl_and_libsodium_seal_alike)
+{
+	enum { BYTES = 8192 };
+	static uint8_t v[RPAGE_HDR + BYTES], w[RPAGE_HDR + BYTES], page[BYTES];
+	uint8_t id[RPAGE_ID_BYTES], key[KVP_KEY_BYTES], sk[RVALUE_KEY_BYTES];
+	unsigned i, by;
+
+	ck_assert_int_eq(rvalue_init(), 0);
+	rvalue_key("the same file on every machine, 32+ bytes", 41, sk);
+	memset(id, 9, sizeof(id));
+	memset(key, 10, sizeof(key));
+	for (i = 0; i < BYTES; i++)
+		page[i] = (uint8_t)(i * 7 + 3);
+	for (by = 0; by < 2; by++) {
+		rvalue_use_sodium = by;	/* seal with one, open with the other */
+		memcpy(v + RPAGE_HDR, page, BYTES);
+		rvalue_seal(v, sk, id, key, BYTES);
+		rvalue_use_sodium = !by;
+		memcpy(w, v, sizeof(v));
+		ck_assert_int_eq(rvalue_open(w, sizeof(w), w + RPAGE_HDR, sk, id, key, BYTES), 0);
+		ck_assert_mem_eq(w + RPAGE_HDR, page, BYTES);
+		memcpy(w, v, sizeof(v));
+		w[RPAGE_HDR + 100] ^= 1;
+		ck_assert_int_eq(rvalue_open(w, sizeof(w), w + RPAGE_HDR, sk, id, key, BYTES),
+				 -EKEYREJECTED);
+		for (i = 0; i < BYTES; i++)
+			ck_assert_msg(!w[RPAGE_HDR + i], "byte %u of a forged page is left", i);
+	}
+	rvalue_use_sodium = false;
+}
+END_TEST
+
 static Suite *rcluster_suite(void)
 {
 	Suite *s = suite_create("rcluster");
@@ -533,6 +569,7 @@ static Suite *rpage_suite(void)
 	tcase_add_test(tc, test_rpage_key_names_identity_and_block);
 	tcase_add_test(tc, test_rvalue_round_trip_and_every_mismatch_is_a_miss);
 	tcase_add_test(tc, test_rvalue_a_writer_without_the_key_cannot_forge_a_page);
+	tcase_add_test(tc, test_rvalue_openssl_and_libsodium_seal_alike);
 	suite_add_tcase(s, tc);
 	return s;
 }
