@@ -214,7 +214,7 @@ sect=$tmp/section.md
 	echo "it. (A pair here counts the alloc, and the publish and release together.)"
 	echo
 	echo "Replay peers that ask and never read (\`--kv-events-queue 4M\`: the ring"
-	echo "keeps the last 4 MB of the $ring_batches batches that 80,000 publishing cycles made; 100 pyzmq DEALER"
+	echo "keeps the last of the $ring_batches batches that 80,000 publishing cycles made, up to 4 MB; 100 pyzmq DEALER"
 	echo "sockets with a receive high-water mark of 1, each asking for every batch"
 	echo "from 0 and reading nothing): kvpoold's resident memory was $((rss0 / 1024)) MiB before"
 	echo "and $((rss1 / 1024)) MiB 3 s after they asked ($(((rss1 - rss0) / 1024)) MiB more). Replays send"
