@@ -36,6 +36,7 @@
 #define PUT_TRIES	3u	/* error replies to one SET before it is given up */
 #define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
 #define SAY_EVERY_NS	60000000000ull	/* rate of the "not written" line */
+#define TOUCH_SLOTS	4096u	/* keys touched this second, remembered */
 
 enum rnode_state {
 	RN_DOWN,		/* no connection; the next try at retry_at */
@@ -105,6 +106,9 @@ struct remote {
 	uint64_t refused_ns;		/* the last redirect not followed, logged */
 	struct rreq *lost_head, *lost_tail;	/* SETs whose slot has no master now */
 	uint64_t backlog;		/* bytes of SETs held: waiting or in flight */
+	struct {
+		uint32_t tag, sec;	/* a key's hash, the second it was touched */
+	} touched[TOUCH_SLOTS];
 	uint64_t unwritten, unwritten_ns;	/* SETs given up since the last line */
 	struct loop_op tick, cancel, idle;
 	struct __kernel_timespec ts, idle_ts;
@@ -1138,6 +1142,39 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	if (!nd || nd->wait_head || put_send(nd, q) < 0)
 		put_wait(r, q);		/* in order, behind the others */
 	return 0;
+}
+
+/*
+ * remote_touch() - TOUCH the value of block key: Redis then counts it as
+ * used now. Nothing waits for it and nothing is queued: a node down or
+ * busy, or a key touched within this second already, is simply skipped.
+ */
+void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		  const uint8_t key[KVP_KEY_BYTES])
+{
+	char rkey[RPAGE_KEY_LEN];
+	uint32_t sec = (uint32_t)(now_ns() / 1000000000u), h;
+	uint16_t o;
+	struct rnode *nd;
+	unsigned slot;
+
+	if (r->closing)
+		return;
+	rpage_key(id, key, rkey);
+	memcpy(&h, key, sizeof(h));	/* a block key is a hash already */
+	slot = (h ^ (uint32_t)(key[4] << 24 | key[5] << 16)) % TOUCH_SLOTS;
+	if (r->touched[slot].tag == h && r->touched[slot].sec == sec)
+		return;
+	o = rc_map_owner(&r->map, rc_slot(rkey, sizeof(rkey)));
+	nd = o == RC_NONE || o >= r->nnodes ? NULL : r->nodes[o];
+	if (!nd || !nd->ac || nd->state != RN_UP || nd->inflight >= r->c.max_inflight)
+		return;
+	if (redisAsyncCommand(nd->ac, NULL, NULL, "TOUCH %b", rkey, (size_t)RPAGE_KEY_LEN) !=
+	    REDIS_OK)
+		return;
+	r->touched[slot].tag = h;
+	r->touched[slot].sec = sec;
+	r->st.touches++;
 }
 
 /* --- the slot map ------------------------------------------------------ */

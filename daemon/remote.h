@@ -43,6 +43,7 @@ struct remote_stats {
 				 * connections dropped for breaking the protocol */
 	uint64_t skipped;		/* GETs not sent: node down, limits */
 	uint64_t puts, put_errors, put_skipped;
+	uint64_t touches;		/* TOUCHes of parents sent */
 	uint64_t bytes_in, bytes_out;
 	uint64_t redirects, map_loads, connects, disconnects;
 	uint64_t inflight;		/* requests sent, not answered */
@@ -110,6 +111,14 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
 	       remote_done_fn done, void *arg);
+
+/*
+ * remote_touch() - tell Redis the value of block key was used now (TOUCH:
+ * its LRU clock), at most once a second per key; never waits, never
+ * queues: a node down or at its in-flight cap is skipped.
+ */
+void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		  const uint8_t key[KVP_KEY_BYTES]);
 
 /*
  * remote_on_idle() - call fn(arg) once no request is in flight and no

@@ -1046,6 +1046,117 @@ START_TEST(test_remote_daemons_share_through_a_full_server)
 }
 END_TEST
 
+static void remote_settled(const char *sock, bool lost, struct kvp_wire_stats *st);
+
+enum { HEAD = 4, CHAIN = 10, SHARERS = 50 };	/* blocks of a shared head, of a prompt */
+
+/* shared_prompt() - prompt p of CHAIN blocks: HEAD blocks every prompt
+ * shares (a system prompt), then its own. */
+static void shared_prompt(uint32_t *t, unsigned p)
+{
+	harness_tokens(t, CHAIN * BT, HEAD * BT, p + 1);
+}
+
+/* used_memory() - the bytes the server on port p says it uses. */
+static long used_memory(unsigned p)
+{
+	char cmd[160], line[128] = "";
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "redis-cli -p %u info memory | tr -d '\\r' | "
+		 "sed -n 's/^used_memory://p'", p);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	if (!fgets(line, sizeof(line), f))
+		line[0] = '\0';
+	pclose(f);
+	return strtol(line, NULL, 10);
+}
+
+/* A head that many prompts share is written once, and each prompt's own
+ * blocks after it: under allkeys-lru the head was the oldest key of all
+ * and went first, and every chain below it with it, so that what Redis
+ * kept could not be served (0 of 60 prompts). Writing a block now
+ * TOUCHes the blocks above it, so heads outlive their tails: what Redis
+ * keeps is the heads and the newest tails, and it can be served. */
+START_TEST(test_remote_a_shared_head_outlives_its_tails_in_a_full_server)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	static uint32_t t[CHAIN * BT];
+	static kvp_page out[CHAIN];
+	static kvp_key keys[CHAIN];
+	struct kvp_wire_stats st;
+	unsigned p, hits = 0, newest = 0, prompts = 0;
+	struct daemon a, b;
+	kvp_client *c;
+	long used;
+	int h, i;
+
+	/* one server of 4 MiB under allkeys-lru: 304 pages of 16 KiB do not fit
+	 * (it holds 150); 37 a second go in for 8 s, so that what it holds
+	 * turns over in about 4 s: a few ticks of its LRU clock, whose
+	 * resolution is a second */
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u 4mb", KVP_SRCDIR, dir,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	c = join(a.sock);
+	for (p = 0; p < SHARERS; p++) {		/* over 8 ticks of Redis's LRU clock */
+		shared_prompt(t, p);
+		harness_serve(c, t, CHAIN * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, CHAIN), 0);
+		usleep(160 * 1000);
+	}
+	kvp_close(c);
+	remote_settled(a.sock, false, &st);
+	if (getenv("KVP_TEST_VERBOSE"))
+		fprintf(stderr, "A: %llu SETs, %llu failed, %llu not sent\n",
+			(unsigned long long)st.remote.puts, (unsigned long long)st.remote.put_errors,
+			(unsigned long long)st.remote.put_skipped);
+	daemon_stop(&a);
+	used = used_memory(port);
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	for (p = SHARERS; p-- > 0;) {		/* newest first */
+		shared_prompt(t, p);
+		ck_assert_int_eq(kvp_block_keys(c, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+		h = kvp_acquire(c, NULL, keys, CHAIN, NULL, 0, out, NULL);
+		ck_assert_int_ge(h, 0);
+		for (i = 0; i < h; i++)
+			ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c),
+						    &keys[i]), "prompt %u block %d: other bytes", p, i);
+		if (h)
+			ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+		if (p == SHARERS - 1)
+			newest = (unsigned)h;
+		hits += (unsigned)h;
+		prompts += h > HEAD;
+	}
+	kvp_close(c);
+	stats_of(b.sock, &st);
+	if (getenv("KVP_TEST_VERBOSE")) {
+		fprintf(stderr, "B: %llu GETs, %llu hits, %llu misses, %llu corrupt, %llu errors, "
+			"%llu not sent\n", (unsigned long long)st.remote.gets,
+			(unsigned long long)st.remote.hits, (unsigned long long)st.remote.misses,
+			(unsigned long long)st.remote.corrupt, (unsigned long long)st.remote.errors,
+			(unsigned long long)st.remote.skipped);
+	}
+	if (getenv("KVP_TEST_VERBOSE"))
+		fprintf(stderr, "servable: %llu blocks of Redis's (%u prompts reach past the "
+			"head) in %.1f MiB: %.1f blocks/MiB; the newest prompt %u of %u\n",
+			(unsigned long long)st.remote.restored, prompts, (double)used / 1048576,
+			(double)st.remote.restored / ((double)used / 1048576), newest, CHAIN);
+	ck_assert_uint_ge(newest, HEAD);	/* its head, at least */
+	ck_assert_uint_ge(prompts, SHARERS / 8);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
 /* remote_settled() - a's remote tier has no request in flight and,
  * when reconnected, is up again after at least one lost connection. */
 static void remote_settled(const char *sock, bool lost, struct kvp_wire_stats *st)
@@ -1282,6 +1393,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
 	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
 	ADD(test_remote_daemons_share_through_a_full_server);
+	ADD(test_remote_a_shared_head_outlives_its_tails_in_a_full_server);
 	ADD(test_remote_password_file_after_a_reconnect);
 	ADD(test_remote_an_eviction_is_written_whole_through_caps_and_a_stall);
 	ADD(test_remote_bad_url_stops_the_start);
