@@ -704,23 +704,33 @@ static void node_pump(struct rnode *nd)
 	}
 }
 
-/* waits_reroute() - every waiting SET goes to the list of its slot's
- * master in the map now (a new map moved slots, retired nodes). */
-static void waits_reroute(struct remote *r)
+/* waits_take() - every waiting SET, of every node and of none, onto the
+ * list h..t, in the order they waited per list. */
+static void waits_take(struct remote *r, struct rreq **h, struct rreq **t)
 {
-	struct rreq *h = NULL, *t = NULL, *q;
 	struct rnode *nd;
+	struct rreq *q;
 	unsigned i;
 
 	for (i = 0; i < r->nnodes; i++)
 		if (r->nodes[i])
 			while ((q = wait_pop(&r->nodes[i]->wait_head, &r->nodes[i]->wait_tail)))
-				wait_push(&h, &t, q);
+				wait_push(h, t, q);
 	for (nd = r->retired; nd; nd = nd->next_retired)
 		while ((q = wait_pop(&nd->wait_head, &nd->wait_tail)))
-			wait_push(&h, &t, q);
+			wait_push(h, t, q);
 	while ((q = wait_pop(&r->lost_head, &r->lost_tail)))
-		wait_push(&h, &t, q);
+		wait_push(h, t, q);
+}
+
+/* waits_reroute() - every waiting SET goes to the list of its slot's
+ * master in the map now (a new map moved slots, retired nodes). */
+static void waits_reroute(struct remote *r)
+{
+	struct rreq *h = NULL, *t = NULL, *q;
+	unsigned i;
+
+	waits_take(r, &h, &t);
 	while ((q = wait_pop(&h, &t)))
 		put_wait(r, q);
 	for (i = 0; i < r->nnodes; i++)
@@ -1720,19 +1730,9 @@ void remote_close(struct remote *r)
 	forget_password(r);	/* no connection is made from here on */
 	if (waits_any(r)) {
 		struct rreq *h = NULL, *t = NULL, *q;
-		struct rnode *nd;
 		unsigned n = 0;
 
-		for (i = 0; i < r->nnodes; i++)
-			if (r->nodes[i])
-				while ((q = wait_pop(&r->nodes[i]->wait_head,
-						     &r->nodes[i]->wait_tail)))
-					wait_push(&h, &t, q);
-		for (nd = r->retired; nd; nd = nd->next_retired)
-			while ((q = wait_pop(&nd->wait_head, &nd->wait_tail)))
-				wait_push(&h, &t, q);
-		while ((q = wait_pop(&r->lost_head, &r->lost_tail)))
-			wait_push(&h, &t, q);
+		waits_take(r, &h, &t);
 		while ((q = wait_pop(&h, &t))) {
 			put_give_up(q, q->tries > 0, "the tier closed");
 			n++;

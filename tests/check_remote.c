@@ -55,6 +55,27 @@ static int sh(const char *fmt, ...)
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
+/* sh_line() - the first line a shell command prints, into out (len
+ * bytes, no newline; "" when none). */
+static void sh_line(char *out, size_t len, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void sh_line(char *out, size_t len, const char *fmt, ...)
+{
+	char cmd[512];
+	va_list ap;
+	FILE *f;
+
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	if (!fgets(out, (int)len, f))
+		out[0] = '\0';
+	pclose(f);
+	out[strcspn(out, "\r\n")] = '\0';
+}
+
 static void cluster(const char *what, const char *more)
 {
 	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh %s %s %u %s", KVP_SRCDIR, what, dir,
@@ -821,17 +842,7 @@ END_TEST
 /* one_key() - a key of the remote tier held by the master on port; "" if none. */
 static void one_key(unsigned on, char *k, size_t len)
 {
-	char cmd[256];
-	FILE *f;
-
-	snprintf(cmd, sizeof(cmd), "redis-cli -p %u --scan --pattern 'kvp1:*' | "
-		 "head -1", on);
-	f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	if (!fgets(k, (int)len, f))
-		k[0] = '\0';
-	pclose(f);
-	k[strcspn(k, "\r\n")] = '\0';
+	sh_line(k, len, "redis-cli -p %u --scan --pattern 'kvp1:*' | head -1", on);
 }
 
 START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
@@ -1060,16 +1071,10 @@ static void shared_prompt(uint32_t *t, unsigned p)
 /* used_memory() - the bytes the server on port p says it uses. */
 static long used_memory(unsigned p)
 {
-	char cmd[160], line[128] = "";
-	FILE *f;
+	char line[64];
 
-	snprintf(cmd, sizeof(cmd), "redis-cli -p %u info memory | tr -d '\\r' | "
-		 "sed -n 's/^used_memory://p'", p);
-	f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	pclose(f);
+	sh_line(line, sizeof(line), "redis-cli -p %u info memory | tr -d '\\r' | "
+		"sed -n 's/^used_memory://p'", p);
 	return strtol(line, NULL, 10);
 }
 
@@ -1209,15 +1214,9 @@ END_TEST
 /* dbsize() - the keys of the server on port p. */
 static long dbsize(unsigned p)
 {
-	char cmd[128], line[64] = "";
-	FILE *f;
+	char line[64];
 
-	snprintf(cmd, sizeof(cmd), "redis-cli -p %u dbsize", p);
-	f = popen(cmd, "r");
-	ck_assert_ptr_nonnull(f);
-	if (!fgets(line, sizeof(line), f))
-		line[0] = '\0';
-	pclose(f);
+	sh_line(line, sizeof(line), "redis-cli -p %u dbsize", p);
 	return strtol(line, NULL, 10);
 }
 
