@@ -390,6 +390,44 @@ START_TEST(test_remote_follows_moved_after_resharding)
 }
 END_TEST
 
+/* A master leaves the way an operator removes one (rebalance to weight 0,
+ * then del-node: CLUSTER FORGET everywhere, CLUSTER RESET on it) while a
+ * client's map still names it. The reset node answers CLUSTERDOWN to
+ * every GET of its former slots; that map was never read again, and
+ * those slots stayed misses for good. Now the error makes the client
+ * read the map from another node, and let the old master go. */
+START_TEST(test_remote_a_removed_master_is_left_for_the_map_of_another)
+{
+	struct remote *r;
+	struct remote_stats st;
+	unsigned right, missed, i;
+
+	cluster("start", "4 0");	/* 4 masters, no replicas */
+	r = open_remote(cluster_url(), 2000);
+	ck_assert_uint_eq(put_all(r, 400, 9), 400);
+	remote_get_stats(r, &st);
+	ck_assert_uint_eq(st.nodes, 4);
+	ck_assert_int_eq(sh("id=$(redis-cli -p %u cluster myid) && "
+			    "redis-cli --cluster rebalance 127.0.0.1:%u --cluster-weight $id=0 "
+			    "--cluster-yes >%s/rebalance.log 2>&1 && "
+			    "redis-cli --cluster del-node 127.0.0.1:%u $id >%s/del.log 2>&1",
+			    port + 3, port, dir, port, dir), 0);
+	/* its keys moved with its slots; the client has not looked */
+	for (i = 0; i < 3; i++) {	/* errors, then the map of another node */
+		get_all(r, 400, 9, &right, &missed, NULL);
+		if (right == 400)
+			break;
+		turn_ms(1500);
+	}
+	ck_assert_uint_eq(right, 400);
+	remote_get_stats(r, &st);
+	ck_assert_uint_eq(st.nodes, 3);
+	ck_assert_uint_eq(st.nodes_up, 3);
+	ck_assert_uint_eq(st.slots, 16384);
+	close_remote(r);
+}
+END_TEST
+
 static void kill_first_master(void)
 {
 	sh("%s/tests/redis-cluster.sh kill %s %u", KVP_SRCDIR, dir, port);
@@ -1373,6 +1411,7 @@ static Suite *remote_suite(void)
 	ADD(test_remote_a_missing_key_is_a_miss);
 	ADD(test_remote_a_corrupted_value_is_a_counted_miss);
 	ADD(test_remote_follows_moved_after_resharding);
+	ADD(test_remote_a_removed_master_is_left_for_the_map_of_another);
 	ADD(test_remote_a_master_killed_during_reads_fails_over);
 	ADD(test_remote_unreachable_at_start_comes_up_later);
 	ADD(test_remote_a_full_server_drops_pages_whole);
