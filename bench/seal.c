@@ -49,7 +49,10 @@ static double rate(enum what w, uint8_t *v, uint8_t *sealed, uint8_t *src, size_
 		for (int i = 0; i < 8; i++, n++) {
 			if (w == SEAL) {
 				memcpy(v + RPAGE_HDR, src, page);
-				rvalue_seal(v, sk, id, key, page);
+				if (rvalue_seal(v, sk, id, key, page) != 0) {
+					fprintf(stderr, "bench/seal: a seal failed\n");
+					exit(1);
+				}
 			} else if (w == OPEN) {
 				memcpy(v, sealed, RPAGE_HDR + page);	/* as the reply lands */
 				if (rvalue_open(v, RPAGE_HDR + page, v + RPAGE_HDR, sk, id, key,
@@ -100,7 +103,8 @@ int main(int argc, char **argv)
 	for (size_t b = 0; b < page; b++)
 		src[b] = (uint8_t)(b * 131 + 7);
 	memcpy(sealed + RPAGE_HDR, src, page);
-	rvalue_seal(sealed, sk, id, key, page);
+	if (rvalue_seal(sealed, sk, id, key, page) != 0)
+		return 1;
 	for (k = 0; k < 5; k++)		/* interleaved: the machine's noise hits all */
 		for (i = 0; i < 3; i++)
 			r[i][k] = rate((enum what)i, v, sealed, src, page, sk, id, key, (double)ms);

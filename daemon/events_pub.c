@@ -317,16 +317,7 @@ static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
 
 	if (!f)
 		return false;
-	seq_bytes(m->seq, seq);
-	buf[0] = r->id, len[0] = r->id_len;
-	buf[1] = "", len[1] = 0;
-	buf[2] = m->data, len[2] = m->topic_len;
-	buf[3] = seq, len[3] = 8;
-	for (i = 0; i < 4; i++)
-		if (zmq_send(ev->router, buf[i], len[i], ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
-			free(f);
-			return false;	/* ZeroMQ drops the frames sent */
-		}
+	/* the payload first: once a frame went, the message must end */
 	*f = (struct rref){ ev, m, r };
 	atomic_fetch_add(&m->refs, 1);
 	atomic_fetch_add(&r->out, 1);
@@ -335,6 +326,16 @@ static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
 		rref_free(NULL, f);
 		return false;
 	}
+	seq_bytes(m->seq, seq);
+	buf[0] = r->id, len[0] = r->id_len;
+	buf[1] = "", len[1] = 0;
+	buf[2] = m->data, len[2] = m->topic_len;
+	buf[3] = seq, len[3] = 8;
+	for (i = 0; i < 4; i++)
+		if (zmq_send(ev->router, buf[i], len[i], ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
+			zmq_msg_close(&part);	/* rref_free(); ZeroMQ drops the frames sent */
+			return false;
+		}
 	if (zmq_msg_send(&part, ev->router, ZMQ_DONTWAIT) < 0) {
 		zmq_msg_close(&part);	/* rref_free() */
 		return false;

@@ -97,7 +97,8 @@ bool rc_numeric(const char *host);
  * Nodes already in m keep their index. A reply a cluster cannot give
  * (more entries than slots, ranges that overlap) is refused before it
  * costs more than one look at each slot. Returns 0, or -EPROTO (r is not
- * a CLUSTER SLOTS reply: err says how; m is unchanged) or -ENOMEM.
+ * a CLUSTER SLOTS reply: err says how; m's slots are unchanged, though
+ * nodes may have been added) or -ENOMEM.
  */
 int rc_map_load(struct rc_map *m, const redisReply *r, const struct rc_addr *from,
 		char *err, size_t errlen);

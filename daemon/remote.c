@@ -67,6 +67,7 @@ struct rreq {
 	size_t cmdlen;			/* (counted in the backlog) */
 	unsigned tries;			/* SET: sends so far */
 	unsigned errs;			/* SET: error replies so far */
+	uint64_t not_before_ns;		/* SET: after an error, sent again no sooner */
 	uint64_t born_ns;		/* SET: when remote_put() took it */
 };
 
@@ -110,14 +111,16 @@ struct remote {
 		uint32_t tag, sec;	/* a key's hash, the second it was touched */
 	} touched[TOUCH_SLOTS];
 	uint64_t unwritten, unwritten_ns;	/* SETs given up since the last line */
-	struct loop_op tick, cancel, idle;
-	struct __kernel_timespec ts, idle_ts;
-	unsigned ops;			/* of those three, in the ring */
+	struct loop_op tick, cancel, idle, closer;
+	struct __kernel_timespec ts, idle_ts, closer_ts;
+	unsigned ops;			/* of those four, in the ring */
 	bool ticking, closing;
 	void (*idle_fn)(void *);	/* remote_on_idle() */
 	void *idle_arg;
 	bool idle_armed;
 	bool map_wanted, map_inflight;
+	struct rnode *map_node;		/* asked for the map; NULL when none is */
+	uint64_t map_sent_ns;
 	uint64_t map_ns;		/* the next map read */
 	unsigned seed_next;		/* round-robin over seeds for the map */
 	bool was_up;
@@ -136,9 +139,12 @@ static uint64_t now_ns(void)
 }
 
 static void tick_arm(struct remote *r);
+static void remote_free(struct remote *r);
 static void node_fail(struct rnode *nd, const char *why);
 static void node_pump(struct rnode *nd);
 static bool rate_take(struct remote *r, uint64_t bytes);
+static void rate_give(struct remote *r, uint64_t bytes);
+static bool node_takes(const struct rnode *nd);
 static void put_retry(struct rreq *q, const char *why);
 static void put_forget(struct remote *r, struct rreq *q);
 
@@ -416,6 +422,8 @@ static void node_connect(struct rnode *nd)
 	}
 	if (rloop_attach(ac, r->l) < 0) {
 		redisAsyncFree(ac);
+		nd->failed = true;
+		nd->retry_ns = now_ns() + (uint64_t)nd->backoff_ms * 1000000u;
 		return;
 	}
 	ac->data = nd;
@@ -670,10 +678,14 @@ static void put_retry(struct rreq *q, const char *why)
 {
 	struct remote *r = q->r;
 
-	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS)
+	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS) {
 		put_give_up(q, true, why);
-	else
-		put_wait(r, q);
+		return;
+	}
+	/* after an error reply (a failover, a slot moving), not at once: 200,
+	 * 400 ms, and the map may be read again meanwhile */
+	q->not_before_ns = q->errs ? now_ns() + (100000000ull << q->errs) : 0;
+	put_wait(r, q);
 }
 
 /* put_send() - q to nd, now. 0, or -EAGAIN. */
@@ -681,8 +693,12 @@ static int put_send(struct rnode *nd, struct rreq *q)
 {
 	struct remote *r = nd->r;
 
-	if (!rate_take(r, q->cmdlen) || node_send(nd, q, q->cmd, q->cmdlen, false) < 0)
+	if (!node_takes(nd) || q->not_before_ns > now_ns() || !rate_take(r, q->cmdlen))
 		return -EAGAIN;
+	if (node_send(nd, q, q->cmd, q->cmdlen, false) < 0) {
+		rate_give(r, q->cmdlen);
+		return -EAGAIN;
+	}
 	q->tries++;
 	r->st.puts++;
 	r->st.bytes_out += RPAGE_HDR + q->bytes;
@@ -694,12 +710,11 @@ static void node_pump(struct rnode *nd)
 {
 	struct rreq *q;
 
-	while (nd->wait_head && nd->ac && nd->state != RN_DOWN && !nd->r->closing &&
-	       nd->inflight < nd->r->c.max_inflight) {
+	while (nd->wait_head && node_takes(nd) && !nd->r->closing) {
 		q = wait_pop(&nd->wait_head, &nd->wait_tail);
 		if (put_send(nd, q) < 0) {
 			wait_unshift(&nd->wait_head, &nd->wait_tail, q);
-			break;	/* the rate cap: the tick tries again */
+			break;	/* the rate cap, or a SET's back-off: the tick goes on */
 		}
 	}
 }
@@ -804,10 +819,26 @@ static bool rate_take(struct remote *r, uint64_t bytes)
 		r->tokens = r->tokens + add > r->c.max_rate ? r->c.max_rate : r->tokens + add;
 		r->refill_ns = now;
 	}
-	if (r->tokens < bytes)
+	/* a request larger than the whole bucket goes when the bucket is full,
+	 * else it would never go */
+	if (r->tokens < bytes && !(r->tokens == r->c.max_rate && bytes > r->c.max_rate))
 		return false;
-	r->tokens -= bytes;
+	r->tokens = r->tokens > bytes ? r->tokens - bytes : 0;
 	return true;
+}
+
+/* rate_give() - bytes taken for a request that was not sent after all. */
+static void rate_give(struct remote *r, uint64_t bytes)
+{
+	if (r->c.max_rate)
+		r->tokens = r->tokens + bytes > r->c.max_rate ? r->c.max_rate : r->tokens + bytes;
+}
+
+/* node_takes() - nd can take a request now: connected or connecting, under
+ * its in-flight cap (checked before the rate cap's tokens are taken). */
+static bool node_takes(const struct rnode *nd)
+{
+	return nd && nd->ac && nd->state != RN_DOWN && nd->inflight < nd->r->c.max_inflight;
 }
 
 /* get_value() - a GET's answer: check, copy, count. */
@@ -934,7 +965,7 @@ static bool redirect(struct rreq *q, const redisReply *rep)
 		tick_arm(r);
 	}
 	if (!q->get || ++q->hops > MAX_HOPS)
-		return false;	/* a SET's bytes are not kept: it is lost */
+		return false;	/* a SET goes again from its backlog (put_retry) */
 	to = node_of(r, (unsigned)idx);
 	if (!to)
 		return false;
@@ -1001,7 +1032,7 @@ static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		res = get_value(q, rep);
 		req_finish(q, res);
 	}
-	if (nd->ac == ac)	/* room on its connection: its waiting SETs go */
+	if (!r->closing && nd->ac == ac)	/* room on its connection: its SETs go */
 		node_pump(nd);
 }
 
@@ -1085,7 +1116,13 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	q->dst = dst;
 	q->be = be;
 	nd = route(r, q);
-	if (!nd || !rate_take(r, bytes + RPAGE_HDR) || node_send(nd, q, NULL, 0, false) < 0) {
+	if (!node_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
+		free(q);
+		r->st.skipped++;
+		return -EAGAIN;
+	}
+	if (node_send(nd, q, NULL, 0, false) < 0) {
+		rate_give(r, bytes + RPAGE_HDR);
 		free(q);
 		r->st.skipped++;
 		return -EAGAIN;
@@ -1095,8 +1132,8 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 }
 
 /* format_set() - "SET key value" of q in RESP, the value its header and
- * the page at src: malloc'd, *len long. NULL when out of memory or the
- * copy failed. */
+ * the page at src: malloc'd, *len long. NULL when out of memory, or the
+ * copy or the seal failed. */
 static char *format_set(struct remote *r, const struct rreq *q, const void *src, size_t *len)
 {
 	char head[64], *buf;
@@ -1115,7 +1152,10 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 		free(buf);
 		return NULL;
 	}
-	rvalue_seal(buf + hl, r->sk, q->id, q->key, q->bytes);
+	if (rvalue_seal(buf + hl, r->sk, q->id, q->key, q->bytes) < 0) {
+		free(buf);
+		return NULL;
+	}
 	memcpy(buf + hl + RPAGE_HDR + q->bytes, "\r\n", 2);
 	*len = (size_t)hl + RPAGE_HDR + q->bytes + 2;
 	return buf;
@@ -1172,7 +1212,7 @@ void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 		return;
 	rpage_key(id, key, rkey);
 	memcpy(&h, key, sizeof(h));	/* a block key is a hash already */
-	slot = (h ^ (uint32_t)(key[4] << 24 | key[5] << 16)) % TOUCH_SLOTS;
+	slot = (h ^ ((uint32_t)key[4] << 24 | (uint32_t)key[5] << 16)) % TOUCH_SLOTS;
 	if (r->touched[slot].tag == h && r->touched[slot].sec == sec)
 		return;
 	o = rc_map_owner(&r->map, rc_slot(rkey, sizeof(rkey)));
@@ -1236,6 +1276,8 @@ static void node_retire(struct remote *r, struct rnode *nd)
 
 	nd->ac = NULL;		/* on_disconnect() finds another: nothing more */
 	nd->state = RN_DOWN;
+	if (r->map_node == nd)
+		r->map_node = NULL;	/* its answer comes as NULL, or not at all */
 	nd->next_retired = r->retired;
 	r->retired = nd;
 	if (ac)
@@ -1309,6 +1351,7 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 	int rc;
 
 	r->map_inflight = false;
+	r->map_node = NULL;
 	if (!reply || r->closing || !nd)
 		return;
 	nm = malloc(sizeof(*nm));
@@ -1397,8 +1440,11 @@ static void map_read(struct remote *r)
 			nd = r->nodes[i];
 	if (!nd)
 		return;
-	if (redisAsyncCommand(nd->ac, slots_reply, r, "CLUSTER SLOTS") == REDIS_OK)
+	if (redisAsyncCommand(nd->ac, slots_reply, r, "CLUSTER SLOTS") == REDIS_OK) {
 		r->map_inflight = true;
+		r->map_node = nd;
+		r->map_sent_ns = now_ns();
+	}
 }
 
 /* --- the tick: timeouts, reconnects, map reads ------------------------- */
@@ -1413,7 +1459,7 @@ static void tick_done(struct loop_op *op, int res)
 	(void)res;
 	r->ticking = false;
 	if (--r->ops == 0 && r->closing) {
-		free(r);	/* remote_close() left it to the ring */
+		remote_free(r);	/* remote_close() left it to the ring */
 		return;
 	}
 	if (r->closing)
@@ -1451,6 +1497,10 @@ static void tick_done(struct loop_op *op, int res)
 		need = need || nd->inflight || nd->state == RN_CONNECTING;
 	}
 	free(master);
+	if (r->map_inflight && r->map_node && now - r->map_sent_ns > limit) {
+		r->map_node->timed_out = true;	/* its answer ends the read: NULL */
+		node_fail(r->map_node, "did not answer CLUSTER SLOTS in time");
+	}
 	if (r->url.cluster && (r->map_wanted || !r->map.covered) && !r->map_inflight &&
 	    now >= r->map_ns) {
 		r->map_ns = now + (uint64_t)MAP_EVERY_MS * 1000000u;
@@ -1469,7 +1519,18 @@ static void cancel_done(struct loop_op *op, int res)
 
 	(void)res;
 	if (--r->ops == 0 && r->closing)
-		free(r);
+		remote_free(r);
+}
+
+/* closer_done() - remote_close()'s own turn of the loop is through: no
+ * hiredis callback of r runs any more. */
+static void closer_done(struct loop_op *op, int res)
+{
+	struct remote *r = (struct remote *)((char *)op - offsetof(struct remote, closer));
+
+	(void)res;
+	if (--r->ops == 0)
+		remote_free(r);
 }
 
 static void idle_done(struct loop_op *op, int res)
@@ -1480,7 +1541,7 @@ static void idle_done(struct loop_op *op, int res)
 	(void)res;
 	r->idle_armed = false;
 	if (--r->ops == 0 && r->closing) {
-		free(r);
+		remote_free(r);
 		return;
 	}
 	if (r->closing || !fn || remote_busy(r))
@@ -1678,6 +1739,7 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	r->refill_ns = now_ns();
 	r->tick.done = tick_done;
 	r->cancel.done = cancel_done;
+	r->closer.done = closer_done;
 	r->idle.done = idle_done;
 	rc_map_init(&r->map);
 	rc = rc_url_parse(c->url, &r->url, err, errlen);
@@ -1748,25 +1810,38 @@ void remote_close(struct remote *r)
 
 			nd->ac = NULL;
 			nd->state = RN_DOWN;
-			ac->data = NULL;	/* nd goes with r: callbacks must not find it */
+			ac->data = NULL;	/* on_disconnect() has nothing to do */
 			ac->c.reader->privdata = NULL;
-			redisAsyncFree(ac);	/* its requests end -ECANCELED */
+			redisAsyncFree(ac);	/* its requests end -ECANCELED, now or
+						 * once the callback we are in returns */
 		}
 	}
+	/*
+	 * remote_close() may run inside a hiredis callback of r (a request's
+	 * done callback that stops the daemon): the nodes and r are freed
+	 * from the loop, once every callback has returned. The ring points
+	 * into r: the last of its operations frees it.
+	 */
+	if (loop_timeout(r->l, &r->closer, &r->closer_ts, 0) == 0)
+		r->ops++;
+	if (r->ticking && loop_cancel(r->l, &r->cancel, &r->tick) == 0)
+		r->ops++;
+	if (!r->ops)
+		remote_free(r);	/* the ring took nothing: no turn to wait for */
+}
+
+/* remote_free() - free r and its nodes: closed, and nothing of the ring
+ * or of hiredis points into them any more. */
+static void remote_free(struct remote *r)
+{
+	unsigned i;
+
 	for (i = 0; i < r->nnodes; i++)
 		free(r->nodes[i]);
 	free(r->nodes);
-	free_retired(r, true);	/* their connections went when they retired */
+	free_retired(r, true);
 	rc_map_fini(&r->map);
-	r->nodes = NULL;
-	r->nnodes = 0;
-	if (!r->ops) {
-		free(r);
-		return;
-	}
-	/* the ring points into r: the last of its operations frees it */
-	if (r->ticking && loop_cancel(r->l, &r->cancel, &r->tick) == 0)
-		r->ops++;
+	free(r);
 }
 
 bool remote_up(const struct remote *r)

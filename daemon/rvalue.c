@@ -59,12 +59,14 @@ bool rvalue_use_sodium;
 /*
  * evp_seal() - ChaCha20-Poly1305 (IETF) of data in place under the subkey
  * of key and nonce, ad authenticated: the tag out (seal), or checked
- * (open: false when it does not match; data is then zeroed). The context
- * is the loop's, made once.
+ * (open). Returns 1 (done; opened: authentic), 0 (OpenSSL did not start:
+ * data untouched, libsodium may do it) or -1 (failed with data touched:
+ * a seal must not be tried again under this nonce; an open is not
+ * authentic, and data is zeroed). The context is the loop's, made once.
  */
-static bool evp_seal(bool seal, unsigned char *data, size_t bytes, unsigned char *tag,
-		     const unsigned char *ad, size_t adlen, const unsigned char nonce[24],
-		     const uint8_t key[RVALUE_KEY_BYTES])
+static int evp_seal(bool seal, unsigned char *data, size_t bytes, unsigned char *tag,
+		    const unsigned char *ad, size_t adlen, const unsigned char nonce[24],
+		    const uint8_t key[RVALUE_KEY_BYTES])
 {
 	static EVP_CIPHER_CTX *ctx;
 	unsigned char sub[32], n12[12] = { 0 };
@@ -73,19 +75,22 @@ static bool evp_seal(bool seal, unsigned char *data, size_t bytes, unsigned char
 	if (!ctx)
 		ctx = EVP_CIPHER_CTX_new();
 	if (!ctx)
-		return false;
+		return 0;
 	crypto_core_hchacha20(sub, nonce, key, NULL);
 	memcpy(n12 + 4, nonce + 16, 8);
 	ok = EVP_CipherInit_ex(ctx, EVP_chacha20_poly1305(), NULL, sub, n12, seal) == 1 &&
 	     (seal || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_SET_TAG, 16, tag) == 1) &&
-	     EVP_CipherUpdate(ctx, NULL, &len, ad, (int)adlen) == 1 &&
-	     EVP_CipherUpdate(ctx, data, &len, data, (int)bytes) == 1 &&
+	     EVP_CipherUpdate(ctx, NULL, &len, ad, (int)adlen) == 1;
+	sodium_memzero(sub, sizeof(sub));
+	if (!ok)
+		return 0;
+	ok = EVP_CipherUpdate(ctx, data, &len, data, (int)bytes) == 1 &&
 	     EVP_CipherFinal_ex(ctx, data + len, &len) == 1 &&
 	     (!seal || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag) == 1);
-	sodium_memzero(sub, sizeof(sub));
-	if (!ok && !seal)
-		sodium_memzero(data, bytes);	/* decrypted, but not authentic */
-	return ok;
+	if (ok)
+		return 1;
+	sodium_memzero(data, bytes);	/* half done, or decrypted but not authentic */
+	return -1;
 }
 #endif
 
@@ -113,12 +118,15 @@ void rvalue_key(const void *file, size_t len, uint8_t sk[RVALUE_KEY_BYTES])
 	sodium_memzero(&s, sizeof(s));
 }
 
-void rvalue_seal(void *out, const uint8_t sk[RVALUE_KEY_BYTES],
-		 const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
-		 uint64_t bytes)
+int rvalue_seal(void *out, const uint8_t sk[RVALUE_KEY_BYTES],
+		const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
+		uint64_t bytes)
 {
 	unsigned char *data = (unsigned char *)out + RPAGE_HDR;
 	struct rvalue_hdr h;
+#ifdef HAVE_LIBCRYPTO
+	int rc;
+#endif
 
 	memset(&h, 0, sizeof(h));
 	memcpy(h.magic, magic, sizeof(magic));
@@ -129,16 +137,20 @@ void rvalue_seal(void *out, const uint8_t sk[RVALUE_KEY_BYTES],
 	h.data_bytes = htole64(bytes);
 	randombytes_buf(h.nonce, sizeof(h.nonce));
 #ifdef HAVE_LIBCRYPTO
-	if (by_evp(bytes) && evp_seal(true, data, bytes, h.tag, (const unsigned char *)&h,
-				      AD_BYTES, h.nonce, sk)) {
+	rc = by_evp(bytes) ? evp_seal(true, data, bytes, h.tag, (const unsigned char *)&h,
+				      AD_BYTES, h.nonce, sk) : 0;
+	if (rc < 0)
+		return -EIO;	/* never again under this nonce: not sent */
+	if (rc > 0) {
 		memcpy(out, &h, sizeof(h));
-		return;
+		return 0;
 	}
 #endif
 	crypto_aead_xchacha20poly1305_ietf_encrypt_detached(data, h.tag, NULL, data, bytes,
 							    (const unsigned char *)&h, AD_BYTES,
 							    NULL, h.nonce, sk);
 	memcpy(out, &h, sizeof(h));
+	return 0;
 }
 
 int rvalue_open(const void *hdr, size_t len, void *data, const uint8_t sk[RVALUE_KEY_BYTES],
@@ -158,9 +170,13 @@ int rvalue_open(const void *hdr, size_t len, void *data, const uint8_t sk[RVALUE
 		return -ESTALE;
 	/* a value that does not open leaves data zeroed */
 #ifdef HAVE_LIBCRYPTO
-	if (by_evp(bytes))
-		return evp_seal(false, data, bytes, h.tag, (const unsigned char *)&h, AD_BYTES,
-				h.nonce, sk) ? 0 : -EKEYREJECTED;
+	if (by_evp(bytes)) {
+		int rc = evp_seal(false, data, bytes, h.tag, (const unsigned char *)&h,
+				  AD_BYTES, h.nonce, sk);
+
+		if (rc)
+			return rc > 0 ? 0 : -EKEYREJECTED;
+	}
 #endif
 	if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(data, NULL, data, bytes, h.tag,
 								(const unsigned char *)&h,

@@ -39,11 +39,13 @@ void rvalue_key(const void *file, size_t len, uint8_t sk[RVALUE_KEY_BYTES]);
 /*
  * rvalue_seal() - seal the page of bytes at out + RPAGE_HDR (encrypted in
  * place) and write the header before it, for block key of namespace id,
- * under sk. A fresh random nonce each time.
+ * under sk. A fresh random nonce each time. Returns 0, or -EIO (the
+ * cipher failed halfway: the bytes are zeroed, and the value must not be
+ * stored).
  */
-void rvalue_seal(void *out, const uint8_t sk[RVALUE_KEY_BYTES],
-		 const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
-		 uint64_t bytes);
+int rvalue_seal(void *out, const uint8_t sk[RVALUE_KEY_BYTES],
+		const uint8_t id[RPAGE_ID_BYTES], const uint8_t key[KVP_KEY_BYTES],
+		uint64_t bytes);
 
 /*
  * rvalue_open() - check and open a value whose header (RPAGE_HDR bytes at

@@ -362,6 +362,47 @@ START_TEST(test_hostile_host_names_from_the_cluster_are_not_resolved)
 }
 END_TEST
 
+/* A request's done callback that closes the tier (a daemon stopping when
+ * its last fetch ends): the tier is freed from the loop, after hiredis's
+ * callbacks have returned, never under them (ASan sees a use after free
+ * otherwise). */
+struct closer {
+	struct remote *r;
+	bool done;
+	int res;
+};
+
+static void close_in_done(void *arg, int res)
+{
+	struct closer *c = arg;
+
+	c->done = true;
+	c->res = res;
+	remote_close(c->r);
+}
+
+START_TEST(test_hostile_closing_the_tier_from_a_done_callback_is_safe)
+{
+	static uint8_t page[PAGE];
+	struct fake_script s = { 0 };
+	uint8_t key[KVP_KEY_BYTES] = { 7 };
+	struct closer c = { 0 };
+	uint64_t end;
+
+	fake_listen(&A, dir);
+	fake_run(&A, &s);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", A.port);
+	c.r = open_remote();
+	turn(200);
+	ck_assert_int_eq(remote_get(c.r, &BE, ns_id, key, page, PAGE, close_in_done, &c), 0);
+	for (end = now_ms() + 3000; !c.done && now_ms() < end;)
+		loop_turn(&L, 10);
+	ck_assert(c.done);
+	ck_assert_int_eq(c.res, -ENOENT);
+	turn(200);	/* the tier's last operations end, and free it */
+}
+END_TEST
+
 static Suite *hostile_suite(void)
 {
 	Suite *s = suite_create("hostile");
@@ -377,6 +418,7 @@ static Suite *hostile_suite(void)
 	tcase_add_test(tc, test_hostile_clusterdown_reads_the_map_from_another_node);
 	tcase_add_test(tc, test_hostile_a_giant_cluster_slots_is_refused_without_a_stall);
 	tcase_add_test(tc, test_hostile_host_names_from_the_cluster_are_not_resolved);
+	tcase_add_test(tc, test_hostile_closing_the_tier_from_a_done_callback_is_safe);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -417,7 +417,7 @@ START_TEST(test_rvalue_round_trip_and_every_mismatch_is_a_miss)
 	for (i = 0; i < BYTES; i++)
 		page[i] = (uint8_t)(i * 31 + 1);
 	memcpy(v + RPAGE_HDR, page, BYTES);
-	rvalue_seal(v, sk, id, key, BYTES);
+	ck_assert_int_eq(rvalue_seal(v, sk, id, key, BYTES), 0);
 	/* sealed: no 16 bytes of the page are left in the clear */
 	for (i = 0; i + 16 <= BYTES; i += 16)
 		ck_assert_msg(!memmem(v, RPAGE_HDR + BYTES, page + i, 16),
@@ -427,7 +427,7 @@ START_TEST(test_rvalue_round_trip_and_every_mismatch_is_a_miss)
 	ck_assert_mem_eq(w + RPAGE_HDR, page, BYTES);
 	/* the same page sealed again: another nonce, other bytes */
 	memcpy(w + RPAGE_HDR, page, BYTES);
-	rvalue_seal(w, sk, id, key, BYTES);
+	ck_assert_int_eq(rvalue_seal(w, sk, id, key, BYTES), 0);
 	ck_assert(memcmp(w, v, RPAGE_HDR + BYTES));
 	/* another key or namespace, or another page size */
 	ck_assert_int_eq(open_copy(v, RPAGE_HDR + BYTES, sk, id, other, BYTES), -ESTALE);
@@ -474,7 +474,7 @@ START_TEST(test_rvalue_a_writer_without_the_key_cannot_forge_a_page)
 	memset(id, 3, sizeof(id));
 	memset(key, 4, sizeof(key));
 	memset(v + RPAGE_HDR, 0x5a, BYTES);
-	rvalue_seal(v, sk, id, key, BYTES);
+	ck_assert_int_eq(rvalue_seal(v, sk, id, key, BYTES), 0);
 	/* the old format: the header as it was, format 1 */
 	memcpy(w, v, sizeof(w));
 	memcpy(w + 8, &one, 4);
@@ -515,7 +515,7 @@ START_TEST(test_rvalue_openssl_and_libsodium_seal_alike)
 	for (by = 0; by < 2; by++) {
 		rvalue_use_sodium = by;	/* seal with one, open with the other */
 		memcpy(v + RPAGE_HDR, page, BYTES);
-		rvalue_seal(v, sk, id, key, BYTES);
+		ck_assert_int_eq(rvalue_seal(v, sk, id, key, BYTES), 0);
 		rvalue_use_sodium = !by;
 		memcpy(w, v, sizeof(v));
 		ck_assert_int_eq(rvalue_open(w, sizeof(w), w + RPAGE_HDR, sk, id, key, BYTES), 0);
