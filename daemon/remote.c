@@ -67,7 +67,6 @@ struct rreq {
 	size_t cmdlen;			/* (counted in the backlog) */
 	unsigned tries;			/* SET: sends so far */
 	unsigned errs;			/* SET: error replies so far */
-	uint64_t not_before_ns;		/* SET: after an error, sent again no sooner */
 	uint64_t born_ns;		/* SET: when remote_put() took it */
 };
 
@@ -678,14 +677,10 @@ static void put_retry(struct rreq *q, const char *why)
 {
 	struct remote *r = q->r;
 
-	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS) {
+	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS)
 		put_give_up(q, true, why);
-		return;
-	}
-	/* after an error reply (a failover, a slot moving), not at once: 200,
-	 * 400 ms, and the map may be read again meanwhile */
-	q->not_before_ns = q->errs ? now_ns() + (100000000ull << q->errs) : 0;
-	put_wait(r, q);
+	else
+		put_wait(r, q);
 }
 
 /* put_send() - q to nd, now. 0, or -EAGAIN. */
@@ -693,7 +688,7 @@ static int put_send(struct rnode *nd, struct rreq *q)
 {
 	struct remote *r = nd->r;
 
-	if (!node_takes(nd) || q->not_before_ns > now_ns() || !rate_take(r, q->cmdlen))
+	if (!node_takes(nd) || !rate_take(r, q->cmdlen))
 		return -EAGAIN;
 	if (node_send(nd, q, q->cmd, q->cmdlen, false) < 0) {
 		rate_give(r, q->cmdlen);
@@ -714,7 +709,7 @@ static void node_pump(struct rnode *nd)
 		q = wait_pop(&nd->wait_head, &nd->wait_tail);
 		if (put_send(nd, q) < 0) {
 			wait_unshift(&nd->wait_head, &nd->wait_tail, q);
-			break;	/* the rate cap, or a SET's back-off: the tick goes on */
+			break;	/* the rate cap: the tick tries again */
 		}
 	}
 }
@@ -1372,6 +1367,17 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	}
 	say_named(r, nm, &nd->addr);
+	if (!nm->covered && r->map.covered) {
+		/* a node being set up, or reset, knows no slot: not a map to take
+		 * over one that has slots; the next read asks another node */
+		nd->erred = true;
+		r->map_wanted = true;
+		rc_map_fini(nm);
+		free(nm);
+		free(was);
+		tick_arm(r);
+		return;
+	}
 	keep_live_owners(r, nm, was);
 	free(was);
 	if (map_replace(r, nm) < 0) {
