@@ -57,10 +57,10 @@ for f in usr/sbin/kvpoold usr/bin/kvpool etc/kvpool/kvpoold.conf \
 done
 # kvpoold.conf may hold secrets: 0640 in the package, group kvpool once
 # the postinst ran
-dpkg-deb -c "$work/kvpool_${version}_"*.deb | grep -q '^-rw-r----- .* \./etc/kvpool/kvpoold.conf$' ||
+dpkg-deb -c "$work/kvpool_${version}_"*.deb | grep '^-rw-r----- .* \./etc/kvpool/kvpoold.conf$' >/dev/null ||
 	fail "/etc/kvpool/kvpoold.conf is not 0640 in the package"
 dpkg-deb -I "$work/kvpool_${version}_"*.deb postinst 2>/dev/null |
-	grep -q 'chown root:kvpool /etc/kvpool/kvpoold.conf' ||
+	grep 'chown root:kvpool /etc/kvpool/kvpoold.conf' >/dev/null ||
 	fail "the postinst does not give kvpoold.conf to group kvpool"
 units=$(find "$root" -name kvpoold.socket -o -name kvpoold.service | wc -l)
 [ "$units" -eq 2 ] || fail "the units are not in the package (found $units)"
