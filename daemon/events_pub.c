@@ -346,14 +346,8 @@ static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
 /* refused() - say (once a minute at most) why a replay got nothing. */
 static void refused(struct events *ev, const char *why)
 {
-	struct timespec ts;
-	uint64_t now;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-	if (ev->refused_ns && now - ev->refused_ns < 60000000000ull)
+	if (!log_every(&ev->refused_ns, 60))
 		return;
-	ev->refused_ns = now;
 	log_warn("kv events: a replay got the end marker alone: %s (at most one replay "
 		 "in progress per peer, %d at once, holding --kv-events-queue bytes in all)",
 		 why, REPLAY_PEERS);

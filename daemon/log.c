@@ -17,6 +17,19 @@
 
 #include "daemon/log.h"
 
+bool log_every(uint64_t *last, unsigned every_s)
+{
+	struct timespec ts;
+	uint64_t now;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (*last && now - *last < (uint64_t)every_s * 1000000000u)
+		return false;
+	*last = now;
+	return true;
+}
+
 static enum log_level log_max = LOG_LVL_INFO;
 static bool log_syslog;
 static int log_fd = -1;			/* --log-file */

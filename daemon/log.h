@@ -9,6 +9,7 @@
 #define KVP_LOG_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 
 enum log_level {
@@ -49,6 +50,12 @@ const char *log_level_name(enum log_level level);
 
 void log_msg(enum log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* log_every() - a line that may flood (one per refused connection, bad
+ * reply, lost write) is due: none was said within every_s seconds, by
+ * *last (the monotonic ns of the last one, 0 for never; updated when
+ * due). The caller keeps *last, and serializes calls to it. */
+bool log_every(uint64_t *last, unsigned every_s);
 
 #define log_error(...) log_msg(LOG_LVL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LVL_WARN, __VA_ARGS__)

@@ -38,7 +38,7 @@
 #define METRICS_CONNS		64u	/* connections in all */
 #define METRICS_CONNS_PER_IP	4u	/* from one address (Prometheus: 1 each) */
 #define METRICS_IDLE_S		3u	/* a connection silent this long is closed */
-#define METRICS_SAY_EVERY_NS	60000000000ull	/* libmicrohttpd's errors: a line a minute */
+#define METRICS_SAY_EVERY_S	60u	/* libmicrohttpd's errors: a line a minute */
 
 struct metrics {
 	struct loop *loop;
@@ -74,20 +74,15 @@ static void metrics_post(struct metrics *m);
 static void mhd_log(void *arg, const char *fmt, va_list ap)
 {
 	struct metrics *m = arg;
-	struct timespec ts;
 	char line[256];
-	uint64_t now;
 	unsigned unsaid;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	pthread_mutex_lock(&m->mu);
-	if (m->said_ns && now - m->said_ns < METRICS_SAY_EVERY_NS) {
+	if (!log_every(&m->said_ns, METRICS_SAY_EVERY_S)) {
 		m->unsaid++;
 		pthread_mutex_unlock(&m->mu);
 		return;
 	}
-	m->said_ns = now;
 	unsaid = m->unsaid;
 	m->unsaid = 0;
 	pthread_mutex_unlock(&m->mu);

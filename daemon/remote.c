@@ -35,7 +35,7 @@
 #define MAX_HOPS	3u	/* redirects one request may follow */
 #define PUT_TRIES	3u	/* error replies to one SET before it is given up */
 #define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
-#define SAY_EVERY_NS	60000000000ull	/* rate of the "not written" line */
+#define SAY_EVERY_S	60u	/* a line that may flood is said once a minute */
 #define TOUCH_SLOTS	4096u	/* keys touched this second, remembered */
 
 enum rnode_state {
@@ -103,7 +103,8 @@ struct remote {
 	struct rnode **nodes;		/* [map.nnodes], by map index */
 	unsigned nnodes;
 	struct rnode *retired;		/* dropped by a new map; freed once idle */
-	uint64_t refused_ns;		/* the last redirect not followed, logged */
+	uint64_t refused_ns, broke_ns;	/* the last redirect not followed, the last
+					 * broken protocol, logged */
 	struct rreq *lost_head, *lost_tail;	/* SETs whose slot has no master now */
 	uint64_t backlog;		/* bytes of SETs held: waiting or in flight */
 	struct {
@@ -503,13 +504,9 @@ static void on_connect(const redisAsyncContext *ac, int status)
  * Redis server sends, and count it: an error. */
 static void broke_protocol(struct rnode *nd, const char *what)
 {
-	static uint64_t said_ns;
-	uint64_t now = now_ns();
-
 	nd->r->st.errors++;
-	if (said_ns && now - said_ns < 60000000000ull)
+	if (!log_every(&nd->r->broke_ns, SAY_EVERY_S))
 		return;
-	said_ns = now;
 	log_warn("remote tier %s: %s:%u %s; dropped the connection (is something else "
 		 "listening on that port?)", nd->r->desc, nd->addr.host, nd->addr.port, what);
 }
@@ -623,17 +620,14 @@ static void put_forget(struct remote *r, struct rreq *q)
  * minute, with how many since the last time. */
 static void say_unwritten(struct remote *r, const char *why)
 {
-	uint64_t now = now_ns();
-
 	r->unwritten++;
-	if (r->unwritten_ns && now - r->unwritten_ns < SAY_EVERY_NS)
+	if (!log_every(&r->unwritten_ns, SAY_EVERY_S))
 		return;
 	log_warn("remote tier %s: %llu page%s not written to Redis since the last such "
 		 "line (the last: %s); they stay in the local tiers only: raise "
 		 "--remote-backlog, or see to the cluster", r->desc,
 		 (unsigned long long)r->unwritten, r->unwritten == 1 ? "" : "s", why);
 	r->unwritten = 0;
-	r->unwritten_ns = now;
 }
 
 /* owner_of() - the node of q's slot in the map, whatever its state; NULL
@@ -903,11 +897,8 @@ static void want_map(struct remote *r)
  * names: no request and no password goes there. */
 static void refused(struct remote *r, const struct rc_addr *a, const struct rnode *nd)
 {
-	uint64_t now = now_ns();
-
-	if (r->refused_ns && now - r->refused_ns < 60000000000ull)
+	if (!log_every(&r->refused_ns, SAY_EVERY_S))
 		return;
-	r->refused_ns = now;
 	log_warn("remote tier %s: %s:%u redirected to %s:%u, which no slot map names and "
 		 "no seed is; not followed (a miss), reading the map again", r->desc,
 		 nd->addr.host, nd->addr.port, a->host, a->port);
@@ -1193,8 +1184,9 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
  * remote_touch() - TOUCH the value of block key: Redis then counts it as
  * used now. Nothing waits for it and nothing is queued: a node down or
  * busy, or a key touched within this second already, is simply skipped.
+ * True for the last: a key touched this second.
  */
-void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 		  const uint8_t key[KVP_KEY_BYTES])
 {
 	char rkey[RPAGE_KEY_LEN];
@@ -1204,22 +1196,22 @@ void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	unsigned slot;
 
 	if (r->closing)
-		return;
-	rpage_key(id, key, rkey);
+		return false;
 	memcpy(&h, key, sizeof(h));	/* a block key is a hash already */
 	slot = (h ^ ((uint32_t)key[4] << 24 | (uint32_t)key[5] << 16)) % TOUCH_SLOTS;
 	if (r->touched[slot].tag == h && r->touched[slot].sec == sec)
-		return;
+		return true;
+	rpage_key(id, key, rkey);
 	o = rc_map_owner(&r->map, rc_slot(rkey, sizeof(rkey)));
 	nd = o == RC_NONE || o >= r->nnodes ? NULL : r->nodes[o];
 	if (!nd || !nd->ac || nd->state != RN_UP || nd->inflight >= r->c.max_inflight)
-		return;
+		return false;
 	if (redisAsyncCommand(nd->ac, NULL, NULL, "TOUCH %b", rkey, (size_t)RPAGE_KEY_LEN) !=
 	    REDIS_OK)
-		return;
+		return false;
 	r->touched[slot].tag = h;
 	r->touched[slot].sec = sec;
-	r->st.touches++;
+	return false;
 }
 
 /* --- the slot map ------------------------------------------------------ */

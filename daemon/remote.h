@@ -43,7 +43,6 @@ struct remote_stats {
 				 * connections dropped for breaking the protocol */
 	uint64_t skipped;		/* GETs not sent: node down, limits */
 	uint64_t puts, put_errors, put_skipped;
-	uint64_t touches;		/* TOUCHes of parents sent */
 	uint64_t bytes_in, bytes_out;
 	uint64_t redirects, map_loads, connects, disconnects;
 	uint64_t inflight;		/* requests sent, not answered */
@@ -115,9 +114,10 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 /*
  * remote_touch() - tell Redis the value of block key was used now (TOUCH:
  * its LRU clock), at most once a second per key; never waits, never
- * queues: a node down or at its in-flight cap is skipped.
+ * queues: a node down or at its in-flight cap is skipped. Returns true
+ * when the key was touched within this second already.
  */
-void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 		  const uint8_t key[KVP_KEY_BYTES]);
 
 /*

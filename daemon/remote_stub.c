@@ -41,10 +41,11 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	return -EAGAIN;
 }
 
-void remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 		  const uint8_t key[KVP_KEY_BYTES])
 {
 	(void)r, (void)id, (void)key;
+	return false;
 }
 
 void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg)

@@ -81,22 +81,24 @@ void rtier_ns_gone(struct ns *n)
 }
 
 /*
- * touch_ancestors() - the blocks above e that Redis has are TOUCHed,
+ * touch_up() - e and the blocks above it that Redis has are TOUCHed,
  * deepest first: when a block is written or fetched, its ancestors count
  * as used at least as late as it. Under allkeys-lru Redis then drops
  * the tails of chains before their heads, and what it keeps can be
  * served: a head that many prompts share is written once, and would
  * otherwise be the oldest key of all, and go first, taking every chain
- * below it with it. remote_touch() sends one a second per key at most.
+ * below it with it. remote_touch() sends one a second per key at most;
+ * a block touched this second had its ancestors touched then too, so the
+ * walk stops there (a chain costs its depth a second, not its square).
  */
-static void touch_ancestors(struct ns *n, uint32_t e)
+static void touch_up(struct ns *n, uint32_t e)
 {
 	unsigned k;
 
-	for (k = 0, e = prefix_parent(n->idx, e); e != PREFIX_NIL && k < 1024;
-	     e = prefix_parent(n->idx, e), k++)
-		if (prefix_remote(n->idx, e) && !prefix_tokens(n->idx, e))
-			remote_touch(n->remote, n->rid, prefix_key(n->idx, e));
+	for (k = 0; e != PREFIX_NIL && k < 1024; e = prefix_parent(n->idx, e), k++)
+		if (prefix_remote(n->idx, e) && !prefix_tokens(n->idx, e) &&
+		    remote_touch(n->remote, n->rid, prefix_key(n->idx, e)))
+			break;
 }
 
 /* rtier_left_pool() - the full block e is leaving the pool (to a lower
@@ -127,7 +129,7 @@ static void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 	}
 	prefix_set_remote(n->idx, e);
 	n->remote_st.sent++;
-	touch_ancestors(n, e);
+	touch_up(n, prefix_parent(n->idx, e));
 }
 
 void rtier_published(struct ns *n, uint32_t e, const void *page)
@@ -320,12 +322,7 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
 	n->remote_st.fetches++;
 	/* what is above the fetched blocks, here in the pool, is used now in
 	 * Redis too: it goes after them, not before */
-	i = prefix_find(n->idx, f->parent);
-	if (i != PREFIX_NIL) {
-		if (prefix_remote(n->idx, i) && !prefix_tokens(n->idx, i))
-			remote_touch(n->remote, n->rid, f->parent);
-		touch_ancestors(n, i);
-	}
+	touch_up(n, prefix_find(n->idx, f->parent));
 	c->deferred = true;
 	conn_hold(c);
 	/* the send's own hold: the GETs end later, from the loop */
