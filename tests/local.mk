@@ -179,6 +179,9 @@ else
 # Without Check, `make check` runs one script that says what is missing.
 TESTS += tests/need-check.sh
 endif
+# What contrib/quickstart asks apt-get for, per mode (no Check needed).
+dist_check_SCRIPTS += tests/check-quickstart.sh
+TESTS += tests/check-quickstart.sh
 EXTRA_DIST += tests/need-check.sh tests/redis-cluster.sh tests/cuda_copy_pages.c tests/cuda_run.c tests/cuda_run.h \
 	tests/cuda_pool.c
 # Golden vectors of the vLLM-compatible prefix keys and their generator
