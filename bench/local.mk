@@ -7,7 +7,7 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
-	bench/list bench/remote bench/seal
+	bench/list bench/remote bench/seal bench/nschurn
 bench_pyref_SOURCES = bench/pyref.c
 bench_pyref_LDADD = client/libkvpool.la
 bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -60,6 +60,12 @@ bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_list_SOURCES = bench/list.c bench/opt.c bench/opt.h
 bench_list_LDADD = client/libkvpool.la
 bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/nschurn: one client's STATS round trips while another makes and
+# drops namespaces with large tier files; bench/run-nschurn.sh starts its
+# daemon.
+bench_nschurn_SOURCES = bench/nschurn.c bench/opt.c bench/opt.h
+bench_nschurn_LDADD = client/libkvpool.la
+bench_nschurn_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/remote: restores from the remote tier through two kvpoolds on one
 # Redis Cluster; bench/run-remote.sh starts them and the cluster.
 bench_remote_SOURCES = bench/remote.c bench/opt.c bench/opt.h

@@ -519,7 +519,7 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	struct kvp_wire_drop_ns d;
 	char err[KVP_WIRE_ERRMSG_MAX];
 	struct conn *o, *next;
-	struct ns *n;
+	struct ns *n, *gone;
 	bool bad;
 
 	if (wire_fixed_decode(payload, req->len, &d, sizeof(d)) < 0) {
@@ -531,6 +531,11 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 		return;
 	if (!d.ns[0]) {
 		conn_error(c, req, KVP_S_INVAL, "DROP_NS needs a namespace name");
+		return;
+	}
+	n = ns_gone_by_name(&c->srv->nst, d.ns);
+	if (n) {	/* dropped already: answered when its tier file is gone */
+		requests_defer_on(c, req, n);
 		return;
 	}
 	n = ns_arg(c, req, d.ns, &bad);
@@ -549,12 +554,16 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 		if (o->ns == n && !conn_closing(o))
 			conn_kick(o);
 	}
-	if (ns_drop(&c->srv->nst, c->srv->pool, n, err, sizeof(err)) < 0) {
+	if (ns_drop(&c->srv->nst, c->srv->pool, &c->srv->keys, n, &gone, err,
+		    sizeof(err)) < 0) {
 		if (ns_busy(n))
 			requests_defer_on(c, req, n);	/* what it waits for wakes it */
 		else
 			conn_error(c, req, KVP_S_STATE, "%s", err);
 		return;
 	}
-	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
+	if (gone)	/* the reply waits for the tier file's removal */
+		requests_defer_on(c, req, gone);
+	else
+		conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
 }

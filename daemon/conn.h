@@ -204,6 +204,14 @@ bool save_start(struct server *s);
 void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 		     const uint8_t *payload);
 
+/* requests_wake() - ns_config.wake: what waits on n goes on. When n is
+ * ready, each request is served again from the start, but a HELLO is
+ * refused (STATE) when a DROP_NS of n waits too. When n is gone (dropped,
+ * or its tier could not be made), a DROP_NS is answered OK (the namespace
+ * is no more), a HELLO gets status and msg when status < 0, else runs
+ * again (and may make the namespace anew). */
+void requests_wake(struct ns *n, int status, const char *msg);
+
 /* requests_retry() - staging buffers of n's tier came free: serve the
  * requests that waited for them (as tier_room_hook). */
 void requests_retry(struct ns *n);

@@ -4,7 +4,7 @@
 # The modules' sources (the fuzz harness of tests/local.mk builds them
 # too, with clang); the backend of the build comes on top.
 KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/access.c daemon/loop.c \
-	daemon/loop_sync.c \
+	daemon/loop_sync.c daemon/loop_work.c \
 	daemon/server.c daemon/sockfile.c daemon/requests.c daemon/share.c daemon/admin.c \
 	daemon/lease.c daemon/ns.c daemon/prefix.c daemon/siphash.c daemon/pool.c \
 	daemon/backend_host.c daemon/spill.c daemon/hosttier.c daemon/save.c \

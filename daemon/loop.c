@@ -91,6 +91,7 @@ const char *loop_io_name(const struct loop *l)
 
 void loop_fini(struct loop *l)
 {
+	loop_work_fini(l);	/* before the ring: its poll is cancelled with it */
 	if (l->sync)
 		sync_fini(l);
 	else

@@ -25,6 +25,7 @@ struct loop_op {
 };
 
 struct loop_sync;
+struct loop_workers;
 
 struct loop {
 	struct io_uring ring;
@@ -35,6 +36,7 @@ struct loop {
 	uint64_t buffers_used;	/* bit i: fixed buffer i is taken */
 	bool sync;		/* no ring: epoll and I/O threads (loop_sync.c) */
 	struct loop_sync *s;
+	struct loop_workers *w;	/* loop_work()'s threads, or NULL */
 	void (*turn_fn)(void *arg);	/* after each turn's completions */
 	void *turn_arg;
 };
@@ -122,6 +124,26 @@ int loop_timeout(struct loop *l, struct loop_op *op, struct __kernel_timespec *t
  * with -ECANCELED (or its result, if it won the race). The cancel request
  * itself completes through op. */
 int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target);
+
+/*
+ * loop_work() - run fn(op) on a worker thread (one of up to LOOP_WORKERS,
+ * loop_work.c), then complete op on the loop thread with fn's result:
+ * for file-system calls that can take milliseconds (fallocate, unlink,
+ * fsync, reading a whole file's headers), which must never stall the
+ * loop. fn may touch only what op's owner set aside for it, and nothing
+ * the loop thread reads or writes until op->done runs; it must not log.
+ * Jobs start in order of arrival. loop_fini() still runs the jobs queued
+ * (a dropped namespace's unlink is not lost) but completes none: what
+ * their fn made is for the owner to free. Returns 0, or -ENOMEM or
+ * -EAGAIN (no thread could be started: the caller may run fn itself).
+ */
+#define LOOP_WORKERS 4u
+typedef int (*loop_work_fn)(struct loop_op *op);
+int loop_work(struct loop *l, struct loop_op *op, loop_work_fn fn);
+
+/* loop_work_fini() - for loop_fini(): run what is queued, join the
+ * threads. */
+void loop_work_fini(struct loop *l);
 
 /*
  * loop_run() - submit and complete operations until loop_stop().

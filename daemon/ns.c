@@ -156,43 +156,73 @@ static void ns_identity(const struct ns *n, struct spill_ns *id)
 	id->memory = n->memory;
 }
 
+/* A namespace's tier file job on a worker thread: making the file
+ * (prep_run()) or removing it (unlink_run()). The thread reads the inputs,
+ * kept here by value, and writes the outputs; the namespace is touched on
+ * the loop only. */
+struct ns_job {
+	struct loop_op op;
+	char path[4096];	/* prep: the spill directory; unlink: the file */
+	uint64_t bytes;
+	bool discard;
+	struct spill_ns id;
+	struct spill *sp;	/* prep: the result */
+	char err[512];
+	struct ns *n;
+	struct ns_table *t;
+	const struct ns_config *k;
+};
+
+/* prep_run() - on a worker thread: the slow part of a new tier. */
+static int prep_run(struct loop_op *op)
+{
+	struct ns_job *j = (struct ns_job *)op;
+
+	return spill_prepare(&j->sp, j->path, j->bytes, j->discard, &j->id, j->err,
+			     sizeof(j->err));
+}
+
+/* unlink_run() - on a worker thread: remove a dropped tier file (the file
+ * system frees its blocks now: seconds for a large one on a busy disk). */
+static int unlink_run(struct loop_op *op)
+{
+	struct ns_job *j = (struct ns_job *)op;
+
+	return unlink(j->path) < 0 ? -errno : 0;
+}
+
 /*
- * ns_tier_open() - open n's tier file; if it is warm, re-index its slots
- * and link each entry to its parent block. Returns pages re-indexed, or
- * -errno with err filled.
+ * ns_tier_finish() - on the loop, the tier spill_prepare() made becomes
+ * n's; if it is warm, its slots are re-indexed and each entry linked to its
+ * parent block. Returns pages re-indexed, or -ENOMEM with err filled.
  */
-static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
-			    size_t errlen)
+static int64_t ns_tier_finish(struct ns *n, const struct ns_config *k, struct spill *sp,
+			      char *err, size_t errlen)
 {
 	struct spill_stats st;
 	struct scan_ctx sc = { .n = n };
 	static const uint8_t zero_key[KVP_KEY_BYTES];
-	struct spill_ns id;
-	const char *why;
 	uint32_t i, p, orphans = 0;
-	int rc;
+	const char *why = spill_cold_why(sp);
 
-	ns_identity(n, &id);
-	rc = spill_open(&n->tier, k->loop, n->be, k->spill_dir, k->spill_bytes,
-			k->spill_discard, &id, &why, err, errlen);
-	if (rc < 0)
-		return rc;
+	if (spill_note(sp))
+		log_warn("%s", spill_note(sp));
+	n->tier = sp;
+	spill_attach(sp, k->loop, n->be);
 	if (why)
-		log_info("namespace '%s': cold start of %s: %s", n->name,
-			 spill_path(n->tier), why);
-	spill_set_rate(n->tier, k->spill_rate);
-	spill_get_stats(n->tier, &st);
+		log_info("namespace '%s': cold start of %s: %s", n->name, spill_path(sp), why);
+	spill_set_rate(sp, k->spill_rate);
+	spill_get_stats(sp, &st);
 	n->slot_entry = calloc(st.slots, sizeof(*n->slot_entry));
 	sc.entries = calloc(st.slots, sizeof(*sc.entries));
 	sc.parents = calloc(st.slots, sizeof(*sc.parents));
 	if (!n->slot_entry || !sc.entries || !sc.parents) {
 		free(sc.entries);
 		free(sc.parents);
-		snprintf(err, errlen, "no memory for the slot table of %s", spill_path(n->tier));
+		snprintf(err, errlen, "no memory for the slot table of %s", spill_path(sp));
 		return -ENOMEM;
 	}
-	if (!why)
-		spill_scan(n->tier, scan_slot, &sc);
+	spill_scan(sp, scan_slot, &sc);
 	for (i = 0; i < sc.count; i++) {
 		p = prefix_find(n->idx, sc.parents[i]);
 		if (p)
@@ -218,9 +248,12 @@ static int64_t ns_tier_open(struct ns *n, const struct ns_config *k, char *err,
 	if (orphans)
 		log_info("namespace '%s': %u blocks of %s could not be reached: a block "
 			 "before them is not there; they were dropped", n->name, orphans,
-			 spill_path(n->tier));
+			 spill_path(sp));
 	free(sc.entries);
 	free(sc.parents);
+	if (sc.kept)
+		log_info("namespace '%s': %llu pages re-indexed from %s", n->name,
+			 (unsigned long long)sc.kept, spill_path(sp));
 	return (int64_t)sc.kept;
 }
 
@@ -242,6 +275,14 @@ static void ns_remote_open(struct ns *n, const struct ns_config *k)
 
 static void ns_free(struct ns *n)
 {
+	if (n->job) {	/* only after loop_fini(): the job never completed */
+		spill_close(n->job->sp);
+		free(n->job);
+	}
+	if (n->state == NS_GONE && !n->idx) {	/* a drop's stand-in */
+		free(n);
+		return;
+	}
 	rtier_ns_gone(n);
 	prefix_free(n->idx);
 	free(n->ev_topic);
@@ -296,18 +337,108 @@ static uint32_t memory_of(const struct ns_config *k, uint32_t memory)
 	return memory == KVP_MEMORY_HOST ? (uint32_t)k->host_memory : 0;
 }
 
+/* table_remove() - take entry id out of the table, which stays dense: the
+ * last namespace moves into its slot (and takes its id). */
+static void table_remove(struct ns_table *t, uint32_t id)
+{
+	t->ns[id] = t->ns[--t->count];
+	t->ns[t->count] = NULL;
+	if (id < t->count)
+		t->ns[id]->id = id;
+}
+
+/* tier_failed() - what a client is told when n's tier cannot be made;
+ * the reason names the daemon's files: for its log, not for clients. */
+static void tier_failed(const struct ns *n, const char *why, char *err, size_t errlen)
+{
+	log_error("namespace '%s': %s", n->name, why);
+	snprintf(err, errlen, "namespace '%s' cannot be created: its NVMe tier cannot be "
+		 "used (the kvpoold log says why; ask the daemon's admin)", n->name);
+}
+
+/*
+ * prep_done() - on the loop: n's tier file is made (or not). n becomes
+ * ready, or leaves the table; either way what waits on it is woken.
+ */
+static void prep_done(struct loop_op *op, int res)
+{
+	struct ns_job *j = (struct ns_job *)op;
+	const struct ns_config *k = j->k;
+	char msg[KVP_WIRE_ERRMSG_MAX];
+	struct ns *n = j->n;
+	int64_t kept = -1;
+
+	n->job = NULL;
+	if (res == 0)
+		kept = ns_tier_finish(n, k, j->sp, j->err, sizeof(j->err));
+	if (kept >= 0) {
+		free(j);
+		n->state = NS_READY;
+		k->wake(n, 0, NULL);
+		return;
+	}
+	tier_failed(n, j->err, msg, sizeof(msg));
+	table_remove(j->t, n->id);
+	pool_ns_release(n->pool, n->pool_ns);	/* no client ever joined: no page */
+	n->state = NS_GONE;
+	free(j);
+	k->wake(n, -KVP_S_INTERNAL, msg);
+	ns_free(n);
+}
+
+/*
+ * tier_start() - make n's tier file: on a worker thread, n NS_PREPARING
+ * until prep_done(); here and now when wait (at start-up, before anyone is
+ * served) or when no thread can be had. Returns 0, or -KVP_S_INTERNAL with
+ * err filled (only when it ran here).
+ */
+static int tier_start(struct ns_table *t, struct ns *n, const struct ns_config *k, bool wait,
+		      char *err, size_t errlen)
+{
+	struct ns_job *j = calloc(1, sizeof(*j));
+	int64_t kept = -1;
+	int rc;
+
+	if (!j) {
+		snprintf(err, errlen, "out of memory creating namespace '%s'", n->name);
+		return -KVP_S_INTERNAL;
+	}
+	snprintf(j->path, sizeof(j->path), "%s", k->spill_dir);
+	j->bytes = k->spill_bytes;
+	j->discard = k->spill_discard;
+	ns_identity(n, &j->id);
+	j->n = n;
+	j->t = t;
+	j->k = k;
+	j->op.done = prep_done;
+	if (!wait && k->loop && k->wake && loop_work(k->loop, &j->op, prep_run) == 0) {
+		n->state = NS_PREPARING;
+		n->job = j;
+		return 0;
+	}
+	rc = prep_run(&j->op);
+	if (rc == 0)
+		kept = ns_tier_finish(n, k, j->sp, j->err, sizeof(j->err));
+	else
+		spill_close(j->sp);
+	if (kept < 0)
+		tier_failed(n, j->err, err, errlen);
+	free(j);
+	return kept < 0 ? -KVP_S_INTERNAL : 0;
+}
+
 /*
  * ns_create() - a new namespace from h at the end of the table, its tier
- * opened (and re-indexed when warm). A failure leaves the table and the
- * pool as they were. Returns 0 and *out, or a negative enum kvp_status
- * with err filled.
+ * file made (and re-indexed when warm): here when wait, else on a worker
+ * thread while it is NS_PREPARING. A failure leaves the table and the pool
+ * as they were. Returns 0 and *out, or a negative enum kvp_status with err
+ * filled.
  */
 static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config *k,
-		     const struct kvp_wire_hello *h, uid_t creator, struct ns **out,
+		     const struct kvp_wire_hello *h, uid_t creator, bool wait, struct ns **out,
 		     char *err, size_t errlen)
 {
 	uint32_t scheme, id = t->count;
-	int64_t kept = 0;
 	uint64_t pb;
 	struct ns *n;
 	int pns, rc;
@@ -364,21 +495,8 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 		if (hosttier_open(&n->host, n->be, k->host_bytes, pb, err, errlen) < 0)
 			goto out_free;
 	}
-	if (k->spill_dir && k->spill_dir[0]) {
-		kept = ns_tier_open(n, k, err, errlen);
-		if (kept < 0) {
-			/* the reason names the daemon's files: for its log, not
-			 * for clients */
-			log_error("namespace '%s': %s", h->ns, err);
-			snprintf(err, errlen, "namespace '%s' cannot be created: its NVMe "
-				 "tier cannot be used (the kvpoold log says why; ask the "
-				 "daemon's admin)", h->ns);
-			goto out_free;
-		}
-		if (kept)
-			log_info("namespace '%s': %lld pages re-indexed from %s", n->name,
-				 (long long)kept, spill_path(n->tier));
-	}
+	if (k->spill_dir && k->spill_dir[0] && tier_start(t, n, k, wait, err, errlen) < 0)
+		goto out_free;
 	t->ns[id] = n;
 	t->count++;
 	*out = n;
@@ -388,16 +506,6 @@ out_free:
 	ns_free(n);
 	pool_ns_release(p, pns);
 	return -KVP_S_INTERNAL;
-}
-
-/* table_remove() - take entry id out of the table, which stays dense: the
- * last namespace moves into its slot (and takes its id). */
-static void table_remove(struct ns_table *t, uint32_t id)
-{
-	t->ns[id] = t->ns[--t->count];
-	t->ns[t->count] = NULL;
-	if (id < t->count)
-		t->ns[id]->id = id;
 }
 
 /*
@@ -524,7 +632,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	n = ns_find(t, h->ns);
 	if (!n) {
 		rc = may_create(t, k, j, h, err, errlen);
-		return rc < 0 ? rc : ns_create(t, p, k, h, j->uid, out, err, errlen);
+		return rc < 0 ? rc : ns_create(t, p, k, h, j->uid, false, out, err, errlen);
 	}
 
 	field = mismatch(n, h, &have, &sent);
@@ -551,7 +659,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 		if (ns_destroy(t, p, n) == 0) {
 			log_info("namespace '%s': the first client since the restart sent "
 				 "another %s; cold start", h->ns, field);
-			return ns_create(t, p, k, h, j->uid, out, err, errlen);
+			return ns_create(t, p, k, h, j->uid, false, out, err, errlen);
 		}
 	}
 	if (field && strcmp(field, "memory") == 0) {
@@ -625,7 +733,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 			h.memory = KVP_MEMORY_DEFAULT;	/* no host pages now */
 		if (!name_ok(h.ns) || ns_find(t, h.ns))
 			continue;
-		if (ns_create(t, p, k, &h, geteuid(), &n, err, sizeof(err)) < 0) {
+		if (ns_create(t, p, k, &h, geteuid(), true, &n, err, sizeof(err)) < 0) {
 			log_warn("%s: %s; left alone", path, err);
 			continue;
 		}
@@ -643,14 +751,84 @@ struct ns *ns_by_name(struct ns_table *t, const char *name)
 
 bool ns_busy(const struct ns *n)
 {
-	return n->clients || n->rate_armed || (n->tier && spill_get_writing(n->tier));
+	return n->state == NS_PREPARING || n->clients || n->rate_armed ||
+	       (n->tier && spill_get_writing(n->tier));
 }
 
-int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen)
+struct ns *ns_gone_by_name(struct ns_table *t, const char *name)
+{
+	struct ns *g;
+
+	for (g = t->gone; g; g = g->gone_next)
+		if (strcmp(g->name, name) == 0)
+			return g;
+	return NULL;
+}
+
+/* unlink_done() - on the loop: a dropped namespace's tier file is gone (or
+ * could not be removed); what waited for it goes on. */
+static void unlink_done(struct loop_op *op, int res)
+{
+	struct ns_job *j = (struct ns_job *)op;
+	struct ns *g = j->n, **pp;
+
+	for (pp = &j->t->gone; *pp != g; pp = &(*pp)->gone_next)
+		;
+	*pp = g->gone_next;
+	g->job = NULL;
+	if (res < 0 && res != -ENOENT)
+		log_warn("namespace '%s' was dropped, but its tier file %s cannot be "
+			 "removed: %s; remove it by hand, or kvpoold brings the namespace "
+			 "back at its next start", g->name, j->path, strerror(-res));
+	else
+		log_info("namespace '%s': its tier file %s is removed", g->name, j->path);
+	j->k->wake(g, 0, NULL);
+	free(j);
+	free(g);
+}
+
+/* gone_start() - remove a dropped namespace's tier file on a worker
+ * thread; its stand-in (NS_GONE, on t->gone) holds the name meanwhile.
+ * NULL when no thread can be had (the caller removes it itself). */
+static struct ns *gone_start(struct ns_table *t, const struct ns_config *k, const char *name,
+			     const char *path)
+{
+	struct ns_job *j = calloc(1, sizeof(*j));
+	struct ns *g = calloc(1, sizeof(*g));
+
+	if (!j || !g || !k->loop || !k->wake)
+		goto out_free;
+	snprintf(g->name, sizeof(g->name), "%s", name);
+	g->state = NS_GONE;
+	g->job = j;
+	snprintf(j->path, sizeof(j->path), "%s", path);
+	j->n = g;
+	j->t = t;
+	j->k = k;
+	j->op.done = unlink_done;
+	if (loop_work(k->loop, &j->op, unlink_run) < 0)
+		goto out_free;
+	g->gone_next = t->gone;
+	t->gone = g;
+	return g;
+out_free:
+	free(j);
+	free(g);
+	return NULL;
+}
+
+int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struct ns *n,
+	    struct ns **gone, char *err, size_t errlen)
 {
 	struct spill_stats ss;
 	char path[4096], name[KVP_NAME_MAX];
 
+	*gone = NULL;
+	if (n->state == NS_PREPARING) {
+		snprintf(err, errlen, "namespace '%s' is being made (its tier file is "
+			 "prepared); try again in a moment", n->name);
+		return -EBUSY;
+	}
 	if (n->clients) {
 		snprintf(err, errlen, "namespace '%s' has %u clients; disconnect them "
 			 "first (kvpool clients, kvpool disconnect ID)", n->name, n->clients);
@@ -675,18 +853,30 @@ int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t 
 		snprintf(err, errlen, "namespace '%s' still has pages in use", name);
 		return -EBUSY;
 	}
-	if (path[0])
+	if (path[0]) {
+		*gone = gone_start(t, k, name, path);
+		if (*gone) {
+			log_info("namespace '%s' dropped: its pages and slabs are gone; its "
+				 "tier file is being removed", name);
+			return 0;
+		}
 		unlink(path);
+	}
 	log_info("namespace '%s' dropped: its pages, slabs and tier file are gone", name);
 	return 0;
 }
 
 void ns_table_fini(struct ns_table *t)
 {
+	struct ns *g;
 	uint32_t i;
 
 	for (i = 0; i < t->count; i++)
 		if (t->ns[i])
 			ns_free(t->ns[i]);
 	t->count = 0;
+	while ((g = t->gone)) {
+		t->gone = g->gone_next;
+		ns_free(g);
+	}
 }

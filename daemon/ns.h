@@ -24,8 +24,24 @@ struct conn;
 struct events;
 struct remote;
 
+/* Where a namespace is in its life (its tier file is made and removed off
+ * the loop, so both take a while). */
+enum ns_state {
+	NS_READY,	/* clients join and use it */
+	NS_PREPARING,	/* its tier file is being made (or scanned): a HELLO
+			 * waits on its queue, a DROP_NS too */
+	NS_GONE,	/* dropped (its tier file is being removed), or its
+			 * tier could not be made: out of the table; what
+			 * waits on it is answered when the file is gone */
+};
+
+struct ns_job;
+
 struct ns {
 	char name[KVP_NAME_MAX];
+	enum ns_state state;
+	struct ns_job *job;	/* PREPARING or GONE: its tier file's job on a worker thread */
+	struct ns *gone_next;	/* GONE: the table's list of drops */
 	char model[KVP_MODEL_MAX];
 	uid_t creator;		/* who made it (the daemon's user when restored) */
 	uint32_t id;		/* index in the table, reported in STATS */
@@ -101,12 +117,19 @@ struct ns_config {
 	bool remote_through;
 	uint64_t remote_prefill_rate;
 	uint32_t remote_fetch_max;
+	/* ns_wake() - what waits on n may go on: n is ready (status 0), or it
+	 * is gone (n->state NS_GONE: its drop finished with status 0, or its
+	 * tier could not be made: -KVP_S_INTERNAL with msg for the clients).
+	 * Called on the loop; n is freed when it returns, if gone. */
+	void (*wake)(struct ns *n, int status, const char *msg);
 };
 
-/* The namespaces: ns[0..count) are never NULL, and ns[i]->id == i. */
+/* The namespaces: ns[0..count) are never NULL, and ns[i]->id == i.
+ * Dropped ones whose tier file is still being removed are on gone. */
 struct ns_table {
 	struct ns *ns[POOL_MAX_NS];
 	uint32_t count;
+	struct ns *gone;
 };
 
 /* Who joins: whether it may create the namespace, and as whom that
@@ -120,6 +143,9 @@ struct ns_joiner {
 /*
  * ns_join() - find namespace h->ns, or create it in pool p with h's
  * geometry when j->may_create (the client has write or admin rights there).
+ * A namespace with an NVMe tier comes back NS_PREPARING while its tier
+ * file is made on a worker thread (k->loop): the caller waits on its queue
+ * for k->wake; so does one that finds it still preparing.
  * Returns 0 and *out, or a negative enum kvp_status with the reason in
  * err: -KVP_S_INVAL (bad name or geometry), -KVP_S_MISMATCH (the
  * namespace exists with another geometry; err names the field),
@@ -149,10 +175,13 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
  * ns_drop() - forget namespace n: every page it indexes, its tier file,
  * its slabs (back to the pool's budget). Returns 0, or -EBUSY with err
  * saying why while n has a client or a tier write in flight (nothing
- * changed then). The table stays dense: another namespace may take n's
- * id.
+ * changed then; also while n is NS_PREPARING). The table stays dense:
+ * another namespace may take n's id. The tier file is removed on a worker
+ * thread: *gone is then the NS_GONE namespace of that name, on whose queue
+ * the caller may wait for k->wake (else NULL: nothing left to do).
  */
-int ns_drop(struct ns_table *t, struct pool *p, struct ns *n, char *err, size_t errlen);
+int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struct ns *n,
+	    struct ns **gone, char *err, size_t errlen);
 
 /* ns_busy() - n has a client, a tier write in flight or a --spill-rate
  * timer armed: ns_drop() refuses until they are done, and each of them
@@ -161,6 +190,10 @@ bool ns_busy(const struct ns *n);
 
 /* ns_by_name() - the namespace called name, or NULL. */
 struct ns *ns_by_name(struct ns_table *t, const char *name);
+
+/* ns_gone_by_name() - the dropped namespace called name whose tier file
+ * is being removed, or NULL. */
+struct ns *ns_gone_by_name(struct ns_table *t, const char *name);
 
 /* ns_table_fini() - free every namespace. */
 void ns_table_fini(struct ns_table *t);

@@ -191,6 +191,36 @@ void requests_retry(struct ns *n)
 	}
 }
 
+void requests_wake(struct ns *n, int status, const char *msg)
+{
+	/* a HELLO that waited for a namespace an admin then asked to drop is
+	 * refused as one that came after the drop (not joined and kicked) */
+	bool dropping = n->state == NS_READY && requests_drop_waits(n);
+	struct conn *c = n->wait_head, *next;
+	uint16_t op;
+
+	n->wait_head = n->wait_tail = NULL;
+	for (; c; c = next) {
+		next = c->wait_next;
+		c->deferred = false;
+		op = c->wait_req.op;
+		if (conn_closing(c))
+			;
+		else if (n->state == NS_GONE && op == KVP_OP_DROP_NS)
+			conn_reply(c, &c->wait_req, KVP_S_OK, NULL, 0, -1);
+		else if (op == KVP_OP_HELLO && status < 0)
+			conn_error(c, &c->wait_req, (uint32_t)-status, "%s", msg);
+		else if (op == KVP_OP_HELLO && dropping)
+			conn_error(c, &c->wait_req, KVP_S_STATE, "namespace '%s' is being "
+				   "dropped by an admin; connect again once it is gone", n->name);
+		else
+			requests_handle(c, &c->wait_req, c->rbuf + KVP_WIRE_HDR_SIZE);
+		if (!conn_closing(c) && !c->deferred)
+			conn_resume(c);
+		conn_put(c);	/* the hold of the wait; a new wait took its own */
+	}
+}
+
 bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n,
 			uint64_t *out)
 {
@@ -289,6 +319,11 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 				   (unsigned)c->peer.uid, (unsigned)c->peer.gid, h.ns);
 			return;
 		}
+		n = ns_gone_by_name(&s->nst, h.ns);
+		if (n) {	/* dropped: its tier file is being removed */
+			requests_defer_on(c, req, n);
+			return;
+		}
 		n = ns_by_name(&s->nst, h.ns);
 		if (n && requests_drop_waits(n)) {
 			conn_error(c, req, KVP_S_STATE, "namespace '%s' is being dropped by an "
@@ -309,6 +344,10 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		}
 		if (rc < 0) {
 			conn_error(c, req, (uint32_t)-rc, "%s", err);
+			return;
+		}
+		if (n->state == NS_PREPARING) {	/* served again when it is ready */
+			requests_defer_on(c, req, n);
 			return;
 		}
 		n->clients++;

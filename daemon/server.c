@@ -897,6 +897,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
+	s->keys.wake = requests_wake;
 	/* host pages: the pool's own with the host backend; beside cuda, the
 	 * pool's second memory when kvpoold made one (--host-pool-size) */
 	s->keys.host_memory = be->ops->kind == KVP_BACKEND_HOST ? 0 :

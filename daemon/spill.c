@@ -106,6 +106,16 @@ struct spill {
 	uint64_t rate;		/* bytes per second; 0: no cap */
 	double tokens;		/* bytes that may be written now */
 	uint64_t tokens_ns;	/* when tokens was last refilled */
+	const char *why;	/* spill_prepare(): why it started cold, or NULL */
+	char note[4200];	/* spill_prepare(): something to log, or "" */
+	struct found *found;	/* spill_prepare(): valid slots, newest first */
+	uint32_t nfound;
+};
+
+/* A valid slot header that spill_prepare() read, for spill_scan(). */
+struct found {
+	uint32_t slot;
+	struct spill_meta m;	/* m.tokens: a copy (owned), or NULL */
 };
 
 static uint64_t now_ns(void)
@@ -329,7 +339,8 @@ static bool file_ours(int fd, const char *path, char *err, size_t errlen)
  * link, never a file someone else made); O_DIRECT where the file system
  * takes it. Returns the fd (*created says whether it is new), or -errno
  * with err filled. */
-static int open_tier(const char *path, bool *created, char *err, size_t errlen)
+static int open_tier(const char *path, bool *created, char *note, size_t notelen,
+		     char *err, size_t errlen)
 {
 	int flags = O_RDWR | O_NOFOLLOW | O_CLOEXEC, fd, rc;
 	bool direct = true;
@@ -343,8 +354,8 @@ static int open_tier(const char *path, bool *created, char *err, size_t errlen)
 		}
 		if (fd >= 0 || errno != EINVAL || !direct)
 			break;
-		log_warn("%s: the file system refuses O_DIRECT; spilling through the page "
-			 "cache", path);
+		snprintf(note, notelen, "%s: the file system refuses O_DIRECT; spilling "
+			 "through the page cache", path);
 		direct = false;
 	}
 	if (fd < 0) {
@@ -513,132 +524,13 @@ static int preallocate(struct spill *sp, uint64_t bytes, const char *dir, bool c
 		 sp->path, strerror(-rc),
 		 rc == -ENOSPC ? " (free disk space or lower --spill-size)" : "");
 undo:
-	if (created) {
-		if (unlink(sp->path) < 0)
-			log_warn("cannot remove %s after a failed preallocation: %s", sp->path,
-				 strerror(errno));
-	} else if (known && ftruncate(sp->fd, st.st_size) < 0) {
-		log_warn("cannot cut %s back to %lld bytes: %s", sp->path,
-			 (long long)st.st_size, strerror(errno));
-	}
+	if (created && unlink(sp->path) < 0)
+		snprintf(sp->note, sizeof(sp->note), "cannot remove %s after a failed "
+			 "preallocation: %s", sp->path, strerror(errno));
+	else if (!created && known && ftruncate(sp->fd, st.st_size) < 0)
+		snprintf(sp->note, sizeof(sp->note), "cannot cut %s back to %lld bytes: %s",
+			 sp->path, (long long)st.st_size, strerror(errno));
 	return rc;
-}
-
-int spill_open(struct spill **out, struct loop *l, struct backend *be,
-	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
-	       const char **why, char *err, size_t errlen)
-{
-	struct spill *sp;
-	uint64_t arena;
-	uint32_t i;
-	bool existed, created, moved = false;
-	int rc;
-
-	*why = NULL;
-	sp = calloc(1, sizeof(*sp));
-	if (!sp)
-		return -ENOMEM;
-	sp->loop = l;
-	sp->be = be;
-	sp->buf_index = -1;
-	sp->page_bytes = ns->page_bytes;
-	sp->ns_hash = XXH3_64bits(ns->name, strlen(ns->name));
-	snprintf(sp->path, sizeof(sp->path), "%s/%s.kvspill", dir, ns->name);
-	for (i = (uint32_t)strlen(dir) + 1; sp->path[i]; i++)
-		if (sp->path[i] == '/')
-			sp->path[i] = '%';	/* names may hold '/': one file each */
-	sp->fd = open_tier(sp->path, &created, err, errlen);
-	if (sp->fd < 0) {
-		rc = sp->fd;
-		goto out_free;
-	}
-	existed = !created;
-	sp->align = dio_align(sp->fd);
-	sp->hdr_area = round_up(SPILL_HDR, sp->align);
-	sp->slot_bytes = round_up(SPILL_HDR + ns->page_bytes, sp->align);
-	if (bytes < sp->hdr_area + sp->slot_bytes) {
-		snprintf(err, errlen, "--spill-size %llu holds no slot of %llu bytes for "
-			 "namespace '%s'; raise it", (unsigned long long)bytes,
-			 (unsigned long long)sp->slot_bytes, ns->name);
-		rc = -EINVAL;
-		goto out_close;
-	}
-	sp->nslots = (uint32_t)((bytes - sp->hdr_area) / sp->slot_bytes);
-	rc = preallocate(sp, bytes, dir, created, err, errlen);
-	if (rc < 0)
-		goto out_close;
-	if (existed && !discard)
-		*why = check_warm(sp, ns, bytes, &moved);
-	else if (existed)
-		*why = "--spill-discard";
-	if (!existed || *why || moved) {
-		rc = (existed && !*why) ? 0 : wipe_slots(sp);
-		if (rc == 0)
-			rc = write_header(sp, ns, bytes);
-		if (rc < 0) {
-			snprintf(err, errlen, "cannot initialize %s: %s", sp->path, strerror(-rc));
-			goto out_close;
-		}
-	}
-
-	/* staging buffers: about 64 MiB, 8 to 4096 of them: as many writes
-	 * and reads in flight; never more than the file has slots (a small
-	 * tier would pin memory it cannot use) */
-	sp->nios = (uint32_t)((64ull << 20) / sp->slot_bytes);
-	if (sp->nios > sp->nslots)
-		sp->nios = sp->nslots;
-	sp->nios = sp->nios < 8 ? 8 : sp->nios > 4096 ? 4096 : sp->nios;
-	arena = (uint64_t)sp->nios * sp->slot_bytes;
-	sp->ios = calloc(sp->nios, sizeof(*sp->ios));
-	sp->idle = calloc(sp->nios, sizeof(*sp->idle));
-	sp->writing = calloc(sp->nslots, 1);
-	sp->free_slots = malloc(sp->nslots * sizeof(*sp->free_slots));
-	if (!sp->ios || !sp->idle || !sp->writing || !sp->free_slots ||
-	    posix_memalign((void **)&sp->arena, sp->align, arena)) {
-		snprintf(err, errlen, "no memory for %u staging buffers of %llu bytes",
-			 sp->nios, (unsigned long long)sp->slot_bytes);
-		rc = -ENOMEM;
-		goto out_close;
-	}
-	for (i = 0; i < sp->nios; i++) {
-		sp->ios[i].sp = sp;
-		sp->ios[i].buf = sp->arena + (uint64_t)i * sp->slot_bytes;
-		sp->idle[sp->nidle++] = sp->nios - 1 - i;
-	}
-	rc = loop_buffer_add(l, sp->arena, arena);
-	sp->buf_index = rc >= 0 ? rc : -1;
-	for (i = 0; i < sp->nslots; i++)
-		sp->free_slots[i] = sp->nslots - 1 - i;
-	sp->nfree = sp->nslots;
-	sp->st.slots = sp->nslots;
-	sp->gen = 1;
-	*out = sp;
-	return 0;
-
-out_close:
-	close(sp->fd);
-out_free:
-	free(sp->ios);
-	free(sp->idle);
-	free(sp->writing);
-	free(sp->free_slots);
-	free(sp->arena);
-	free(sp);
-	return rc;
-}
-
-void spill_close(struct spill *sp)
-{
-	if (!sp)
-		return;
-	loop_buffer_remove(sp->loop, sp->buf_index);	/* before the arena goes */
-	close(sp->fd);
-	free(sp->ios);
-	free(sp->idle);
-	free(sp->writing);
-	free(sp->free_slots);
-	free(sp->arena);
-	free(sp);
 }
 
 /* valid_header() - the slot header in buf belongs to this tier and is
@@ -650,32 +542,22 @@ static bool valid_header(const struct spill *sp, const struct slot_hdr *h)
 	       h->ntokens <= SPILL_MAX_TOKENS && h->hdr_checksum == slot_hdr_sum(h);
 }
 
-bool spill_busy(const struct spill *sp, uint32_t slot)
-{
-	return slot < sp->nslots && sp->writing[slot];
-}
-
-void spill_scan(struct spill *sp,
-		bool (*cb)(void *arg, uint32_t slot, const struct spill_meta *m),
-		void *arg)
+/* read_slots() - the valid slot headers of a warm file into sp->found,
+ * newest generation first (a key written twice keeps its latest copy, which
+ * spill_scan() offers first); sp->gen follows the newest. -ENOMEM or 0. */
+static int read_slots(struct spill *sp)
 {
 	struct slot_hdr *h;
-	struct spill_meta m;
-	uint8_t *buf;
-	uint32_t i, *used, nused = 0;
-	uint64_t *gens;
+	uint64_t *gens = NULL;
+	uint32_t i, *used = NULL, nused = 0;
+	uint8_t *buf = NULL;
+	int rc = -ENOMEM;
 
 	used = malloc(sp->nslots * sizeof(*used));
 	gens = malloc(sp->nslots * sizeof(*gens));
-	if (!used || !gens || posix_memalign((void **)&buf, sp->align, SPILL_HDR)) {
-		free(used);
-		free(gens);
-		log_error("%s: no memory to scan the slots; starting it empty", sp->path);
-		return;
-	}
+	if (!used || !gens || posix_memalign((void **)&buf, sp->align, SPILL_HDR))
+		goto out;
 	h = (struct slot_hdr *)buf;
-	/* Newest first: a key written twice keeps its latest copy, which
-	 * the callback sees before any older one. */
 	for (i = 0; i < sp->nslots; i++) {
 		gens[i] = 0;
 		if (pread(sp->fd, buf, SPILL_HDR, (off_t)slot_off(sp, i)) == SPILL_HDR &&
@@ -695,25 +577,223 @@ void spill_scan(struct spill *sp,
 		}
 		used[b] = s;
 	}
-	sp->nfree = 0;
+	sp->found = calloc(nused ? nused : 1, sizeof(*sp->found));
+	if (!sp->found)
+		goto out;
 	for (i = 0; i < nused; i++) {
-		if (pread(sp->fd, buf, SPILL_HDR, (off_t)slot_off(sp, used[i])) != SPILL_HDR)
+		struct found *f = &sp->found[sp->nfound];
+
+		if (pread(sp->fd, buf, SPILL_HDR, (off_t)slot_off(sp, used[i])) != SPILL_HDR ||
+		    !valid_header(sp, h))
 			continue;
-		memcpy(m.key, h->key, sizeof(m.key));
-		memcpy(m.parent, h->parent, sizeof(m.parent));
-		m.prio = h->prio;
-		m.ntokens = h->ntokens;
-		m.tokens = (const uint32_t *)(buf + sizeof(*h));
-		if (cb(arg, used[i], &m))
-			gens[used[i]] = UINT64_MAX;	/* kept */
+		f->slot = used[i];
+		memcpy(f->m.key, h->key, sizeof(f->m.key));
+		memcpy(f->m.parent, h->parent, sizeof(f->m.parent));
+		f->m.prio = h->prio;
+		f->m.ntokens = h->ntokens;
+		if (h->ntokens) {
+			uint32_t *t = malloc(h->ntokens * sizeof(*t));
+
+			if (!t)
+				goto out;
+			memcpy(t, buf + sizeof(*h), h->ntokens * sizeof(*t));
+			f->m.tokens = t;
+		}
+		sp->nfound++;
 	}
-	for (i = sp->nslots; i-- > 0;)
-		if (gens[i] != UINT64_MAX)
-			sp->free_slots[sp->nfree++] = i;
-	sp->st.used = sp->nslots - sp->nfree;
+	rc = 0;
+out:
 	free(buf);
 	free(used);
 	free(gens);
+	return rc;
+}
+
+/* free_found() - what read_slots() kept. */
+static void free_found(struct spill *sp)
+{
+	uint32_t i;
+
+	for (i = 0; sp->found && i < sp->nfound; i++)
+		free((void *)sp->found[i].m.tokens);
+	free(sp->found);
+	sp->found = NULL;
+	sp->nfound = 0;
+}
+
+/* staging() - the staging buffers and slot tables of sp; -ENOMEM or 0. */
+static int staging(struct spill *sp)
+{
+	uint64_t arena;
+	uint32_t i;
+
+	/* about 64 MiB, 8 to 4096 buffers: as many writes and reads in
+	 * flight; never more than the file has slots (a small tier would
+	 * pin memory it cannot use) */
+	sp->nios = (uint32_t)((64ull << 20) / sp->slot_bytes);
+	if (sp->nios > sp->nslots)
+		sp->nios = sp->nslots;
+	sp->nios = sp->nios < 8 ? 8 : sp->nios > 4096 ? 4096 : sp->nios;
+	arena = (uint64_t)sp->nios * sp->slot_bytes;
+	sp->ios = calloc(sp->nios, sizeof(*sp->ios));
+	sp->idle = calloc(sp->nios, sizeof(*sp->idle));
+	sp->writing = calloc(sp->nslots, 1);
+	sp->free_slots = malloc(sp->nslots * sizeof(*sp->free_slots));
+	if (!sp->ios || !sp->idle || !sp->writing || !sp->free_slots ||
+	    posix_memalign((void **)&sp->arena, sp->align, arena))
+		return -ENOMEM;
+	/* faulted in here, on a worker thread: registering it with the loop
+	 * (spill_attach()) then pins pages that are there (a few ms for 64
+	 * MiB) instead of faulting them in on the loop (tens of ms) */
+	memset(sp->arena, 0, arena);
+	for (i = 0; i < sp->nios; i++) {
+		sp->ios[i].sp = sp;
+		sp->ios[i].buf = sp->arena + (uint64_t)i * sp->slot_bytes;
+		sp->idle[sp->nidle++] = sp->nios - 1 - i;
+	}
+	for (i = 0; i < sp->nslots; i++)
+		sp->free_slots[i] = sp->nslots - 1 - i;
+	sp->nfree = sp->nslots;
+	sp->st.slots = sp->nslots;
+	return 0;
+}
+
+int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool discard,
+		  const struct spill_ns *ns, char *err, size_t errlen)
+{
+	struct spill *sp;
+	uint32_t i;
+	bool existed, created, moved = false;
+	int rc;
+
+	sp = calloc(1, sizeof(*sp));
+	if (!sp) {
+		snprintf(err, errlen, "no memory for a tier");
+		return -ENOMEM;
+	}
+	sp->fd = -1;
+	sp->buf_index = -1;
+	sp->gen = 1;
+	sp->page_bytes = ns->page_bytes;
+	sp->ns_hash = XXH3_64bits(ns->name, strlen(ns->name));
+	snprintf(sp->path, sizeof(sp->path), "%s/%s.kvspill", dir, ns->name);
+	for (i = (uint32_t)strlen(dir) + 1; sp->path[i]; i++)
+		if (sp->path[i] == '/')
+			sp->path[i] = '%';	/* names may hold '/': one file each */
+	sp->fd = open_tier(sp->path, &created, sp->note, sizeof(sp->note), err, errlen);
+	if (sp->fd < 0) {
+		rc = sp->fd;
+		goto out_free;
+	}
+	existed = !created;
+	sp->align = dio_align(sp->fd);
+	sp->hdr_area = round_up(SPILL_HDR, sp->align);
+	sp->slot_bytes = round_up(SPILL_HDR + ns->page_bytes, sp->align);
+	if (bytes < sp->hdr_area + sp->slot_bytes) {
+		snprintf(err, errlen, "--spill-size %llu holds no slot of %llu bytes for "
+			 "namespace '%s'; raise it", (unsigned long long)bytes,
+			 (unsigned long long)sp->slot_bytes, ns->name);
+		rc = -EINVAL;
+		goto out_free;
+	}
+	sp->nslots = (uint32_t)((bytes - sp->hdr_area) / sp->slot_bytes);
+	rc = preallocate(sp, bytes, dir, created, err, errlen);
+	if (rc < 0)
+		goto out_free;
+	if (existed && !discard)
+		sp->why = check_warm(sp, ns, bytes, &moved);
+	else if (existed)
+		sp->why = "--spill-discard";
+	if (!existed || sp->why || moved) {
+		rc = (existed && !sp->why) ? 0 : wipe_slots(sp);
+		if (rc == 0)
+			rc = write_header(sp, ns, bytes);
+		if (rc < 0) {
+			snprintf(err, errlen, "cannot initialize %s: %s", sp->path, strerror(-rc));
+			goto out_free;
+		}
+	}
+	rc = staging(sp);
+	if (rc == 0 && existed && !sp->why)
+		rc = read_slots(sp);
+	if (rc < 0) {
+		snprintf(err, errlen, "no memory for the slots and %u staging buffers of "
+			 "%llu bytes of %s", sp->nios, (unsigned long long)sp->slot_bytes,
+			 sp->path);
+		goto out_free;
+	}
+	*out = sp;
+	return 0;
+
+out_free:
+	spill_close(sp);
+	return rc;
+}
+
+void spill_attach(struct spill *sp, struct loop *l, struct backend *be)
+{
+	int rc;
+
+	sp->loop = l;
+	sp->be = be;
+	rc = loop_buffer_add(l, sp->arena, (uint64_t)sp->nios * sp->slot_bytes);
+	sp->buf_index = rc >= 0 ? rc : -1;
+}
+
+const char *spill_cold_why(const struct spill *sp)
+{
+	return sp->why;
+}
+
+const char *spill_note(const struct spill *sp)
+{
+	return sp->note[0] ? sp->note : NULL;
+}
+
+void spill_close(struct spill *sp)
+{
+	if (!sp)
+		return;
+	if (sp->loop)
+		loop_buffer_remove(sp->loop, sp->buf_index);	/* before the arena goes */
+	if (sp->fd >= 0)
+		close(sp->fd);
+	free_found(sp);
+	free(sp->ios);
+	free(sp->idle);
+	free(sp->writing);
+	free(sp->free_slots);
+	free(sp->arena);
+	free(sp);
+}
+
+bool spill_busy(const struct spill *sp, uint32_t slot)
+{
+	return slot < sp->nslots && sp->writing[slot];
+}
+
+void spill_scan(struct spill *sp,
+		bool (*cb)(void *arg, uint32_t slot, const struct spill_meta *m),
+		void *arg)
+{
+	uint8_t *kept = calloc(sp->nslots, 1);
+	uint32_t i;
+
+	if (!kept) {
+		log_error("%s: no memory to re-index the slots; starting it empty", sp->path);
+		free_found(sp);
+		return;
+	}
+	for (i = 0; i < sp->nfound; i++)
+		if (cb(arg, sp->found[i].slot, &sp->found[i].m))
+			kept[sp->found[i].slot] = 1;
+	sp->nfree = 0;
+	for (i = sp->nslots; i-- > 0;)
+		if (!kept[i])
+			sp->free_slots[sp->nfree++] = i;
+	sp->st.used = sp->nslots - sp->nfree;
+	free(kept);
+	free_found(sp);
 }
 
 static struct sio *sio_get(struct spill *sp)

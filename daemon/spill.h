@@ -66,18 +66,32 @@ struct spill;
 typedef void (*spill_done_fn)(void *arg, uint32_t slot, int res);
 
 /*
- * spill_open() - open or create the tier file of namespace ns in dir,
- * bytes long. An existing file with the same format, namespace identity
- * and size is kept (warm); anything else is started afresh (cold), and
- * *why says why (NULL when warm or new). discard forces a cold start.
- * The staging buffers are registered with the loop as one fixed buffer
- * when it has a number free (spill_close() gives it back); be moves
- * bytes between pages and staging buffers.
- * Returns 0 and *out, or -errno with err filled.
+ * spill_prepare() - open or create the tier file of namespace ns in dir,
+ * bytes long, and make it ready: preallocated, its header written, and,
+ * when it is warm, its valid slot headers read for spill_scan(). An
+ * existing file with the same format, namespace identity and size is kept
+ * (warm); anything else is started afresh (cold), every slot header wiped,
+ * and spill_cold_why() says why (NULL when warm or new). discard forces a
+ * cold start. This is the slow part (seconds for a large file on a busy
+ * disk): it touches nothing but the new tier and logs nothing, so that it
+ * runs on a worker thread (loop_work()). spill_attach() follows, on the
+ * loop. Returns 0 and *out, or -errno with err filled (a file it made is
+ * removed again).
  */
-int spill_open(struct spill **out, struct loop *l, struct backend *be,
-	       const char *dir, uint64_t bytes, bool discard, const struct spill_ns *ns,
-	       const char **why, char *err, size_t errlen);
+int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool discard,
+		  const struct spill_ns *ns, char *err, size_t errlen);
+
+/* spill_attach() - on the loop thread, after spill_prepare(): the tier
+ * does its I/O through l, and its staging buffers are registered with l as
+ * one fixed buffer when it has a number free (spill_close() gives it back);
+ * be moves bytes between pages and staging buffers. */
+void spill_attach(struct spill *sp, struct loop *l, struct backend *be);
+
+/* spill_cold_why() - why spill_prepare() started an existing file cold, or
+ * NULL. spill_note() - a warning of spill_prepare() for the log (O_DIRECT
+ * refused, a failed clean-up), or NULL. */
+const char *spill_cold_why(const struct spill *sp);
+const char *spill_note(const struct spill *sp);
 
 /*
  * spill_dir_check() - dir is fit to hold tier files: a directory owned by
@@ -107,14 +121,15 @@ int spill_read_ns(const char *path, struct spill_ns *ns);
 
 /* spill_close() - close the file, unregister the staging buffers from
  * the loop (their pages are unpinned) and free them. No I/O may be in
- * flight. */
+ * flight. Takes a tier that was never attached, too. */
 void spill_close(struct spill *sp);
 
 /*
- * spill_scan() - for a warm file, call cb for every slot whose header is
- * valid (the data is checked when it is read), newest generation first
- * for a key that occupies several slots. Slots cb refuses (returns false)
- * are freed. Synchronous: for start-up only.
+ * spill_scan() - for a warm file, call cb for every slot whose header
+ * spill_prepare() found valid (the data is checked when it is read),
+ * newest generation first for a key that occupies several slots. Slots cb
+ * refuses (returns false) are freed; so are all of a cold file's. Reads
+ * nothing from the disk: it runs on the loop. Once only.
  */
 void spill_scan(struct spill *sp,
 		bool (*cb)(void *arg, uint32_t slot, const struct spill_meta *m),
