@@ -80,7 +80,7 @@ bench_seal_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-ttft.sh \
+	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
 	bench/engines.py bench/lmcache-site.sh \
@@ -150,12 +150,18 @@ BENCH_ENGINES_RUN = $(SHELL) $(top_srcdir)/bench/run-engines.sh \
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-ttft \
+# run-nschurn.sh: STATS round trips while namespaces with 1 GiB tier files
+# are made and dropped (a minute; NSCHURN_REF=DIR runs DIR's kvpoold too,
+# SPILL_DIR=... picks the directory). `make bench-nschurn` runs it alone.
+BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		bench/list$(EXEEXT) bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT) \
-		client/kvpool$(EXEEXT) examples/kvpool-model-server$(EXEEXT)
+		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/remote$(EXEEXT) \
+		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) examples/kvpool-model-server$(EXEEXT)
 	bench/keys$(EXEEXT) --python $${PYTHON:-/usr/bin/python3} \
 		$${VLLM:+--vllm "$$VLLM"} --output $(abs_top_srcdir)/BENCHMARKS.md
 	$(SHELL) $(top_srcdir)/bench/run-rpc.sh \
@@ -166,6 +172,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_FRAG_RUN)
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
+	$(BENCH_NSCHURN_RUN)
 	$(BENCH_PYTHON_RUN)
 	$(BENCH_CONNECTORS_RUN)
 	$(BENCH_METRICS_RUN)
@@ -187,6 +194,9 @@ bench-serve: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_LIST_RUN)
+
+bench-nschurn: bench/nschurn$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_NSCHURN_RUN)
 
 bench-ttft: examples/kvpool-model-server$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_TTFT_RUN)
