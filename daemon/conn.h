@@ -117,6 +117,7 @@ struct server {
 	unsigned nrules;
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
+	int spill_lock_fd;		/* flock on SPILL_DIR/kvpool.lock, or -1 */
 	bool activated;			/* listen_fd came from systemd: not ours to unlink */
 	void (*on_shutdown)(void *);	/* server_on_shutdown() */
 	void *on_shutdown_arg;

@@ -837,21 +837,35 @@ static void server_cancel_done(struct loop_op *op, int res)
 	(void)res;
 }
 
+/*
+ * lock_spill_dir() - take DIR/kvpool.lock for the daemon's life: a second
+ * daemon on the same --spill-dir would write its slots over this one's
+ * (and serve its pages back as checksum failures). Returns the lock's fd,
+ * or -EADDRINUSE (err names the pid that holds it) or another -errno.
+ */
+static int lock_spill_dir(const char *dir, char *err, size_t errlen)
+{
+	char lock[4200], pid[32];
+	int fd;
+
+	snprintf(lock, sizeof(lock), "%s/kvpool.lock", dir);
+	fd = sockfile_lock(lock, "spill directory's lock file", pid, sizeof(pid), err, errlen);
+	if (fd != -EWOULDBLOCK)
+		return fd;
+	snprintf(err, errlen, "another kvpoold (pid %s) uses the spill directory %s (it "
+		 "holds %s): two daemons there write over each other's tier files; give "
+		 "each daemon its own --spill-dir", pid, dir, lock);
+	return -EADDRINUSE;
+}
+
 int server_init(struct server **out, struct loop *l, const struct options *o,
 		struct backend *be, struct pool *pool, int listen_fd, char *err,
 		size_t errlen)
 {
 	struct server *s;
 	gid_t admin_gid;
-	int rc;
+	int rc, spill_lock = -1;
 
-	if (o->spill_dir[0]) {
-		rc = spill_dir_check(o->spill_dir, err, errlen);
-		if (rc == 0)
-			rc = spill_dir_probe(o->spill_dir, o->spill_size, err, errlen);
-		if (rc < 0)
-			return rc;
-	}
 	admin_gid = (gid_t)-1;
 	if (o->admin_group[0]) {
 		struct group *gr = getgrnam(o->admin_group);
@@ -863,11 +877,23 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		}
 		admin_gid = gr->gr_gid;
 	}
+	if (o->spill_dir[0]) {
+		rc = spill_dir_check(o->spill_dir, err, errlen);
+		if (rc == 0)
+			rc = spill_dir_probe(o->spill_dir, o->spill_size, err, errlen);
+		if (rc == 0)	/* last: a refused start leaves no file there */
+			rc = spill_lock = lock_spill_dir(o->spill_dir, err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	s = calloc(1, sizeof(*s));
 	if (!s) {
+		if (spill_lock >= 0)
+			close(spill_lock);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
+	s->spill_lock_fd = spill_lock;
 	s->opt = o;
 	if (listen_fd >= 0) {
 		s->activated = true;
@@ -968,6 +994,8 @@ out_socket:
 		unlink(o->socket_path);
 	}
 	close(s->lock_fd);
+	if (s->spill_lock_fd >= 0)
+		close(s->spill_lock_fd);
 	free(s);
 	return rc;
 }
@@ -1090,6 +1118,8 @@ void server_free(struct server *s)
 	if (!s->activated)	/* systemd's socket outlives us: it queues the next start's clients */
 		unlink(s->opt->socket_path);
 	close(s->lock_fd);	/* the file stays: unlinking it would race */
+	if (s->spill_lock_fd >= 0)	/* after the loop: no tier job is left */
+		close(s->spill_lock_fd);
 	if (s->events) {
 		events_all_gone(s->events, &s->nst);
 		loop_on_turn(s->loop, NULL, NULL);

@@ -69,6 +69,34 @@ int sockfile_own(const char *path, const char *what, mode_t mode, char *err,
 	return fd;
 }
 
+int sockfile_lock(const char *lock, const char *what, char *pid, size_t pidlen, char *err,
+		  size_t errlen)
+{
+	char mine[32];
+	ssize_t n;
+	int fd, rc;
+
+	fd = sockfile_own(lock, what, 0600, err, errlen);
+	if (fd < 0)
+		return fd;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		rc = -errno;
+		n = pread(fd, pid, pidlen - 1, 0);
+		pid[n > 0 ? n : 0] = '\0';
+		pid[strcspn(pid, "\n")] = '\0';
+		if (!pid[0])
+			snprintf(pid, pidlen, "?");
+		if (rc != -EWOULDBLOCK)
+			snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(-rc));
+		close(fd);
+		return rc;
+	}
+	n = snprintf(mine, sizeof(mine), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, mine, (size_t)n, 0) != n)
+		log_warn("cannot write the pid into %s: %s", lock, strerror(errno));
+	return fd;
+}
+
 /*
  * lock_socket() - take PATH.lock, which a running daemon holds for its
  * whole life. A lock, unlike a probe of the socket, tells a live daemon
@@ -80,31 +108,15 @@ int sockfile_own(const char *path, const char *what, mode_t mode, char *err,
 static int lock_socket(const char *path, char *err, size_t errlen)
 {
 	char lock[sizeof(((struct sockaddr_un *)0)->sun_path) + 8], pid[32];
-	ssize_t n;
-	int fd, rc;
+	int fd;
 
 	snprintf(lock, sizeof(lock), "%s.lock", path);
-	fd = sockfile_own(lock, "lock file", 0600, err, errlen);
-	if (fd < 0)
+	fd = sockfile_lock(lock, "lock file", pid, sizeof(pid), err, errlen);
+	if (fd != -EWOULDBLOCK)
 		return fd;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		rc = -errno;
-		n = pread(fd, pid, sizeof(pid) - 1, 0);
-		pid[n > 0 ? n : 0] = '\0';
-		pid[strcspn(pid, "\n")] = '\0';
-		if (rc == -EWOULDBLOCK)
-			snprintf(err, errlen, "another kvpoold (pid %s) is listening on %s; "
-				 "stop it first or choose another --socket",
-				 pid[0] ? pid : "?", path);
-		else
-			snprintf(err, errlen, "cannot lock %s: %s", lock, strerror(-rc));
-		close(fd);
-		return rc == -EWOULDBLOCK ? -EADDRINUSE : rc;
-	}
-	n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
-	if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n)
-		log_warn("cannot write the pid into %s: %s", lock, strerror(errno));
-	return fd;
+	snprintf(err, errlen, "another kvpoold (pid %s) is listening on %s; stop it first "
+		 "or choose another --socket", pid, path);
+	return -EADDRINUSE;
 }
 
 int sockfile_busy(const char *path, char *err, size_t errlen)

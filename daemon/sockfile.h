@@ -41,4 +41,15 @@ int sockfile_busy(const char *path, char *err, size_t errlen);
 int sockfile_own(const char *path, const char *what, mode_t mode, char *err,
 		 size_t errlen);
 
+/*
+ * sockfile_lock() - take an exclusive lock on the file lock (made with
+ * sockfile_own(), what naming it), held until the fd is closed: the
+ * kernel drops it when the daemon exits, however it exits. The daemon's
+ * pid goes into the file. Returns the fd; -EWOULDBLOCK when another
+ * process holds it, with its pid (as the file says, else "?") in pid
+ * (pidlen bytes); or another -errno with the reason in err.
+ */
+int sockfile_lock(const char *lock, const char *what, char *pid, size_t pidlen, char *err,
+		  size_t errlen);
+
 #endif /* KVP_SOCKFILE_H */

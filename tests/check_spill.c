@@ -1366,6 +1366,28 @@ static bool small_fs(const char *path, const char *opts)
 	return false;
 }
 
+START_TEST(test_startup_a_second_daemon_on_the_spill_dir_is_refused)
+{
+	struct daemon d, d2;
+	char dir[128], want[256];
+
+	daemon_dir(&d);
+	daemon_restart(&d, args(&d, "8M", NULL));
+	snprintf(dir, sizeof(dir), "%s/spill", d.dir);
+	daemon_dir(&d2);	/* a socket of its own: only the directory is shared */
+	snprintf(want, sizeof(want), "another kvpoold (pid %d) uses the spill directory %s",
+		 (int)d.pid, dir);
+	refused(&d2, dir, "8M", want);
+	/* the first one goes on; once it is gone, the directory is free */
+	check_conservation(d.sock);
+	daemon_halt(&d);
+	daemon_restart(&d2, (const char *[]){ "--pool-size", "4M", "--slab-size", "1M",
+					      "--spill-dir", dir, "--spill-size", "8M", NULL });
+	daemon_stop(&d2);
+	daemon_cleanup(&d);
+}
+END_TEST
+
 START_TEST(test_startup_refuses_a_spill_dir_it_cannot_use)
 {
 	char dir[128], file[128];
@@ -1456,6 +1478,7 @@ static Suite *spill_suite(void)
 	tc = tcase_create("start-up");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_startup_refuses_a_spill_dir_it_cannot_use);
+	tcase_add_test(tc, test_startup_a_second_daemon_on_the_spill_dir_is_refused);
 	tcase_add_test(tc, test_startup_a_tier_file_that_does_not_fit_leaves_nothing_behind);
 	suite_add_tcase(s, tc);
 
