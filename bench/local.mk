@@ -7,7 +7,7 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
-	bench/list bench/remote bench/seal bench/nschurn
+	bench/list bench/remote bench/seal bench/nschurn bench/slabs
 bench_pyref_SOURCES = bench/pyref.c
 bench_pyref_LDADD = client/libkvpool.la
 bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -66,6 +66,12 @@ bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_nschurn_SOURCES = bench/nschurn.c bench/opt.c bench/opt.h
 bench_nschurn_LDADD = client/libkvpool.la
 bench_nschurn_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/slabs: leasing and first writing every page of a host pool with
+# and without --prefault, beside plain memfds; bench/run-slabs.sh starts
+# its daemons.
+bench_slabs_SOURCES = bench/slabs.c
+bench_slabs_LDADD = client/libkvpool.la
+bench_slabs_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/remote: restores from the remote tier through two kvpoolds on one
 # Redis Cluster; bench/run-remote.sh starts them and the cluster.
 bench_remote_SOURCES = bench/remote.c bench/opt.c bench/opt.h
@@ -80,7 +86,8 @@ bench_seal_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-ttft.sh \
+	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
+	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
 	bench/engines.py bench/lmcache-site.sh \
@@ -150,17 +157,21 @@ BENCH_ENGINES_RUN = $(SHELL) $(top_srcdir)/bench/run-engines.sh \
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
+# run-slabs.sh: making a 1 GiB host pool's slabs with and without
+# --prefault, beside plain memfds (seconds). `make bench-slabs` runs it alone.
+BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 # run-nschurn.sh: STATS round trips while namespaces with 1 GiB tier files
 # are made and dropped (a minute; NSCHURN_REF=DIR runs DIR's kvpoold too,
 # SPILL_DIR=... picks the directory). `make bench-nschurn` runs it alone.
 BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-ttft \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-slabs bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/remote$(EXEEXT) \
+		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/slabs$(EXEEXT) bench/remote$(EXEEXT) \
 		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) examples/kvpool-model-server$(EXEEXT)
 	bench/keys$(EXEEXT) --python $${PYTHON:-/usr/bin/python3} \
 		$${VLLM:+--vllm "$$VLLM"} --output $(abs_top_srcdir)/BENCHMARKS.md
@@ -173,6 +184,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
 	$(BENCH_NSCHURN_RUN)
+	$(BENCH_SLABS_RUN)
 	$(BENCH_PYTHON_RUN)
 	$(BENCH_CONNECTORS_RUN)
 	$(BENCH_METRICS_RUN)
@@ -197,6 +209,9 @@ bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-nschurn: bench/nschurn$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_NSCHURN_RUN)
+
+bench-slabs: bench/slabs$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_SLABS_RUN)
 
 bench-ttft: examples/kvpool-model-server$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_TTFT_RUN)

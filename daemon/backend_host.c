@@ -115,11 +115,18 @@ static int reopen_ro(int fd)
 	return open(path, O_RDONLY | O_CLOEXEC);
 }
 
+/* What a slab leaves spare under the memory limit (--prefault): 16 MiB
+ * and 1/64 of it (a mapping's page tables are 1/512 per process). */
+#define HOST_SLAB_SPARE(bytes) ((16ull << 20) + (bytes) / 64)
+
 /*
  * host_slab_create() - one sealed memfd of bytes, mapped read-write and
- * shared into s->base. Costs one memfd, one mapping; O(1), no page is
- * touched. Returns 0 or -errno with err saying what failed and what to do.
+ * shared into s->base. Costs one memfd, one mapping; with be->prefault
+ * (the default) the memfd's memory is taken too, about 20 ms for 64 MiB;
+ * else no page is touched. Returns 0 or -errno with err saying what
+ * failed and what to do.
  */
+
 static int host_slab_create(struct backend *be, size_t bytes,
 			    struct backend_slab *s, char *err, size_t errlen)
 {
@@ -164,20 +171,24 @@ static int host_slab_create(struct backend *be, size_t bytes,
 		char what[256];
 		uint64_t room = mem_room(what, sizeof(what));
 
-		if (bytes > room) {
+		/* fallocate() past a cgroup's limit is not refused: the OOM
+		 * killer is called (the daemon may be its victim). So the slab
+		 * must fit with room to spare, for the page tables and kernel
+		 * memory that mapping and writing it charge too. */
+		if (bytes + HOST_SLAB_SPARE(bytes) > room) {
 			char a[32], b[32];
 
-			host_err(err, errlen, "no memory for another slab of %s "
-				 "(--prefault): %s left under %s; lower --pool-size or "
-				 "raise the limit", size_text(bytes, a, sizeof(a)),
-				 size_text(room, b, sizeof(b)), what);
+			host_err(err, errlen, "no memory for another slab of %s: %s left "
+				 "under %s; lower --pool-size or raise the limit",
+				 size_text(bytes, a, sizeof(a)), size_text(room, b, sizeof(b)),
+				 what);
 			rc = -ENOSPC;
 			goto out_close_fd;
 		}
 		if (fallocate(fd, 0, 0, (off_t)bytes) < 0) {
 			e = errno;
-			host_err(err, errlen, "cannot take the memory of a %zu-byte slab "
-				 "(--prefault): %s; lower --pool-size", bytes, strerror(e));
+			host_err(err, errlen, "cannot take the memory of a %zu-byte slab: %s; "
+				 "lower --pool-size", bytes, strerror(e));
 			rc = e == ENOMEM ? -ENOSPC : -e;
 			goto out_close_fd;
 		}

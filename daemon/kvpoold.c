@@ -428,12 +428,17 @@ int main(int argc, char **argv)
 		uint64_t room = mem_room(what, sizeof(what));
 
 		be.prefault = opt.prefault;
-		if (opt.pool_size > room)
+		if (opt.pool_size > room && !opt.prefault)
 			log_warn("--pool-size %s is more than the %s of memory left to "
 				 "kvpoold (%s): a client that writes that many pages would be "
-				 "killed by the OOM killer; lower --pool-size, or give "
-				 "--prefault so that a slab memory cannot hold is refused "
+				 "killed by the OOM killer; lower --pool-size, or drop "
+				 "--no-prefault so that a slab memory cannot hold is refused "
 				 "(-ENOSPC) instead", size_text(opt.pool_size, a, sizeof(a)),
+				 size_text(room, b, sizeof(b)), what);
+		else if (opt.pool_size > room)
+			log_info("--pool-size %s is more than the %s of memory left to "
+				 "kvpoold (%s): allocations past that are refused (-ENOSPC)",
+				 size_text(opt.pool_size, a, sizeof(a)),
 				 size_text(room, b, sizeof(b)), what);
 	}
 	rc = pool_init(&pool, &be, opt.pool_size, opt.slab_size);

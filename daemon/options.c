@@ -26,6 +26,7 @@ enum opt_type {
 	OPT_UINT,	/* decimal unsigned within [min, max] */
 	OPT_SIZE,	/* bytes: client/size.h */
 	OPT_BOOL,	/* flag: no argument; file: true/false/yes/no/1/0 */
+	OPT_NOT,	/* the same, storing the opposite (--no-X of a bool X) */
 	OPT_LOG_LEVEL,	/* error, warn, info, debug */
 	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
 	OPT_RULE,	/* an --access rule, appended (repeatable) */
@@ -84,7 +85,12 @@ static const struct opt_def opt_table[] = {
 	  backend_names },
 	{ "prefault", 0, OPT_BOOL, OFF(prefault), 0, 0, 0,
 	  NULL, "host backend: take each slab's memory when the slab is made, so that "
-	  "an allocation memory cannot hold fails instead of a client being killed", NULL },
+	  "an allocation memory cannot hold fails instead of a client being killed "
+	  "(the default)", NULL },
+	{ "no-prefault", 0, OPT_NOT, OFF(prefault), 0, 0, 0,
+	  NULL, "host backend: take a slab's memory only as clients write its pages "
+	  "(a client that writes past the memory left may be killed by the OOM killer)",
+	  NULL },
 	{ "io", 0, OPT_CHOICE, OFF(io), 0, 0, 0,
 	  "HOW", "auto, uring or sync (default auto: io_uring, else epoll and I/O "
 	  "threads; KVPOOL_IO=sync forces the latter)", io_names },
@@ -229,6 +235,7 @@ void options_defaults(struct options *o)
 	o->slab_size = 64ull << 20;
 	o->host_pool_size = OPTIONS_AS_POOL;
 	o->backend = BACKEND_AUTO;
+	o->prefault = true;	/* a refusal, not the OOM killer (--no-prefault) */
 	o->max_clients = 256;
 	o->max_ns_per_uid = 16;
 	o->max_leases = 1u << 20;
@@ -343,10 +350,11 @@ static int opt_set(struct options *o, const struct opt_def *d,
 		}
 		goto check_range;
 	case OPT_BOOL:
+	case OPT_NOT:
 		if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "1")) {
-			*(bool *)dst = true;
+			*(bool *)dst = d->type == OPT_BOOL;
 		} else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0")) {
-			*(bool *)dst = false;
+			*(bool *)dst = d->type == OPT_NOT;
 		} else {
 			snprintf(why, whylen, "'%s' is not true or false", value);
 			return -EINVAL;
@@ -639,11 +647,11 @@ int options_parse(struct options *o, int argc, char **argv,
 		const struct opt_def *d = &opt_table[i];
 
 		longopts[i] = (struct option){ d->name,
-			d->type == OPT_BOOL ? no_argument : required_argument,
+			d->type == OPT_BOOL || d->type == OPT_NOT ? no_argument : required_argument,
 			NULL, d->short_name ? d->short_name : 256 + (int)i };
 		if (d->short_name) {
 			*sp++ = (char)d->short_name;
-			if (d->type != OPT_BOOL)
+			if (d->type != OPT_BOOL && d->type != OPT_NOT)
 				*sp++ = ':';
 		}
 	}
@@ -727,7 +735,7 @@ int options_parse(struct options *o, int argc, char **argv,
 				d = &opt_table[i];
 		if (!d)
 			continue;	/* -c, handled above */
-		if (opt_set(o, d, d->type == OPT_BOOL ? "true" : optarg,
+		if (opt_set(o, d, d->type == OPT_BOOL || d->type == OPT_NOT ? "true" : optarg,
 			    why, sizeof(why)) < 0) {
 			snprintf(err, errlen, "--%s: %s", d->name, why);
 			return -EINVAL;

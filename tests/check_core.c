@@ -794,10 +794,10 @@ static void leave_cgroup(const char *dir)
 	rmdir(dir);
 }
 
-START_TEST(test_core_prefault_refuses_what_a_memory_limit_cannot_hold)
+START_TEST(test_core_by_default_a_memory_limit_refuses_slabs_and_kills_nobody)
 {
-	static const char *const args[] = {
-		"--pool-size", "512M", "--slab-size", "16M", "--prefault", NULL,
+	static const char *const args[] = {	/* no --prefault: the default */
+		"--pool-size", "512M", "--slab-size", "16M", NULL,
 	};
 	enum { BATCH = 1024 };		/* a slab of 16 KiB pages */
 	static kvp_page pages[32 * BATCH];
@@ -812,14 +812,15 @@ START_TEST(test_core_prefault_refuses_what_a_memory_limit_cannot_hold)
 	daemon_start(&d, args);		/* in the cgroup, with this process */
 	read_file(d.log, log, sizeof(log));
 	ck_assert_msg(strstr(log, "--pool-size 512.0 MiB is more than the") &&
-		      strstr(log, "the memory limit of cgroup"), "%s", log);
+		      strstr(log, "the memory limit of cgroup") &&
+		      strstr(log, "allocations past that are refused (-ENOSPC)"), "%s", log);
 	connect_ok(d.sock, &c);
 	/* slabs come while the limit has room; then -ENOSPC, not a kill */
 	while ((rc = kvp_alloc(c, BATCH, pages + n)) == 0)
 		n += BATCH;
 	ck_assert_int_eq(rc, -ENOSPC);
-	ck_assert_msg(strstr(kvp_last_error(), "no memory for another slab of 16.0 MiB "
-			     "(--prefault)"), "%s", kvp_last_error());
+	ck_assert_msg(strstr(kvp_last_error(), "no memory for another slab of 16.0 MiB: "),
+		      "%s", kvp_last_error());
 	ck_assert_uint_gt(n, 0);
 	ck_assert_uint_lt(n * PAGE_BYTES, 96u << 20);
 	/* every page it got is memory it can write */
@@ -828,6 +829,34 @@ START_TEST(test_core_prefault_refuses_what_a_memory_limit_cannot_hold)
 	for (i = 0; i < n; i++)
 		ck_assert(holds(kvp_page_ptr(c, pages[i]), 1, (uint32_t)i));
 	ck_assert_int_eq(kvp_release(c, pages, n), 0);
+	kvp_close(c);
+	daemon_stop(&d);
+	leave_cgroup(cg);
+}
+END_TEST
+
+/* --no-prefault keeps the old behaviour, and the start-up says what it
+ * risks (no page is written here: the writer would be killed). */
+START_TEST(test_core_no_prefault_warns_that_writers_may_be_killed)
+{
+	static const char *const args[] = {
+		"--pool-size", "512M", "--slab-size", "16M", "--no-prefault", NULL,
+	};
+	static kvp_page pages[1024];
+	char cg[512], log[8192];
+	struct daemon d;
+	kvp_client *c;
+
+	if (!memory_cgroup(96u << 20, cg, sizeof(cg)))
+		return;
+	daemon_start(&d, args);
+	read_file(d.log, log, sizeof(log));
+	ck_assert_msg(strstr(log, "would be killed by the OOM killer") &&
+		      strstr(log, "drop --no-prefault"), "%s", log);
+	connect_ok(d.sock, &c);
+	/* slabs are made without their memory: past the limit too */
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(kvp_alloc(c, 1024, pages), 0);
 	kvp_close(c);
 	daemon_stop(&d);
 	leave_cgroup(cg);
@@ -939,7 +968,8 @@ static Suite *core_suite(void)
 
 	tc = tcase_create("memory");
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_core_prefault_refuses_what_a_memory_limit_cannot_hold);
+	tcase_add_test(tc, test_core_by_default_a_memory_limit_refuses_slabs_and_kills_nobody);
+	tcase_add_test(tc, test_core_no_prefault_warns_that_writers_may_be_killed);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("limits");

@@ -67,6 +67,7 @@ START_TEST(test_options_defaults)
 	ck_assert_uint_eq(o.backend, BACKEND_AUTO);
 	ck_assert_uint_eq(o.max_leases, 1u << 20);
 	ck_assert_str_eq(o.socket_group, "");
+	ck_assert(o.prefault);	/* a refusal, not the OOM killer */
 }
 END_TEST
 
@@ -104,6 +105,24 @@ START_TEST(test_options_flags_set_values)
 	ck_assert_uint_eq(o.max_msg_size, 128 << 10);
 	ck_assert(o.foreground);
 	ck_assert_int_eq(o.log_level, LOG_LVL_DEBUG);
+}
+END_TEST
+
+START_TEST(test_options_no_prefault_turns_the_default_off)
+{
+	ck_assert_int_eq(parse("--no-prefault"), 0);
+	ck_assert(!o.prefault);
+	ck_assert_int_eq(parse("--no-prefault", "--prefault"), 0);
+	ck_assert(o.prefault);
+	write_cfg("prefault = false\n");
+	ck_assert_int_eq(parse("-c", cfg), 0);
+	ck_assert(!o.prefault);
+	write_cfg("no-prefault = true\n");
+	ck_assert_int_eq(parse("-c", cfg), 0);
+	ck_assert(!o.prefault);
+	write_cfg("no-prefault = no\n");
+	ck_assert_int_eq(parse("-c", cfg), 0);
+	ck_assert(o.prefault);
 }
 END_TEST
 
@@ -421,6 +440,7 @@ Suite *options_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, test_options_defaults);
 	tcase_add_test(tc, test_options_flags_set_values);
+	tcase_add_test(tc, test_options_no_prefault_turns_the_default_off);
 	tcase_add_test(tc, test_options_out_of_range_is_refused_with_bounds);
 	tcase_add_test(tc, test_options_sizes_take_binary_suffixes);
 	tcase_add_test(tc, test_size_parse_reads_every_spelling_alike);

@@ -1,0 +1,101 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# run-slabs.sh - the slab benchmark of `make bench`: what --prefault (the
+# default) costs when the pool's slabs are made, against --no-prefault.
+# Starts kvpoold (host backend, 1 GiB pool in 64 MiB slabs) each way,
+# alternating, runs bench/slabs against it (lease every page, write every
+# page twice, plain memfds beside it as the reference), and replaces the
+# section between <!-- bench:slabs:begin --> and <!-- bench:slabs:end -->
+# in BENCHMARKS.md.
+set -eu
+
+usage() {
+	cat <<EOF
+Usage: run-slabs.sh [--builddir DIR] [--output FILE] [--rounds N]
+Time making a 1 GiB host pool's slabs with and without --prefault, and
+write the results into FILE (default ./BENCHMARKS.md).
+
+  --builddir DIR    where daemon/kvpoold and bench/slabs were built (default .)
+  --output FILE     the Markdown file whose slabs section is replaced
+  --rounds N        rounds of each (default 5); medians
+EOF
+}
+
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+
+# bench_opt NAME VALUE - run-slabs.sh's own options (see bench/lib.sh).
+bench_opt() {
+	case $1 in
+	--rounds) rounds=${2:?--rounds needs a count} ;;
+	*) return 1 ;;
+	esac
+}
+
+rounds=5
+bench_parse_opts "$@"
+SLABS=$builddir/bench/slabs
+bench_check_built bench-slabs "$KVPOOLD" "$SLABS"
+bench_tmpdir
+load=$(bench_load)
+daemon_args="--backend host --pool-size 1G --slab-size 64M --free-watermark 0 --log-level warn"
+
+# one TAG ARG... - a fresh daemon with ARGs, one run of bench/slabs, its
+# line to $tmp/TAG.
+one() {
+	_tag=$1
+	shift
+	# shellcheck disable=SC2086
+	bench_start_daemon "$sock" "$pidfile" $daemon_args "$@"
+	"$SLABS" --socket "$sock" >>"$tmp/$_tag" || bench_die "bench/slabs failed"
+	tail -n 1 "$tmp/$_tag" >&2
+	bench_stop_daemon "$pidfile"
+}
+
+r=1
+while [ "$r" -le "$rounds" ]; do
+	one prefault
+	one lazy --no-prefault
+	r=$((r + 1))
+done
+
+# med TAG KEY - the median of KEY over the rounds of TAG, in ms.
+med() {
+	bench_field "$tmp/$1" slabs "$2" | sort -n |
+		awk '{ v[NR] = $1 } END { printf "%.0f\n", v[int((NR + 1) / 2)] * 1000 }'
+}
+
+# row TAG LABEL - one way's line of the table.
+row() {
+	echo "| $2 | $(med "$1" alloc_s) | $(med "$1" touch1_s) | $(med "$1" first_total_s) |" \
+	     "$(med "$1" touch2_s) | $(med "$1" plain_fallocate_s) | $(med "$1" plain_write_s) |" \
+	     "$(bench_calc "$(med "$1" alloc_s) / $(med "$1" plain_fallocate_s)" %.2f) |"
+}
+
+{
+	echo "## Making the pool's slabs: --prefault against --no-prefault (bench/slabs)"
+	echo
+	bench_machine "\`make bench\` (bench/run-slabs.sh)" "$load"
+	echo
+	echo "Host backend, a 1 GiB pool in 16 slabs of 64 MiB, 2 MiB pages. One client"
+	echo "leases all 512 pages in one kvp_alloc() (the daemon makes every slab), then"
+	echo "writes every page, twice. With --prefault (the default since it keeps the"
+	echo "OOM killer away from the clients) the daemon takes each slab's memory with"
+	echo "fallocate() when it makes it; with --no-prefault the first write of each page"
+	echo "takes it. Milliseconds, medians of $rounds rounds. The references, in the same"
+	echo "process: 16 plain memfds of 64 MiB with fallocate(), and mapped and written"
+	echo "once. The last column is the lease over plain fallocate()."
+	echo
+	echo "Prefault moves the cost of the memory from the clients' first writes into the"
+	echo "daemon (lease + first write: $(med prefault first_total_s) ms against $(med lazy first_total_s) ms). The daemon makes a"
+	echo "slab on its loop: with --prefault each 64 MiB slab holds the other clients"
+	echo "about $(bench_calc "$(med prefault alloc_s) / 16" %.0f) ms."
+	echo
+	echo "| daemon | lease all (slabs made) | first write | lease + first write | second write | plain fallocate | plain write | lease ÷ plain fallocate |"
+	echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+	row prefault "--prefault (default)"
+	row lazy "--no-prefault"
+	echo
+	echo "Commands: \`kvpoold $daemon_args [--no-prefault]\`, then \`bench/slabs\`."
+} >"$tmp/section.md"
+bench_replace_section slabs "$tmp/section.md" "$output"

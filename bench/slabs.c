@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * slabs.c - bench/slabs: what making the pool's slabs costs with the host
+ * backend, where --prefault (the default) takes each slab's memory when
+ * the daemon makes it and --no-prefault leaves that to the first write of
+ * each page. One client leases every page of a running kvpoold's pool in
+ * one kvp_alloc() (which makes every slab), then writes every page twice:
+ * the first write pays for what the slabs did not take (page faults, and
+ * the memory itself without prefault), the second is the steady state.
+ * As the reference, in the same process: the same slabs as plain memfds
+ * with fallocate() (what prefault asks of the kernel), and as plain
+ * mappings written once.
+ *
+ * One line of key=value pairs, seconds.
+ *
+ * This is a benchmark, not a test: bench/run-slabs.sh runs it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kvpool.h"
+#include "bench/opt.h"
+
+/* 2 MiB pages */
+static const kvp_geometry geo = {
+	.layers = 32, .kv_heads = 8, .head_dim = 128, .block_tokens = 16,
+	.dtype = KVP_DTYPE_F16, .model = "bench/slabs",
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* plain() - nslabs memfds of bytes each, fallocated (touch false) or
+ * mapped and written once (touch true); seconds, or -1. */
+static double plain(size_t nslabs, size_t bytes, int touch)
+{
+	double t0 = now_s(), t;
+	int *fds = calloc(nslabs, sizeof(*fds));
+	void **maps = calloc(nslabs, sizeof(*maps));
+	size_t i;
+
+	if (!fds || !maps)
+		return -1;
+	for (i = 0; i < nslabs; i++) {
+		fds[i] = memfd_create("bench-slab", MFD_CLOEXEC);
+		if (fds[i] < 0 || ftruncate(fds[i], (off_t)bytes) < 0)
+			return -1;
+		if (!touch) {
+			if (fallocate(fds[i], 0, 0, (off_t)bytes) < 0)
+				return -1;
+			continue;
+		}
+		maps[i] = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[i], 0);
+		if (maps[i] == MAP_FAILED)
+			return -1;
+		memset(maps[i], 1, bytes);
+	}
+	t = now_s() - t0;
+	for (i = 0; i < nslabs; i++) {
+		if (touch)
+			munmap(maps[i], bytes);
+		close(fds[i]);
+	}
+	free(fds);
+	free(maps);
+	return t;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *sock = NULL;
+	double t0, alloc_s, touch1_s, touch2_s, fall_s, mem_s;
+	kvp_stats_t st;
+	kvp_info_t info;
+	kvp_page *pages;
+	kvp_client *c;
+	size_t n, i, pb, slab;
+	int o, rc;
+
+	while ((o = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+		if (o == 's') {
+			sock = optarg;
+			continue;
+		}
+		fprintf(o == 'h' ? stdout : stderr, "Usage: slabs [--socket PATH]\n"
+			"Lease every page of a running kvpoold's pool (host backend, 2 MiB\n"
+			"pages), write them twice, and time it beside plain memfds.\n");
+		return o == 'h' ? 0 : 2;
+	}
+	rc = kvp_connect(sock, "bench-slabs", &geo, &c);
+	if (rc == 0)
+		rc = kvp_info(c, &info);
+	if (rc == 0)
+		rc = kvp_stats(c, &st, NULL, 0);
+	if (rc < 0) {
+		fprintf(stderr, "slabs: %s (%s)\n", kvp_strerror(rc), kvp_last_error());
+		return 1;
+	}
+	pb = kvp_page_bytes(c);
+	slab = (size_t)st.slab_bytes;
+	n = (size_t)(st.pool_bytes / slab) * info.pages_per_slab;
+	pages = calloc(n, sizeof(*pages));
+	if (!pages)
+		return 1;
+	t0 = now_s();
+	rc = kvp_alloc(c, n, pages);
+	alloc_s = now_s() - t0;
+	if (rc < 0) {
+		fprintf(stderr, "slabs: kvp_alloc(%zu): %s (%s)\n", n, kvp_strerror(rc),
+			kvp_last_error());
+		return 1;
+	}
+	t0 = now_s();
+	for (i = 0; i < n; i++)
+		memset(kvp_page_ptr(c, pages[i]), 1, pb);
+	touch1_s = now_s() - t0;
+	t0 = now_s();
+	for (i = 0; i < n; i++)
+		memset(kvp_page_ptr(c, pages[i]), 2, pb);
+	touch2_s = now_s() - t0;
+	kvp_release(c, pages, n);
+	kvp_close(c);
+	fall_s = plain(st.pool_bytes / slab, slab, 0);
+	mem_s = plain(st.pool_bytes / slab, slab, 1);
+	printf("slabs pool_bytes=%llu slab_bytes=%zu pages=%zu alloc_s=%.4f touch1_s=%.4f "
+	       "touch2_s=%.4f first_total_s=%.4f plain_fallocate_s=%.4f plain_write_s=%.4f\n",
+	       (unsigned long long)st.pool_bytes, slab, n, alloc_s, touch1_s, touch2_s,
+	       alloc_s + touch1_s, fall_s, mem_s);
+	free(pages);
+	return 0;
+}
