@@ -260,8 +260,8 @@ void admin_list_pages(struct conn *c, const struct kvp_wire_hdr *req,
 		if (holder || (f.state && f.state < KVP_PAGE_SPILLED))
 			continue;
 		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
-			if (prefix_where(n->idx, e) != PREFIX_SPILLED &&
-			    prefix_where(n->idx, e) != PREFIX_HOST)
+			if ((prefix_where(n->idx, e) != PREFIX_SPILLED &&
+			     prefix_where(n->idx, e) != PREFIX_HOST) || prefix_orphan(n->idx, e))
 				continue;
 			page_record(s, n, 0, e, now, &rec);
 			if (f.state && rec.state != f.state)
@@ -405,6 +405,8 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 		for (e = prefix_next(n->idx, PREFIX_NIL); e; e = prefix_next(n->idx, e)) {
 			struct top_ent t = { .seq = seq++ };
 
+			if (prefix_orphan(n->idx, e))	/* out of the index, leaving */
+				continue;
 			cnt.total++;
 			prefix_record(s, n, e, &t.rec);
 			t.rec.depth = depth[e];

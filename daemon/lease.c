@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "daemon/lease.h"
+#include "daemon/tier.h"
 
 int lease_add(struct lease_set *set, struct pool *p, uint64_t h)
 {
@@ -42,7 +43,11 @@ void lease_put(struct pool *p, struct ns *n, uint64_t h)
 {
 	uint32_t tag = pool_tag(p, h);
 
-	if (pool_unref(p, h) == PAGE_CACHED)
+	if (pool_unref(p, h) != PAGE_CACHED)
+		return;
+	if (prefix_orphan(n->idx, tag))	/* its parent is gone: it goes too */
+		tier_drop_subtree(p, n, tag);
+	else
 		prefix_cached(n->idx, tag);
 }
 

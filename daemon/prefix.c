@@ -46,6 +46,9 @@ struct entry {
 	uint8_t where;			/* enum prefix_where */
 	uint8_t media;			/* full: PREFIX_M_* its bytes are in */
 	uint8_t remote;			/* the remote tier has it (sent or fetched) */
+	uint8_t orphan;			/* its parent left while it could not: found
+					 * by no lookup, on no list; it leaves when
+					 * its lease or read ends (prefix_orphan()) */
 };
 
 /* What the events of a full block carry besides its key: the key it was
@@ -456,7 +459,7 @@ static void list_del(struct prefix *x, uint32_t e)
 
 void prefix_cached(struct prefix *x, uint32_t e)
 {
-	if (!x->e[e].cached && x->e[e].where == PREFIX_IN_POOL) {
+	if (!x->e[e].cached && !x->e[e].orphan && x->e[e].where == PREFIX_IN_POOL) {
 		list_add(x, &x->lru[x->e[e].prio], e);
 		x->e[e].stamp_ms = now_ms();
 	}
@@ -480,6 +483,25 @@ static void unhash(struct prefix *x, uint32_t e)
 		*link = en->hnext;
 }
 
+/* orphan() - e lost its parent and stays a while: unfindable, off the
+ * candidate lists, gone from every medium for the events. */
+static void orphan(struct prefix *x, uint32_t e)
+{
+	struct entry *en = &x->e[e];
+
+	if (en->orphan)
+		return;
+	en->orphan = 1;
+	unhash(x, e);
+	list_del(x, e);
+	media_to(x, e, 0);
+}
+
+bool prefix_orphan(const struct prefix *x, uint32_t e)
+{
+	return x->e[e].orphan;
+}
+
 void prefix_remove(struct prefix *x, uint32_t e)
 {
 	struct entry *en = &x->e[e];
@@ -487,12 +509,15 @@ void prefix_remove(struct prefix *x, uint32_t e)
 
 	prefix_copy_clear(x, e);
 	media_to(x, e, 0);	/* out of the index: gone from every medium */
-	/* Rare (a failed restore): its children lose their parent link,
-	 * O(entries). */
+	/* Rare: children the caller could not drop first (leased, or being
+	 * read back) are orphans now, O(entries): no lookup finds them (a
+	 * block behind a lost parent is never served) and they go when they
+	 * can (tier.c). */
 	for (i = 1; en->children && i < x->cap; i++) {
 		if (x->e[i].used && x->e[i].parent == e) {
 			x->e[i].parent = PREFIX_NIL;
 			en->children--;
+			orphan(x, i);
 		}
 	}
 	list_del(x, e);

@@ -254,9 +254,15 @@ uint32_t prefix_next(const struct prefix *x, uint32_t e);
 uint32_t prefix_spilled_count(const struct prefix *x);
 
 /* prefix_remove() - drop e from the index at once (its page went away
- * another way). Children it still has lose their parent link: O(entries)
- * then, O(1) otherwise. */
+ * another way). Children it still has lose their parent link and are
+ * orphans (prefix_orphan()): O(entries) then, O(1) otherwise. */
 void prefix_remove(struct prefix *x, uint32_t e);
+
+/* prefix_orphan() - e's parent left the index while e could not (it was
+ * leased, or on its way back from a tier): no lookup finds e, and it must
+ * leave too as soon as it can (tier_drop_subtree() when its lease ends; an
+ * ACQUIRE that reads it back serves it to nobody). */
+bool prefix_orphan(const struct prefix *x, uint32_t e);
 
 /*
  * prefix_evictable() - the entries in the pool that eviction could take

@@ -134,8 +134,12 @@ static void restore_done(struct tier_read *r, int res)
 	if (res == 0) {
 		pool_restored(p, pd->pages[i]);
 		prefix_restored(pd->n->idx, r->e);
+		/* a block before it was lost meanwhile: it is served to nobody,
+		 * and leaves when pending_finish() lets go of its page */
+		if (prefix_orphan(pd->n->idx, r->e) && i < pd->hits)
+			pd->hits = i;
 	} else {
-		prefix_remove(pd->n->idx, r->e);
+		tier_lose_below(pd->n, r->e);	/* nothing below a lost block stays */
 		pool_unref(p, pd->pages[i]);	/* INFLIGHT: free again */
 		pd->pages[i] = 0;
 		if (i < pd->hits)
@@ -260,7 +264,7 @@ static bool restore_one(struct conn *c, struct pending *pd, const struct tier_op
 		return true;
 	}
 	if (rc < 0) {
-		prefix_remove(n->idx, e);
+		tier_lose_below(n, e);	/* nothing below a lost block stays */
 		pool_unref(p, page);	/* INFLIGHT: free again */
 		return false;
 	}

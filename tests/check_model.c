@@ -8,7 +8,8 @@
  * has one worker process carry it out over its own kvp_client: allocs
  * (that fit and that cannot), publishes and partial publishes, acquires
  * of full and partial prefixes, copies on write, retains, releases (of
- * handles held and of stale ones), evictions, kill -9 of a worker (idle
+ * handles held and of stale ones), evictions, damaged NVMe tier slots
+ * (a flipped byte of a header or a page), kill -9 of a worker (idle
  * or in the middle of a request), SIGKILL of the daemon and clean stops,
  * each followed by a warm restart on the same spill files. The rates of
  * the kinds of step are drawn from the seed too.
@@ -26,7 +27,8 @@
  * that fits succeeds, one that does not returns -ENOSPC and changes
  * nothing (counts, tiers, index); a stale release returns -ESTALE and
  * changes nothing; a warm restart after SIGKILL keeps every chain that
- * was wholly in the NVMe tier (when its writes had ended), and one after
+ * was wholly in the NVMe tier (when its writes had ended) and has no
+ * damaged slot, and one after
  * a clean stop keeps all that was indexed when it fits the tier, else
  * all the pool and the host tier held when that fits.
  *
@@ -200,6 +202,7 @@ struct blk {
 	int parent;		/* -1: the root */
 	bool ever;		/* published at some time (or maybe: a killed request) */
 	bool partial_ever;	/* a partial page published under it */
+	bool damaged;		/* a tier slot of it was damaged (see damage()) */
 };
 
 /* A page someone holds: its leases by worker. */
@@ -241,7 +244,7 @@ struct model {
 	struct counters want;
 	unsigned weight[16];
 	unsigned long long kept;	/* entries a restart had to keep, and kept */
-	unsigned steps, kills, mid_kills, crashes, stops, nospc, stales, evicted;
+	unsigned steps, kills, mid_kills, crashes, stops, nospc, stales, evicted, damaged;
 	unsigned long long served, acquired;
 	/* tier counters summed over the daemon's lives */
 	uint64_t nvme_spills, nvme_restores, nvme_dropped, host_spills, host_restores;
@@ -962,6 +965,64 @@ static void wait_clients(struct model *m, uint32_t want)
 	model_fail(m, "the daemon still has %u clients in the namespace, not %u", ns.clients, want);
 }
 
+/* chain_damaged() - block b or one before it had a tier slot damaged. */
+static bool chain_damaged(const struct model *m, int b)
+{
+	for (; b >= 0; b = m->blk[b].parent)
+		if (m->blk[b].damaged)
+			return true;
+	return false;
+}
+
+/*
+ * damage() - flip a byte of one full block's slot in the NVMe tier file,
+ * behind the daemon's back: in its header (the slot no longer says what it
+ * holds) or in its page (the checksum no longer matches). Reading it back
+ * is a miss, and the blocks below it must leave the index with it (the
+ * no-holes check of every step); a restart keeps no chain through it.
+ */
+static void damage(struct model *m)
+{
+	static off_t cand[4096];
+	static uint8_t hdr[128];
+	char path[256];
+	uint32_t ntok, n = 0;
+	off_t off, size;
+	uint8_t byte;
+	int fd, b;
+
+	snprintf(path, sizeof(path), "%.64s/spill/" NS ".kvspill", m->d.dir);
+	fd = open(path, O_RDWR);
+	need(m, fd >= 0, "%s: %s", path, strerror(errno));
+	size = lseek(fd, 0, SEEK_END);
+	/* slots start at 4096-byte boundaries (a 4 KiB header area, slots of
+	 * 4 KiB of header and 16 KiB of page) */
+	for (off = 4096; off + 4096 + PAGE <= size && n < 4096; off += 4096) {
+		if (pread(fd, hdr, sizeof(hdr), off) != (ssize_t)sizeof(hdr) ||
+		    memcmp(hdr, "KVPSLOT1", 8))
+			continue;
+		memcpy(&ntok, hdr + 112, sizeof(ntok));
+		if (!ntok && blk_find8(m, hdr + 32) >= 0)
+			cand[n++] = off;
+	}
+	if (!n) {
+		close(fd);
+		return;
+	}
+	off = cand[below(m, n)];
+	need(m, pread(fd, hdr, sizeof(hdr), off) == (ssize_t)sizeof(hdr), "read %s", path);
+	b = blk_find8(m, hdr + 32);
+	/* header: a byte of the key; page: any byte of it */
+	off += below(m, 2) ? 40 : 4096 + below(m, PAGE);
+	need(m, pread(fd, &byte, 1, off) == 1, "read %s", path);
+	byte ^= 0x5a;
+	need(m, pwrite(fd, &byte, 1, off) == 1, "write %s", path);
+	close(fd);
+	if (b >= 0)
+		m->blk[b].damaged = true;
+	m->damaged++;
+}
+
 /* kill9() - SIGKILL worker w, idle or in the middle of a request; its
  * leases go; another takes its place. */
 static void kill9(struct model *m, int w)
@@ -1101,6 +1162,12 @@ static void restart(struct model *m, bool crash)
 		if (hot > m->nvme_slots)
 			memset(keep, 0, sizeof(keep));
 	}
+	for (i = 0; i < nb; i++) {	/* nothing comes back through a damaged slot */
+		int b = blk_find8(m, before_k[i]);
+
+		if (b >= 0 && chain_damaged(m, b))
+			keep[i] = false;
+	}
 	kvp_close(m->c);
 	m->c = NULL;
 	if (crash) {
@@ -1135,11 +1202,12 @@ static void restart(struct model *m, bool crash)
 /* --- the run -------------------------------------------------------------- */
 
 enum { S_SERVE, S_COW, S_RETAIN, S_RELEASE, S_STALE, S_NOSPC, S_HOG, S_EVICT, S_KILL,
-       S_CRASH, S_STOP, S_N };
+       S_CRASH, S_STOP, S_DAMAGE, S_N };
 
 static const char *const step_name[S_N] = {
 	"serve", "copy", "retain", "release", "stale release", "alloc that cannot fit",
 	"hog", "evict", "kill -9 a client", "SIGKILL the daemon", "clean stop",
+	"damage a tier slot",
 };
 
 static unsigned env_uint(const char *name, unsigned def)
@@ -1153,7 +1221,7 @@ static void run(const char *io)
 {
 	static struct model mm;
 	struct model *m = &mm;
-	static const unsigned base[S_N] = { 400, 40, 30, 120, 25, 25, 8, 25, 12, 2, 2 };
+	static const unsigned base[S_N] = { 400, 40, 30, 120, 25, 25, 8, 25, 12, 2, 2, 10 };
 	unsigned seconds = env_uint("KVPOOL_MODEL_SECONDS", 10), total = 0, i, s, w;
 	const char *seedv = getenv("KVPOOL_MODEL_SEED");
 	static const char *args[16];
@@ -1249,6 +1317,9 @@ static void run(const char *io)
 		case S_STOP:
 			restart(m, false);
 			break;
+		case S_DAMAGE:
+			damage(m);
+			break;
 		}
 		/* a worker that holds much gives some back */
 		if (held(m, (int)w, scratch, MAXP) > 48)
@@ -1258,11 +1329,12 @@ static void run(const char *io)
 	add_tiers(m, &sn);
 	fprintf(stderr, "model (%s loop): seed %" PRIu64 ": %u steps in %u s; %llu blocks "
 		"asked for, %llu served; %u refused for room, %u stale releases, %u pages "
-		"evicted by EVICT; %u clients killed (%u mid-request), %u daemon crashes, %u "
+		"evicted by EVICT; %u tier slots damaged; %u clients killed (%u mid-request), "
+		"%u daemon crashes, %u "
 		"clean restarts (%llu entries they had to keep, kept); NVMe tier: %" PRIu64 " spills, %" PRIu64 " restores, %" PRIu64
 		" dropped; host tier: %" PRIu64 " spills, %" PRIu64 " restores\n", io, m->seed,
 		m->steps, seconds, m->acquired, m->served, m->nospc, m->stales, m->evicted,
-		m->kills, m->mid_kills, m->crashes, m->stops, m->kept, m->nvme_spills,
+		m->damaged, m->kills, m->mid_kills, m->crashes, m->stops, m->kept, m->nvme_spills,
 		m->nvme_restores, m->nvme_dropped, m->host_spills, m->host_restores);
 	for (w = 0; w < NW; w++)
 		reap(m, (int)w);
