@@ -307,6 +307,13 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 /*
  * kvp_close() - close the connection and unmap the pool. The daemon drops
  * every lease the client held. c may be NULL; it is invalid afterwards.
+ *
+ * A client whose daemon went away (it exited or was killed, or it
+ * disconnected the client) gets -EPIPE from its next call and every call
+ * after it, with kvp_last_error() saying so; its leases are gone. The
+ * library never reconnects by itself: kvp_close() the client and
+ * kvp_connect() again (a restarted daemon takes over the same socket) for
+ * a new session, in which page handles of the old one mean nothing.
  */
 KVP_API void kvp_close(kvp_client *c);
 

@@ -22,8 +22,14 @@ and the daemon's explanation) or one of its subclasses.
 from __future__ import annotations
 
 import enum
+import errno
+import functools
+import logging
+import os
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _kvpool
 from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpace,
@@ -31,7 +37,7 @@ from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpa
                       library_version)
 
 __all__ = [
-    "Client", "Geometry", "DType", "Scheme", "Memory", "Acquired", "PageView", "CudaPage", "DLPage",
+    "Client", "Geometry", "DType", "Scheme", "Memory", "Backend", "Acquired", "PageView", "CudaPage", "DLPage",
     "key_root",
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
@@ -74,6 +80,12 @@ class Memory(enum.IntEnum):
     """Where a namespace's pages live (Client(memory=...))."""
     DEFAULT = _kvpool.MEMORY_DEFAULT  # kvpoold's backend: GPU memory with cuda
     HOST = _kvpool.MEMORY_HOST  # host memory whatever the backend: view(), DMA
+
+
+class Backend(enum.IntEnum):
+    """Where a namespace's pages live (info()["backend"])."""
+    HOST = _kvpool.BACKEND_HOST  # shared host memory (memfd)
+    CUDA = _kvpool.BACKEND_CUDA  # GPU memory
 
 
 _VLLM_ALGOS = {"sha256": Scheme.VLLM_SHA256, "sha256_cbor": Scheme.VLLM_SHA256_CBOR,
@@ -133,27 +145,98 @@ class Client(_kvpool.Client):
     memory even beside kvpoold's cuda backend, for view() and DMA copies);
     joining a namespace of GPU pages with Memory.HOST fails with Mismatch.
     info()["backend"] says which memory the namespace has.
+
+    When the daemon goes away (it exits, is killed, or disconnects this
+    client), every call raises DaemonGone and the client's leases are gone
+    (the daemon dropped them). reconnect() connects again, with the same
+    arguments, to the daemon now on the socket (a restarted one): a new
+    session, in which page handles of the old one are stale. With
+    reconnect=True the client does that itself: the call that finds the
+    daemon gone still raises DaemonGone (what it held is lost, and the
+    caller must know), the next calls connect again, at most once every
+    retry seconds and raising DaemonGone at once in between, and the loss
+    and the return are each logged once (logger "kvpool"), as the engine
+    connectors do.
     """
 
     def __init__(self, socket: Optional[str] = None, namespace: Optional[str] = None,
                  geometry: Optional[Geometry] = None, *, key_scheme: int = 0,
                  key_seed: Optional[str] = None, readonly: bool = False,
-                 memory: int = Memory.DEFAULT) -> None:
+                 memory: int = Memory.DEFAULT, reconnect: bool = False,
+                 retry: float = 1.0) -> None:
         if namespace is not None and geometry is None:
             raise TypeError("Client(namespace=%r) needs geometry=kvpool.Geometry(...)"
                             % namespace)
         self.geometry = geometry
+        self._auto, self._retry, self._next, self._lost = bool(reconnect), retry, 0.0, False
+        self._relock = threading.Lock()
         if geometry is None:
-            super().__init__(socket, None, readonly=readonly)
-            return
-        super().__init__(socket, namespace, layers=geometry.layers,
-                         kv_heads=geometry.kv_heads, head_dim=geometry.head_dim,
-                         block_tokens=geometry.block_tokens, dtype=int(geometry.dtype),
-                         model=geometry.model, key_scheme=int(key_scheme),
-                         key_seed=key_seed, readonly=readonly, memory=int(memory))
+            self._conn: Tuple[tuple, Dict[str, Any]] = ((socket, None), {"readonly": readonly})
+        else:
+            self._conn = ((socket, namespace), dict(
+                layers=geometry.layers, kv_heads=geometry.kv_heads,
+                head_dim=geometry.head_dim, block_tokens=geometry.block_tokens,
+                dtype=int(geometry.dtype), model=geometry.model, key_scheme=int(key_scheme),
+                key_seed=key_seed, readonly=readonly, memory=int(memory)))
+        super().__init__(*self._conn[0], **self._conn[1])
+
+    def reconnect(self) -> None:
+        """Close this session (its leases go, if the daemon still had them)
+        and connect again with the same arguments. Page handles of the old
+        session are stale in the new one. Raises DaemonGone when no daemon
+        answers, BufferError while page views of the old session are alive
+        (their memory would go under them)."""
+        if not self.closed:
+            self.close()
+        for cached in ("_np", "_gpu"):
+            self.__dict__.pop(cached, None)
+        super().__init__(*self._conn[0], **self._conn[1])
+
+    def _revive(self) -> None:
+        """reconnect=True, before a call: a session lost earlier is made
+        again (at most every retry seconds), else DaemonGone at once."""
+        with self._relock:
+            if not self._lost:
+                return
+            now = time.monotonic()
+            if now < self._next:
+                raise DaemonGone(errno.EPIPE, "kvpoold is gone; this client connects "
+                                 "again in %.1f s" % (self._next - now))
+            self._next = now + self._retry
+            try:
+                self.reconnect()
+            except (OSError, BufferError) as e:
+                raise DaemonGone(errno.EPIPE, "kvpoold is gone, and connecting again "
+                                 "failed: %s" % e) from None
+            self._lost = False
+            _log.info("kvpool: connected to kvpoold again (%s); a new session: "
+                      "handles from before are stale", self._where())
+
+    def _gone(self, e: BaseException) -> None:
+        """reconnect=True: a call found the daemon gone."""
+        with self._relock:
+            if self._lost:
+                return
+            self._lost = True
+            self._next = 0.0  # the next call tries at once
+            _log.warning("kvpool: kvpoold at %s went away (%s): this client's leases "
+                         "are gone; it connects again on its next call", self._where(), e)
+
+    def _where(self) -> str:
+        return self._conn[0][0] or os.environ.get("KVPOOL_SOCKET") or \
+            "/run/kvpool/kvpool.sock"
 
     def __enter__(self) -> "Client":
         return super().__enter__()
+
+    def info(self) -> Dict[str, Any]:
+        """The session's facts, as the daemon gave them at connect:
+        backend (a Backend) and key_scheme (a Scheme) by name; both still
+        compare equal to their numbers."""
+        i = super().info()
+        i["backend"] = Backend(i["backend"])
+        i["key_scheme"] = Scheme(i["key_scheme"])
+        return i
 
     def acquire(self, keys: Union[Key, Sequence[Key]], tokens: Optional[Tokens] = None,
                 parent: Optional[Key] = None) -> Acquired:
@@ -247,6 +330,34 @@ class Client(_kvpool.Client):
             raise NotConnected("an inspection session has no pages")
         return self.geometry
 
+
+_log = logging.getLogger("kvpool")
+
+
+def _session_call(name: str) -> Callable[..., Any]:
+    """Client.name with reconnect=True's handling around it."""
+    call = getattr(Client, name)
+
+    @functools.wraps(call)
+    def wrapped(self: Client, *args: Any, **kw: Any) -> Any:
+        if not self._auto:
+            return call(self, *args, **kw)
+        self._revive()
+        try:
+            return call(self, *args, **kw)
+        except DaemonGone as e:
+            self._gone(e)
+            raise
+    return wrapped
+
+
+# the calls that talk to the daemon, or use the session's mappings
+for _name in ("alloc", "release", "retain", "cow", "acquire", "publish", "publish_partial",
+              "block_keys", "info", "stats", "set_remote_policy", "evict", "list_clients",
+              "list_pages", "list_prefixes", "disconnect", "drop_namespace", "page", "view",
+              "page_index", "page_address", "page_at"):
+    setattr(Client, _name, _session_call(_name))
+del _name
 
 _TYPESTR = {DType.F16: "<f2", DType.BF16: "<V2", DType.F32: "<f4", DType.FP8: "|u1"}
 # DLPack type codes and bits: float 2, bfloat 4, uint 1

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kvpool
-from conftest import GEO, TOP
+from conftest import GEO, TOP, Daemon
 
 GOLDEN = os.path.join(TOP, "tests", "golden", "keys_vllm_algos.txt")
 
@@ -188,6 +188,90 @@ def test_no_daemon_says_where_it_looked(tmp_path):
     with pytest.raises(kvpool.DaemonGone) as e:
         kvpool.Client(path, "py", GEO)
     assert path in str(e.value)
+
+
+def test_info_names_the_backend_and_the_key_scheme(client):
+    i = client.info()
+    assert i["backend"] is kvpool.Backend.HOST and i["backend"].name == "HOST"
+    assert i["backend"] == kvpool._kvpool.BACKEND_HOST  # still the number
+    assert isinstance(i["key_scheme"], kvpool.Scheme)
+    assert i["key_scheme"].name == "VLLM_SHA256"  # kvpoold's default, as vLLM's
+
+
+def _killed(d):
+    """SIGKILL daemon d: its clients find it gone."""
+    d.proc.kill()
+    d.proc.wait()
+
+
+def test_reconnect_after_the_daemon_restarts(tmp_path):
+    first = Daemon()
+    second = None
+    try:
+        c = kvpool.Client(first.sock, "py", GEO)
+        c.alloc(1)
+        _killed(first)
+        with pytest.raises(kvpool.DaemonGone):
+            c.stats()
+        with pytest.raises(kvpool.DaemonGone):  # nobody there yet
+            c.reconnect()
+        second = Daemon(sock=first.sock)  # a restart on the same socket
+        c.reconnect()
+        (p,) = c.alloc(1)
+        assert second.stats()["pages_private"] == 1  # the lost session's page is not
+        c.release([p])
+        c.close()
+        second.stop()
+    finally:
+        first.discard()
+        if second:
+            second.discard()
+
+
+def test_auto_reconnect_warns_once_and_comes_back(caplog):
+    first = Daemon()
+    second = None
+    caplog.set_level("INFO", logger="kvpool")
+    try:
+        c = kvpool.Client(first.sock, "py", GEO, reconnect=True, retry=0)
+        c.alloc(1)
+        _killed(first)
+        for _ in range(3):  # the loss, then failed connects: all DaemonGone
+            with pytest.raises(kvpool.DaemonGone):
+                c.alloc(1)
+        went = [r for r in caplog.records if "went away" in r.getMessage()]
+        assert len(went) == 1 and went[0].levelname == "WARNING", caplog.text
+        assert "leases are gone" in went[0].getMessage()
+        second = Daemon(sock=first.sock)
+        (p,) = c.alloc(1)  # connected again by itself
+        back = [r for r in caplog.records if "connected to kvpoold again" in r.getMessage()]
+        assert len(back) == 1, caplog.text
+        assert second.stats()["pages_private"] == 1
+        c.release([p])
+        c.close()
+        second.stop()
+    finally:
+        first.discard()
+        if second:
+            second.discard()
+
+
+def test_without_reconnect_a_lost_daemon_stays_lost(tmp_path):
+    first = Daemon()
+    second = None
+    try:
+        c = kvpool.Client(first.sock, "py", GEO)
+        _killed(first)
+        second = Daemon(sock=first.sock)
+        for _ in range(2):  # as documented: until reconnect()
+            with pytest.raises(kvpool.DaemonGone):
+                c.alloc(1)
+        c.close()
+        second.stop()
+    finally:
+        first.discard()
+        if second:
+            second.discard()
 
 
 def test_closed_client_and_live_views(daemon):
