@@ -127,6 +127,13 @@ char *cli_fmt_iec(char buf[CLI_FMT_MAX], uint64_t v);
 /* cli_fmt_si() - "1.34 GB", "343.6 GB": decimal units (GB = 10^9). */
 char *cli_fmt_si(char buf[CLI_FMT_MAX], uint64_t v);
 
+/* cli_others() - the daemon's clients, not counting kvpool's own
+ * connection, which asked. */
+static inline uint32_t cli_others(const kvp_stats_t *st)
+{
+	return st->clients ? st->clients - 1 : 0;
+}
+
 /* cli_fmt_size() - cli_fmt_iec(), or the exact "N B" with --bytes. */
 char *cli_fmt_size(const struct cli *cli, char buf[CLI_FMT_MAX], uint64_t v);
 

@@ -198,7 +198,7 @@ static void status_json(const kvp_stats_t *st, const kvp_ns_stats_t *ns, int nns
 	       ",\"slabs\":%" PRIu64 ",\"max_slabs\":%" PRIu64 ",\"host_pool_bytes\":%"
 	       PRIu64 ",\"host_slabs\":%" PRIu64 ",\"pages\":",
 	       st->pid, stats_backend_name(st->backend), st->uptime_ms,
-	       st->clients, st->max_clients, st->connections_total,
+	       cli_others(st), st->max_clients, st->connections_total,
 	       st->connections_refused, st->closed_output, st->closed_idle,
 	       st->requests_denied, st->requests_total, st->protocol_errors, st->allocs, st->releases, st->errors_nospc, st->errors_stale,
 	       st->errors_limit, st->errors_inval, st->errors_mismatch,
@@ -246,10 +246,10 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		printf("host pages    %s for namespaces that ask for them, %" PRIu64 " %s in use\n",
 		       cli_fmt_size(cli, a, st->host_pool_bytes), st->host_slabs,
 		       st->host_slabs == 1 ? "slab" : "slabs");
-	printf("clients       %" PRIu32 " of %" PRIu32 " (%" PRIu64
+	printf("clients       %" PRIu32 " of %" PRIu32 ", not counting this one (%" PRIu64
 	       " %s since start, %" PRIu64 " refused, %" PRIu64
 	       " disconnected with replies unread, %" PRIu64 " idle)\n",
-	       st->clients, st->max_clients, st->connections_total,
+	       cli_others(st), st->max_clients, st->connections_total,
 	       st->connections_total == 1 ? "connection" : "connections",
 	       st->connections_refused, st->closed_output, st->closed_idle);
 	printf("requests      %" PRIu64 " (%" PRIu64 " pages allocated, %" PRIu64

@@ -122,7 +122,7 @@ static void frame_text(const struct cli *cli, const struct snap *s, const struct
 	printf("kvpool top %s  kvpoold %s, pid %" PRIu32 ", up %" PRIu64 "h%02" PRIu64 "m%02"
 	       PRIu64 "s, %s%s\n", clock, st->version, st->pid, up / 3600, up / 60 % 60,
 	       up % 60, stats_backend_name(st->backend), tty ? " (q quits)" : "");
-	printf("clients   %" PRIu32 " of %" PRIu32 ", %.1f requests/s\n", st->clients,
+	printf("clients   %" PRIu32 " of %" PRIu32 ", %.1f requests/s\n", cli_others(st),
 	       st->max_clients, rate(st->requests_total, p->requests_total, dt));
 	printf("rates     %.1f pages/s allocated, %.1f leases/s released\n",
 	       rate(st->allocs, p->allocs, dt), rate(st->releases, p->releases, dt));

@@ -20,7 +20,7 @@ static const struct command {
 	{ "status", cmd_status, "", "daemon, pool, pages by state, the conservation check" },
 	{ "clients", cmd_clients, "", "connections: id, pid, uid, name, namespace, leases" },
 	{ "namespaces", cmd_namespaces, "", "geometry, page size, pages by state, hit rate,\n"
-	  "                        pinned quota, key scheme, tier" },
+	  "      pinned quota, key scheme, tier" },
 	{ "pages", cmd_pages, " [--ns N] [--state S] [--client C] [--limit K]",
 	  "one line per page" },
 	{ "prefixes", cmd_prefixes, " [--top K] [--ns N]", "the most hit prefix blocks" },

@@ -399,6 +399,13 @@ static int opt_set(struct options *o, const struct opt_def *d,
 	return -EINVAL;
 
 check_range:
+	if ((v < d->min || v > d->max) && d->type == OPT_SIZE) {
+		char a[32], b[32], c[32];
+
+		snprintf(why, whylen, "%s is outside %s..%s", size_text(v, a, sizeof(a)),
+			 size_text(d->min, b, sizeof(b)), size_text(d->max, c, sizeof(c)));
+		return -EINVAL;
+	}
 	if (v < d->min || v > d->max) {
 		snprintf(why, whylen, "%" PRIu64 " is outside %" PRIu64 "..%" PRIu64,
 			 v, d->min, d->max);
@@ -596,15 +603,19 @@ static int options_secrets(struct options *o, bool argv_salt, bool argv_url, cha
 /* options_check() - rules that tie options together. */
 static int options_check(const struct options *o, char *err, size_t errlen)
 {
+	char a[32], b[32], c[32];
+	uint64_t need;
+
 	if (o->slab_size % (64u << 10)) {
-		snprintf(err, errlen, "slab-size %llu is not a multiple of 64K",
+		snprintf(err, errlen, "--slab-size %s (%llu bytes) is not a multiple of 64K",
+			 size_text(o->slab_size, a, sizeof(a)),
 			 (unsigned long long)o->slab_size);
 		return -EINVAL;
 	}
 	if (o->slab_size > o->pool_size) {
-		snprintf(err, errlen, "slab-size %llu is larger than pool-size %llu; "
-			 "lower --slab-size or raise --pool-size",
-			 (unsigned long long)o->slab_size, (unsigned long long)o->pool_size);
+		snprintf(err, errlen, "--slab-size %s is larger than --pool-size %s; lower "
+			 "--slab-size or raise --pool-size", size_text(o->slab_size, a, sizeof(a)),
+			 size_text(o->pool_size, b, sizeof(b)));
 		return -EINVAL;
 	}
 	if (o->free_watermark_high_pct < o->free_watermark_pct) {
@@ -615,18 +626,20 @@ static int options_check(const struct options *o, char *err, size_t errlen)
 	}
 	if (o->host_pool_size != OPTIONS_AS_POOL && o->host_pool_size &&
 	    o->host_pool_size < o->slab_size) {
-		snprintf(err, errlen, "host-pool-size %llu holds no slab of %llu bytes; "
-			 "raise it, or give 0 for no host pages",
-			 (unsigned long long)o->host_pool_size,
-			 (unsigned long long)o->slab_size);
+		snprintf(err, errlen, "--host-pool-size %s holds no slab of %s; raise it, or "
+			 "give 0 for no host pages", size_text(o->host_pool_size, a, sizeof(a)),
+			 size_text(o->slab_size, b, sizeof(b)));
 		return -EINVAL;
 	}
 	if (o->pool_size / o->slab_size > KVP_MAX_SLABS) {
-		snprintf(err, errlen, "pool-size %llu needs %llu slabs of %llu bytes, "
-			 "more than %u; raise --slab-size",
-			 (unsigned long long)o->pool_size,
+		/* the smallest slab size, in 64K steps, that makes few enough */
+		need = (o->pool_size + KVP_MAX_SLABS - 1) / KVP_MAX_SLABS;
+		need = (need + (64u << 10) - 1) / (64u << 10) * (64u << 10);
+		snprintf(err, errlen, "--pool-size %s needs %llu slabs of %s, more than %u; "
+			 "raise --slab-size to %s or more", size_text(o->pool_size, a, sizeof(a)),
 			 (unsigned long long)(o->pool_size / o->slab_size),
-			 (unsigned long long)o->slab_size, KVP_MAX_SLABS);
+			 size_text(o->slab_size, b, sizeof(b)), KVP_MAX_SLABS,
+			 size_text(need, c, sizeof(c)));
 		return -EINVAL;
 	}
 	return 0;

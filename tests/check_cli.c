@@ -262,7 +262,7 @@ START_TEST(test_cli_status_counts_pages_in_human_units_and_json)
 	ck_assert_uint_eq(json_u64(out, "pool_bytes"), 4u << 20);
 	ck_assert_uint_eq(json_u64(out, "prefix.hits"), 8);
 	ck_assert_uint_eq(json_u64(out, "prefix.misses"), 10);
-	ck_assert_uint_eq(json_u64(out, "clients"), 4);	/* a, b, q and kvpool */
+	ck_assert_uint_eq(json_u64(out, "clients"), 3);	/* a, b, q: not kvpool's own */
 	ck_assert(strncmp(json_at(out, "conservation_ok"), "true", 4) == 0);
 	ck_assert_int_eq(json_len(out, "namespaces"), 2);
 	world_stop(&w);
@@ -828,6 +828,16 @@ START_TEST(test_cli_explains_a_missing_daemon)
 	ck_assert_int_eq(cli("--help"), 0);
 	ck_assert_msg(strstr(out, "Usage: kvpool") && strstr(out, "metrics") &&
 		      strstr(out, "plan") && strstr(out, "--bytes"), "%s", out);
+	/* each description under its command, indented alike, in 80 columns */
+	ck_assert_msg(strstr(out, "  namespaces\n      geometry, page size, pages by state, "
+			     "hit rate,\n      pinned quota, key scheme, tier\n"), "%s", out);
+	for (const char *l = out, *e; *l; l = e + 1) {
+		e = strchr(l, '\n');
+		if (!e)
+			break;
+		ck_assert_msg(e - l <= 79, "a --help line of %d columns: %.*s", (int)(e - l),
+			      (int)(e - l), l);
+	}
 	ck_assert_int_eq(cli("pages", "--help"), 0);
 	ck_assert_msg(strstr(out, "--state=STATE"), "%s", out);
 }

@@ -87,11 +87,16 @@ END_TEST
 START_TEST(test_options_pool_and_slab_sizes_must_agree)
 {
 	ck_assert_int_eq(parse("--pool-size", "1M", "--slab-size", "2M"), -EINVAL);
-	ck_assert_msg(strstr(err, "larger than pool-size"), "message was: %s", err);
+	ck_assert_msg(strstr(err, "--slab-size 2.0 MiB is larger than --pool-size 1.0 MiB"),
+		      "message was: %s", err);
 	ck_assert_int_eq(parse("--slab-size", "100K"), -EINVAL);
 	ck_assert_msg(strstr(err, "not a multiple of 64K"), "message was: %s", err);
 	ck_assert_int_eq(parse("--pool-size", "1T", "--slab-size", "64K"), -EINVAL);
 	ck_assert_msg(strstr(err, "more than 4096; raise --slab-size"), "message was: %s", err);
+	ck_assert_int_eq(parse("--pool-size", "1T", "--slab-size", "64M"), -EINVAL);
+	ck_assert_msg(strstr(err, "--pool-size 1.0 TiB needs 16384 slabs of 64.0 MiB, more "
+			     "than 4096; raise --slab-size to 256.0 MiB or more"),
+		      "message was: %s", err);
 	ck_assert_int_eq(parse("--pool-size", "256M", "--slab-size", "64K"), 0);
 }
 END_TEST
@@ -308,7 +313,12 @@ START_TEST(test_options_out_of_range_is_refused_with_bounds)
 	ck_assert_int_eq(parse("--max-clients", "0"), -EINVAL);
 	ck_assert_msg(strstr(err, "--max-clients: 0 is outside 1..65536"), "message was: %s", err);
 	ck_assert_int_eq(parse("--max-msg-size", "1K"), -EINVAL);
-	ck_assert_msg(strstr(err, "1024 is outside 4096.."), "message was: %s", err);
+	ck_assert_msg(strstr(err, "--max-msg-size: 1.0 KiB is outside 4.0 KiB.."),
+		      "message was: %s", err);
+	/* sizes in the size parser's units, never raw bytes */
+	ck_assert_int_eq(parse("--pool-size", "2P"), -EINVAL);
+	ck_assert_msg(strstr(err, "--pool-size: 2.0 PiB is outside 64.0 KiB..1.0 PiB"),
+		      "message was: %s", err);
 }
 END_TEST
 
