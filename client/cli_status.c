@@ -156,10 +156,11 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	       ",\"head_dim\":%" PRIu32 ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\""
 	       ",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
 	       ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
-	       PRIu32 ",\"backend\":\"%s\",\"hit_rate\":", n->id, n->layers, n->kv_heads,
-	       n->head_dim, n->block_tokens, stats_dtype_name(n->dtype), n->clients, n->slabs,
-	       n->page_bytes, n->page_stride, stats_scheme_name(n->key_scheme),
-	       n->pinned_quota, stats_backend_name(n->backend));
+	       PRIu32 ",\"backend\":\"%s\",\"state\":\"%s\",\"hit_rate\":", n->id,
+	       n->layers, n->kv_heads, n->head_dim, n->block_tokens, stats_dtype_name(n->dtype),
+	       n->clients, n->slabs, n->page_bytes, n->page_stride,
+	       stats_scheme_name(n->key_scheme), n->pinned_quota, stats_backend_name(n->backend),
+	       n->state == KVP_WIRE_NS_PREPARING ? "preparing" : "ready");
 	if (asked)
 		printf("%.4f", (double)n->prefix.hits / (double)asked);
 	else
@@ -276,12 +277,14 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 		nc = COUNTS_OF(ns[i]);
 		printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
 		       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
-		       "%s per page, keys %s, clients %" PRIu32 "%s\n",
+		       "%s per page, keys %s, clients %" PRIu32 "%s%s\n",
 		       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
 		       ns[i].head_dim, ns[i].block_tokens, stats_dtype_name(ns[i].dtype),
 		       cli_fmt_size(cli, a, ns[i].page_bytes),
 		       stats_scheme_name(ns[i].key_scheme), ns[i].clients,
-		       ns[i].backend != st->backend ? ", host pages" : "");
+		       ns[i].backend != st->backend ? ", host pages" : "",
+		       ns[i].state == KVP_WIRE_NS_PREPARING ? ", preparing (its tier file is "
+		       "being made; clients wait)" : "");
 		print_counts("  pages", &nc);
 		print_prefix("  sharing", &ns[i].prefix);
 		print_tier("  host tier", &ns[i].host, true);
@@ -370,7 +373,9 @@ static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, in
 						 n->prefix.hits + n->prefix.misses));
 		table_add(t, "%" PRIu64 "/%" PRIu32, n->prefix.pinned, n->pinned_quota);
 		table_add(t, "%s", stats_scheme_name(n->key_scheme));
-		if (n->host.slots && n->nvme.slots)
+		if (n->state == KVP_WIRE_NS_PREPARING)
+			table_add(t, "preparing");
+		else if (n->host.slots && n->nvme.slots)
 			table_add(t, "host %" PRIu64 "/%" PRIu64 " nvme %" PRIu64 "/%" PRIu64,
 				  n->host.used, n->host.slots, n->nvme.used, n->nvme.slots);
 		else if (n->host.slots)

@@ -497,6 +497,7 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->block_tokens = n->block_tokens;
 	r->dtype = n->dtype;
 	r->clients = n->clients;
+	r->state = n->state == NS_PREPARING ? KVP_WIRE_NS_PREPARING : KVP_WIRE_NS_READY;
 	r->page_bytes = n->page_bytes;
 	r->page_stride = pool_ns_page_stride(s->pool, n->pool_ns);
 	r->key_scheme = n->key_scheme;

@@ -547,6 +547,10 @@ struct kvp_wire_stats {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_stats) == 784, "kvp_wire_stats is 784 bytes");
 
+/* Where a namespace is in its life (kvp_wire_ns_stats.state). */
+#define KVP_WIRE_NS_READY	0u	/* clients join and use it */
+#define KVP_WIRE_NS_PREPARING	1u	/* its tier file is being made: HELLOs wait */
+
 struct kvp_wire_ns_stats {
 	char name[KVP_NAME_MAX];
 	char model[KVP_MODEL_MAX];
@@ -574,7 +578,7 @@ struct kvp_wire_ns_stats {
 	struct kvp_wire_tier_stats host;
 	struct kvp_wire_ns_remote_stats remote;	/* since version 4 */
 	uint32_t backend;	/* since version 5: enum kvp_backend_kind of its pages */
-	uint32_t reserved;
+	uint32_t state;		/* KVP_WIRE_NS_* (0 from daemons before it) */
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 576, "kvp_wire_ns_stats is 576 bytes");
 

@@ -1338,6 +1338,18 @@ START_TEST(test_spill_a_drop_waits_for_the_namespace_being_made)
 	ck_assert_msg(i < 20000, "%s never appeared", path);
 	rc = kvp_connect(d.sock, NULL, NULL, &admin);
 	ck_assert_int_eq(rc, 0);
+	/* STATS shows it being made (1 GiB takes far longer than this) */
+	{
+		kvp_ns_stats_t ns[4];
+		kvp_stats_t all;
+		int k, cnt = kvp_stats(admin, &all, ns, 4);
+
+		for (k = 0; k < cnt && strcmp(ns[k].name, "racing"); k++)
+			;
+		ck_assert_msg(k < cnt && ns[k].state == KVP_WIRE_NS_PREPARING &&
+			      ns[k].clients == 0, "namespace 'racing' is not listed as "
+			      "preparing while its tier file is made");
+	}
 	rc = kvp_drop_namespace(admin, "racing");
 	ck_assert_msg(rc == 0, "DROP_NS of a namespace being made: %s", kvp_last_error());
 	ck_assert_msg(stat(path, &st) < 0 && errno == ENOENT, "%s is still there after the "

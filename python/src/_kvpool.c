@@ -917,9 +917,10 @@ static PyObject *Client_stats(ClientObject *self, PyObject *unused)
 	if (!l)
 		goto fail;
 	for (i = 0; i < rc && i < 64; i++) {
-		PyObject *n = Py_BuildValue("{sssIsIsIsKsKsKsKsKsKsKsK}", "name", ns[i].name,
+		PyObject *n = Py_BuildValue("{sssIsIsIsssKsKsKsKsKsKsKsK}", "name", ns[i].name,
 					    "id", ns[i].id, "clients", ns[i].clients, "backend",
-					    ns[i].backend, "pages_total",
+					    ns[i].backend, "state", ns[i].state == KVP_WIRE_NS_PREPARING ?
+					    "preparing" : "ready", "pages_total",
 					    (unsigned long long)ns[i].pages_total, "pages_free",
 					    (unsigned long long)ns[i].pages_free, "pages_private",
 					    (unsigned long long)ns[i].pages_private, "pages_shared",
