@@ -209,8 +209,9 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
  * ready, each request is served again from the start, but a HELLO is
  * refused (STATE) when a DROP_NS of n waits too. When n is gone (dropped,
  * or its tier could not be made), a DROP_NS is answered OK (the namespace
- * is no more), a HELLO gets status and msg when status < 0, else runs
- * again (and may make the namespace anew). */
+ * is no more; unless a HELLO ahead of it made it anew: then it runs again
+ * and drops that one), a HELLO gets status and msg when status < 0, else
+ * runs again (and may make the namespace anew). */
 void requests_wake(struct ns *n, int status, const char *msg);
 
 /* requests_retry() - staging buffers of n's tier came free: serve the

@@ -315,6 +315,7 @@ int loop_run(struct loop *l)
 				return rc;
 			reap(l);
 		}
+		loop_work_turn(l);
 		if (l->turn_fn)
 			l->turn_fn(l->turn_arg);
 	}
@@ -342,6 +343,7 @@ int loop_turn(struct loop *l, unsigned ms)
 			return rc;
 		rc = (int)reap(l);
 	}
+	loop_work_turn(l);
 	if (l->turn_fn)
 		l->turn_fn(l->turn_arg);
 	return rc;

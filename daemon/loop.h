@@ -141,6 +141,10 @@ int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target);
 typedef int (*loop_work_fn)(struct loop_op *op);
 int loop_work(struct loop *l, struct loop_op *op, loop_work_fn fn);
 
+/* loop_work_turn() - for loop_run() and loop_turn(), after each turn: the
+ * eventfd's poll is posted again if the ring could not take it before. */
+void loop_work_turn(struct loop *l);
+
 /* loop_work_fini() - for loop_fini(): run what is queued, join the
  * threads. */
 void loop_work_fini(struct loop *l);

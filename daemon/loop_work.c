@@ -173,6 +173,12 @@ int loop_work(struct loop *l, struct loop_op *op, loop_work_fn fn)
 	return 0;
 }
 
+void loop_work_turn(struct loop *l)
+{
+	if (l->w)
+		workers_poll(l->w);	/* a poll the ring could not take, again */
+}
+
 void loop_work_fini(struct loop *l)
 {
 	struct loop_workers *w = l->w;

@@ -168,6 +168,7 @@ struct ns_job {
 	struct spill_ns id;
 	struct spill *sp;	/* prep: the result */
 	char err[512];
+	char note[4200];	/* prep: a warning for the log, or "" */
 	struct ns *n;
 	struct ns_table *t;
 	const struct ns_config *k;
@@ -178,8 +179,8 @@ static int prep_run(struct loop_op *op)
 {
 	struct ns_job *j = (struct ns_job *)op;
 
-	return spill_prepare(&j->sp, j->path, j->bytes, j->discard, &j->id, j->err,
-			     sizeof(j->err));
+	return spill_prepare(&j->sp, j->path, j->bytes, j->discard, &j->id, j->note,
+			     sizeof(j->note), j->err, sizeof(j->err));
 }
 
 /* unlink_run() - on a worker thread: remove a dropped tier file (the file
@@ -205,8 +206,6 @@ static int64_t ns_tier_finish(struct ns *n, const struct ns_config *k, struct sp
 	uint32_t i, p, orphans = 0;
 	const char *why = spill_cold_why(sp);
 
-	if (spill_note(sp))
-		log_warn("%s", spill_note(sp));
 	n->tier = sp;
 	spill_attach(sp, k->loop, n->be);
 	if (why)
@@ -369,6 +368,8 @@ static void prep_done(struct loop_op *op, int res)
 	int64_t kept = -1;
 
 	n->job = NULL;
+	if (j->note[0])
+		log_warn("namespace '%s': %s", n->name, j->note);
 	if (res == 0)
 		kept = ns_tier_finish(n, k, j->sp, j->err, sizeof(j->err));
 	if (kept >= 0) {
@@ -417,6 +418,8 @@ static int tier_start(struct ns_table *t, struct ns *n, const struct ns_config *
 		return 0;
 	}
 	rc = prep_run(&j->op);
+	if (j->note[0])
+		log_warn("namespace '%s': %s", n->name, j->note);
 	if (rc == 0)
 		kept = ns_tier_finish(n, k, j->sp, j->err, sizeof(j->err));
 	else

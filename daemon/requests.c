@@ -206,7 +206,8 @@ void requests_wake(struct ns *n, int status, const char *msg)
 		op = c->wait_req.op;
 		if (conn_closing(c))
 			;
-		else if (n->state == NS_GONE && op == KVP_OP_DROP_NS)
+		else if (n->state == NS_GONE && op == KVP_OP_DROP_NS &&
+			 !ns_by_name(&c->srv->nst, n->name))	/* not made anew meanwhile */
 			conn_reply(c, &c->wait_req, KVP_S_OK, NULL, 0, -1);
 		else if (op == KVP_OP_HELLO && status < 0)
 			conn_error(c, &c->wait_req, (uint32_t)-status, "%s", msg);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,6 @@ struct spill {
 	double tokens;		/* bytes that may be written now */
 	uint64_t tokens_ns;	/* when tokens was last refilled */
 	const char *why;	/* spill_prepare(): why it started cold, or NULL */
-	char note[4200];	/* spill_prepare(): something to log, or "" */
 	struct found *found;	/* spill_prepare(): valid slots, newest first */
 	uint32_t nfound;
 };
@@ -492,10 +492,14 @@ static int wipe_slots(struct spill *sp)
 }
 
 /* preallocate() - give sp's file its bytes, after checking that the file
- * system has them; a failure leaves nothing behind: a file made for it is
- * removed, an old one cut back to its length. */
+ * system has them; a failure leaves an old file cut back to its length
+ * (one made for it the caller removes). The check and the preallocation
+ * are one step under prealloc_lock: tier files made at once on several
+ * worker threads would each pass the check, then all fail halfway. */
+static pthread_mutex_t prealloc_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static int preallocate(struct spill *sp, uint64_t bytes, const char *dir, bool created,
-		       char *err, size_t errlen)
+		       char *note, size_t notelen, char *err, size_t errlen)
 {
 	uint64_t had = 0, avail;
 	char a[32], b[32];
@@ -523,13 +527,10 @@ static int preallocate(struct spill *sp, uint64_t bytes, const char *dir, bool c
 	snprintf(err, errlen, "cannot preallocate %s for %s: %s%s", size_text(bytes, a, sizeof(a)),
 		 sp->path, strerror(-rc),
 		 rc == -ENOSPC ? " (free disk space or lower --spill-size)" : "");
-undo:
-	if (created && unlink(sp->path) < 0)
-		snprintf(sp->note, sizeof(sp->note), "cannot remove %s after a failed "
-			 "preallocation: %s", sp->path, strerror(errno));
-	else if (!created && known && ftruncate(sp->fd, st.st_size) < 0)
-		snprintf(sp->note, sizeof(sp->note), "cannot cut %s back to %lld bytes: %s",
-			 sp->path, (long long)st.st_size, strerror(errno));
+undo:	/* a file made for it is removed by the caller */
+	if (!created && known && ftruncate(sp->fd, st.st_size) < 0)
+		snprintf(note, notelen, "cannot cut %s back to %lld bytes: %s", sp->path,
+			 (long long)st.st_size, strerror(errno));
 	return rc;
 }
 
@@ -659,13 +660,15 @@ static int staging(struct spill *sp)
 }
 
 int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool discard,
-		  const struct spill_ns *ns, char *err, size_t errlen)
+		  const struct spill_ns *ns, char *note, size_t notelen, char *err,
+		  size_t errlen)
 {
 	struct spill *sp;
 	uint32_t i;
-	bool existed, created, moved = false;
+	bool existed, created = false, moved = false;
 	int rc;
 
+	note[0] = '\0';
 	sp = calloc(1, sizeof(*sp));
 	if (!sp) {
 		snprintf(err, errlen, "no memory for a tier");
@@ -680,7 +683,7 @@ int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool disc
 	for (i = (uint32_t)strlen(dir) + 1; sp->path[i]; i++)
 		if (sp->path[i] == '/')
 			sp->path[i] = '%';	/* names may hold '/': one file each */
-	sp->fd = open_tier(sp->path, &created, sp->note, sizeof(sp->note), err, errlen);
+	sp->fd = open_tier(sp->path, &created, note, notelen, err, errlen);
 	if (sp->fd < 0) {
 		rc = sp->fd;
 		goto out_free;
@@ -697,7 +700,9 @@ int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool disc
 		goto out_free;
 	}
 	sp->nslots = (uint32_t)((bytes - sp->hdr_area) / sp->slot_bytes);
-	rc = preallocate(sp, bytes, dir, created, err, errlen);
+	pthread_mutex_lock(&prealloc_lock);
+	rc = preallocate(sp, bytes, dir, created, note, notelen, err, errlen);
+	pthread_mutex_unlock(&prealloc_lock);
 	if (rc < 0)
 		goto out_free;
 	if (existed && !discard)
@@ -726,6 +731,9 @@ int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool disc
 	return 0;
 
 out_free:
+	if (created && unlink(sp->path) < 0)	/* nothing is left behind */
+		snprintf(note, notelen, "cannot remove %s after a failed start: %s; remove "
+			 "it", sp->path, strerror(errno));
 	spill_close(sp);
 	return rc;
 }
@@ -745,10 +753,6 @@ const char *spill_cold_why(const struct spill *sp)
 	return sp->why;
 }
 
-const char *spill_note(const struct spill *sp)
-{
-	return sp->note[0] ? sp->note : NULL;
-}
 
 void spill_close(struct spill *sp)
 {

@@ -74,12 +74,14 @@ typedef void (*spill_done_fn)(void *arg, uint32_t slot, int res);
  * and spill_cold_why() says why (NULL when warm or new). discard forces a
  * cold start. This is the slow part (seconds for a large file on a busy
  * disk): it touches nothing but the new tier and logs nothing, so that it
- * runs on a worker thread (loop_work()). spill_attach() follows, on the
- * loop. Returns 0 and *out, or -errno with err filled (a file it made is
- * removed again).
+ * runs on a worker thread (loop_work()); note (notelen bytes) gets what
+ * to log ("" when nothing), on failure too. spill_attach() follows, on
+ * the loop. Returns 0 and *out, or -errno with err filled; a file it made
+ * is removed again.
  */
 int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool discard,
-		  const struct spill_ns *ns, char *err, size_t errlen);
+		  const struct spill_ns *ns, char *note, size_t notelen, char *err,
+		  size_t errlen);
 
 /* spill_attach() - on the loop thread, after spill_prepare(): the tier
  * does its I/O through l, and its staging buffers are registered with l as
@@ -88,10 +90,8 @@ int spill_prepare(struct spill **out, const char *dir, uint64_t bytes, bool disc
 void spill_attach(struct spill *sp, struct loop *l, struct backend *be);
 
 /* spill_cold_why() - why spill_prepare() started an existing file cold, or
- * NULL. spill_note() - a warning of spill_prepare() for the log (O_DIRECT
- * refused, a failed clean-up), or NULL. */
+ * NULL. */
 const char *spill_cold_why(const struct spill *sp);
-const char *spill_note(const struct spill *sp);
 
 /*
  * spill_dir_check() - dir is fit to hold tier files: a directory owned by

@@ -1270,7 +1270,7 @@ START_TEST(test_spill_namespace_churn_never_stalls_other_clients)
 	size_t n = 0;
 	uint64_t t0, p99, worst;
 	pid_t pid;
-	int status, rc;
+	int status = -1, rc;
 
 	daemon_restart(&d, churn_args(&d, dir, sizeof(dir)));
 	rc = kvp_connect(d.sock, "steady", &geo, &c);
@@ -1355,8 +1355,7 @@ START_TEST(test_spill_a_drop_waits_for_the_namespace_being_made)
 	ck_assert_msg(stat(path, &st) < 0 && errno == ENOENT, "%s is still there after the "
 		      "drop returned", path);
 	child_wait(pid);	/* its HELLO was answered, not left waiting */
-	/* dropped while a HELLO waits for the file's removal: the HELLO makes
-	 * it anew */
+	/* once dropped, a HELLO makes it anew, with a new tier file */
 	rc = kvp_connect(d.sock, "racing", &geo, &c);
 	ck_assert_msg(rc == 0, "%s", kvp_last_error());
 	ck_assert_int_eq(stat(path, &st), 0);
