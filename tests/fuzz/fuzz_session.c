@@ -349,13 +349,18 @@ static void world_reset(int fds)
 	write_rules(rule_sets[0]);
 	server_reload(srv);
 	while (srv->nst.count) {
-		struct ns *n = srv->nst.ns[0];
+		struct ns *n = srv->nst.ns[0], *gone;
 
 		for (i = 0; i < TURNS_MAX && ns_busy(n); i++)
 			loop_turn(&loop, TURN_MS);
-		if (ns_drop(&srv->nst, pool, n, err, sizeof(err)) < 0)
+		if (ns_drop(&srv->nst, pool, &srv->keys, n, &gone, err, sizeof(err)) < 0)
 			die(err);
 	}
+	/* the dropped tier files are removed on worker threads */
+	for (i = 0; i < TURNS_MAX && srv->nst.gone; i++)
+		loop_turn(&loop, TURN_MS);
+	if (srv->nst.gone)
+		die("a dropped namespace's tier file was never removed");
 	pool_counts(pool, -1, &pc);
 	if (pc.total || pc.slabs)
 		die("slabs are left after every namespace was dropped");
