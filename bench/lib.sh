@@ -122,6 +122,13 @@ bench_field() {
 			if (n && substr($i, 1, n - 1) == k) print substr($i, n + 1) } }' "$1"
 }
 
+# bench_median FILE PREFIX KEY - the median of KEY over the lines of FILE
+# that bench_field() reads (the middle one; the upper of two).
+bench_median() {
+	bench_field "$1" "$2" "$3" | sort -n |
+		awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
 # bench_calc EXPR [FORMAT] - evaluate an awk expression and print it with
 # the printf FORMAT (default %.2f), no newline.
 bench_calc() {

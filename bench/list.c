@@ -51,30 +51,6 @@ struct list_shared {
 	uint64_t ns[LIST_MAX_LISTERS][4096];	/* the first 4096 of each */
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* pct() - the p-th percentile of v[0..n), sorted in place, in us. */
-static double pct(uint64_t *v, size_t n, double p)
-{
-	if (!n)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return (double)v[(size_t)(p / 100.0 * (double)(n - 1))] / 1000.0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -221,13 +197,13 @@ static void lister(const struct list_opts *o, struct list_shared *sh, size_t id)
 	if (!pg || !pr || kvp_connect(o->socket, NULL, NULL, &c) < 0)
 		_exit(1);
 	for (;;) {
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = sh->n[id] % 2 ? kvp_list_prefixes(c, LIST_NS, 0, pr, 8192, NULL)
 				   : kvp_list_pages(c, NULL, pg, 8192, NULL);
 		if (rc < 0)
 			_exit(2);
 		if (sh->n[id] < 4096)
-			sh->ns[id][sh->n[id]] = now_ns() - t0;
+			sh->ns[id][sh->n[id]] = bench_now_ns() - t0;
 		sh->n[id]++;
 	}
 }
@@ -241,11 +217,11 @@ static int time_stats(kvp_client *c, const struct list_opts *o, uint64_t *v)
 	int rc;
 
 	for (i = 0; i < o->samples; i++) {
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = kvp_stats(c, &st, NULL, 0);
 		if (rc < 0)
 			return rc;
-		v[i] = now_ns() - t0;
+		v[i] = bench_now_ns() - t0;
 	}
 	return 0;
 }
@@ -303,14 +279,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "list: STATS: %s (%s)\n", kvp_strerror(rc), kvp_last_error());
 		return 1;
 	}
-	q50 = pct(quiet, o.samples, 50);
-	b50 = pct(busy, o.samples, 50);
+	q50 = bench_pct_us(quiet, o.samples, 50);
+	b50 = bench_pct_us(busy, o.samples, 50);
 	printf("list pages=%zu idle=%zu leases=%zu listers=%zu samples=%zu "
 	       "stats_quiet_p50_us=%.1f stats_quiet_p99_us=%.1f "
 	       "stats_busy_p50_us=%.1f stats_busy_p99_us=%.1f listing_p50_us=%.1f "
 	       "listings=%" PRIu64 " busy_over_quiet_p50=%.2f\n",
-	       o.pages, o.idle, o.leases, o.listers, o.samples, q50, pct(quiet, o.samples, 99),
-	       b50, pct(busy, o.samples, 99), pct(lists, nl, 50), total,
+	       o.pages, o.idle, o.leases, o.listers, o.samples, q50, bench_pct_us(quiet, o.samples, 99),
+	       b50, bench_pct_us(busy, o.samples, 99), bench_pct_us(lists, nl, 50), total,
 	       q50 > 0 ? b50 / q50 : 0);
 	kvp_close(victim);
 	for (i = 0; i < o.idle; i++)

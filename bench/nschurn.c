@@ -56,30 +56,6 @@ struct churn_shared {
 	char err[256];
 };
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* pct() - the p-th percentile of v[0..n), sorted in place, in us. */
-static double pct(uint64_t *v, size_t n, double p)
-{
-	if (!n)
-		return 0;
-	qsort(v, n, sizeof(*v), cmp_u64);
-	return (double)v[(size_t)(p / 100.0 * (double)(n - 1))] / 1000.0;
-}
-
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -143,15 +119,15 @@ static void churner(const struct churn_opts *o, struct churn_shared *sh)
 	rc = kvp_connect(o->socket, NULL, NULL, &admin);
 	for (sh->n = 0; rc == 0 && sh->n < o->cycles; sh->n++) {
 		snprintf(name, sizeof(name), "churn-%d-%" PRIu64, (int)getpid(), sh->n);
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = kvp_connect(o->socket, name, &geo, &c);
 		if (rc < 0)
 			break;
-		sh->create_ns[sh->n] = now_ns() - t0;
+		sh->create_ns[sh->n] = bench_now_ns() - t0;
 		kvp_close(c);
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = kvp_drop_namespace(admin, name);
-		sh->drop_ns[sh->n] = now_ns() - t0;
+		sh->drop_ns[sh->n] = bench_now_ns() - t0;
 	}
 	if (rc < 0) {
 		sh->rc = rc;
@@ -184,9 +160,9 @@ int main(int argc, char **argv)
 	memset(sh, 0, sizeof(*sh));
 	rc = kvp_connect(o.socket, "bench-steady", &geo, &c);
 	for (; rc >= 0 && nq < o.samples; nq++) {
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = kvp_stats(c, &st, NULL, 0);	/* >= 0: namespaces */
-		quiet[nq] = now_ns() - t0;
+		quiet[nq] = bench_now_ns() - t0;
 	}
 	if (rc < 0) {
 		fprintf(stderr, "nschurn: %s (%s)\n", kvp_strerror(rc), kvp_last_error());
@@ -196,9 +172,9 @@ int main(int argc, char **argv)
 	if (pid == 0)
 		churner(&o, sh);
 	while (rc >= 0 && nb < CHURN_MAX_SAMPLES && waitpid(pid, &status, WNOHANG) == 0) {
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		rc = kvp_stats(c, &st, NULL, 0);
-		busy[nb++] = now_ns() - t0;
+		busy[nb++] = bench_now_ns() - t0;
 	}
 	if (nb == CHURN_MAX_SAMPLES || rc < 0)
 		waitpid(pid, &status, 0);
@@ -206,16 +182,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "nschurn: %s\n", rc < 0 ? kvp_strerror(rc) : sh->err);
 		return 1;
 	}
-	q50 = pct(quiet, nq, 50);
-	b99 = pct(busy, nb, 99);
+	q50 = bench_pct_us(quiet, nq, 50);
+	b99 = bench_pct_us(busy, nb, 99);
 	printf("nschurn cycles=%" PRIu64 " samples_quiet=%zu samples_churn=%zu "
 	       "stats_quiet_p50_us=%.1f stats_quiet_p99_us=%.1f stats_quiet_max_us=%.1f "
 	       "stats_churn_p50_us=%.1f stats_churn_p99_us=%.1f stats_churn_max_us=%.1f "
 	       "create_p50_ms=%.1f drop_p50_ms=%.1f churn_over_quiet_p99=%.2f\n",
-	       sh->n, nq, nb, q50, pct(quiet, nq, 99), pct(quiet, nq, 100), pct(busy, nb, 50),
-	       b99, pct(busy, nb, 100), pct(sh->create_ns, sh->n, 50) / 1000.0,
-	       pct(sh->drop_ns, sh->n, 50) / 1000.0, pct(quiet, nq, 99) > 0 ?
-	       b99 / pct(quiet, nq, 99) : 0);
+	       sh->n, nq, nb, q50, bench_pct_us(quiet, nq, 99), bench_pct_us(quiet, nq, 100), bench_pct_us(busy, nb, 50),
+	       b99, bench_pct_us(busy, nb, 100), bench_pct_us(sh->create_ns, sh->n, 50) / 1000.0,
+	       bench_pct_us(sh->drop_ns, sh->n, 50) / 1000.0, bench_pct_us(quiet, nq, 99) > 0 ?
+	       b99 / bench_pct_us(quiet, nq, 99) : 0);
 	kvp_close(c);
 	return 0;
 }

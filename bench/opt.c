@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * opt.c - option values of the benchmark programs.
+ * opt.c - option values, the clock and percentiles of the benchmark
+ * programs (opt.h).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "opt.h"
 
@@ -40,4 +42,27 @@ int bench_count(const char *prog, const char *opt, const char *s, size_t min,
 	}
 	*out = (size_t)v;
 	return 0;
+}
+
+uint64_t bench_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double bench_pct_us(uint64_t *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return (double)v[(size_t)(p / 100.0 * (double)(n - 1))] / 1000.0;
 }

@@ -80,8 +80,7 @@ done
 
 # med TAG KEY - the median of KEY over the rounds of TAG.
 med() {
-	bench_field "$tmp/$1" nschurn "$2" | sort -n |
-		awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+	bench_median "$tmp/$1" nschurn "$2"
 }
 
 # ms TAG KEY - med in milliseconds, from microseconds.

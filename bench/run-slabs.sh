@@ -61,8 +61,7 @@ done
 
 # med TAG KEY - the median of KEY over the rounds of TAG, in ms.
 med() {
-	bench_field "$tmp/$1" slabs "$2" | sort -n |
-		awk '{ v[NR] = $1 } END { printf "%.0f\n", v[int((NR + 1) / 2)] * 1000 }'
+	bench_calc "$(bench_median "$tmp/$1" slabs "$2") * 1000" %.0f
 }
 
 # row TAG LABEL - one way's line of the table.

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
 """The Python package against a real kvpoold: pages, sharing, views
 without copies, errors, threads, fork, garbage collection."""
+import contextlib
 import gc
 import os
 import subprocess
@@ -204,74 +205,67 @@ def _killed(d):
     d.proc.wait()
 
 
-def test_reconnect_after_the_daemon_restarts(tmp_path):
-    first = Daemon()
-    second = None
+@contextlib.contextmanager
+def _lives():
+    """A daemon, then its restarts on the same socket (lives.append(
+    Daemon(sock=...))): the last is stopped cleanly (and checked) when the
+    block succeeds, every one is discarded."""
+    lives = [Daemon()]
     try:
-        c = kvpool.Client(first.sock, "py", GEO)
+        yield lives
+        lives[-1].stop()
+    finally:
+        for d in lives:
+            d.discard()
+
+
+def test_reconnect_after_the_daemon_restarts():
+    with _lives() as lives:
+        c = kvpool.Client(lives[0].sock, "py", GEO)
         c.alloc(1)
-        _killed(first)
+        _killed(lives[0])
         with pytest.raises(kvpool.DaemonGone):
             c.stats()
         with pytest.raises(kvpool.DaemonGone):  # nobody there yet
             c.reconnect()
-        second = Daemon(sock=first.sock)  # a restart on the same socket
+        lives.append(Daemon(sock=lives[0].sock))  # a restart on the same socket
         c.reconnect()
         (p,) = c.alloc(1)
-        assert second.stats()["pages_private"] == 1  # the lost session's page is not
+        assert lives[1].stats()["pages_private"] == 1  # the lost session's page is not
         c.release([p])
         c.close()
-        second.stop()
-    finally:
-        first.discard()
-        if second:
-            second.discard()
 
 
 def test_auto_reconnect_warns_once_and_comes_back(caplog):
-    first = Daemon()
-    second = None
     caplog.set_level("INFO", logger="kvpool")
-    try:
-        c = kvpool.Client(first.sock, "py", GEO, reconnect=True, retry=0)
+    with _lives() as lives:
+        c = kvpool.Client(lives[0].sock, "py", GEO, reconnect=True, retry=0)
         c.alloc(1)
-        _killed(first)
+        _killed(lives[0])
         for _ in range(3):  # the loss, then failed connects: all DaemonGone
             with pytest.raises(kvpool.DaemonGone):
                 c.alloc(1)
         went = [r for r in caplog.records if "went away" in r.getMessage()]
         assert len(went) == 1 and went[0].levelname == "WARNING", caplog.text
         assert "leases are gone" in went[0].getMessage()
-        second = Daemon(sock=first.sock)
+        lives.append(Daemon(sock=lives[0].sock))
         (p,) = c.alloc(1)  # connected again by itself
         back = [r for r in caplog.records if "connected to kvpoold again" in r.getMessage()]
         assert len(back) == 1, caplog.text
-        assert second.stats()["pages_private"] == 1
+        assert lives[1].stats()["pages_private"] == 1
         c.release([p])
         c.close()
-        second.stop()
-    finally:
-        first.discard()
-        if second:
-            second.discard()
 
 
-def test_without_reconnect_a_lost_daemon_stays_lost(tmp_path):
-    first = Daemon()
-    second = None
-    try:
-        c = kvpool.Client(first.sock, "py", GEO)
-        _killed(first)
-        second = Daemon(sock=first.sock)
+def test_without_reconnect_a_lost_daemon_stays_lost():
+    with _lives() as lives:
+        c = kvpool.Client(lives[0].sock, "py", GEO)
+        _killed(lives[0])
+        lives.append(Daemon(sock=lives[0].sock))
         for _ in range(2):  # as documented: until reconnect()
             with pytest.raises(kvpool.DaemonGone):
                 c.alloc(1)
         c.close()
-        second.stop()
-    finally:
-        first.discard()
-        if second:
-            second.discard()
 
 
 def test_closed_client_and_live_views(daemon):
