@@ -420,10 +420,8 @@ static int tier_start(struct ns_table *t, struct ns *n, const struct ns_config *
 	rc = prep_run(&j->op);
 	if (j->note[0])
 		log_warn("namespace '%s': %s", n->name, j->note);
-	if (rc == 0)
+	if (rc == 0)	/* a failed spill_prepare() left nothing to close */
 		kept = ns_tier_finish(n, k, j->sp, j->err, sizeof(j->err));
-	else
-		spill_close(j->sp);
 	if (kept < 0)
 		tier_failed(n, j->err, err, errlen);
 	free(j);

@@ -176,19 +176,7 @@ bool requests_drop_waits(const struct ns *n)
 
 void requests_retry(struct ns *n)
 {
-	struct conn *c = n->wait_head, *next;
-
-	n->wait_head = n->wait_tail = NULL;
-	for (; c; c = next) {
-		next = c->wait_next;
-		c->deferred = false;
-		if (!conn_closing(c)) {
-			requests_handle(c, &c->wait_req, c->rbuf + KVP_WIRE_HDR_SIZE);
-			if (!c->deferred)
-				conn_resume(c);
-		}
-		conn_put(c);	/* the hold of the wait; a new wait took its own */
-	}
+	requests_wake(n, 0, NULL);	/* n is ready: each runs again */
 }
 
 void requests_wake(struct ns *n, int status, const char *msg)

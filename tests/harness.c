@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -496,4 +497,12 @@ void child_wait(pid_t pid)
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "the child failed at step %d (see its message above)",
 		      WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+}
+
+uint64_t harness_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

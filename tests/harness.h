@@ -139,6 +139,9 @@ int raw_hello(int fd, const char *ns, const kvp_geometry *g, char *why, size_t w
 extern uid_t harness_nobody_uid;
 extern gid_t harness_nogroup_gid;
 
+/* harness_now_ns() - CLOCK_MONOTONIC in nanoseconds. */
+uint64_t harness_now_ns(void);
+
 /* harness_have_nobody() - true when the tests run as root and the users
  * nobody and nogroup exist (harness_nobody_uid and _gid are set then). */
 bool harness_have_nobody(void);
