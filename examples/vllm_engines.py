@@ -203,10 +203,12 @@ class Engine:
         return self._get("/metrics")[1]
 
     def complete(self, prompt: str, max_tokens: int = 16,
-                 on_first_token: Optional[Callable[[], None]] = None) -> Completion:
+                 on_first_token: Optional[Callable[[], None]] = None,
+                 times: Optional[List[float]] = None) -> Completion:
         """One greedy completion of exactly max_tokens tokens, streamed;
-        on_first_token() is called when the first one arrives. A stream the
-        server ends early gives fewer tokens."""
+        on_first_token() is called when the first one arrives, and times
+        (a list) gets the time.monotonic() of each chunk with tokens. A
+        stream the server ends early gives fewer tokens."""
         body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                            "temperature": 0, "ignore_eos": True, "stream": True,
                            "return_token_ids": True,
@@ -229,6 +231,8 @@ class Engine:
                 chunk = json.loads(line[6:])
                 for ch in chunk.get("choices") or []:
                     got = ch.get("token_ids") or []
+                    if got and times is not None:
+                        times.append(time.monotonic())
                     if (got or ch.get("text")) and ttft is None:
                         ttft = time.monotonic() - t0
                         if on_first_token is not None:

@@ -224,7 +224,8 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	tests/python/test_xlang.py python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
-	python/kvpool/_connector.py python/requirements-vllm-cpu.txt \
+	python/kvpool/_connector.py python/kvpool/_vllm_io.py python/kvpool/_vllm_stats.py \
+	python/requirements-vllm-cpu.txt \
 	python/kvpool/py.typed python/kvpool/_kvpool.pyi
 
 # libFuzzer harnesses (tests/fuzz/), built with clang when configure found

@@ -37,9 +37,16 @@ class Pool:
         self._warned: Set[str] = set()
         self.lock = threading.RLock()
         self.counters: Dict[str, int] = {}
+        self._counting = threading.Lock()  # engines count from several threads
 
     def count(self, what: str, n: int = 1) -> None:
-        self.counters[what] = self.counters.get(what, 0) + n
+        with self._counting:
+            self.counters[what] = self.counters.get(what, 0) + n
+
+    def snapshot(self) -> Dict[str, int]:
+        """The counters now (a copy)."""
+        with self._counting:
+            return dict(self.counters)
 
     def warn(self, cond: str, msg: str, *args: Any) -> None:
         if cond not in self._warned:

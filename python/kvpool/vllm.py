@@ -9,18 +9,35 @@ Keys are vLLM's own block hashes (request.block_hashes), whatever
 --prefix-caching-hash-algo is. The scheduler side leases the pages of a
 request's longest cached prefix with one ACQUIRE and holds them until the
 workers have copied them (they report it in their per-step metadata) or the
-request ends; the worker side copies pool pages into the allocated vLLM
-blocks before the forward, and full computed blocks into fresh pool pages
-after it, published under their hashes (a block some other instance
-published first is dropped, not stored twice). Loads and saves are
-synchronous within the step, one batched copy each.
+request ends. The worker side copies pool pages into the allocated vLLM
+blocks and full computed blocks into fresh pool pages, published under
+their hashes (a block some other instance published first is dropped, not
+stored twice), both off the engine's step where vLLM allows it:
+
+- A load of async_load_blocks blocks or more runs on the worker's thread:
+  the request waits in vLLM's WAITING_FOR_REMOTE_KVS, the other requests
+  go on, and get_finished() lets it run once its blocks are in. A shorter
+  load is copied before the forward, in the step.
+- New full blocks are handed to the same thread after the forward (at most
+  save_queue_blocks wait; past that they are skipped and counted, never
+  waited for). vLLM keeps a finished request's blocks until its saves have
+  read them (request_finished() returns True, get_finished() reports it),
+  and a preempted request's saves end before vLLM reuses its blocks
+  (handle_preemptions()).
+
+The counters (stats()) reach vLLM's own metrics: the "KV Transfer metrics"
+log line and vllm:kvpool_*_total on `vllm serve`'s /metrics.
 
 kv_connector_extra_config keys: "socket" (kvpoold's socket; default
 $KVPOOL_SOCKET, else /run/kvpool/kvpool.sock), "namespace" (default: one
 derived from the identity below), "model" (the model name in the identity;
 default vLLM's model), "retry_seconds" (how often to try a daemon that is
 gone, default 5), "copy_threads" (host copies; default torch's thread
-count), "priority" (0..2, default 1).
+count), "priority" (0..2, default 1), "async_load_blocks" (default 8; 0:
+every load in the step), "async_save" (default true; false: saves in the
+step), "save_queue_blocks" (default a quarter of vLLM's blocks, at least 64),
+"copy_cpus" (the CPUs of the connector's thread, such as "1" or "8-15";
+default: those of the model runner).
 
 The namespace's identity (the geometry's model string) is vLLM, the model,
 the KV dtype, the hash algorithm, the block size and the tensor-parallel
@@ -47,8 +64,9 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 from vllm.logger import init_logger
 
 import kvpool
-from kvpool import _kvpool
-from kvpool._connector import Pool, pool_side
+from kvpool._connector import Pool
+from kvpool._vllm_io import DTYPES, Copier, Mover, Unsupported, cpu_list
+from kvpool._vllm_stats import KVPoolPromMetrics, KVPoolStats
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -64,18 +82,6 @@ logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVE
 
 __all__ = ["KVPoolConnector", "KVPoolMetadata", "KVPoolWorkerMetadata", "Identity",
            "identity_of", "key_seed_of"]
-
-_DTYPES = {torch.float16: kvpool.DType.F16, torch.bfloat16: kvpool.DType.BF16,
-           torch.float32: kvpool.DType.F32, torch.uint8: kvpool.DType.FP8}
-for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
-    if hasattr(torch, _name):
-        _DTYPES[getattr(torch, _name)] = kvpool.DType.FP8
-
-
-class Unsupported(Exception):
-    """The model's KV cache is not one kvpool pages hold (said once, then
-    the engine runs without the connector)."""
-
 
 # --- identity ----------------------------------------------------------------
 
@@ -114,7 +120,7 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     if head_v != spec.head_size:
         raise Unsupported("K head size %d differs from V head size %d"
                           % (spec.head_size, head_v))
-    if spec.dtype not in _DTYPES:
+    if spec.dtype not in DTYPES:
         raise Unsupported("KV dtype %s has no kvpool dtype" % spec.dtype)
     algo = vllm_config.cache_config.prefix_caching_hash_algo
     try:
@@ -129,7 +135,7 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     names = tuple(sorted(groups[0].layer_names, key=lambda n: (_layer_index(n), n)))
     model = str(extra.get("model") or vllm_config.model_config.model)
     tp = vllm_config.parallel_config.tensor_parallel_size
-    dtype = _DTYPES[spec.dtype]
+    dtype = DTYPES[spec.dtype]
     ident = "vllm %s %s %s b%d tp%d/%d" % (model, str(spec.dtype).replace("torch.", ""),
                                              algo, spec.block_size, tp_rank, tp)
     if len(ident) > 127:
@@ -193,15 +199,20 @@ class _Transfer:
     parent: Optional[bytes]  # the key of the block before keys[0], None at the root
     block_ids: List[int]  # the vLLM blocks, one per key
     tokens: Optional[List[int]] = None  # saves: the blocks' token ids (KV events)
+    background: bool = False  # loads: off the step, the request waits for it
 
 
 @dataclass
 class KVPoolMetadata(KVConnectorMetadata):
-    """One step's work for the workers: blocks to load before the forward
-    and to save after it."""
+    """One step's work for the workers: blocks to load (before the forward,
+    or off the step for the requests that wait for them) and to save after
+    it; the requests vLLM finished, those it preempted (their blocks are
+    freed now), and those whose blocks it keeps until their saves end."""
     loads: List[_Transfer] = field(default_factory=list)
     saves: List[_Transfer] = field(default_factory=list)
     finished: Set[str] = field(default_factory=set)
+    preempted: Set[str] = field(default_factory=set)
+    hold: Set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -223,141 +234,7 @@ class _Lease:
     start: int  # the first block to load (vLLM computed the ones before)
     block_ids: Optional[List[int]] = None  # where they go, once vLLM allocated them
     sent: bool = False
-
-
-# --- block copies ---------------------------------------------------------------
-
-class _Copier:
-    """Copies between pool pages and vLLM's per-layer [block, head, token,
-    K|V] views: one C call for many blocks with host tensors (threads, the
-    GIL released); torch indexing with device tensors, over DMA from the
-    host pool registered once with the CUDA driver."""
-
-    def __init__(self, ident: Identity, layers: Sequence[torch.Tensor], threads: int,
-                 use_torch: bool = False) -> None:
-        g = ident.geometry
-        self.g, self.layers = g, list(layers)
-        self.es = kvpool.DType(g.dtype).size
-        t0 = self.layers[0]
-        want = (g.kv_heads, g.block_tokens, 2 * g.head_dim)
-        for name, t in zip(ident.layer_names, self.layers):
-            if t.dim() != 4 or tuple(t.shape[1:]) != want or t.stride(3) != 1 or \
-                    t.shape[0] != t0.shape[0] or t.stride() != t0.stride() or \
-                    _DTYPES.get(t.dtype) != g.dtype:
-                raise Unsupported("layer %s's KV cache is %s %s strides %s; kvpool copies "
-                                  "[blocks, %d, %d, %d] views with K|V innermost"
-                                  % (name, t.dtype, tuple(t.shape), t.stride(), *want))
-        self.num_blocks = t0.shape[0]
-        self.device = t0.device
-        self.threads = max(1, min(16, threads))
-        self.use_torch = use_torch or self.device.type != "cpu"
-        self.registered: Dict[int, int] = {}  # slab -> its address, 0: not ours
-        self.reg_base: Optional[int] = None
-        self.slab_pages = 0
-
-    def _vllm_side(self):
-        es = self.es
-        out = []
-        for t in self.layers:
-            st = t.untyped_storage()
-            out.append((t.data_ptr(), st.data_ptr(), st.data_ptr() + st.nbytes()))
-        t = self.layers[0]
-        return out, (t.stride(0) * es, self.g.head_dim * es, t.stride(1) * es,
-                     t.stride(2) * es)
-
-    def copy(self, client: kvpool.Client, view, to_pool: bool,
-             pairs: List[Tuple[int, int]]) -> None:
-        """pairs: (vLLM block id, pool page handle)."""
-        if not pairs:
-            return
-        for b, _ in pairs:
-            if not 0 <= b < self.num_blocks:
-                raise ValueError("vLLM block %d is not one of the %d blocks" %
-                                 (b, self.num_blocks))
-        idx = [(b, client.page_index(p)) for b, p in pairs]
-        if self.use_torch:
-            self._copy_torch(client, view, to_pool, idx)
-            return
-        pv, stride, pages, _ = view  # kvpool.Client.view()
-        vl, vs = self._vllm_side()
-        pl, ps = pool_side(self.g, pv.address, pages, stride)
-        mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
-                          dtype=torch.int64).numpy()
-        g = self.g
-        if to_pool:
-            _kvpool.copy_blocks(pl, ps, vl, vs, mv, g.kv_heads, g.block_tokens,
-                                g.head_dim * self.es, self.threads)
-        else:
-            _kvpool.copy_blocks(vl, vs, pl, ps, mv, g.kv_heads, g.block_tokens,
-                                g.head_dim * self.es, self.threads)
-
-    def _pool_tensor(self, client: kvpool.Client, view, indexes) -> torch.Tensor:
-        """The pool as one host tensor; with device tensors, the slabs holding
-        indexes registered with CUDA first (once each: page-locked, so the
-        copies are DMA). The view's holes cannot be registered: slab by slab."""
-        pool = client.kv_tensor()  # (pages, layers, 2, heads, tokens, head_dim), host
-        if self.device.type != "cuda":
-            return pool
-        pv, stride, _, per_slab = view
-        if self.reg_base != pv.address:
-            self.close()  # a new connection maps the pool elsewhere
-            self.reg_base = pv.address
-            self.slab_pages = int(client.info()["pages_per_slab"])
-        for slab in {i // per_slab for i in indexes} - set(self.registered):
-            at = pv.address + slab * per_slab * stride
-            err = int(torch.cuda.cudart().cudaHostRegister(at, self.slab_pages * stride, 0))
-            if err not in (0, 712):  # 712: already registered (another copier's)
-                raise Unsupported("cudaHostRegister of pool slab %d (%d bytes) failed: "
-                                  "error %d" % (slab, self.slab_pages * stride, err))
-            self.registered[slab] = at if err == 0 else 0
-        return pool
-
-    def _copy_torch(self, client: kvpool.Client, view, to_pool: bool,
-                    idx: List[Tuple[int, int]]) -> None:
-        g = self.g
-        pool = self._pool_tensor(client, view, [i for _, i in idx])
-        blocks = torch.tensor([b for b, _ in idx], dtype=torch.int64, device=self.device)
-        n = len(idx)
-        stage = torch.empty((n,) + tuple(pool.shape[1:]), dtype=pool.dtype,
-                            device=self.device)
-        runs = _runs([i for _, i in idx])
-        nb = self.device.type == "cuda"
-        if not to_pool:
-            for j, i, r in runs:  # pool -> stage: DMA from registered memory
-                stage[j:j + r].copy_(pool[i:i + r], non_blocking=nb)
-            for l, t in enumerate(self.layers):
-                src = stage[:, l].permute(0, 2, 3, 1, 4).reshape(
-                    n, g.kv_heads, g.block_tokens, 2 * g.head_dim)
-                t.index_copy_(0, blocks, src.view(t.dtype))
-        else:
-            for l, t in enumerate(self.layers):
-                src = t.index_select(0, blocks).view(stage.dtype).reshape(
-                    n, g.kv_heads, g.block_tokens, 2, g.head_dim)
-                stage[:, l].copy_(src.permute(0, 3, 1, 2, 4))
-            for j, i, r in runs:
-                pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
-
-    def close(self) -> None:
-        """Unregister the slabs this copier registered with CUDA."""
-        for at in self.registered.values():
-            if at:
-                torch.cuda.cudart().cudaHostUnregister(at)
-        self.registered = {}
-        self.reg_base = None
-
-
-def _runs(indexes: List[int]) -> List[Tuple[int, int, int]]:
-    """(position, first index, length) of each run of consecutive indexes."""
-    out: List[Tuple[int, int, int]] = []
-    for j, i in enumerate(indexes):
-        if out and out[-1][1] + out[-1][2] == i and out[-1][0] + out[-1][2] == j:
-            p, f, r = out[-1]
-            out[-1] = (p, f, r + 1)
-        else:
-            out.append((j, i, 1))
-    return out
+    background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
 
 
 # --- the connector --------------------------------------------------------------
@@ -375,6 +252,16 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._prio = int(extra.get("priority", kvpool.PRIO_NORMAL))
         self._threads = int(extra.get("copy_threads", 0)) or torch.get_num_threads()
         self._copy_torch = bool(extra.get("copy_with_torch", False))
+        self._async_load = int(extra.get("async_load_blocks", 8))
+        self._async_save = bool(extra.get("async_save", True))
+        self._save_queue = extra.get("save_queue_blocks")
+        try:
+            self._copy_cpus = cpu_list(extra.get("copy_cpus"))
+        except ValueError:
+            logger.warning("kvpool: copy_cpus %r is not a CPU list such as \"1\" or \"8-15\"; "
+                           "the connector's thread runs where the model runner does",
+                           extra.get("copy_cpus"))
+            self._copy_cpus = None
         rank = 0
         if role == KVConnectorRole.WORKER:
             try:
@@ -399,22 +286,53 @@ class KVPoolConnector(KVConnectorBase_V1):
                 # once, and tried again every retry_seconds
                 with self._pool.lock:
                     self._pool.client()
+        self._reported: Dict[str, int] = {}  # counters as get_kv_connector_stats() last gave them
         # scheduler side
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
+        self._saving: Set[str] = set()  # requests some save was sent for
+        self._hold: Set[str] = set()  # finished, blocks kept until the workers' saves end
         # worker side
-        self._copier: Optional[_Copier] = None
+        self._copier: Optional[Copier] = None
+        self._mover: Optional[Mover] = None
         self._loaded: Set[str] = set()
         self._load_errors: Set[int] = set()
-        self._broken: Set[str] = set()  # requests whose earlier save failed
+        self._recving: Set[str] = set()  # background loads answered in this step
+        self._held: Set[str] = set()  # requests whose blocks vLLM keeps for their saves
+        self._broken: Set[str] = set()  # requests whose earlier save failed (in the step)
 
-    # -- counters (tests, logs) --
+    # -- counters (tests, logs, vLLM's metrics) --
 
     def stats(self) -> Dict[str, int]:
         """This side's counters: lookups, hit_blocks, loaded_blocks,
         load_errors, saved_blocks, save_skipped, dedups."""
-        return dict(self._pool.counters) if self._pool else {}
+        return self._pool.snapshot() if self._pool else {}
+
+    def get_kv_connector_stats(self) -> Optional[KVPoolStats]:
+        """What the counters gained since the last call, for vLLM's loggers
+        and its /metrics (both sides: vLLM asks its scheduler and workers)."""
+        now = self.stats()
+        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()
+                 if v != self._reported.get(k, 0)}
+        if not delta:
+            return None
+        self._reported = now
+        return KVPoolStats(data=delta)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
+                                 ) -> Optional[KVPoolStats]:
+        return KVPoolStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: Any, labelnames: Any,
+                           per_engine_labelvalues: Dict[int, list]) -> KVPoolPromMetrics:
+        return KVPoolPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a load that fails is recomputed, not an error
 
     # ============================ scheduler side ============================
 
@@ -471,8 +389,11 @@ class KVPoolConnector(KVConnectorBase_V1):
                     except OSError as e:
                         self._pool.failed("release", e)
             return 0, False
-        self._leases[rid] = _Lease(pages, keys[:hit], start)
-        return (hit - start) * self._block, False
+        # a long load runs off the step: the request waits for it, the
+        # others go on
+        background = 0 < self._async_load <= hit - start
+        self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
+        return (hit - start) * self._block, background
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
@@ -491,7 +412,11 @@ class KVPoolConnector(KVConnectorBase_V1):
         lease.block_ids = list(blocks.get_block_ids()[0][lease.start:lease.start + n])
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
-        meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids))
+        meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids),
+                              preempted=set(getattr(scheduler_output, "preempted_req_ids",
+                                                    None) or ()),
+                              hold=self._hold)
+        self._hold = set()
         for rid, lease in self._leases.items():
             ids = lease.block_ids
             if lease.sent or ids is None:
@@ -499,7 +424,7 @@ class KVPoolConnector(KVConnectorBase_V1):
             lease.sent = True
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
-            meta.loads.append(_Transfer(rid, keys, parent, ids))
+            meta.loads.append(_Transfer(rid, keys, parent, ids, background=lease.background))
         if self._pool is None:
             return meta
         mgr = self._kv_cache_manager
@@ -524,6 +449,7 @@ class KVPoolConnector(KVConnectorBase_V1):
             tokens = list(req.all_token_ids[first * self._block:full * self._block])
             meta.saves.append(_Transfer(rid, keys, parent, list(ids[first:full]), tokens))
             self._saved[rid] = full
+            self._saving.add(rid)
         return meta
 
     def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
@@ -534,13 +460,29 @@ class KVPoolConnector(KVConnectorBase_V1):
 
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """True (vLLM keeps the request's blocks until the workers report
+        it in finished_sending) when saves were sent for it, unless a
+        background load is still writing its blocks: vLLM then frees them
+        when that load is reported, and no save of it can be running (its
+        earlier ones ended when it was preempted)."""
         rid = request.request_id
+        lease = self._leases.get(rid)
+        loading = lease is not None and lease.background and lease.sent
         self._release(rid)
         self._requests.pop(rid, None)
         self._saved.pop(rid, None)
-        return False, None
+        hold = rid in self._saving and not loading
+        self._saving.discard(rid)
+        if hold:
+            self._hold.add(rid)
+        return hold, None
 
     def shutdown(self) -> None:
+        if self._mover is not None:
+            dropped = self._mover.close()
+            if dropped and self._pool is not None:
+                self._pool.count("save_skipped", dropped)
+            self._mover = None
         if self._copier is not None:
             self._copier.close()
         if self._pool is not None:
@@ -553,37 +495,63 @@ class KVPoolConnector(KVConnectorBase_V1):
             return
         try:
             layers = [kv_caches[n] for n in self._ident.layer_names]
-            self._copier = _Copier(self._ident, layers, self._threads, self._copy_torch)
+            self._copier = Copier(self._ident, layers, self._threads, self._copy_torch)
         except (KeyError, Unsupported) as e:
             logger.warning("kvpool: %s; this instance runs without the kvpool connector", e)
             self._pool, self._copier = None, None
             return
+        cap = int(self._save_queue or max(64, self._copier.num_blocks // 4))
+        self._mover = Mover(self._load_off_step, self._save_off_step, logger, cap,
+                            cpus=self._copy_cpus)
         with self._pool.lock:  # connect and map the view now, not in the first load
             self._pool.client_view()
 
-    def _client_and_view(self):
-        if self._pool is None or self._copier is None:
-            return None, None
-        return self._pool.client_view()
+    def _meta(self) -> Optional[KVPoolMetadata]:
+        if not self.has_connector_metadata():
+            return None
+        meta = self._get_connector_metadata()
+        return meta if isinstance(meta, KVPoolMetadata) else None
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        """vLLM frees the preempted requests' blocks in this step: their
+        saves must have read them first."""
+        meta = kv_connector_metadata
+        if isinstance(meta, KVPoolMetadata) and meta.preempted and self._mover is not None:
+            self._mover.wait_saves(meta.preempted)
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
-        if not self.has_connector_metadata():
+        meta = self._meta()
+        if meta is None or not meta.loads:
             return
-        meta = self._get_connector_metadata()
-        if not isinstance(meta, KVPoolMetadata) or not meta.loads:
-            return
+        now: List[_Transfer] = []
         for t in meta.loads:
-            self._loaded.add(t.req_id)
+            if t.background and self._mover is not None:
+                self._mover.load(t)
+            else:
+                now.append(t)
+        if now:
+            self._load_errors.update(self._load(now))
+            for t in now:
+                self._loaded.add(t.req_id)
+                if t.background:  # no thread to run it: answered in this step
+                    self._recving.add(t.req_id)
+
+    def _load_off_step(self, t: _Transfer) -> List[int]:
+        with self._copier.side_stream():
+            return self._load([t])
+
+    def _load(self, loads: List[_Transfer]) -> List[int]:
+        """Copy the loads' pages into their vLLM blocks; the blocks that did
+        not get theirs (evicted or gone since the lookup: vLLM recomputes)."""
         pool = self._pool
-        if pool is None:
-            for t in meta.loads:
-                self._load_errors.update(t.block_ids)
-            return
+        failed: List[int] = []
+        if pool is None or self._copier is None:
+            return [b for t in loads for b in t.block_ids]
         with pool.lock:
-            c, view = self._client_and_view()
+            c, view = pool.client_view()
             held: List[int] = []
             pairs: List[Tuple[int, int]] = []
-            for t in meta.loads:
+            for t in loads:
                 got: List[int] = []
                 if c is not None:
                     try:
@@ -594,8 +562,7 @@ class KVPoolConnector(KVConnectorBase_V1):
                 held += got
                 pairs += zip(t.block_ids, got)
                 if len(got) < len(t.keys):
-                    # evicted or gone since the lookup: vLLM recomputes these
-                    self._load_errors.update(t.block_ids[len(got):])
+                    failed += t.block_ids[len(got):]
                     pool.count("load_errors", len(t.keys) - len(got))
             if c is not None and pairs:
                 try:
@@ -603,44 +570,73 @@ class KVPoolConnector(KVConnectorBase_V1):
                     pool.count("loaded_blocks", len(pairs))
                 except (OSError, ValueError) as e:
                     pool.failed("load", e)
-                    self._load_errors.update(b for b, _ in pairs)
+                    failed += [b for b, _ in pairs]
+                    pool.count("load_errors", len(pairs))
             if c is not None and held:
                 try:
                     c.release(held)
                 except OSError as e:
                     pool.failed("release", e)
+        return failed
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads finish in start_load_kv, before the forward
+        return  # loads finish in start_load_kv, or off the step
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
-        return  # all layers of a block are saved together in wait_for_save
+        return  # all layers of a block are saved together, after the forward
 
     def wait_for_save(self) -> None:
-        if not self.has_connector_metadata():
+        """Hand this step's new full blocks to the saver thread (or, with
+        async_save off, save them now). A full queue skips and counts."""
+        meta = self._meta()
+        if meta is None:
             return
-        meta = self._get_connector_metadata()
-        if not isinstance(meta, KVPoolMetadata):
+        self._held |= meta.hold
+        pool, mover = self._pool, self._mover
+        if pool is None or mover is None or not self._async_save:
+            self._broken -= meta.finished
+            saves = [t for t in meta.saves if t.req_id not in self._broken]
+            if saves and pool is not None and self._copier is not None:
+                self._broken |= set(self._save(saves))
             return
-        self._broken -= meta.finished
+        ready = self._copier.step_done()  # the forward's writes, for a device copy
+        for t in meta.saves:
+            r = mover.save(t.req_id, (t, ready), len(t.keys))
+            if r != "queued":
+                pool.count("save_skipped", len(t.keys))
+            if r == "full":
+                pool.warn("queue", "the save queue is full (%d blocks wait to be saved); "
+                          "new blocks are skipped and counted until it drains "
+                          "(save_queue_blocks)", mover.queued)
+            elif r == "queued" and mover.queued * 2 <= mover.cap:
+                pool.clear("queue", "the save queue has room again")
+        mover.finish(meta.finished)
+
+    def _save_off_step(self, jobs: List[Tuple[_Transfer, Any]]) -> List[str]:
+        with self._copier.side_stream():
+            for _, ready in jobs:
+                self._copier.wait(ready)
+            return self._save([t for t, _ in jobs])
+
+    def _save(self, saves: List[_Transfer]) -> List[str]:
+        """Copy the saves' blocks into fresh pages and publish them under
+        their keys (a page some other instance published first is let go);
+        the requests whose save failed (their later blocks cannot chain)."""
         pool = self._pool
-        saves = [t for t in meta.saves if t.req_id not in self._broken]
-        if not saves or pool is None:
-            return
         total = sum(len(t.keys) for t in saves)
+        failed: List[str] = []
         with pool.lock:
-            c, view = self._client_and_view()
+            c, view = pool.client_view()
             if c is None:
                 pool.count("save_skipped", total)
-                return
+                return [t.req_id for t in saves]
             try:
                 fresh = c.alloc(total)
             except OSError as e:
                 pool.failed("save", e)
                 pool.count("save_skipped", total)
-                self._broken.update(t.req_id for t in saves)
-                return
+                return [t.req_id for t in saves]
             pool.clear("full", "the pool has room again; saving")
             pairs: List[Tuple[int, int]] = []
             j = 0
@@ -654,6 +650,9 @@ class KVPoolConnector(KVConnectorBase_V1):
                 for t in saves:
                     pages = fresh[j:j + len(t.keys)]
                     j += len(t.keys)
+                    if t.req_id in failed:  # its parent is not in the pool
+                        pool.count("save_skipped", len(pages))
+                        continue
                     try:
                         canon = c.publish(pages, t.keys, parent=t.parent, priority=self._prio,
                                           tokens=t.tokens)
@@ -662,7 +661,7 @@ class KVPoolConnector(KVConnectorBase_V1):
                             raise
                         pool.failed("publish", e)
                         pool.count("save_skipped", len(pages))
-                        self._broken.add(t.req_id)
+                        failed.append(t.req_id)
                         continue
                     dups = [q for p, q in zip(pages, canon) if q != p]
                     release += dups
@@ -672,6 +671,22 @@ class KVPoolConnector(KVConnectorBase_V1):
             except (OSError, ValueError) as e:
                 pool.failed("save", e)
                 pool.count("save_skipped", total)
+                return [t.req_id for t in saves]
+        return failed
+
+    def get_finished(self, finished_req_ids: Set[str]
+                     ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """The background loads done (their requests may run) and the
+        finished requests whose blocks vLLM kept until their saves ended."""
+        recving, self._recving = self._recving, set()
+        if self._mover is not None:
+            for t, failed in self._mover.loaded():
+                recving.add(t.req_id)
+                self._loaded.add(t.req_id)
+                self._load_errors.update(failed)
+        sending = {r for r in self._held if self._mover is None or not self._mover.busy(r)}
+        self._held -= sending
+        return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         errors, self._load_errors = self._load_errors, set()

@@ -52,6 +52,16 @@ def models():
     os.system("rm -rf '%s'" % d)
 
 
+@pytest.fixture(scope="module")
+def sliding_model():
+    """Gemma-3 and Mistral style: sliding-window layers (a 256-token window)
+    beside full-attention ones, in vLLM's Llama (layer_types)."""
+    d = tempfile.mkdtemp(prefix="kvpool-engines-swa-")
+    yield ve.make_model_in_venv(os.path.join(d, "tiny-swa"), seed=2, sliding_window=256,
+                                layer_types=["sliding_attention", "full_attention"] * 2)
+    os.system("rm -rf '%s'" % d)
+
+
 class Prompts:
     """Prompts of a shared prefix and distinct tails, as words of the model."""
 
@@ -80,6 +90,31 @@ def leased(d):
 
 def ns_of(d):
     return [n for n in d.stats()["namespaces"] if n["name"].startswith("vllm.")]
+
+
+def kvpool_metric(e, name):
+    """vllm:kvpool_<name>_total in the engine's /metrics (all its labels)."""
+    total = None
+    for line in e.metrics().splitlines():
+        if line.startswith("vllm:kvpool_%s_total" % name):
+            total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def metric_reaches(e, name, least, timeout=20):
+    """vLLM's API server counts what its engine core reports after a step:
+    wait for it. The value seen last."""
+    end = time.monotonic() + timeout
+    v = kvpool_metric(e, name)
+    while (v or 0) < least and time.monotonic() < end:
+        time.sleep(0.2)
+        v = kvpool_metric(e, name)
+    return v
+
+
+def saved(d, pages, timeout=30):
+    """The engines save off their step: wait until the pool holds pages."""
+    d.wait_for(lambda st: st["pages_cached"] >= pages, "%d pages saved" % pages, timeout)
 
 
 def no_engine_clients(d, timeout=30):
@@ -130,6 +165,7 @@ def test_the_recipe_of_docs_vllm_md_shares_a_prefix_with_the_tokens_of_vllm_alon
             ref = [alone.complete(first, NEW), alone.complete(second, NEW)]
             ra = a.complete(first, NEW)
             assert ra.cached_tokens == 0 and ra.tokens == ref[0].tokens
+            saved(d, PREFIX_BLOCKS)
             b = recipe_engine(d, model, "b", dict(env), argv, cpus="0")
             alone.stop()
             ve.start([b])
@@ -139,6 +175,11 @@ def test_the_recipe_of_docs_vllm_md_shares_a_prefix_with_the_tokens_of_vllm_alon
             assert rb.tokens == ref[1].tokens and len(rb.tokens) == NEW
             ns = ns_of(d)
             assert len(ns) == 1 and ns[0]["hits"] >= PREFIX_BLOCKS, ns
+            # vLLM's own /metrics counts the connector's work
+            assert metric_reaches(b, "loaded_blocks", PREFIX_BLOCKS) >= PREFIX_BLOCKS
+            assert metric_reaches(b, "hit_blocks", PREFIX_BLOCKS) >= PREFIX_BLOCKS
+            assert metric_reaches(a, "saved_blocks", PREFIX_BLOCKS) >= PREFIX_BLOCKS
+            assert kvpool_metric(b, "load_errors") == 0
             for e in (a, b):
                 assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
@@ -166,6 +207,7 @@ def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(mode
             for t in ts:
                 t.join()
             assert out["a"].cached_tokens == 0 and out["b"].cached_tokens == 0
+            saved(d, 2 * PREFIX_BLOCKS)
             # and each finds the other's in the pool
             assert a.complete(y.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
             assert b.complete(x.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
@@ -273,5 +315,36 @@ def test_another_model_and_another_hash_seed_share_nothing(models):
             assert len(names) == 2, names  # one per model; none for the refused seed
         finally:
             stop_all(a, m, s)
+        no_engine_clients(d)
+        assert leased(d) == 0
+
+
+def test_a_sliding_window_model_shares_a_prefix_with_the_tokens_of_vllm_alone(sliding_model):
+    # the connector does not implement vLLM's SupportsHMA, so vLLM keeps every
+    # layer's blocks as one full-attention group (its own warning says so) and
+    # masks the window in attention: the pool's pages hold every layer
+    with running(["--key-seed", "0"] + POOL) as d:
+        alone = engine(d, sliding_model, "alone", cpus="0")
+        a = engine(d, sliding_model, "a", kvpool_socket=d.sock, cpus="1")
+        ve.start([alone, a])
+        b = None
+        try:
+            p = Prompts(10)
+            first, second = p.next(), p.next()
+            ref = alone.complete(second, NEW)
+            assert a.complete(first, NEW).cached_tokens == 0
+            saved(d, PREFIX_BLOCKS)
+            alone.stop()
+            b = engine(d, sliding_model, "b", kvpool_socket=d.sock, cpus="0")
+            ve.start([b])
+            rb = b.complete(second, NEW)
+            assert rb.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK, rb
+            assert rb.tokens == ref.tokens and len(rb.tokens) == NEW
+            assert b.log_lines("Turning off hybrid kv cache manager")
+            assert not b.log_lines("kvpool ("), b.log_lines("kvpool (")
+        finally:
+            stop_all(alone, a)
+            if b is not None:
+                b.stop()
         no_engine_clients(d)
         assert leased(d) == 0

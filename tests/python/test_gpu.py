@@ -83,7 +83,8 @@ def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device answers torch.cuda.is_available()")
     try:
-        from kvpool.vllm import Identity, _Copier
+        from kvpool.vllm import Identity
+        from kvpool._vllm_io import Copier
     except Exception as e:  # noqa: BLE001 (any import failure is a reason to skip)
         pytest.skip("kvpool.vllm cannot be imported (vLLM: %s)" % e)
     g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
@@ -95,7 +96,7 @@ def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
         view = c.view()
         pages = c.alloc(3)
         pairs = list(zip([6, 1, 3], pages))
-        cp = _Copier(ident, [raw[0], raw[1]], 1)
+        cp = Copier(ident, [raw[0], raw[1]], 1)
         assert cp.use_torch
         cp.copy(c, view, True, pairs)
         for b, p in pairs:
@@ -103,7 +104,7 @@ def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
             for l in range(2):
                 cell = raw[l, b].unflatten(-1, (2, 64)).permute(2, 0, 1, 3).cpu()
                 assert torch.equal(page[l], cell)
-        _Copier(ident, [back_raw[0], back_raw[1]], 1).copy(c, view, False, pairs)
+        Copier(ident, [back_raw[0], back_raw[1]], 1).copy(c, view, False, pairs)
         for b, _ in pairs:
             assert torch.equal(back_raw[:, b], raw[:, b])
         cp.close()

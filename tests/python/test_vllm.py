@@ -157,18 +157,25 @@ def test_an_instance_with_another_hash_seed_is_refused_saying_so_and_serves(pool
         b.close()
 
 
-def test_a_request_aborted_before_its_load_leaves_no_lease(pool):
-    a, b = engines(pool.sock, 2)
+@pytest.mark.parametrize("background", [False, True], ids=["in-step", "off-step"])
+def test_a_request_aborted_before_its_load_leaves_no_lease(pool, background):
+    a = Engine(pool.sock).ready()
+    # 12 blocks: loaded off the step at the default async_load_blocks (8)
+    b = Engine(pool.sock, extra=None if background else {"async_load_blocks": 0}).ready()
     try:
         a.call(op="run", prompts=[PROMPT], max_tokens=2)
         rid = b.call(op="add", tokens=PROMPT, max_tokens=4)["rid"]
         # the lookup leased the prefix's 12 pages for the load
-        b.call(op="schedule")
+        assert b.call(op="schedule")["loads"] == 1
         assert b.call(op="leases")["scheduler"] == 12
         assert leased(pool) == 12
-        assert b.call(op="abort", rid=rid)["left"] == 0
+        # a request whose blocks a load off the step writes stays in vLLM
+        # (its blocks held) until the workers report the load
+        assert b.call(op="abort", rid=rid)["left"] == (1 if background else 0)
         assert b.call(op="leases")["scheduler"] == 0
         b.call(op="finish_step")  # the step vLLM had launched still runs
+        b.call(op="drain")
+        assert b.call(op="left")["left"] == 0
         assert leased(pool) == 0
         assert pool.stats()["pages_cached"] == 12
     finally:
@@ -176,9 +183,11 @@ def test_a_request_aborted_before_its_load_leaves_no_lease(pool):
         b.close()
 
 
-def test_a_worker_killed_mid_load_leaves_no_lease(pool):
+@pytest.mark.parametrize("background", [False, True], ids=["in-step", "off-step"])
+def test_a_worker_killed_mid_load_leaves_no_lease(pool, background):
     a = Engine(pool.sock).ready()
-    b = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_LOAD": "1"}).ready()
+    b = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_LOAD": "1"},
+               extra=None if background else {"async_load_blocks": 0}).ready()
     try:
         a.call(op="run", prompts=[PROMPT], max_tokens=2)
         r = b.call(op="run", prompts=[PROMPT], max_tokens=2)
@@ -196,6 +205,81 @@ def test_a_worker_killed_mid_load_leaves_no_lease(pool):
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.skipif(os.environ.get("KVPOOL_IO") == "sync",
+                    reason="the connector's own ordering, whatever the daemon's I/O: it runs "
+                    "in the suite's first pass")
+def test_saves_off_the_step_read_their_blocks_before_vllm_reuses_them(pool):
+    # 24 blocks (and vLLM's null block), saves two seconds late
+    a = Engine(pool.sock, "--blocks", "25", env={"KVPOOL_TEST_SLOW_SAVE": "2"}).ready()
+    p1, p2, p3, p4 = ([(i * k) % 900 + 5 + k for i in range(n)]
+                      for k, n in ((7, 180), (5, 180), (3, 180), (11, 360)))
+    b = c = None
+    try:
+        # a preempted request: two prompts of 11 full blocks and a partial
+        # one fill the blocks, and the first one's decode takes the second's
+        r = a.call(op="run", prompts=[p1, p2], max_tokens=40)
+        assert r["preempted"][1] >= 1, r["preempted"]
+        # a finished request: the next prompt needs the blocks it had
+        a.call(op="run", prompts=[p3], max_tokens=1)
+        a.call(op="run", prompts=[p4], max_tokens=1)
+        assert leased(pool) == 0
+        # what the pool holds is what an engine computing alone holds
+        b = Engine(pool.sock).ready()
+        c = Engine(pool.sock, extra={"model": "test/another"}).ready()  # shares nothing
+        for p in (p2, p3):
+            rb = b.call(op="run", prompts=[p], max_tokens=2)
+            rc = c.call(op="run", prompts=[p], max_tokens=2)
+            assert rb["cached"] == [11 * BLOCK] and rc["cached"] == [0]
+            assert b.call(op="blocks", rid=rb["rids"][0], n=11)["blocks"] == \
+                c.call(op="blocks", rid=rc["rids"][0], n=11)["blocks"]
+            assert rb["outputs"] == rc["outputs"]
+    finally:
+        for e in (a, b, c):
+            if e is not None:
+                e.close()
+
+
+def test_a_full_save_queue_skips_and_counts_and_says_so_once(pool):
+    # room for one prompt's 12 blocks in the queue; saves two seconds late
+    a = Engine(pool.sock, extra={"save_queue_blocks": 12},
+               env={"KVPOOL_TEST_SLOW_SAVE": "2"}).ready()
+    other = [(i * 3) % 900 + 11 for i in range(200)]
+    try:
+        r = a.call(op="run", prompts=[PROMPT, other], max_tokens=2)
+        assert [len(o) for o in r["outputs"]] == [2, 2]
+        s = a.call(op="stats")["worker"]
+        assert s["saved_blocks"] == 12 and s["save_skipped"] == 12, s
+        assert a.warnings("the save queue is full") == 1, a.stderr()
+        assert pool.stats()["pages_cached"] == 12 and leased(pool) == 0
+        # the queue drained: the skipped prompt is saved when it comes again
+        # (its blocks after the first are saved only with their parent)
+        a.call(op="run", prompts=[other + [7]], max_tokens=2)
+        assert pool.stats()["pages_cached"] == 24
+    finally:
+        a.close()
+
+
+def test_a_worker_killed_during_a_save_off_the_step_leaves_no_lease(pool):
+    a = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_SAVE": "1"}).ready()
+    b = None
+    try:
+        r = a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert "hung" in r, r  # the saver copied 12 fresh pages and never publishes
+        clients = {c["pid"]: c for c in kvpool.Client(pool.sock).list_clients()}
+        assert clients[r["hung"]]["leases"] == 12
+        a.call(op="kill_worker")
+        pool.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
+                      "the killed worker's pages to be freed")
+        assert pool.stats()["pages_cached"] == 0  # nothing half-saved is served
+        b = Engine(pool.sock).ready()
+        rb = b.call(op="run", prompts=[PROMPT], max_tokens=2)
+        assert rb["cached"] == [0] and b.call(op="stats")["worker"]["saved_blocks"] == 12
+    finally:
+        a.close()
+        if b is not None:
+            b.close()
 
 
 def test_a_full_pool_leaves_the_engine_serving():
@@ -251,7 +335,8 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
     # the path device tensors take (over the host pool registered with
     # CUDA), run here on CPU tensors against copy_blocks
     import torch
-    from kvpool.vllm import Identity, _Copier
+    from kvpool.vllm import Identity
+    from kvpool._vllm_io import Copier
     g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=16, block_tokens=16,
                         dtype=kvpool.DType.F16, model="test/copier")
     ident = Identity("copier", g, kvpool.Scheme.VLLM_SHA256, SEED, ("l0", "l1"), "sha256")
@@ -265,7 +350,7 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
         view = c.view()
         pages = c.alloc(4)
         pairs = list(zip([5, 0, 7, 2], pages))
-        by_c, by_torch = _Copier(ident, kv, 2), _Copier(ident, kv, 1, use_torch=True)
+        by_c, by_torch = Copier(ident, kv, 2), Copier(ident, kv, 1, use_torch=True)
         assert by_torch.use_torch and not by_c.use_torch
         by_c.copy(c, view, True, pairs)
         want = [c.page_tensor(p).clone() for p in pages]
@@ -279,7 +364,7 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
             for l in range(2):
                 cell = kv[l][b].unflatten(-1, (2, 16)).permute(2, 0, 1, 3)
                 assert torch.equal(page[l].view(torch.int16), cell.contiguous().view(torch.int16))
-        _Copier(ident, back, 1, use_torch=True).copy(c, view, False, pairs)
+        Copier(ident, back, 1, use_torch=True).copy(c, view, False, pairs)
         for b, _ in pairs:
             assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
         with pytest.raises(ValueError, match="block 8"):

@@ -93,6 +93,18 @@ def make_kv_cache_config(block, num_blocks):
         kv_cache_groups=[KVCacheGroupSpec(LAYER_NAMES, spec)])
 
 
+def _slow_saves(seconds):
+    """Saves off the step start seconds late (a busy disk or pool): a test
+    of what must wait for them."""
+    from kvpool import vllm as kv
+    save = kv.KVPoolConnector._save_off_step
+
+    def slow(self, jobs):
+        time.sleep(seconds)
+        return save(self, jobs)
+    kv.KVPoolConnector._save_off_step = slow
+
+
 class Worker(KVConnectorModelRunnerMixin):
     """The worker side: vLLM's connector lifecycle around a forward that
     writes each scheduled token's K/V."""
@@ -109,6 +121,8 @@ class Worker(KVConnectorModelRunnerMixin):
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method="file://" + init)
             ensure_model_parallel_initialized(1, 1, backend="gloo")
+        if os.environ.get("KVPOOL_TEST_SLOW_SAVE"):
+            _slow_saves(float(os.environ["KVPOOL_TEST_SLOW_SAVE"]))
         kv_transfer_state.ensure_kv_transfer_initialized(vc, kvc)
         self.connector = kv_transfer_state.get_kv_transfer_group()
         assert self.connector.role == KVConnectorRole.WORKER
@@ -127,6 +141,8 @@ class Worker(KVConnectorModelRunnerMixin):
 
     def step(self, out, tokens_of):
         """Run one scheduler output; tokens_of(req_id) gives all its tokens."""
+        # vLLM frees preempted requests' blocks in this step (gpu_model_runner)
+        self.connector.handle_preemptions(out.kv_connector_metadata)
         with set_forward_context(None, self.vc):
             with self._get_kv_connector_output(out) as kvo:
                 sampled = {}
@@ -170,9 +186,15 @@ class Worker(KVConnectorModelRunnerMixin):
 
 def _worker_main(conn, args):
     """--worker-process: the worker side in its own process."""
+    import threading
     vc = make_config(args.model, json.loads(args.extra), args.block, args.algo, args.policy)
     w = Worker(vc, make_kv_cache_config(args.block, args.blocks), args.block)
     tokens = {}
+    sending = threading.Lock()  # the connector's thread may send "hung"
+
+    def send(*msg):
+        with sending:
+            conn.send(msg)
     while True:
         msg = conn.recv()
         if msg[0] == "step":
@@ -181,15 +203,21 @@ def _worker_main(conn, args):
             if os.environ.get("KVPOOL_TEST_HANG_LOAD") and out.kv_connector_metadata.loads:
                 import kvpool
                 def hang(self, pages):  # the test kills this process here, leases held
-                    conn.send(("hung", os.getpid()))
+                    send("hung", os.getpid())
                     time.sleep(3600)
                 kvpool.Client.release = hang
+            if os.environ.get("KVPOOL_TEST_HANG_SAVE") and out.kv_connector_metadata.saves:
+                import kvpool
+                def hang_publish(self, *a, **kw):  # killed here, fresh pages held
+                    send("hung", os.getpid())
+                    time.sleep(3600)
+                kvpool.Client.publish = hang_publish
             sampled, kvo = w.step(out, lambda r: tokens[r])
-            conn.send(("ok", sampled, kvo))
+            send("ok", sampled, kvo)
         elif msg[0] == "blocks":
-            conn.send(("ok", w.block_bytes(msg[1], msg[2])))
+            send("ok", w.block_bytes(msg[1], msg[2]))
         elif msg[0] == "stats":
-            conn.send(("ok", w.connector.stats()))
+            send("ok", w.connector.stats())
 
 
 class Engine:
@@ -271,12 +299,32 @@ class Engine:
                 return {"hung": out[1], "rids": rids}
             for r in out.scheduled_new_reqs:
                 first.setdefault(r.req_id, r.num_computed_tokens)
+            if not out.total_num_scheduled_tokens:
+                time.sleep(0.002)  # waiting for a load off the step
             steps += 1
             if steps > 10000:
                 raise RuntimeError("requests did not finish")
+        hung = self.drain()
+        if hung:
+            return {"hung": hung[1], "rids": rids}
         return {"rids": rids, "outputs": [list(self.reqs[r].output_token_ids) for r in rids],
                 "cached": [first.get(r, 0) for r in rids],
+                "preempted": [self.reqs[r].num_preemptions for r in rids],
                 "prompt": [len(p) for p in prompts]}
+
+    def drain(self, timeout=60):
+        """Step while vLLM's engine core would: finished requests whose
+        blocks wait for the connector's saves keep it stepping."""
+        end = time.monotonic() + timeout
+        while self.sched.has_requests():
+            out = self.step()
+            if isinstance(out, tuple):
+                return out
+            if not out.total_num_scheduled_tokens:
+                time.sleep(0.002)
+            if time.monotonic() > end:
+                raise RuntimeError("the scheduler still has requests after %d s" % timeout)
+        return None
 
     def blocks(self, rid, n):
         if self.child is None:
@@ -336,6 +384,11 @@ def serve():
             elif op == "abort":
                 eng.sched.finish_requests(cmd["rid"], RequestStatus.FINISHED_ABORTED)
                 r = {"aborted": cmd["rid"], "left": len(eng.sched.requests)}
+            elif op == "drain":  # step until vLLM lets go of every request
+                hung = eng.drain()
+                r = {"hung": hung[1]} if hung else {}
+            elif op == "left":
+                r = {"left": len(eng.sched.requests)}
             elif op == "kill_worker":
                 os.kill(eng.child.pid, signal.SIGKILL)
                 eng.child.join()

@@ -1,0 +1,363 @@
+# SPDX-License-Identifier: MIT
+"""The vLLM connector's data path (kvpool.vllm): block copies between pool
+pages and vLLM's KV tensors, and the worker thread that runs loads and saves
+off the engine's step."""
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+
+import kvpool
+from kvpool import _kvpool
+from kvpool._connector import pool_side
+
+__all__ = ["Unsupported", "DTYPES", "Copier", "Mover", "cpu_list"]
+
+DTYPES = {torch.float16: kvpool.DType.F16, torch.bfloat16: kvpool.DType.BF16,
+          torch.float32: kvpool.DType.F32, torch.uint8: kvpool.DType.FP8}
+for _name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+    if hasattr(torch, _name):
+        DTYPES[getattr(torch, _name)] = kvpool.DType.FP8
+
+
+def cpu_list(spec) -> Optional[Set[int]]:
+    """CPUs as "0,2-3" (or a list of ints) -> {0, 2, 3}; None for none."""
+    if spec is None or spec == "":
+        return None
+    if isinstance(spec, int):
+        return {spec}
+    if not isinstance(spec, str):
+        return {int(c) for c in spec}
+    out: Set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+class Unsupported(Exception):
+    """The model's KV cache is not one kvpool pages hold (said once, then
+    the engine runs without the connector)."""
+
+
+# --- block copies ---------------------------------------------------------------
+
+class Copier:
+    """Copies between pool pages and vLLM's per-layer [block, head, token,
+    K|V] views: one C call for many blocks with host tensors (threads, the
+    GIL released); torch indexing with device tensors, over DMA from the
+    host pool registered once with the CUDA driver."""
+
+    def __init__(self, ident, layers: Sequence[torch.Tensor], threads: int,
+                 use_torch: bool = False) -> None:
+        g = ident.geometry
+        self.g, self.layers = g, list(layers)
+        self.es = kvpool.DType(g.dtype).size
+        t0 = self.layers[0]
+        want = (g.kv_heads, g.block_tokens, 2 * g.head_dim)
+        for name, t in zip(ident.layer_names, self.layers):
+            if t.dim() != 4 or tuple(t.shape[1:]) != want or t.stride(3) != 1 or \
+                    t.shape[0] != t0.shape[0] or t.stride() != t0.stride() or \
+                    DTYPES.get(t.dtype) != g.dtype:
+                raise Unsupported("layer %s's KV cache is %s %s strides %s; kvpool copies "
+                                  "[blocks, %d, %d, %d] views with K|V innermost"
+                                  % (name, t.dtype, tuple(t.shape), t.stride(), *want))
+        self.num_blocks = t0.shape[0]
+        self.device = t0.device
+        self.threads = max(1, min(16, threads))
+        self.use_torch = use_torch or self.device.type != "cpu"
+        self.registered: Dict[int, int] = {}  # slab -> its address, 0: not ours
+        self.reg_base: Optional[int] = None
+        self.slab_pages = 0
+        self._stream = None  # the worker thread's CUDA stream
+
+    def side_stream(self):
+        """The context the worker thread copies in: with device tensors a
+        CUDA stream of its own, so its copies never wait for the forward."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(self.device)
+        return torch.cuda.stream(self._stream)
+
+    def step_done(self):
+        """What a copy off the step waits for before it reads the step's KV:
+        with device tensors an event after the forward's kernels, else None
+        (the forward wrote them before it returned)."""
+        if self.device.type != "cuda":
+            return None
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        return ev
+
+    def wait(self, ready) -> None:
+        """Order the current stream's next copies after ready (step_done())."""
+        if ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(ready)
+
+    def _vllm_side(self):
+        es = self.es
+        out = []
+        for t in self.layers:
+            st = t.untyped_storage()
+            out.append((t.data_ptr(), st.data_ptr(), st.data_ptr() + st.nbytes()))
+        t = self.layers[0]
+        return out, (t.stride(0) * es, self.g.head_dim * es, t.stride(1) * es,
+                     t.stride(2) * es)
+
+    def copy(self, client: kvpool.Client, view, to_pool: bool,
+             pairs: List[Tuple[int, int]]) -> None:
+        """pairs: (vLLM block id, pool page handle)."""
+        if not pairs:
+            return
+        for b, _ in pairs:
+            if not 0 <= b < self.num_blocks:
+                raise ValueError("vLLM block %d is not one of the %d blocks" %
+                                 (b, self.num_blocks))
+        idx = [(b, client.page_index(p)) for b, p in pairs]
+        if self.use_torch:
+            self._copy_torch(client, view, to_pool, idx)
+            return
+        pv, stride, pages, _ = view  # kvpool.Client.view()
+        vl, vs = self._vllm_side()
+        pl, ps = pool_side(self.g, pv.address, pages, stride)
+        mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
+                          dtype=torch.int64).numpy()
+        g = self.g
+        if to_pool:
+            _kvpool.copy_blocks(pl, ps, vl, vs, mv, g.kv_heads, g.block_tokens,
+                                g.head_dim * self.es, self.threads)
+        else:
+            _kvpool.copy_blocks(vl, vs, pl, ps, mv, g.kv_heads, g.block_tokens,
+                                g.head_dim * self.es, self.threads)
+
+    def _pool_tensor(self, client: kvpool.Client, view, indexes) -> torch.Tensor:
+        """The pool as one host tensor; with device tensors, the slabs holding
+        indexes registered with CUDA first (once each: page-locked, so the
+        copies are DMA). The view's holes cannot be registered: slab by slab."""
+        pool = client.kv_tensor()  # (pages, layers, 2, heads, tokens, head_dim), host
+        if self.device.type != "cuda":
+            return pool
+        pv, stride, _, per_slab = view
+        if self.reg_base != pv.address:
+            self.close()  # a new connection maps the pool elsewhere
+            self.reg_base = pv.address
+            self.slab_pages = int(client.info()["pages_per_slab"])
+        for slab in {i // per_slab for i in indexes} - set(self.registered):
+            at = pv.address + slab * per_slab * stride
+            err = int(torch.cuda.cudart().cudaHostRegister(at, self.slab_pages * stride, 0))
+            if err not in (0, 712):  # 712: already registered (another copier's)
+                raise Unsupported("cudaHostRegister of pool slab %d (%d bytes) failed: "
+                                  "error %d" % (slab, self.slab_pages * stride, err))
+            self.registered[slab] = at if err == 0 else 0
+        return pool
+
+    def _copy_torch(self, client: kvpool.Client, view, to_pool: bool,
+                    idx: List[Tuple[int, int]]) -> None:
+        g = self.g
+        pool = self._pool_tensor(client, view, [i for _, i in idx])
+        blocks = torch.tensor([b for b, _ in idx], dtype=torch.int64, device=self.device)
+        n = len(idx)
+        stage = torch.empty((n,) + tuple(pool.shape[1:]), dtype=pool.dtype,
+                            device=self.device)
+        runs = _runs([i for _, i in idx])
+        nb = self.device.type == "cuda"
+        if not to_pool:
+            for j, i, r in runs:  # pool -> stage: DMA from registered memory
+                stage[j:j + r].copy_(pool[i:i + r], non_blocking=nb)
+            for l, t in enumerate(self.layers):
+                src = stage[:, l].permute(0, 2, 3, 1, 4).reshape(
+                    n, g.kv_heads, g.block_tokens, 2 * g.head_dim)
+                t.index_copy_(0, blocks, src.view(t.dtype))
+        else:
+            for l, t in enumerate(self.layers):
+                src = t.index_select(0, blocks).view(stage.dtype).reshape(
+                    n, g.kv_heads, g.block_tokens, 2, g.head_dim)
+                stage[:, l].copy_(src.permute(0, 3, 1, 2, 4))
+            for j, i, r in runs:
+                pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def close(self) -> None:
+        """Unregister the slabs this copier registered with CUDA."""
+        for at in self.registered.values():
+            if at:
+                torch.cuda.cudart().cudaHostUnregister(at)
+        self.registered = {}
+        self.reg_base = None
+
+
+def _runs(indexes: List[int]) -> List[Tuple[int, int, int]]:
+    """(position, first index, length) of each run of consecutive indexes."""
+    out: List[Tuple[int, int, int]] = []
+    for j, i in enumerate(indexes):
+        if out and out[-1][1] + out[-1][2] == i and out[-1][0] + out[-1][2] == j:
+            p, f, r = out[-1]
+            out[-1] = (p, f, r + 1)
+        else:
+            out.append((j, i, 1))
+    return out
+
+
+# --- transfers off the step ------------------------------------------------------
+
+class _Rid:
+    __slots__ = ("busy", "broken", "finished")
+
+    def __init__(self) -> None:
+        self.busy = 0  # save jobs queued or running
+        self.broken = False  # a save failed or was skipped: later blocks cannot chain
+        self.finished = False  # vLLM finished the request
+
+
+class Mover:
+    """A worker's transfers off the engine's thread: one thread runs the
+    queued loads first (a request waits for each) and then the queued saves,
+    up to save_batch blocks at a time. load(job) returns the vLLM blocks
+    that did not get their KV; save(jobs) the request ids whose save
+    failed. Saves of a request run in the order they were queued, and
+    after one fails or is skipped the request's later ones are skipped
+    (their blocks would have no parent in the pool). At most cap blocks
+    wait to be saved (or one save of more, alone): past that, save()
+    refuses and the engine goes on."""
+
+    def __init__(self, load: Callable[[object], List[int]],
+                 save: Callable[[list], Sequence[str]], log, cap: int,
+                 save_batch: int = 256, cpus: Optional[Set[int]] = None) -> None:
+        self._load_fn, self._save_fn, self._log = load, save, log
+        self._cpus = cpus  # where the thread runs (None: where it was started)
+        self.cap, self._batch = max(1, cap), max(1, save_batch)
+        self._cond = threading.Condition()
+        self._loads: Deque = collections.deque()
+        self._saves: Deque[Tuple[str, object, int]] = collections.deque()
+        self.queued = 0  # blocks waiting to be saved
+        self._rids: Dict[str, _Rid] = {}
+        self._loaded: List[Tuple[object, List[int]]] = []
+        self._thread: Optional[threading.Thread] = None
+        self._stop = False
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kvpool-mover", daemon=True)
+            self._thread.start()
+
+    def load(self, job) -> None:
+        with self._cond:
+            self._loads.append(job)
+            self._start()
+            self._cond.notify_all()
+
+    def save(self, rid: str, job, blocks: int) -> str:
+        """Queue a save of rid's next blocks: "queued", or "broken" (an
+        earlier one of rid failed or was skipped), or "full"."""
+        with self._cond:
+            r = self._rids.setdefault(rid, _Rid())
+            if r.broken:
+                return "broken"
+            if self.queued and self.queued + blocks > self.cap:
+                r.broken = True
+                return "full"
+            r.busy += 1
+            self.queued += blocks
+            self._saves.append((rid, job, blocks))
+            self._start()
+            self._cond.notify_all()
+            return "queued"
+
+    def busy(self, rid: str) -> bool:
+        with self._cond:
+            r = self._rids.get(rid)
+            return r is not None and r.busy > 0
+
+    def finish(self, rids) -> None:
+        """vLLM finished these requests: forget them once their saves end."""
+        with self._cond:
+            for rid in rids:
+                r = self._rids.get(rid)
+                if r is not None:
+                    r.finished = True
+                    if not r.busy:
+                        del self._rids[rid]
+
+    def wait_saves(self, rids) -> None:
+        """Until no save of rids is queued or running (vLLM is about to
+        reuse their blocks)."""
+        with self._cond:
+            self._cond.wait_for(lambda: not any(
+                self._rids.get(r) is not None and self._rids[r].busy for r in rids))
+
+    def loaded(self) -> List[Tuple[object, List[int]]]:
+        """The loads done since the last call: (job, vLLM blocks that failed)."""
+        with self._cond:
+            out, self._loaded = self._loaded, []
+            return out
+
+    def _take(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._loads or self._saves or self._stop)
+            if self._loads:
+                return "load", self._loads.popleft()
+            if not self._saves:
+                return None, None
+            jobs, n = [], 0
+            while self._saves and (not jobs or n + self._saves[0][2] <= self._batch):
+                jobs.append(self._saves.popleft())
+                n += jobs[-1][2]
+            return "save", jobs
+
+    def _run(self) -> None:
+        if self._cpus:
+            try:
+                os.sched_setaffinity(0, self._cpus)  # this thread only
+            except OSError as e:
+                self._log.warning("kvpool: the connector's thread cannot run on CPUs %s (%s); "
+                                  "it runs where the model runner does",
+                                  sorted(self._cpus), e)
+        while True:
+            kind, work = self._take()
+            if kind is None:
+                return
+            if kind == "load":
+                try:
+                    failed = list(self._load_fn(work))
+                except Exception:  # noqa: BLE001 (the request must still be answered)
+                    self._log.exception("kvpool: a load failed")
+                    failed = list(work.block_ids)
+                with self._cond:
+                    self._loaded.append((work, failed))
+                    self._cond.notify_all()
+                continue
+            try:
+                bad = set(self._save_fn([job for _, job, _ in work]))
+            except Exception:  # noqa: BLE001 (the blocks must still be let go)
+                self._log.exception("kvpool: a save failed")
+                bad = {rid for rid, _, _ in work}
+            with self._cond:
+                for rid, _, k in work:
+                    self.queued -= k
+                    r = self._rids[rid]
+                    r.busy -= 1
+                    r.broken = r.broken or rid in bad
+                    if r.finished and not r.busy:
+                        del self._rids[rid]
+                self._cond.notify_all()
+
+    def close(self) -> int:
+        """Stop the thread after the loads queued (their requests wait);
+        the saves still queued are dropped: how many blocks."""
+        with self._cond:
+            dropped = self.queued
+            self._saves.clear()
+            self.queued = 0
+            self._stop = True
+            self._cond.notify_all()
+            t = self._thread
+        if t is not None:
+            t.join()
+        return dropped
