@@ -10,6 +10,12 @@ Geometry of Llama-3.1-8B (32 layers, 8 KV heads, head size 128, bf16,
   ref   a plain torch copy (Tensor.copy_, torch's threads) of 256 blocks' bytes
   load  start_load_kv() of 256 blocks: ACQUIRE, the copy into vLLM's blocks, release
   save  wait_for_save() of 256 new blocks: alloc, the copy, PUBLISH, release
+(with async_save and async_load_blocks off: the copies in the step), then the
+same with the connector's defaults, the copies on its thread:
+  load-step, load-off  start_load_kv() of a background load: the time in the
+                       step, and until get_finished() reports it done
+  save-step, save-off  wait_for_save(): the time in the step, and until
+                       get_finished() reports the request's saves done
 and then LOOKUPS x get_num_new_matched_tokens() for a 4,096-token prompt
 whose blocks are all in the pool, after a tenth as many untimed (its
 release by request_finished() not timed). Prints "conn mode=MODE ns=NS" lines (one per run; lookup: one per
@@ -68,7 +74,8 @@ def main():
     cc.kv_cache_layout = "LBNHC"
     kt = KVTransferConfig(kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
                           kv_role="kv_both", kv_load_failure_policy="recompute",
-                          kv_connector_extra_config={"socket": sock, "model": "bench/llama-8b"})
+                          kv_connector_extra_config={"socket": sock, "model": "bench/llama-8b",
+                                                     "async_save": False, "async_load_blocks": 0})
     vc = VllmConfig(model_config=mc, cache_config=cc, kv_transfer_config=kt,
                     scheduler_config=SchedulerConfig(max_model_len=8192,
                                                      is_encoder_decoder=False),
@@ -86,6 +93,10 @@ def main():
         t.view(torch.int16).random_()
     worker = KVPoolConnector(vc, KVConnectorRole.WORKER, kvc)
     worker.register_kv_caches(kv)
+    # the connector's defaults: loads and saves on its thread, off the step
+    kt.kv_connector_extra_config = {"socket": sock, "model": "bench/llama-8b"}
+    off = KVPoolConnector(vc, KVConnectorRole.WORKER, kvc)
+    off.register_kv_caches(kv)
     sched = KVPoolConnector(vc, KVConnectorRole.SCHEDULER, kvc)
     hash_fn = get_hash_fn_by_name(vc.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
@@ -123,15 +134,52 @@ def main():
         assert not worker.get_block_ids_with_load_errors()
         return ns
 
+    def off_step(meta, submit):
+        """(ns in the step, ns until get_finished() reported it)"""
+        off.bind_connector_metadata(meta)
+        t0 = time.perf_counter_ns()
+        submit()
+        step = time.perf_counter_ns() - t0
+        while True:
+            sending, recving = off.get_finished(set())
+            if sending or recving:
+                break
+            time.sleep(0.0002)
+        total = time.perf_counter_ns() - t0
+        assert not off.get_block_ids_with_load_errors()
+        off.clear_connector_metadata()
+        return step, total
+
+    def save_off(req):
+        keys = [bytes(h) for h in req.block_hashes[:N]]
+        step, total = off_step(KVPoolMetadata(saves=[_Transfer(req.request_id, keys, None, ids)],
+                                              hold={req.request_id}), off.wait_for_save)
+        off.bind_connector_metadata(KVPoolMetadata(finished={req.request_id}))
+        off.wait_for_save()  # vLLM's next step: the request is finished
+        off.clear_connector_metadata()
+        return step, total
+
+    def load_off(req):
+        keys = [bytes(h) for h in req.block_hashes[:N]]
+        return off_step(KVPoolMetadata(loads=[_Transfer(req.request_id, keys, None, ids,
+                                                        background=True)]),
+                        lambda: off.start_load_kv(None))
+
     stored = keys_of(0)
     save(stored)
     for run in range(1, runs + 1):
         print("conn mode=ref ns=%d" % timed(lambda: dst.copy_(src)))
         print("conn mode=load ns=%d" % load(stored))
         print("conn mode=save ns=%d" % save(keys_of(run)))
+        step, total = load_off(stored)
+        print("conn mode=load-step ns=%d\nconn mode=load-off ns=%d" % (step, total))
+        step, total = save_off(keys_of(runs + run))
+        print("conn mode=save-step ns=%d\nconn mode=save-off ns=%d" % (step, total))
         sys.stdout.flush()
     s = worker.stats()
     assert s.get("loaded_blocks") == N * runs and s.get("saved_blocks") == N * (runs + 1), s
+    s = off.stats()
+    assert s.get("loaded_blocks") == N * runs and s.get("saved_blocks") == N * runs, s
     prompt = request("lookup", list(stored.prompt_token_ids[:4096]), hash_fn)
     for i in range(-(LOOKUPS // 10), LOOKUPS):  # a tenth untimed first
         t0 = time.perf_counter_ns()

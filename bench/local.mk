@@ -90,7 +90,7 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
-	bench/engines.py bench/lmcache-site.sh \
+	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -154,6 +154,12 @@ BENCH_REMOTE_RUN = $(SHELL) $(top_srcdir)/bench/run-remote.sh \
 # bench-engines` runs it alone; `make bench` does not, as it is long.
 BENCH_ENGINES_RUN = $(SHELL) $(top_srcdir)/bench/run-engines.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-stall.sh: decoding streams' inter-token gaps in real vLLM engines
+# while the connector loads and saves, in the step and off it, against vLLM
+# alone (about 10 minutes). `make bench-stall` runs it alone; `make bench`
+# does not, as it is long.
+BENCH_STALL_RUN = $(SHELL) $(top_srcdir)/bench/run-stall.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
@@ -168,7 +174,7 @@ BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-slabs bench-ttft \
-	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines
+	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/slabs$(EXEEXT) bench/remote$(EXEEXT) \
@@ -233,3 +239,6 @@ bench-remote: bench/remote$(EXEEXT) bench/seal$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-engines: daemon/kvpoold$(EXEEXT)
 	$(BENCH_ENGINES_RUN)
+
+bench-stall: daemon/kvpoold$(EXEEXT)
+	$(BENCH_STALL_RUN)

@@ -43,8 +43,7 @@ bench_check_built bench "$KVPOOLD"
 "$py" -c 'import vllm' 2>/dev/null || bench_die "$py cannot import vllm (pip install vllm==0.33.0)"
 bench_tmpdir
 load=$(bench_load)
-(cd "$bench_srcdir/python" && "$py" setup.py -q build_ext --build-temp "$tmp/build" --inplace) \
-	>"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; bench_die "building the extension failed"; }
+bench_build_ext "$py"
 bench_start_daemon "$sock" "$pidfile" --pool-size 1536M --slab-size 64M
 out=$tmp/runs
 PYTHONPATH="$bench_srcdir/python" "$py" "$bench_srcdir/bench/connectors.py" "$sock" \
@@ -61,6 +60,10 @@ ref=$(median ref)
 ld=$(median load)
 sv=$(median save)
 lk=$(median lookup)
+lds=$(median load-step)
+ldo=$(median load-off)
+svs=$(median save-step)
+svo=$(median save-off)
 lk90=$(p90 lookup)
 nlk=$(bench_field "$out" "conn mode=lookup" ns | wc -l)
 threads=$(bench_field "$out" conn threads)
@@ -102,6 +105,17 @@ sect=$tmp/section.md
 	echo "| load: start_load_kv, 256 blocks | $(bench_calc "$ld / 1e6" %.1f) ms | $(gbs "$ld") | $(bench_calc "$ld / $ref") |"
 	echo "| save: wait_for_save, 256 blocks | $(bench_calc "$sv / 1e6" %.1f) ms | $(gbs "$sv") | $(bench_calc "$sv / $ref") |"
 	echo "| lookup: get_num_new_matched_tokens, 4,096 tokens | $(bench_calc "$lk / 1000" %.0f) µs (p90 $(bench_calc "$lk90 / 1000" %.0f) µs) | | |"
+	echo
+	echo "The same load and save with the connector's defaults, the copies on its"
+	echo "thread (async_load_blocks 8, async_save): the time the engine's step spends"
+	echo "in start_load_kv or wait_for_save, and the time until get_finished() reports"
+	echo "the transfer done (what a request waiting for the load, or vLLM holding the"
+	echo "saved blocks, waits):"
+	echo
+	echo "| operation | in the step | until done | in the step, before (above) ÷ now |"
+	echo "| --- | ---: | ---: | ---: |"
+	echo "| load of 256 blocks, off the step | $(bench_calc "$lds / 1000" %.0f) µs | $(bench_calc "$ldo / 1e6" %.1f) ms | $(bench_calc "$ld / $lds" %.0f)x |"
+	echo "| save of 256 blocks, off the step | $(bench_calc "$svs / 1000" %.0f) µs | $(bench_calc "$svo / 1e6" %.1f) ms | $(bench_calc "$sv / $svs" %.0f)x |"
 	echo
 	echo "Command: \`make bench\` (or \`make bench-connectors\`, or \`sh bench/run-connectors.sh --builddir . --output BENCHMARKS.md\`)."
 } >"$sect"

