@@ -30,13 +30,15 @@ def cpu_list(spec) -> Optional[Set[int]]:
     if spec is None or spec == "":
         return None
     if isinstance(spec, int):
-        return {spec}
-    if not isinstance(spec, str):
-        return {int(c) for c in spec}
+        spec = str(spec)
+    elif not isinstance(spec, str):
+        spec = ",".join(str(int(c)) for c in spec)
     out: Set[int] = set()
     for part in spec.split(","):
         lo, _, hi = part.strip().partition("-")
         out.update(range(int(lo), int(hi or lo) + 1))
+    if not out or min(out) < 0:
+        raise ValueError(spec)
     return out
 
 
@@ -121,7 +123,10 @@ class Copier:
                                  (b, self.num_blocks))
         idx = [(b, client.page_index(p)) for b, p in pairs]
         if self.use_torch:
-            self._copy_torch(client, view, to_pool, idx)
+            # a staging tensor of at most 64 blocks at a time: outside what
+            # vLLM budgeted on the device
+            for i in range(0, len(idx), 64):
+                self._copy_torch(client, view, to_pool, idx[i:i + 64])
             return
         pv, stride, pages, _ = view  # kvpool.Client.view()
         vl, vs = self._vllm_side()
@@ -219,18 +224,20 @@ class _Rid:
 class Mover:
     """A worker's transfers off the engine's thread: one thread runs the
     queued loads first (a request waits for each) and then the queued saves,
-    up to save_batch blocks at a time. load(job) returns the vLLM blocks
-    that did not get their KV; save(jobs) the request ids whose save
-    failed. Saves of a request run in the order they were queued, and
-    after one fails or is skipped the request's later ones are skipped
-    (their blocks would have no parent in the pool). At most cap blocks
+    up to save_batch blocks at a time (the pool's lock is let go between
+    batches, so a load in the step waits for one batch at most).
+    load_fn(job) returns the vLLM blocks that did not get their KV;
+    save_fn(jobs) the request ids whose save failed; skip_fn(blocks) counts
+    blocks not saved. Saves of a request run in the order they were queued,
+    and after one fails or is skipped the request's later ones are skipped
+    (the pool would hold blocks whose parent it lacks). At most cap blocks
     wait to be saved (or one save of more, alone): past that, save()
     refuses and the engine goes on."""
 
-    def __init__(self, load: Callable[[object], List[int]],
-                 save: Callable[[list], Sequence[str]], log, cap: int,
-                 save_batch: int = 256, cpus: Optional[Set[int]] = None) -> None:
-        self._load_fn, self._save_fn, self._log = load, save, log
+    def __init__(self, load_fn: Callable[[object], List[int]],
+                 save_fn: Callable[[list], Sequence[str]], skip_fn: Callable[[int], None],
+                 log, cap: int, save_batch: int = 32, cpus: Optional[Set[int]] = None) -> None:
+        self._load_fn, self._save_fn, self._skip_fn, self._log = load_fn, save_fn, skip_fn, log
         self._cpus = cpus  # where the thread runs (None: where it was started)
         self.cap, self._batch = max(1, cap), max(1, save_batch)
         self._cond = threading.Condition()
@@ -241,6 +248,7 @@ class Mover:
         self._loaded: List[Tuple[object, List[int]]] = []
         self._thread: Optional[threading.Thread] = None
         self._stop = False
+        self._running = False  # a load is out of the queue and not done
 
     def _start(self) -> None:
         if self._thread is None:
@@ -285,12 +293,34 @@ class Mover:
                     if not r.busy:
                         del self._rids[rid]
 
-    def wait_saves(self, rids) -> None:
-        """Until no save of rids is queued or running (vLLM is about to
-        reuse their blocks)."""
+    def preempted(self, rids) -> int:
+        """vLLM reuses these requests' blocks now: their saves that have not
+        started are dropped (how many blocks), and this waits for the batch
+        that is running, if it holds some of them."""
+        rids = set(rids)
+        dropped = 0
         with self._cond:
+            keep: Deque[Tuple[str, object, int]] = collections.deque()
+            for rid, job, k in self._saves:
+                if rid in rids:
+                    dropped += k
+                    self.queued -= k
+                    r = self._rids[rid]
+                    r.busy -= 1
+                    r.broken = True
+                else:
+                    keep.append((rid, job, k))
+            self._saves = keep
             self._cond.wait_for(lambda: not any(
                 self._rids.get(r) is not None and self._rids[r].busy for r in rids))
+        return dropped
+
+    def drain(self) -> None:
+        """Until nothing is queued or running."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._loads and not self._saves and
+                                not any(r.busy for r in self._rids.values()) and
+                                not self._running)
 
     def loaded(self) -> List[Tuple[object, List[int]]]:
         """The loads done since the last call: (job, vLLM blocks that failed)."""
@@ -302,20 +332,36 @@ class Mover:
         with self._cond:
             self._cond.wait_for(lambda: self._loads or self._saves or self._stop)
             if self._loads:
+                self._running = True
                 return "load", self._loads.popleft()
             if not self._saves:
                 return None, None
-            jobs, n = [], 0
+            jobs, n, skipped = [], 0, 0
             while self._saves and (not jobs or n + self._saves[0][2] <= self._batch):
-                jobs.append(self._saves.popleft())
-                n += jobs[-1][2]
+                rid, job, k = self._saves.popleft()
+                r = self._rids[rid]
+                if r.broken:  # an earlier save of it failed: its parent is not stored
+                    skipped += k
+                    self.queued -= k
+                    self._done(rid, r)
+                    continue
+                jobs.append((rid, job, k))
+                n += k
+            if skipped:
+                self._skip_fn(skipped)
+                self._cond.notify_all()
             return "save", jobs
+
+    def _done(self, rid: str, r: _Rid) -> None:
+        r.busy -= 1
+        if r.finished and not r.busy:
+            del self._rids[rid]
 
     def _run(self) -> None:
         if self._cpus:
             try:
                 os.sched_setaffinity(0, self._cpus)  # this thread only
-            except OSError as e:
+            except (OSError, ValueError, OverflowError) as e:
                 self._log.warning("kvpool: the connector's thread cannot run on CPUs %s (%s); "
                                   "it runs where the model runner does",
                                   sorted(self._cpus), e)
@@ -331,7 +377,10 @@ class Mover:
                     failed = list(work.block_ids)
                 with self._cond:
                     self._loaded.append((work, failed))
+                    self._running = False
                     self._cond.notify_all()
+                continue
+            if not work:
                 continue
             try:
                 bad = set(self._save_fn([job for _, job, _ in work]))
@@ -342,10 +391,8 @@ class Mover:
                 for rid, _, k in work:
                     self.queued -= k
                     r = self._rids[rid]
-                    r.busy -= 1
                     r.broken = r.broken or rid in bad
-                    if r.finished and not r.busy:
-                        del self._rids[rid]
+                    self._done(rid, r)
                 self._cond.notify_all()
 
     def close(self) -> int:

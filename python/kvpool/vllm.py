@@ -22,8 +22,8 @@ stored twice), both off the engine's step where vLLM allows it:
   save_queue_blocks wait; past that they are skipped and counted, never
   waited for). vLLM keeps a finished request's blocks until its saves have
   read them (request_finished() returns True, get_finished() reports it),
-  and a preempted request's saves end before vLLM reuses its blocks
-  (handle_preemptions()).
+  and a preempted request's saves have ended, or were dropped if they had
+  not started, before vLLM reuses its blocks (handle_preemptions()).
 
 The counters (stats()) reach vLLM's own metrics: the "KV Transfer metrics"
 log line and vllm:kvpool_*_total on `vllm serve`'s /metrics.
@@ -135,6 +135,10 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     names = tuple(sorted(groups[0].layer_names, key=lambda n: (_layer_index(n), n)))
     model = str(extra.get("model") or vllm_config.model_config.model)
     tp = vllm_config.parallel_config.tensor_parallel_size
+    pp = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
+    if pp > 1:
+        raise Unsupported("pipeline parallelism (%d stages): each stage holds other layers, "
+                          "and kvpool's namespaces are per tensor-parallel rank only" % pp)
     dtype = DTYPES[spec.dtype]
     ident = "vllm %s %s %s b%d tp%d/%d" % (model, str(spec.dtype).replace("torch.", ""),
                                              algo, spec.block_size, tp_rank, tp)
@@ -184,6 +188,19 @@ def _seed_hint(seed: str) -> str:
                 % (env, env))
     return ("PYTHONHASHSEED is unset, so this instance derives its block hashes from "
             "vLLM's default seed '%s': set PYTHONHASHSEED to kvpoold's --key-seed" % seed)
+
+
+def _flag(extra: Dict[str, Any], key: str, default: bool) -> bool:
+    """A true/false setting of kv_connector_extra_config (JSON's, or a string)."""
+    v = extra.get(key, default)
+    if isinstance(v, str):
+        if v.strip().lower() in ("0", "false", "no", "off"):
+            return False
+        if v.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        logger.warning("kvpool: %s %r is not true or false; using %s", key, v, default)
+        return default
+    return bool(v)
 
 
 def _extra(vllm_config: "VllmConfig") -> Dict[str, Any]:
@@ -252,12 +269,16 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._prio = int(extra.get("priority", kvpool.PRIO_NORMAL))
         self._threads = int(extra.get("copy_threads", 0)) or torch.get_num_threads()
         self._copy_torch = bool(extra.get("copy_with_torch", False))
-        self._async_load = int(extra.get("async_load_blocks", 8))
-        self._async_save = bool(extra.get("async_save", True))
+        self._async_load = max(0, int(extra.get("async_load_blocks", 8)))
+        self._async_save = _flag(extra, "async_save", True)
         self._save_queue = extra.get("save_queue_blocks")
+        if self._save_queue is not None and int(self._save_queue) < 1:
+            logger.warning("kvpool: save_queue_blocks %r is not a count of blocks (1 or "
+                           "more); using the default", self._save_queue)
+            self._save_queue = None
         try:
             self._copy_cpus = cpu_list(extra.get("copy_cpus"))
-        except ValueError:
+        except (ValueError, TypeError):
             logger.warning("kvpool: copy_cpus %r is not a CPU list such as \"1\" or \"8-15\"; "
                            "the connector's thread runs where the model runner does",
                            extra.get("copy_cpus"))
@@ -292,7 +313,9 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
         self._saving: Set[str] = set()  # requests some save was sent for
-        self._hold: Set[str] = set()  # finished, blocks kept until the workers' saves end
+        self._hold: Set[str] = set()  # held, to be told to the workers in the next step
+        self._holding: Set[str] = set()  # held until every worker reports finished_sending
+        self._loading: Set[str] = set()  # background loads not yet in finished_recving
         # worker side
         self._copier: Optional[Copier] = None
         self._mover: Optional[Mover] = None
@@ -425,6 +448,8 @@ class KVPoolConnector(KVConnectorBase_V1):
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
             meta.loads.append(_Transfer(rid, keys, parent, ids, background=lease.background))
+            if lease.background:
+                self._loading.add(rid)
         if self._pool is None:
             return meta
         mgr = self._kv_cache_manager
@@ -455,26 +480,35 @@ class KVPoolConnector(KVConnectorBase_V1):
     def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
         wm = getattr(connector_output, "kv_connector_worker_meta", None)
         if isinstance(wm, KVPoolWorkerMetadata):
-            for rid in wm.loaded:
+            for rid in wm.loaded:  # one worker's copy is done: the pages are leased there
                 self._release(rid)
+        # vLLM passes these on once every worker reported them
+        self._loading -= set(connector_output.finished_recving or ())
+        self._holding -= set(connector_output.finished_sending or ())
+
+    def has_pending_block_frees(self) -> bool:
+        """Finished requests' blocks come back once their saves end: vLLM
+        waits for them rather than preempt a request."""
+        return bool(self._holding)
 
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
-        """True (vLLM keeps the request's blocks until the workers report
+        """True (vLLM keeps the request's blocks until every worker reports
         it in finished_sending) when saves were sent for it, unless a
-        background load is still writing its blocks: vLLM then frees them
-        when that load is reported, and no save of it can be running (its
-        earlier ones ended when it was preempted)."""
+        background load still writes its blocks on some worker: vLLM then
+        frees them when that load is reported, and no save of it can be
+        running (its earlier ones ended or were dropped when it was
+        preempted)."""
         rid = request.request_id
-        lease = self._leases.get(rid)
-        loading = lease is not None and lease.background and lease.sent
         self._release(rid)
         self._requests.pop(rid, None)
         self._saved.pop(rid, None)
-        hold = rid in self._saving and not loading
+        # every worker's load, not only the first one's (tensor parallelism)
+        hold = rid in self._saving and rid not in self._loading
         self._saving.discard(rid)
         if hold:
             self._hold.add(rid)
+            self._holding.add(rid)
         return hold, None
 
     def shutdown(self) -> None:
@@ -501,7 +535,8 @@ class KVPoolConnector(KVConnectorBase_V1):
             self._pool, self._copier = None, None
             return
         cap = int(self._save_queue or max(64, self._copier.num_blocks // 4))
-        self._mover = Mover(self._load_off_step, self._save_off_step, logger, cap,
+        self._mover = Mover(self._load_off_step, self._save_off_step,
+                            lambda n: self._pool.count("save_skipped", n), logger, cap,
                             cpus=self._copy_cpus)
         with self._pool.lock:  # connect and map the view now, not in the first load
             self._pool.client_view()
@@ -517,7 +552,15 @@ class KVPoolConnector(KVConnectorBase_V1):
         saves must have read them first."""
         meta = kv_connector_metadata
         if isinstance(meta, KVPoolMetadata) and meta.preempted and self._mover is not None:
-            self._mover.wait_saves(meta.preempted)
+            # their saves not started are dropped (counted); the one running ends
+            dropped = self._mover.preempted(meta.preempted)
+            if dropped and self._pool is not None:
+                self._pool.count("save_skipped", dropped)
+
+    def unregister_kv_caches(self) -> None:
+        """vLLM is about to sleep (its KV memory goes): no copy may run."""
+        if self._mover is not None:
+            self._mover.drain()
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         meta = self._meta()

@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: MIT
+"""kvpool._vllm_io.Mover, the vLLM connector's thread that runs loads and
+saves off the engine's step: the order and the bookkeeping the connector's
+promises to vLLM rest on (tests/python/test_vllm.py runs it inside vLLM)."""
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import List
+
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed in this venv")
+from kvpool._vllm_io import Mover  # noqa: E402
+
+
+@dataclass
+class Job:
+    req_id: str
+    block_ids: List[int] = field(default_factory=lambda: [1, 2])
+
+
+class Recorder:
+    """The connector's side: what ran, what failed, what was skipped; a gate
+    holds a save until the test opens it."""
+
+    def __init__(self, fail=()):
+        self.saved, self.skipped, self.fail = [], 0, set(fail)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.started = threading.Event()
+
+    def load(self, job):
+        return [] if job.req_id != "bad" else list(job.block_ids)
+
+    def save(self, jobs):
+        self.started.set()
+        self.gate.wait(10)
+        self.saved += [j.req_id for j in jobs]
+        return [j.req_id for j in jobs if j.req_id in self.fail]
+
+    def skip(self, n):
+        self.skipped += n
+
+
+def mover(rec, cap=100, batch=2, cpus=None):
+    return Mover(rec.load, rec.save, rec.skip, logging.getLogger("test"), cap,
+                 save_batch=batch, cpus=cpus)
+
+
+def test_a_failed_save_skips_the_requests_saves_already_queued():
+    rec = Recorder(fail={"a"})
+    rec.gate.clear()
+    m = mover(rec, batch=2)
+    assert m.save("x", Job("x"), 2) == "queued"  # runs first, held at the gate
+    assert rec.started.wait(10)
+    for _ in range(3):
+        assert m.save("a", Job("a"), 2) == "queued"  # one batch each
+    rec.gate.set()
+    m.finish({"x", "a"})
+    m.drain()
+    # the first of a's saves failed: its two later ones were not run
+    assert rec.saved == ["x", "a"] and rec.skipped == 4
+    assert not m.busy("a") and m.queued == 0
+    m.close()
+
+
+def test_a_full_queue_refuses_and_marks_the_request():
+    rec = Recorder()
+    rec.gate.clear()
+    m = mover(rec, cap=5, batch=2)
+    assert m.save("x", Job("x"), 2) == "queued"  # being copied: it counts
+    assert rec.started.wait(10)
+    assert m.save("a", Job("a"), 3) == "queued"
+    assert m.save("b", Job("b"), 1) == "full"  # 2 + 3 + 1 > 5
+    assert m.save("b", Job("b"), 1) == "broken"  # b's later blocks would have no parent
+    rec.gate.set()
+    m.drain()
+    assert m.save("c", Job("c"), 9) == "queued"  # more than cap, alone: taken
+    m.drain()
+    assert rec.saved == ["x", "a", "c"] and m.queued == 0
+    m.close()
+
+
+def test_a_preempted_requests_queued_saves_are_dropped_and_its_running_one_waited_for():
+    rec = Recorder()
+    rec.gate.clear()
+    m = mover(rec, batch=2)
+    assert m.save("p", Job("p"), 2) == "queued"  # running, held at the gate
+    assert rec.started.wait(10)
+    assert m.save("p", Job("p"), 2) == "queued"  # queued behind it
+    assert m.save("q", Job("q"), 2) == "queued"
+    done = []
+    t = threading.Thread(target=lambda: done.append(m.preempted({"p"})))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()  # p's running save reads its blocks: vLLM must wait
+    rec.gate.set()
+    t.join(10)
+    assert done == [2]  # the queued one never ran
+    m.drain()
+    assert rec.saved == ["p", "q"] and not m.busy("p")
+    m.close()
+
+
+def test_the_thread_runs_loads_before_saves_and_survives_a_cpu_set_it_cannot_have():
+    rec = Recorder()
+    rec.gate.clear()
+    m = mover(rec, cpus={10 ** 6})  # no such CPU: said, then it runs where it was started
+    assert m.save("s", Job("s"), 2) == "queued"
+    assert rec.started.wait(10)
+    m.save("s2", Job("s2"), 2)
+    m.load(Job("ok"))
+    m.load(Job("bad", [7, 8]))
+    rec.gate.set()
+    m.drain()
+    got = {j.req_id: failed for j, failed in m.loaded()}
+    assert got == {"ok": [], "bad": [7, 8]}
+    assert rec.saved == ["s", "s2"]
+    m.close()
