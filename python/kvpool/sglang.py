@@ -354,7 +354,7 @@ class KVPoolStorage(HiCacheStorage):
         return
 
     def get_stats(self):
-        return dict(self.pool.counters) if self.pool else None
+        return self.pool.snapshot() if self.pool else None
 
     def close(self) -> None:
         if self.pool is not None:
