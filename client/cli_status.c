@@ -153,11 +153,12 @@ static void print_ns_json(const kvp_ns_stats_t *n)
 	printf(",\"model\":");
 	cli_json_str(stdout, n->model);
 	printf(",\"id\":%" PRIu32 ",\"layers\":%" PRIu32 ",\"kv_heads\":%" PRIu32
-	       ",\"head_dim\":%" PRIu32 ",\"block_tokens\":%" PRIu32 ",\"dtype\":\"%s\""
-	       ",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%" PRIu64
-	       ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
+	       ",\"head_dim\":%" PRIu32 ",\"head_dim_v\":%" PRIu32 ",\"block_tokens\":%" PRIu32
+	       ",\"dtype\":\"%s\",\"clients\":%" PRIu32 ",\"slabs\":%" PRIu32 ",\"page_bytes\":%"
+	       PRIu64 ",\"page_stride\":%" PRIu64 ",\"key_scheme\":\"%s\",\"pinned_quota\":%"
 	       PRIu32 ",\"backend\":\"%s\",\"state\":\"%s\",\"hit_rate\":", n->id,
-	       n->layers, n->kv_heads, n->head_dim, n->block_tokens, stats_dtype_name(n->dtype),
+	       n->layers, n->kv_heads, n->head_dim, stats_v_dim(n), n->block_tokens,
+	       stats_dtype_name(n->dtype),
 	       n->clients, n->slabs, n->page_bytes, n->page_stride,
 	       stats_scheme_name(n->key_scheme), n->pinned_quota, stats_backend_name(n->backend),
 	       n->state == KVP_WIRE_NS_PREPARING ? "preparing" : "ready");
@@ -233,7 +234,7 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 			const kvp_ns_stats_t *ns, int nns, bool ok)
 {
 	struct page_counts pc = COUNTS_OF(*st), nc;
-	char a[CLI_FMT_MAX], b[CLI_FMT_MAX];
+	char a[CLI_FMT_MAX], b[CLI_FMT_MAX], dims[32];
 	uint64_t up = st->uptime_ms / 1000;
 	int i;
 
@@ -276,10 +277,11 @@ static void status_text(const struct cli *cli, const kvp_stats_t *st,
 	for (i = 0; i < nns; i++) {
 		nc = COUNTS_OF(ns[i]);
 		printf("namespace     %s: %s, %" PRIu32 " layers x %" PRIu32
-		       " kv heads x %" PRIu32 " head dim x %" PRIu32 " tokens, %s, "
+		       " kv heads x %s head dim x %" PRIu32 " tokens, %s, "
 		       "%s per page, keys %s, clients %" PRIu32 "%s%s\n",
 		       ns[i].name, ns[i].model, ns[i].layers, ns[i].kv_heads,
-		       ns[i].head_dim, ns[i].block_tokens, stats_dtype_name(ns[i].dtype),
+		       stats_head_dims(&ns[i], dims, sizeof(dims)), ns[i].block_tokens,
+		       stats_dtype_name(ns[i].dtype),
 		       cli_fmt_size(cli, a, ns[i].page_bytes),
 		       stats_scheme_name(ns[i].key_scheme), ns[i].clients,
 		       ns[i].backend != st->backend ? ", host pages" : "",
@@ -332,7 +334,7 @@ int cmd_status(struct cli *cli, int argc, char **argv)
 static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, int nns)
 {
 	struct table *t = table_new(16, "llllrrrrrrrrrlll");
-	char a[CLI_FMT_MAX];
+	char a[CLI_FMT_MAX], dims[32];
 	int i;
 
 	if (!t)
@@ -359,8 +361,9 @@ static void namespaces_table(const struct cli *cli, const kvp_ns_stats_t *ns, in
 		table_add(t, "%s", n->name);
 		table_add(t, "%s", n->model);
 		/* layers x kv heads x head dim, tokens per page, element type */
-		table_add(t, "%" PRIu32 "x%" PRIu32 "x%" PRIu32 "/%" PRIu32 "t %s", n->layers,
-			  n->kv_heads, n->head_dim, n->block_tokens, stats_dtype_name(n->dtype));
+		table_add(t, "%" PRIu32 "x%" PRIu32 "x%s/%" PRIu32 "t %s", n->layers,
+			  n->kv_heads, stats_head_dims(n, dims, sizeof(dims)), n->block_tokens,
+			  stats_dtype_name(n->dtype));
 		table_add(t, "%s", cli_fmt_size(cli, a, n->page_bytes));
 		table_add(t, "%" PRIu64, n->pages_total);
 		table_add(t, "%" PRIu64, n->pages_free);

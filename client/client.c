@@ -284,6 +284,7 @@ static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
 		h.dtype = g->dtype;
 		h.key_scheme = g->key_scheme;
 		h.memory = g->memory;
+		h.head_dim_v = g->head_dim_v;
 		if (g->key_seed)
 			keys_seed_id(g->key_seed, h.key_seed_id);
 	}

@@ -40,6 +40,24 @@ const char *stats_dtype_name(uint32_t d)
 	return d < 5 ? names[d] : "?";
 }
 
+uint32_t stats_v_dim(const kvp_ns_stats_t *n)
+{
+	return n->head_dim_v == 0 ? n->head_dim : n->head_dim_v == KVP_K_ONLY ? 0 : n->head_dim_v;
+}
+
+const char *stats_head_dims(const kvp_ns_stats_t *n, char *buf, size_t len)
+{
+	uint32_t v = stats_v_dim(n);
+
+	if (v == n->head_dim)
+		snprintf(buf, len, "%" PRIu32, n->head_dim);
+	else if (!v)
+		snprintf(buf, len, "%" PRIu32 " (K only)", n->head_dim);
+	else
+		snprintf(buf, len, "%" PRIu32 "/%" PRIu32, n->head_dim, v);
+	return buf;
+}
+
 const char *stats_scheme_name(uint32_t k)
 {
 	static const char *const names[] = {
@@ -385,9 +403,10 @@ static void ns_metrics(FILE *out, const kvp_ns_stats_t *ns, int nns)
 		fprintf(out, "\",model=\"");
 		label(out, ns[k].model);
 		fprintf(out, "\",layers=\"%" PRIu32 "\",kv_heads=\"%" PRIu32 "\",head_dim=\"%" PRIu32
-		       "\",block_tokens=\"%" PRIu32 "\",dtype=\"%s\",key_scheme=\"%s\"} 1\n",
-		       ns[k].layers, ns[k].kv_heads, ns[k].head_dim, ns[k].block_tokens,
-		       stats_dtype_name(ns[k].dtype), stats_scheme_name(ns[k].key_scheme));
+		       "\",head_dim_v=\"%" PRIu32 "\",block_tokens=\"%" PRIu32 "\",dtype=\"%s\","
+		       "key_scheme=\"%s\"} 1\n", ns[k].layers, ns[k].kv_heads, ns[k].head_dim,
+		       stats_v_dim(&ns[k]), ns[k].block_tokens, stats_dtype_name(ns[k].dtype),
+		       stats_scheme_name(ns[k].key_scheme));
 	}
 	for (i = 0; i < sizeof(ns_families) / sizeof(ns_families[0]); i++) {
 		const struct family *f = &ns_families[i];

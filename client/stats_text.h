@@ -18,6 +18,11 @@ bool stats_conserved(const kvp_stats_t *st);
 
 const char *stats_backend_name(uint32_t backend);	/* "host", "cuda", "none" */
 const char *stats_dtype_name(uint32_t dtype);		/* "f16", ... */
+/* stats_v_dim() - V's head size in a namespace's pages: its head_dim, 0
+ * (K only) or another size. stats_head_dims() - "64", "192/128" (K/V)
+ * or "576 (K only)", in buf of len bytes. */
+uint32_t stats_v_dim(const kvp_ns_stats_t *n);
+const char *stats_head_dims(const kvp_ns_stats_t *n, char *buf, size_t len);
 const char *stats_scheme_name(uint32_t scheme);		/* "vllm-sha256", ... */
 
 /*

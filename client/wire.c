@@ -83,8 +83,6 @@ int wire_hello_decode(const void *payload, size_t len, struct kvp_wire_hello *h)
 	    !terminated(h->model, sizeof(h->model)) ||
 	    !terminated(h->client_name, sizeof(h->client_name)))
 		return -KVP_S_INVAL;
-	if (h->reserved)
-		return -KVP_S_PROTO;
 	return 0;
 }
 

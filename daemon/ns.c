@@ -30,17 +30,24 @@
 #define NS_MAX_HEAD_DIM		4096u
 #define NS_MAX_BLOCK_TOKENS	4096u
 
+uint32_t ns_head_dim_v(uint32_t head_dim, uint32_t head_dim_v)
+{
+	return head_dim_v == head_dim ? 0 : head_dim_v;
+}
+
 uint64_t ns_page_bytes(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		       uint32_t block_tokens, uint32_t dtype)
+		       uint32_t head_dim_v, uint32_t block_tokens, uint32_t dtype)
 {
 	uint64_t b = wire_dtype_bytes(dtype);
+	uint64_t v = head_dim_v == 0 ? head_dim : head_dim_v == KVP_K_ONLY ? 0 : head_dim_v;
 
 	if (!b || !layers || !kv_heads || !head_dim || !block_tokens ||
 	    layers > NS_MAX_LAYERS || kv_heads > NS_MAX_KV_HEADS ||
-	    head_dim > NS_MAX_HEAD_DIM || block_tokens > NS_MAX_BLOCK_TOKENS)
+	    head_dim > NS_MAX_HEAD_DIM || v > NS_MAX_HEAD_DIM ||
+	    block_tokens > NS_MAX_BLOCK_TOKENS)
 		return 0;
-	/* at most 2^1 * 2^10 * 2^10 * 2^12 * 2^12 * 4: fits in 64 bits */
-	return 2 * b * layers * kv_heads * head_dim * block_tokens;
+	/* at most 2^10 * 2^10 * 2^13 * 2^12 * 4: fits in 64 bits */
+	return b * layers * kv_heads * (head_dim + v) * block_tokens;
 }
 
 /* name_ok() - names are 1..63 bytes of letters, digits and . _ - : / @ */
@@ -59,12 +66,13 @@ static const char *mismatch(const struct ns *n, const struct kvp_wire_hello *h,
 			    uint32_t *have, uint32_t *sent)
 {
 	static const char *const names[] = {
-		"layers", "kv_heads", "head_dim", "block_tokens", "dtype",
+		"layers", "kv_heads", "head_dim", "block_tokens", "dtype", "head_dim_v",
 	};
 	const uint32_t a[] = { n->layers, n->kv_heads, n->head_dim,
-			       n->block_tokens, n->dtype };
+			       n->block_tokens, n->dtype, n->head_dim_v };
 	const uint32_t b[] = { h->layers, h->kv_heads, h->head_dim,
-			       h->block_tokens, h->dtype };
+			       h->block_tokens, h->dtype,
+			       ns_head_dim_v(h->head_dim, h->head_dim_v) };
 	size_t i;
 
 	for (i = 0; i < sizeof(a) / sizeof(a[0]); i++) {
@@ -154,6 +162,7 @@ static void ns_identity(const struct ns *n, struct spill_ns *id)
 	id->page_bytes = n->page_bytes;
 	memcpy(id->root, n->root, sizeof(id->root));
 	id->memory = n->memory;
+	id->head_dim_v = n->head_dim_v;
 }
 
 /* A namespace's tier file job on a worker thread: making the file
@@ -306,13 +315,16 @@ static int hello_check(const struct ns_config *k, const struct kvp_wire_hello *h
 			 "name the model (e.g. meta-llama/Llama-3.1-8B)", h->ns);
 		return -KVP_S_INVAL;
 	}
-	*pb = ns_page_bytes(h->layers, h->kv_heads, h->head_dim, h->block_tokens, h->dtype);
+	*pb = ns_page_bytes(h->layers, h->kv_heads, h->head_dim, h->head_dim_v,
+			    h->block_tokens, h->dtype);
 	if (!*pb) {
 		snprintf(err, errlen, "namespace '%s': bad geometry layers %u kv_heads %u "
-			 "head_dim %u block_tokens %u dtype %u (each must be 1..%u/%u/%u/%u, "
-			 "dtype 1..4)", h->ns, h->layers, h->kv_heads, h->head_dim,
-			 h->block_tokens, h->dtype, NS_MAX_LAYERS, NS_MAX_KV_HEADS,
-			 NS_MAX_HEAD_DIM, NS_MAX_BLOCK_TOKENS);
+			 "head_dim %u block_tokens %u dtype %u head_dim_v %u (each must be "
+			 "1..%u/%u/%u/%u, dtype 1..4, head_dim_v 0 (as head_dim), 1..%u or "
+			 "%u (K only))", h->ns, h->layers, h->kv_heads, h->head_dim,
+			 h->block_tokens, h->dtype, h->head_dim_v, NS_MAX_LAYERS,
+			 NS_MAX_KV_HEADS, NS_MAX_HEAD_DIM, NS_MAX_BLOCK_TOKENS,
+			 NS_MAX_HEAD_DIM, KVP_K_ONLY);
 		return -KVP_S_INVAL;
 	}
 	if (*scheme < KVP_WIRE_KEYS_VLLM_SHA256_CBOR || *scheme > KVP_WIRE_KEYS_MAX) {
@@ -484,6 +496,7 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 	n->layers = h->layers;
 	n->kv_heads = h->kv_heads;
 	n->head_dim = h->head_dim;
+	n->head_dim_v = ns_head_dim_v(h->head_dim, h->head_dim_v);
 	n->dtype = h->dtype;
 	n->page_bytes = pb;
 	n->pool_ns = pns;
@@ -726,6 +739,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		h.layers = id.layers;
 		h.kv_heads = id.kv_heads;
 		h.head_dim = id.head_dim;
+		h.head_dim_v = id.head_dim_v;
 		h.block_tokens = id.block_tokens;
 		h.dtype = id.dtype;
 		h.key_scheme = id.key_scheme;

@@ -46,6 +46,8 @@ struct ns {
 	uid_t creator;		/* who made it (the daemon's user when restored) */
 	uint32_t id;		/* index in the table, reported in STATS */
 	uint32_t layers, kv_heads, head_dim, block_tokens, dtype;
+	uint32_t head_dim_v;	/* canonical: 0 (as head_dim), KVP_K_ONLY, or
+				 * another size (never head_dim itself) */
 	uint64_t page_bytes;
 	int pool_ns;		/* its namespace in the pool */
 	struct pool *pool;	/* the pool (borrowed) */
@@ -198,9 +200,13 @@ struct ns *ns_gone_by_name(struct ns_table *t, const char *name);
 /* ns_table_fini() - free every namespace. */
 void ns_table_fini(struct ns_table *t);
 
+/* ns_head_dim_v() - HELLO's head_dim_v in canonical form: 0 for the
+ * same as head_dim (0 or head_dim sent), KVP_K_ONLY, or V's own size. */
+uint32_t ns_head_dim_v(uint32_t head_dim, uint32_t head_dim_v);
+
 /* ns_page_bytes() - the page size of a geometry, 0 if it overflows or a
- * field is 0 or the dtype unknown. */
+ * field is 0 or out of range or the dtype unknown. head_dim_v as HELLO's. */
 uint64_t ns_page_bytes(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
-		       uint32_t block_tokens, uint32_t dtype);
+		       uint32_t head_dim_v, uint32_t block_tokens, uint32_t dtype);
 
 #endif /* KVP_NS_H */

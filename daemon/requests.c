@@ -483,6 +483,7 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->layers = n->layers;
 	r->kv_heads = n->kv_heads;
 	r->head_dim = n->head_dim;
+	r->head_dim_v = n->head_dim_v;
 	r->block_tokens = n->block_tokens;
 	r->dtype = n->dtype;
 	r->clients = n->clients;

@@ -38,7 +38,7 @@ void rpage_ns_id(const struct spill_ns *ns, uint8_t id[RPAGE_ID_BYTES])
 	put32(b + 12, ns->block_tokens);
 	put32(b + 16, ns->dtype);
 	put32(b + 20, ns->key_scheme);
-	put32(b + 24, 0);
+	put32(b + 24, ns->head_dim_v);	/* 0 before it: the same ids */
 	put32(b + 28, 0);
 	put64(b + 32, ns->page_bytes);
 	keys_sha256_update(&s, b, sizeof(b));

@@ -37,7 +37,8 @@ struct spill_ns {
 	uint32_t memory;	/* KVP_MEMORY_* the namespace was made with: kept
 				 * for a restart, not compared (a page's bytes
 				 * are the same in either memory) */
-	uint32_t reserved;
+	uint32_t head_dim_v;	/* HELLO's, canonical (ns.h); 0 in files from
+				 * before it: K and V alike, which they were */
 };
 
 /* What a slot says about its page. */

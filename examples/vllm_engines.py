@@ -71,20 +71,33 @@ def connector_config(socket_path: str, **extra) -> str:
 
 # --- the model ------------------------------------------------------------------
 
-def make_model(path: str, seed: int = 0, **shape) -> str:
-    """A Llama with random weights (seeded) and a word-level tokenizer, in
-    path: config.json, model.safetensors, tokenizer.json. Runs in the
-    engines' Python (torch, transformers, tokenizers). Returns path."""
+# DeepSeek-V2-Lite's attention, small: MLA with a latent of 512 and a
+# rotary part of 64 (one 576-element vector per token and layer, no V), no
+# query compression, every layer dense (no experts).
+MLA_SHAPE = dict(kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=32,
+                 qk_rope_head_dim=64, v_head_dim=32, num_key_value_heads=4,
+                 first_k_dense_replace=MODEL_SHAPE["num_hidden_layers"], n_routed_experts=4,
+                 n_shared_experts=1, moe_intermediate_size=128, num_experts_per_tok=2)
+
+
+def make_model(path: str, seed: int = 0, arch: str = "llama", **shape) -> str:
+    """A Llama (arch "llama") or a DeepSeek-V2 (arch "deepseek_v2", MLA)
+    with random weights (seeded) and a word-level tokenizer, in path:
+    config.json, model.safetensors, tokenizer.json. Runs in the engines'
+    Python (torch, transformers, tokenizers). Returns path."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, LlamaConfig,
+                              LlamaForCausalLM, PreTrainedTokenizerFast)
 
-    s = dict(MODEL_SHAPE, **shape)
+    config, model = {"llama": (LlamaConfig, LlamaForCausalLM),
+                     "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM)}[arch]
+    s = dict(MODEL_SHAPE, **(MLA_SHAPE if arch == "deepseek_v2" else {}), **shape)
     os.makedirs(path, exist_ok=True)
     torch.manual_seed(seed)
-    cfg = LlamaConfig(max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
-                      pad_token_id=0, tie_word_embeddings=False, torch_dtype="bfloat16", **s)
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(path)
+    cfg = config(max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
+                 pad_token_id=0, tie_word_embeddings=False, torch_dtype="bfloat16", **s)
+    model(cfg).to(torch.bfloat16).save_pretrained(path)
     vocab = {w: i for i, w in enumerate(SPECIAL)}
     vocab.update(("w%d" % i, len(SPECIAL) + i) for i in range(s["vocab_size"] - len(SPECIAL)))
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))

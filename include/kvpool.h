@@ -55,8 +55,9 @@ enum kvp_dtype {
 };
 
 /* A namespace's KV format. A page holds K and V of block_tokens tokens
- * for every layer: 2 x layers x kv_heads x head_dim x block_tokens x
- * dtype size bytes. */
+ * for every layer: layers x kv_heads x (head_dim + V's head size) x
+ * block_tokens x dtype size bytes; in each layer K's kv_heads x
+ * block_tokens x head_dim elements, then V's (docs/kv-layout.md). */
 typedef struct kvp_geometry {
 	uint32_t layers, kv_heads, head_dim, block_tokens;
 	uint32_t dtype;			/* enum kvp_dtype */
@@ -76,6 +77,11 @@ typedef struct kvp_geometry {
 	 * chooses; a later client asking for another memory is refused
 	 * (-EBADE). kvp_info()'s backend says which the namespace has. */
 	uint32_t memory;
+	/* V's head size: 0, the same as head_dim (most models); KVP_K_ONLY,
+	 * no V (MLA: one latent vector per token, e.g. DeepSeek's 512 + 64
+	 * = head_dim 576); else 1..4096, V's size where it differs from K's.
+	 * Part of the geometry later clients must send alike. */
+	uint32_t head_dim_v;
 } kvp_geometry;
 
 /* --- Prefix keys ----------------------------------------------------------

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	5u
+#define KVP_WIRE_VERSION	6u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -141,6 +141,10 @@ enum kvp_backend_kind {
 #define KVP_MEMORY_DEFAULT	0u	/* the daemon's backend: GPU memory with cuda */
 #define KVP_MEMORY_HOST		1u	/* host memory (memfd slabs), whatever the backend */
 
+/* HELLO head_dim_v (since version 6) of a namespace whose pages hold K
+ * alone: MLA models keep one latent vector per token and layer, no V. */
+#define KVP_K_ONLY		0xFFFFFFFFu
+
 /* KV element types of a namespace. */
 enum kvp_wire_dtype {
 	KVP_WIRE_DTYPE_F16 = 1,
@@ -174,14 +178,17 @@ struct kvp_wire_hello {
 	 * another is refused (MISMATCH), one that asks DEFAULT takes the
 	 * namespace's. The reply's backend says which it is. */
 	uint32_t memory;
-	uint32_t reserved;	/* 0 */
+	/* since version 6: V's head size. 0: the same as head_dim (K and V
+	 * alike); KVP_K_ONLY: no V at all (MLA's one latent vector per
+	 * token); else 1..4096 (K and V of different sizes) */
+	uint32_t head_dim_v;
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_hello) == 264, "kvp_wire_hello is 264 bytes");
 
 /* HELLO reply: the namespace's page layout and this session's limits. */
 struct kvp_wire_hello_reply {
 	uint64_t client_id;
-	uint64_t page_bytes;	/* 2 x layers x kv_heads x head_dim x block_tokens x dtype size */
+	uint64_t page_bytes;	/* layers x kv_heads x (head_dim + V's) x block_tokens x dtype size */
 	uint64_t page_stride;	/* distance between pages in a slab */
 	uint64_t slab_bytes;
 	uint32_t pages_per_slab;
@@ -579,8 +586,10 @@ struct kvp_wire_ns_stats {
 	struct kvp_wire_ns_remote_stats remote;	/* since version 4 */
 	uint32_t backend;	/* since version 5: enum kvp_backend_kind of its pages */
 	uint32_t state;		/* KVP_WIRE_NS_* (0 from daemons before it) */
+	uint32_t head_dim_v;	/* since version 6: as HELLO's (0: head_dim) */
+	uint32_t reserved;	/* 0 */
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 576, "kvp_wire_ns_stats is 576 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ns_stats) == 584, "kvp_wire_ns_stats is 584 bytes");
 
 #ifdef __cplusplus
 }

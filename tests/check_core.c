@@ -582,6 +582,66 @@ START_TEST(test_core_geometry_mismatch_names_the_field)
 }
 END_TEST
 
+/* MLA (K alone) and K and V of different sizes: the page holds what the
+ * geometry says, later clients must say the same, and STATS reports it. */
+START_TEST(test_core_k_only_and_k_v_of_different_sizes_size_the_page)
+{
+	kvp_geometry mla = {
+		.layers = 3, .kv_heads = 1, .head_dim = 576, .block_tokens = 16,
+		.dtype = KVP_DTYPE_BF16, .model = "test/mla", .head_dim_v = KVP_K_ONLY,
+	};
+	kvp_geometry kv = {
+		.layers = 2, .kv_heads = 2, .head_dim = 192, .block_tokens = 16,
+		.dtype = KVP_DTYPE_F16, .model = "test/kv", .head_dim_v = 128,
+	};
+	kvp_geometry g;
+	kvp_ns_stats_t ns[4];
+	kvp_stats_t st;
+	kvp_client *a, *b, *c;
+	struct daemon d;
+	int i, n;
+
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "mla", &mla, &a), 0);
+	ck_assert_uint_eq(kvp_page_bytes(a), 3u * 576 * 16 * 2);
+	ck_assert_int_eq(kvp_connect(d.sock, "kv", &kv, &b), 0);
+	ck_assert_uint_eq(kvp_page_bytes(b), 2u * 2 * (192 + 128) * 16 * 2);
+	/* the V a later client leaves out (or sends as K's) is another page */
+	g = mla;
+	g.head_dim_v = 0;
+	ck_assert_int_eq(kvp_connect(d.sock, "mla", &g, &c), -EBADE);
+	ck_assert_msg(strstr(kvp_last_error(), "head_dim_v"), "%s", kvp_last_error());
+	g.head_dim_v = 576;
+	ck_assert_int_eq(kvp_connect(d.sock, "mla", &g, &c), -EBADE);
+	/* V's size sent as K's is the same geometry as 0 */
+	g = geo;
+	g.head_dim_v = geo.head_dim;
+	ck_assert_int_eq(kvp_connect(d.sock, "tiny", &geo, &c), 0);
+	kvp_close(c);
+	ck_assert_int_eq(kvp_connect(d.sock, "tiny", &g, &c), 0);
+	ck_assert_uint_eq(kvp_page_bytes(c), PAGE_BYTES);
+	n = kvp_stats(c, &st, ns, 4);
+	ck_assert_int_eq(n, 3);
+	for (i = 0; i < n; i++) {
+		if (!strcmp(ns[i].name, "mla"))
+			ck_assert_uint_eq(ns[i].head_dim_v, KVP_K_ONLY);
+		else if (!strcmp(ns[i].name, "kv"))
+			ck_assert_uint_eq(ns[i].head_dim_v, 128);
+		else
+			ck_assert_uint_eq(ns[i].head_dim_v, 0);
+	}
+	kvp_close(c);
+	/* out of range: neither a size nor KVP_K_ONLY */
+	g = kv;
+	g.head_dim_v = 4097;
+	ck_assert_int_eq(kvp_connect(d.sock, "big-v", &g, &c), -EINVAL);
+	ck_assert_msg(strstr(kvp_last_error(), "head_dim_v 4097"), "%s", kvp_last_error());
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_core_page_larger_than_a_slab_is_refused)
 {
 	static const kvp_geometry huge = {
@@ -967,6 +1027,7 @@ static Suite *core_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_core_geometry_mismatch_names_the_field);
 	tcase_add_test(tc, test_core_page_larger_than_a_slab_is_refused);
+	tcase_add_test(tc, test_core_k_only_and_k_v_of_different_sizes_size_the_page);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("memory");

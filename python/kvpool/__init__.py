@@ -42,13 +42,15 @@ __all__ = [
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
     "InvalidArgument", "NotFound", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
-    "REMOTE_NEVER",
+    "REMOTE_NEVER", "K_ONLY",
 ]
 __version__ = "0.1.0"
 
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH, PRIO_PINNED = 0, 1, 2, 3
 #: Client.set_remote_policy(max_us=REMOTE_NEVER): never ask the remote tier.
 REMOTE_NEVER = _kvpool.REMOTE_NEVER
+#: Geometry(head_dim_v=K_ONLY): pages hold K alone (MLA's latent vectors).
+K_ONLY = _kvpool.K_ONLY
 
 Key = Union[bytes, bytearray, memoryview]
 Tokens = Any  # a sequence of ints, array('I') or a uint32 NumPy array
@@ -105,22 +107,41 @@ def scheme_of_vllm(algo: str) -> Scheme:
 class Geometry:
     """One model's KV layout: what a namespace holds. A page is
     (layers, 2, kv_heads, block_tokens, head_dim) elements of dtype, K then V
-    for every layer (docs/kv-layout.md)."""
+    for every layer (docs/kv-layout.md).
+
+    head_dim_v: V's head size. 0 (the default): the same as head_dim.
+    K_ONLY: no V, the page is (layers, 1, kv_heads, block_tokens, head_dim)
+    (MLA: one latent vector per token, kv_heads 1). Another size: each
+    layer holds K's kv_heads x block_tokens x head_dim elements, then V's
+    kv_heads x block_tokens x head_dim_v, and page_shape is (layers,
+    kv_heads x block_tokens x (head_dim + head_dim_v)), a layer's elements
+    in a row."""
     layers: int
     kv_heads: int
     head_dim: int
     block_tokens: int
     dtype: DType
     model: str
+    head_dim_v: int = 0
 
     @property
-    def page_shape(self) -> Tuple[int, int, int, int, int]:
-        return (self.layers, 2, self.kv_heads, self.block_tokens, self.head_dim)
+    def v_dim(self) -> int:
+        """V's head size in the pages: head_dim, 0 (K only) or its own."""
+        v = self.head_dim_v
+        return self.head_dim if v == 0 else 0 if v == K_ONLY else v
+
+    @property
+    def page_shape(self) -> Tuple[int, ...]:
+        v = self.v_dim
+        if v == self.head_dim or v == 0:
+            return (self.layers, 2 if v else 1, self.kv_heads, self.block_tokens,
+                    self.head_dim)
+        return (self.layers, self.kv_heads * self.block_tokens * (self.head_dim + v))
 
     @property
     def page_bytes(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.block_tokens * self.head_dim * \
-            DType(self.dtype).size
+        return self.layers * self.kv_heads * self.block_tokens * \
+            (self.head_dim + self.v_dim) * DType(self.dtype).size
 
 
 class Acquired(NamedTuple):
@@ -176,6 +197,7 @@ class Client(_kvpool.Client):
             self._conn = ((socket, namespace), dict(
                 layers=geometry.layers, kv_heads=geometry.kv_heads,
                 head_dim=geometry.head_dim, block_tokens=geometry.block_tokens,
+                head_dim_v=int(geometry.head_dim_v),
                 dtype=int(geometry.dtype), model=geometry.model, key_scheme=int(key_scheme),
                 key_seed=key_seed, readonly=readonly, memory=int(memory)))
         super().__init__(*self._conn[0], **self._conn[1])

@@ -137,15 +137,16 @@ def pool_side(g: kvpool.Geometry, base: int, pages: int,
               stride: int) -> Tuple[List[Tuple[int, int, int]], Tuple[int, int, int, int]]:
     """copy_blocks()'s description of pool pages in the namespace's view
     (Client.view()): (base, lo, hi) per layer and the (page, kv, head,
-    token) byte strides of the page layout (layers, 2, kv_heads,
-    block_tokens, head_dim), docs/kv-layout.md."""
+    token, V's head, V's token) byte strides of the page layout (per layer
+    K's kv_heads x block_tokens x head_dim, then V's), docs/kv-layout.md."""
     es = kvpool.DType(g.dtype).size
-    tok = g.head_dim * es
-    head = g.block_tokens * tok
+    tok, tok_v = g.head_dim * es, g.v_dim * es
+    head, head_v = g.block_tokens * tok, g.block_tokens * tok_v
     kv = g.kv_heads * head
-    layer = 2 * kv
+    layer = kv + g.kv_heads * head_v
     hi = base + pages * stride
-    return [(base + l * layer, base, hi) for l in range(g.layers)], (stride, kv, head, tok)
+    return ([(base + l * layer, base, hi) for l in range(g.layers)],
+            (stride, kv, head, tok, head_v, tok_v))
 
 
 def key_bytes(key: Any) -> bytes:

@@ -51,9 +51,11 @@ class Unsupported(Exception):
 
 class Copier:
     """Copies between pool pages and vLLM's per-layer [block, head, token,
-    K|V] views: one C call for many blocks with host tensors (threads, the
-    GIL released); torch indexing with device tensors, over DMA from the
-    host pool registered once with the CUDA driver."""
+    K|V] views (K and V of one size or not; MLA's [block, token, latent] or
+    [block, 1, token, latent], K alone): one C call for many blocks with
+    host tensors (threads, the GIL released); torch indexing with device
+    tensors, over DMA from the host pool registered once with the CUDA
+    driver."""
 
     def __init__(self, ident, layers: Sequence[torch.Tensor], threads: int,
                  use_torch: bool = False) -> None:
@@ -61,11 +63,13 @@ class Copier:
         self.g, self.layers = g, list(layers)
         self.es = kvpool.DType(g.dtype).size
         t0 = self.layers[0]
-        want = (g.kv_heads, g.block_tokens, 2 * g.head_dim)
+        want = (g.kv_heads, g.block_tokens, g.head_dim + g.v_dim)
+        # MLA's latent cache may come without its head axis (one head)
+        self.flat = t0.dim() == 3 and g.kv_heads == 1 and not g.v_dim
         for name, t in zip(ident.layer_names, self.layers):
-            if t.dim() != 4 or tuple(t.shape[1:]) != want or t.stride(3) != 1 or \
-                    t.shape[0] != t0.shape[0] or t.stride() != t0.stride() or \
-                    DTYPES.get(t.dtype) != g.dtype:
+            if t.dim() != 4 - self.flat or tuple(t.shape[1:]) != want[self.flat:] or \
+                    t.stride(-1) != 1 or t.shape[0] != t0.shape[0] or \
+                    t.stride() != t0.stride() or DTYPES.get(t.dtype) != g.dtype:
                 raise Unsupported("layer %s's KV cache is %s %s strides %s; kvpool copies "
                                   "[blocks, %d, %d, %d] views with K|V innermost"
                                   % (name, t.dtype, tuple(t.shape), t.stride(), *want))
@@ -109,6 +113,8 @@ class Copier:
             st = t.untyped_storage()
             out.append((t.data_ptr(), st.data_ptr(), st.data_ptr() + st.nbytes()))
         t = self.layers[0]
+        if self.flat:  # [block, token, latent]: one head
+            return out, (t.stride(0) * es, self.g.head_dim * es, 0, t.stride(1) * es)
         return out, (t.stride(0) * es, self.g.head_dim * es, t.stride(1) * es,
                      t.stride(2) * es)
 
@@ -134,18 +140,19 @@ class Copier:
         mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
                           dtype=torch.int64).numpy()
         g = self.g
+        run, run_v = g.head_dim * self.es, g.v_dim * self.es
         if to_pool:
-            _kvpool.copy_blocks(pl, ps, vl, vs, mv, g.kv_heads, g.block_tokens,
-                                g.head_dim * self.es, self.threads)
+            _kvpool.copy_blocks(pl, ps, vl, vs, mv, g.kv_heads, g.block_tokens, run,
+                                self.threads, run_v)
         else:
-            _kvpool.copy_blocks(vl, vs, pl, ps, mv, g.kv_heads, g.block_tokens,
-                                g.head_dim * self.es, self.threads)
+            _kvpool.copy_blocks(vl, vs, pl, ps, mv, g.kv_heads, g.block_tokens, run,
+                                self.threads, run_v)
 
     def _pool_tensor(self, client: kvpool.Client, view, indexes) -> torch.Tensor:
         """The pool as one host tensor; with device tensors, the slabs holding
         indexes registered with CUDA first (once each: page-locked, so the
         copies are DMA). The view's holes cannot be registered: slab by slab."""
-        pool = client.kv_tensor()  # (pages, layers, 2, heads, tokens, head_dim), host
+        pool = client.kv_tensor()  # (pages, layers) + the page's layer shape, host
         if self.device.type != "cuda":
             return pool
         pv, stride, _, per_slab = view
@@ -172,18 +179,23 @@ class Copier:
                             device=self.device)
         runs = _runs([i for _, i in idx])
         nb = self.device.type == "cuda"
+        H, T, D, V = g.kv_heads, g.block_tokens, g.head_dim, g.v_dim
         if not to_pool:
             for j, i, r in runs:  # pool -> stage: DMA from registered memory
                 stage[j:j + r].copy_(pool[i:i + r], non_blocking=nb)
             for l, t in enumerate(self.layers):
-                src = stage[:, l].permute(0, 2, 3, 1, 4).reshape(
-                    n, g.kv_heads, g.block_tokens, 2 * g.head_dim)
-                t.index_copy_(0, blocks, src.view(t.dtype))
+                flat = stage[:, l].reshape(n, -1)  # K's heads x tokens x D, then V's
+                cells = flat[:, :H * T * D].reshape(n, H, T, D)
+                if V:
+                    cells = torch.cat([cells, flat[:, H * T * D:].reshape(n, H, T, V)], -1)
+                t.index_copy_(0, blocks, cells.reshape((n,) + tuple(t.shape[1:])).view(t.dtype))
         else:
             for l, t in enumerate(self.layers):
-                src = t.index_select(0, blocks).view(stage.dtype).reshape(
-                    n, g.kv_heads, g.block_tokens, 2, g.head_dim)
-                stage[:, l].copy_(src.permute(0, 3, 1, 2, 4))
+                cells = t.index_select(0, blocks).view(stage.dtype).reshape(n, H, T, D + V)
+                flat = cells[..., :D].reshape(n, -1)
+                if V:
+                    flat = torch.cat([flat, cells[..., D:].reshape(n, -1)], 1)
+                stage[:, l].copy_(flat.reshape(stage[:, l].shape))
             for j, i, r in runs:
                 pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
         if self.device.type == "cuda":
@@ -296,7 +308,9 @@ class Mover:
     def preempted(self, rids) -> int:
         """vLLM reuses these requests' blocks now: their saves that have not
         started are dropped (how many blocks), and this waits for the batch
-        that is running, if it holds some of them."""
+        that is running, if it holds some of them. Then they are forgotten,
+        a failed save too: the scheduler sends a resumed request's blocks
+        again from its first (those in the pool are deduplicated)."""
         rids = set(rids)
         dropped = 0
         with self._cond:
@@ -313,6 +327,8 @@ class Mover:
             self._saves = keep
             self._cond.wait_for(lambda: not any(
                 self._rids.get(r) is not None and self._rids[r].busy for r in rids))
+            for rid in rids:
+                self._rids.pop(rid, None)
         return dropped
 
     def drain(self) -> None:

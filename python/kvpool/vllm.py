@@ -113,15 +113,23 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
         raise Unsupported("the model has %d KV cache groups (hybrid attention); kvpool "
                           "pages hold one full-attention group" % len(groups))
     spec = groups[0].kv_cache_spec
-    if not isinstance(spec, FullAttentionSpec) or "MLA" in type(spec).__name__:
-        raise Unsupported("KV cache spec %s is not full attention with K and V"
-                          % type(spec).__name__)
-    head_v = getattr(spec, "head_size_v", spec.head_size)
-    if head_v != spec.head_size:
-        raise Unsupported("K head size %d differs from V head size %d"
-                          % (spec.head_size, head_v))
+    mla = type(spec).__name__ == "MLAAttentionSpec"
+    if not isinstance(spec, FullAttentionSpec) or (type(spec) is not FullAttentionSpec
+                                                   and not mla):
+        raise Unsupported("KV cache spec %s is not full attention (K and V, or MLA's "
+                          "latent K)" % type(spec).__name__)
+    # MLA: one latent vector per token (e.g. 512 + 64 = 576), no V
+    head_v = kvpool.K_ONLY if mla else getattr(spec, "head_size_v", None) or spec.head_size
     if spec.dtype not in DTYPES:
         raise Unsupported("KV dtype %s has no kvpool dtype" % spec.dtype)
+    cell = spec.head_size + (0 if mla else head_v)
+    dense = spec.block_size * spec.num_kv_heads * cell * kvpool.DType(DTYPES[spec.dtype]).size
+    if spec.page_size_bytes != dense:
+        raise Unsupported("a KV block of this model is %d bytes, not the %d of %d tokens x "
+                          "%d heads x %d elements of %s (a padded or quantized layout, "
+                          "e.g. --kv-cache-dtype %s)"
+                          % (spec.page_size_bytes, dense, spec.block_size, spec.num_kv_heads,
+                             cell, spec.dtype, getattr(spec, "cache_dtype_str", None)))
     algo = vllm_config.cache_config.prefix_caching_hash_algo
     try:
         scheme = kvpool.scheme_of_vllm(algo)
@@ -152,7 +160,8 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
         ns = "%s.tp%d" % (ns, tp_rank)
     g = kvpool.Geometry(layers=len(names), kv_heads=spec.num_kv_heads,
                         head_dim=spec.head_size, block_tokens=spec.block_size,
-                        dtype=dtype, model=ident)
+                        dtype=dtype, model=ident,
+                        head_dim_v=0 if head_v == spec.head_size else head_v)
     return Identity(ns, g, scheme, key_seed_of(algo), names, algo)
 
 
@@ -440,6 +449,10 @@ class KVPoolConnector(KVConnectorBase_V1):
                                                     None) or ()),
                               hold=self._hold)
         self._hold = set()
+        for rid in meta.preempted:
+            # its saves not started were dropped (handle_preemptions): once
+            # resumed, its blocks are sent again from the first
+            self._saved.pop(rid, None)
         for rid, lease in self._leases.items():
             ids = lease.block_ids
             if lease.sent or ids is None:
@@ -551,6 +564,8 @@ class KVPoolConnector(KVConnectorBase_V1):
         """vLLM frees the preempted requests' blocks in this step: their
         saves must have read them first."""
         meta = kv_connector_metadata
+        if isinstance(meta, KVPoolMetadata):
+            self._broken -= meta.preempted  # its blocks are sent again from the first
         if isinstance(meta, KVPoolMetadata) and meta.preempted and self._mover is not None:
             # their saves not started are dropped (counted); the one running ends
             dropped = self._mover.preempted(meta.preempted)
@@ -640,8 +655,13 @@ class KVPoolConnector(KVConnectorBase_V1):
         if pool is None or mover is None or not self._async_save:
             self._broken -= meta.finished
             saves = [t for t in meta.saves if t.req_id not in self._broken]
-            if saves and pool is not None and self._copier is not None:
-                self._broken |= set(self._save(saves))
+            if pool is not None and self._copier is not None:
+                # a request whose earlier blocks are not in the pool cannot
+                # chain its later ones: skipped, and counted as the thread does
+                pool.count("save_skipped", sum(len(t.keys) for t in meta.saves
+                                               if t.req_id in self._broken))
+                if saves:
+                    self._broken |= set(self._save(saves))
             return
         ready = self._copier.step_done()  # the forward's writes, for a device copy
         for t in meta.saves:

@@ -132,18 +132,18 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "namespace", "layers", "kv_heads", "head_dim",
 				  "block_tokens", "dtype", "model", "key_scheme", "key_seed",
-				  "readonly", "memory", NULL };
+				  "readonly", "memory", "head_dim_v", NULL };
 	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL;
 	unsigned int layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, dtype = 0,
-		     scheme = 0, memory = 0;
+		     scheme = 0, memory = 0, head_dim_v = 0;
 	int readonly = 0, rc;
 	char err[ERRBUF];
 	kvp_geometry g;
 	kvp_client *c = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpI", kwlist, &sock, &ns,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpII", kwlist, &sock, &ns,
 					 &layers, &kv_heads, &head_dim, &block_tokens, &dtype,
-					 &model, &scheme, &seed, &readonly, &memory))
+					 &model, &scheme, &seed, &readonly, &memory, &head_dim_v))
 		return -1;
 	if (self->c) {
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
@@ -164,6 +164,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	g.key_scheme = scheme;
 	g.key_seed = seed;
 	g.memory = memory;
+	g.head_dim_v = head_dim_v;
 	Py_BEGIN_ALLOW_THREADS
 	rc = kvp_connect(sock, ns, ns ? &g : NULL, &c);
 	if (rc < 0)
@@ -1771,7 +1772,8 @@ static PyMethodDef mod_methods[] = {
 	{ "copy_blocks", (PyCFunction)(void (*)(void))kvp_py_copy_blocks,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "copy_blocks(dst_layers, dst_strides, src_layers, src_strides, pairs, heads, tokens, "
-	  "run, threads=1) - copy KV blocks between strided layouts (see blockcopy.h)." },
+	  "run, threads=1, run_v=-1) - copy KV blocks between strided layouts (see "
+	  "blockcopy.h)." },
 	{ "dlpack", mod_dlpack, METH_VARARGS,
 	  "dlpack(owner, address, shape, strides, code, bits, device_type, device_id) -> a "
 	  "DLPack capsule over kvpool's memory that keeps owner alive." },
@@ -1838,6 +1840,7 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	    PyModule_AddIntConstant(m, "BACKEND_CUDA", KVP_BACKEND_CUDA) < 0 ||
 	    PyModule_AddIntConstant(m, "MEMORY_DEFAULT", KVP_MEMORY_DEFAULT) < 0 ||
 	    PyModule_AddIntConstant(m, "MEMORY_HOST", KVP_MEMORY_HOST) < 0 ||
+	    PyModule_AddIntConstant(m, "K_ONLY", (long)KVP_K_ONLY) < 0 ||
 	    PyModule_AddIntConstant(m, "REMOTE_NEVER", (long)KVP_REMOTE_NEVER) < 0)
 		goto fail;
 	if (pthread_atfork(NULL, NULL, in_child) != 0) {

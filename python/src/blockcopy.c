@@ -2,9 +2,11 @@
 /*
  * blockcopy.c - kvpool._kvpool.copy_blocks(): many KV blocks between two
  * strided layouts in one call, for the engine connectors (kvpool.vllm):
- * pool pages (layers, 2, kv_heads, block_tokens, head_dim) on one side,
- * an engine's per-layer KV tensors on the other (vLLM's [block, head,
- * token, K|V]), with the GIL released and the blocks split over threads.
+ * pool pages (per layer K's kv_heads x block_tokens x head_dim, then V's)
+ * on one side, an engine's per-layer KV tensors on the other (vLLM's
+ * [block, head, token, K|V], MLA's [block, token, latent]), with the GIL
+ * released and the blocks split over threads. K and V may differ in size
+ * (run and run_v), and V may be absent (run_v 0: MLA).
  *
  * Every address is checked against the range of its side's layer before
  * anything is copied, with every sum and product of strides and counts
@@ -34,13 +36,14 @@ struct bc_layer {
 
 struct bc_side {
 	struct bc_layer *layer;
-	Py_ssize_t sblock, skv, shead, stoken;	/* byte strides */
+	Py_ssize_t sblock, skv, shead, stoken;	/* byte strides; skv: V from K */
+	Py_ssize_t shead_v, stoken_v;		/* V's, where they differ from K's */
 };
 
 struct bc_job {
 	const struct bc_side *dst, *src;
 	const int64_t *pairs;	/* [n][2]: dst block, src block */
-	size_t from, to, layers, heads, tokens, run;
+	size_t from, to, layers, heads, tokens, run, run_v;	/* run_v 0: no V */
 	bool stream;		/* non-temporal stores (a copy far larger than the caches) */
 };
 
@@ -75,14 +78,40 @@ static inline void bc_run(char *d, const char *s, size_t n, bool stream)
 	memcpy(d, s, n);
 }
 
+/* bc_half() - K (v false) or V of one block of one layer, head by head:
+ * one run per head where both sides keep a head's tokens contiguous. */
+static void bc_half(const struct bc_job *j, char *dl, const char *sl, bool v)
+{
+	const struct bc_side *d = j->dst, *s = j->src;
+	size_t run = v ? j->run_v : j->run, h, t;
+	Py_ssize_t dh = v ? d->shead_v : d->shead, dt = v ? d->stoken_v : d->stoken;
+	Py_ssize_t sh = v ? s->shead_v : s->shead, st = v ? s->stoken_v : s->stoken;
+	bool rows = dt == (Py_ssize_t)run && st == (Py_ssize_t)run;
+
+	if (v) {
+		dl += d->skv;
+		sl += s->skv;
+	}
+	for (h = 0; h < j->heads; h++) {
+		char *dr = dl + h * dh;
+		const char *sr = sl + h * sh;
+
+		if (rows) {
+			bc_run(dr, sr, run * j->tokens, j->stream);
+			continue;
+		}
+		for (t = 0; t < j->tokens; t++)
+			bc_run(dr + t * dt, sr + t * st, run, j->stream);
+	}
+}
+
 static void bc_copy(const struct bc_job *j)
 {
 	const struct bc_side *d = j->dst, *s = j->src;
-	bool rows = d->stoken == (Py_ssize_t)j->run && s->stoken == (Py_ssize_t)j->run;
 	/* K and V interleaved in each token on the destination (vLLM's K|V
 	 * cells): write it in order, token by token, both halves at once */
-	bool cells = !rows && d->skv < d->stoken;
-	size_t p, l, kv, h, t;
+	bool cells = j->run_v && d->skv < d->stoken && d->stoken != (Py_ssize_t)j->run;
+	size_t p, l, h, t;
 
 	for (p = j->from; p < j->to; p++) {
 		int64_t db = j->pairs[2 * p], sb = j->pairs[2 * p + 1];
@@ -92,29 +121,19 @@ static void bc_copy(const struct bc_job *j)
 			const char *sl = (const char *)(s->layer[l].base +
 							(uintptr_t)(sb * s->sblock));
 
-			if (cells) {
-				for (h = 0; h < j->heads; h++)
-					for (t = 0; t < j->tokens; t++) {
-						char *dr = dl + h * d->shead + t * d->stoken;
-						const char *sr = sl + h * s->shead + t * s->stoken;
-
-						bc_run(dr, sr, j->run, j->stream);
-						bc_run(dr + d->skv, sr + s->skv, j->run, j->stream);
-					}
+			if (!cells) {
+				bc_half(j, dl, sl, false);
+				if (j->run_v)
+					bc_half(j, dl, sl, true);
 				continue;
 			}
-			for (kv = 0; kv < 2; kv++)
-				for (h = 0; h < j->heads; h++) {
-					char *dr = dl + kv * d->skv + h * d->shead;
-					const char *sr = sl + kv * s->skv + h * s->shead;
-
-					if (rows) {
-						bc_run(dr, sr, j->run * j->tokens, j->stream);
-						continue;
-					}
-					for (t = 0; t < j->tokens; t++)
-						bc_run(dr + t * d->stoken, sr + t * s->stoken,
-						       j->run, j->stream);
+			for (h = 0; h < j->heads; h++)
+				for (t = 0; t < j->tokens; t++) {
+					bc_run(dl + h * d->shead + t * d->stoken,
+					       sl + h * s->shead + t * s->stoken, j->run, j->stream);
+					bc_run(dl + d->skv + h * d->shead_v + t * d->stoken_v,
+					       sl + s->skv + h * s->shead_v + t * s->stoken_v,
+					       j->run_v, j->stream);
 				}
 		}
 	}
@@ -130,19 +149,27 @@ static void *bc_thread(void *arg)
 }
 
 /* side_parse() - (layers, strides) of one side: layers a sequence of
- * (base, lo, hi) address triples, strides (block, kv, head, token). */
+ * (base, lo, hi) address triples, strides (block, kv, head, token) and,
+ * where V's differ from K's, (..., head_v, token_v). */
 static int side_parse(PyObject *layers, PyObject *strides, const char *what,
 		      struct bc_side *s, size_t *nlayers)
 {
 	PyObject *seq;
 	Py_ssize_t i, n;
 
-	if (!PyArg_ParseTuple(strides, "nnnn", &s->sblock, &s->skv, &s->shead, &s->stoken)) {
+	s->shead_v = s->stoken_v = -1;
+	if (!PyArg_ParseTuple(strides, "nnnn|nn", &s->sblock, &s->skv, &s->shead, &s->stoken,
+			      &s->shead_v, &s->stoken_v)) {
 		PyErr_Format(PyExc_TypeError, "%s strides must be 4 ints (block, kv, head, "
-			     "token bytes)", what);
+			     "token bytes) or 6 (V's head and token after them)", what);
 		return -1;
 	}
-	if (s->sblock < 0 || s->skv < 0 || s->shead < 0 || s->stoken < 0) {
+	if (s->shead_v == -1 && s->stoken_v == -1) {
+		s->shead_v = s->shead;
+		s->stoken_v = s->stoken;
+	}
+	if (s->sblock < 0 || s->skv < 0 || s->shead < 0 || s->stoken < 0 ||
+	    s->shead_v < 0 || s->stoken_v < 0) {
 		PyErr_Format(PyExc_ValueError, "%s strides must not be negative", what);
 		return -1;
 	}
@@ -176,19 +203,37 @@ static int side_parse(PyObject *layers, PyObject *strides, const char *what,
 	return 0;
 }
 
-/* side_span() - the bytes one block of one layer of s touches from its
- * first address: K|V, heads, tokens and a run; false when that does not
- * fit in a size_t (strides or counts made to wrap). */
-static bool side_span(const struct bc_side *s, size_t heads, size_t tokens, size_t run,
-		      size_t *span)
+/* half_end() - one past the last byte of K's (or V's) heads x tokens runs
+ * of run bytes, from off; false when that does not fit in a size_t
+ * (strides or counts made to wrap). */
+static bool half_end(size_t off, Py_ssize_t shead, Py_ssize_t stoken, size_t heads,
+		     size_t tokens, size_t run, size_t *end)
 {
 	size_t h, t;
 
-	return !__builtin_mul_overflow(heads - 1, (size_t)s->shead, &h) &&
-	       !__builtin_mul_overflow(tokens - 1, (size_t)s->stoken, &t) &&
-	       !__builtin_add_overflow(h, t, span) &&
-	       !__builtin_add_overflow(*span, (size_t)s->skv, span) &&
-	       !__builtin_add_overflow(*span, run, span);
+	return !__builtin_mul_overflow(heads - 1, (size_t)shead, &h) &&
+	       !__builtin_mul_overflow(tokens - 1, (size_t)stoken, &t) &&
+	       !__builtin_add_overflow(h, t, end) &&
+	       !__builtin_add_overflow(*end, off, end) &&
+	       !__builtin_add_overflow(*end, run, end);
+}
+
+/* side_span() - the bytes one block of one layer of s touches from its
+ * first address: K's runs, and V's (run_v of them, from skv) if any. */
+static bool side_span(const struct bc_side *s, size_t heads, size_t tokens, size_t run,
+		      size_t run_v, size_t *span)
+{
+	size_t v;
+
+	if (!half_end(0, s->shead, s->stoken, heads, tokens, run, span))
+		return false;
+	if (!run_v)
+		return true;
+	if (!half_end((size_t)s->skv, s->shead_v, s->stoken_v, heads, tokens, run_v, &v))
+		return false;
+	if (v > *span)
+		*span = v;
+	return true;
 }
 
 /* side_check() - block b of every layer of s lies inside that layer's
@@ -217,23 +262,27 @@ bad:
 PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "dst_layers", "dst_strides", "src_layers", "src_strides",
-				  "pairs", "heads", "tokens", "run", "threads", NULL };
+				  "pairs", "heads", "tokens", "run", "threads", "run_v", NULL };
 	PyObject *odl, *ods, *osl, *oss, *opairs, *ret = NULL;
 	struct bc_side dst = { 0 }, src = { 0 };
 	struct bc_job job[BC_MAX_THREADS];
 	pthread_t tid[BC_MAX_THREADS];
 	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0, dspan, sspan;
+	Py_ssize_t run_v = -1;
 	unsigned int threads = 1;
 	bool stream;
 	Py_buffer pb;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnn|I", kwlist, &odl, &ods, &osl,
-					 &oss, &opairs, &heads, &tokens, &run, &threads))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnn|In", kwlist, &odl, &ods, &osl,
+					 &oss, &opairs, &heads, &tokens, &run, &threads, &run_v))
 		return NULL;
-	if ((Py_ssize_t)heads < 1 || (Py_ssize_t)tokens < 1 || (Py_ssize_t)run < 1) {
+	if (run_v == -1)
+		run_v = (Py_ssize_t)run;	/* V as big as K */
+	if ((Py_ssize_t)heads < 1 || (Py_ssize_t)tokens < 1 || (Py_ssize_t)run < 1 ||
+	    run_v < 0) {
 		PyErr_SetString(PyExc_ValueError, "copy_blocks: heads, tokens and run must be "
-				"positive");
+				"positive, run_v positive or 0 (no V)");
 		return NULL;
 	}
 	if (PyObject_GetBuffer(opairs, &pb, PyBUF_C_CONTIGUOUS) < 0)
@@ -246,8 +295,8 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	if (side_parse(odl, ods, "destination", &dst, &layers) < 0 ||
 	    side_parse(osl, oss, "source", &src, &layers) < 0)
 		goto out;
-	if (!side_span(&dst, heads, tokens, run, &dspan) ||
-	    !side_span(&src, heads, tokens, run, &sspan)) {
+	if (!side_span(&dst, heads, tokens, run, (size_t)run_v, &dspan) ||
+	    !side_span(&src, heads, tokens, run, (size_t)run_v, &sspan)) {
 		PyErr_Format(PyExc_ValueError, "copy_blocks: strides x (heads %zu, tokens %zu) "
 			     "+ run %zu overflow the address space; nothing was copied", heads,
 			     tokens, run);
@@ -264,11 +313,11 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	nt = threads < 1 ? 1 : threads > BC_MAX_THREADS ? BC_MAX_THREADS : threads;
 	if (nt > n)
 		nt = n ? n : 1;
-	stream = (double)n * (double)layers * 2.0 * (double)heads * (double)tokens * (double)run >=
-		 (double)BC_STREAM_BYTES;
+	stream = (double)n * (double)layers * (double)heads * (double)tokens *
+		 (double)(run + (size_t)run_v) >= (double)BC_STREAM_BYTES;
 	for (i = 0; i < nt; i++)
 		job[i] = (struct bc_job){ &dst, &src, pb.buf, n * i / nt, n * (i + 1) / nt,
-					  layers, heads, tokens, run, stream };
+					  layers, heads, tokens, run, (size_t)run_v, stream };
 	Py_BEGIN_ALLOW_THREADS
 	for (i = 1; i < nt; i++) {
 		if (pthread_create(&tid[i], NULL, bc_thread, &job[i]) != 0)

@@ -12,10 +12,12 @@ an engine without kvpool; engines share both ways at once; an engine
 killed mid-request, a daemon stopped and restarted, a full pool, another
 model or another hash seed never stop an engine or leak a page.
 """
+import json
 import os
 import random
 import re
 import shlex
+import subprocess
 import sys
 import tempfile
 import threading
@@ -24,7 +26,7 @@ import time
 import pytest
 
 import kvpool
-from conftest import TOP, Daemon, running
+from conftest import TOP, Daemon, running, tool
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -59,6 +61,17 @@ def sliding_model():
     d = tempfile.mkdtemp(prefix="kvpool-engines-swa-")
     yield ve.make_model_in_venv(os.path.join(d, "tiny-swa"), seed=2, sliding_window=256,
                                 layer_types=["sliding_attention", "full_attention"] * 2)
+    os.system("rm -rf '%s'" % d)
+
+
+@pytest.fixture(scope="module")
+def mla_model():
+    """DeepSeek-V2-Lite style: MLA, one latent vector of 512 + 64 per token
+    and layer (examples/vllm_engines.py MLA_SHAPE); weights drawn wider
+    than the default, so that what attention reads shows in the tokens."""
+    d = tempfile.mkdtemp(prefix="kvpool-engines-mla-")
+    yield ve.make_model_in_venv(os.path.join(d, "tiny-mla"), seed=3, arch="deepseek_v2",
+                                initializer_range=0.1)
     os.system("rm -rf '%s'" % d)
 
 
@@ -342,6 +355,48 @@ def test_a_sliding_window_model_shares_a_prefix_with_the_tokens_of_vllm_alone(sl
             assert rb.tokens == ref.tokens and len(rb.tokens) == NEW
             assert b.log_lines("Turning off hybrid kv cache manager")
             assert not b.log_lines("kvpool ("), b.log_lines("kvpool (")
+        finally:
+            stop_all(alone, a)
+            if b is not None:
+                b.stop()
+        no_engine_clients(d)
+        assert leased(d) == 0
+
+
+def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model):
+    # vLLM on the CPU runs MLA with blocks of 16 and no prefix caching of its
+    # own (its log says so): every cached token here came from kvpool
+    mla = ["--block-size", "16"]
+    blocks = PREFIX // 16
+    with running(["--key-seed", "0"] + POOL) as d:
+        alone = engine(d, mla_model, "alone", cpus="0", args=mla)
+        a = engine(d, mla_model, "a", kvpool_socket=d.sock, cpus="1", args=mla)
+        ve.start([alone, a])
+        b = None
+        try:
+            p = Prompts(11)
+            first, second = p.next(), p.next()
+            ref = [alone.complete(first, NEW), alone.complete(second, NEW)]
+            assert len(set(ref[0].tokens)) > 1  # the model's tokens depend on the prompt
+            ra = a.complete(first, NEW)
+            assert ra.cached_tokens == 0 and ra.tokens == ref[0].tokens
+            saved(d, blocks)
+            out = subprocess.run([tool("client/kvpool"), "--socket", d.sock, "status",
+                                  "--json"], capture_output=True, text=True, check=True)
+            (n,) = [n for n in json.loads(out.stdout)["namespaces"]
+                    if n["name"].startswith("vllm.")]
+            # one head of 576 latent elements, no V: 4 layers x 16 tokens, bf16
+            assert (n["kv_heads"], n["head_dim"], n["head_dim_v"]) == (1, 576, 0), n
+            assert n["page_bytes"] == 4 * 16 * 576 * 2
+            alone.stop()
+            b = engine(d, mla_model, "b", kvpool_socket=d.sock, cpus="0", args=mla)
+            ve.start([b])
+            rb = b.complete(second, NEW)
+            assert rb.cached_tokens >= blocks * 16, rb
+            assert rb.tokens == ref[1].tokens and len(rb.tokens) == NEW
+            assert b.log_lines("MLA is enabled on a non-GPU platform")
+            for e in (a, b):
+                assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
             stop_all(alone, a)
             if b is not None:

@@ -117,3 +117,25 @@ def test_the_thread_runs_loads_before_saves_and_survives_a_cpu_set_it_cannot_hav
     assert got == {"ok": [], "bad": [7, 8]}
     assert rec.saved == ["s", "s2"]
     m.close()
+
+
+def test_a_preempted_request_saves_again_once_resumed():
+    # its save that had not started is dropped, one that failed is forgotten:
+    # the scheduler sends the resumed request's blocks again from its first
+    rec = Recorder(fail={"b"})
+    rec.gate.clear()
+    m = mover(rec, batch=2)
+    assert m.save("x", Job("x"), 2) == "queued"  # runs first, held at the gate
+    assert rec.started.wait(10)
+    assert m.save("a", Job("a"), 2) == "queued"
+    rec.gate.set()
+    assert m.preempted({"a"}) in (0, 2)  # dropped, unless it began already
+    assert m.save("b", Job("b"), 2) == "queued"
+    m.drain()
+    assert m.save("b", Job("b"), 2) == "broken"  # its first save failed
+    assert m.preempted({"b"}) == 0
+    assert m.save("a", Job("a"), 2) == "queued" and m.save("b", Job("b"), 2) == "queued"
+    m.drain()
+    assert rec.saved.count("b") == 2
+    m.finish({"x", "a", "b"})
+    m.close()

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import kvpool
-from conftest import HERE, TOP, Daemon, running
+from conftest import HERE, TOP, Daemon, running, tool
 
 pytest.importorskip("torch", reason="torch is not installed in this venv")
 try:
@@ -120,6 +120,37 @@ def test_a_second_instance_loads_what_the_first_saved_byte_for_byte(pool):
     finally:
         a.close()
         b.close()
+
+
+def ns_geometry(d, prefix="vllm."):
+    """The namespace's geometry as `kvpool status --json` reports it."""
+    out = subprocess.run([tool("client/kvpool"), "--socket", d.sock, "status", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    (n,) = [n for n in json.loads(out)["namespaces"] if n["name"].startswith(prefix)]
+    return n
+
+
+@pytest.mark.parametrize("kind,heads,k,v", [("mla", 1, 24, 0), ("diffkv", 2, 16, 8)])
+def test_mla_latents_and_k_v_of_different_sizes_load_byte_for_byte(pool, kind, heads, k, v):
+    # vLLM's own KV cache specs and tensors for them (allocate_kv_cache):
+    # MLAAttentionSpec (K alone, one head), FullAttentionSpec with head_size_v
+    a, b = engines(pool.sock, 2, "--kv-kind", kind)
+    try:
+        ra = a.call(op="run", prompts=[PROMPT], max_tokens=4)
+        assert ra["cached"] == [0] and a.call(op="stats")["worker"]["saved_blocks"] == 12
+        n = ns_geometry(pool)
+        assert (n["kv_heads"], n["head_dim"], n["head_dim_v"]) == (heads, k, v)
+        assert n["page_bytes"] == 2 * heads * (k + v) * BLOCK * 2  # 2 layers of f16
+        rb = b.call(op="run", prompts=[PROMPT], max_tokens=4)
+        assert rb["cached"] == [12 * BLOCK] and rb["outputs"] == ra["outputs"]
+        assert b.call(op="stats")["worker"]["loaded_blocks"] == 12
+        blocks_a = a.call(op="blocks", rid=ra["rids"][0], n=12)["blocks"]
+        assert blocks_a == b.call(op="blocks", rid=rb["rids"][0], n=12)["blocks"]
+        assert len(set(blocks_a)) == 12  # the blocks differ: a copy of one would show
+    finally:
+        a.close()
+        b.close()
+    assert leased(pool) == 0
 
 
 def test_instances_of_another_model_share_nothing(pool):
@@ -301,6 +332,24 @@ def test_a_full_pool_leaves_the_engine_serving():
             a.close()
 
 
+@pytest.mark.parametrize("async_save", [True, False])
+def test_blocks_after_a_failed_save_are_skipped_and_counted(async_save):
+    # 16 pages of 4 KiB; a prompt prefilled in two chunks of the engine's
+    # 1024 tokens: the first chunk's 64 blocks find no room, the second's 15
+    # would, but cannot chain to a parent the pool lacks. Both are counted.
+    with running(["--key-seed", SEED, "--pool-size", "64K", "--slab-size", "64K"]) as d:
+        a = Engine(d.sock, extra={"async_save": async_save}).ready()
+        try:
+            r = a.call(op="run", prompts=[[(i * 13) % 900 + 5 for i in range(1264)]],
+                       max_tokens=2)
+            assert len(r["outputs"][0]) == 2
+            s = a.call(op="stats")["worker"]
+            assert s["save_skipped"] == 79 and s.get("saved_blocks", 0) == 0, s
+            assert d.stats()["pages_cached"] == 0 and leased(d) == 0
+        finally:
+            a.close()
+
+
 def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
     keep = tempfile.mkdtemp(prefix="kvpool-vllm-sock-")
     d = Daemon(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"],
@@ -331,21 +380,27 @@ def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
         subprocess.run(["rm", "-rf", keep], check=False)
 
 
-def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
+@pytest.mark.parametrize("heads,k,v,flat", [(2, 16, 16, False), (2, 16, 8, False),
+                                             (1, 24, 0, False), (1, 24, 0, True)])
+def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, flat):
     # the path device tensors take (over the host pool registered with
-    # CUDA), run here on CPU tensors against copy_blocks
+    # CUDA), run here on CPU tensors against copy_blocks: K and V alike, V
+    # smaller than K, MLA's latents alone (with a head axis or without)
     import torch
     from kvpool.vllm import Identity
     from kvpool._vllm_io import Copier
-    g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=16, block_tokens=16,
-                        dtype=kvpool.DType.F16, model="test/copier")
-    ident = Identity("copier", g, kvpool.Scheme.VLLM_SHA256, SEED, ("l0", "l1"), "sha256")
-    raw = torch.empty(2, 8, 2, 16, 32, dtype=torch.float16)
+    g = kvpool.Geometry(layers=2, kv_heads=heads, head_dim=k, block_tokens=16,
+                        dtype=kvpool.DType.F16, model="test/copier%d-%d" % (k, v),
+                        head_dim_v=v if v else kvpool.K_ONLY)
+    ns = "copier%d-%d" % (k, v)
+    ident = Identity(ns, g, kvpool.Scheme.VLLM_SHA256, SEED, ("l0", "l1"), "sha256")
+    raw = torch.empty(2, 8, heads, 16, k + v, dtype=torch.float16)
     raw.view(torch.int16).random_()
-    kv = [raw[0], raw[1]]
+    shaped = (lambda t: t[:, 0]) if flat else (lambda t: t)
+    kv = [shaped(raw[0]), shaped(raw[1])]
     back_raw = torch.zeros_like(raw)
-    back = [back_raw[0], back_raw[1]]
-    with kvpool.Client(pool.sock, "copier", g, key_scheme=kvpool.Scheme.VLLM_SHA256,
+    back = [shaped(back_raw[0]), shaped(back_raw[1])]
+    with kvpool.Client(pool.sock, ns, g, key_scheme=kvpool.Scheme.VLLM_SHA256,
                        key_seed=SEED) as c:
         view = c.view()
         pages = c.alloc(4)
@@ -359,12 +414,18 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool):
         by_torch.copy(c, view, True, pairs)
         for p, w in zip(pages, want):
             assert torch.equal(c.page_tensor(p).view(torch.int16), w.view(torch.int16))
-        for b, p in pairs:  # the page is block b of every layer, K then V
-            page = c.page_tensor(p)
+        for b, p in pairs:  # the page is block b of every layer: K's heads, then V's
+            page = c.page_tensor(p).view(torch.int16).reshape(2, -1)
             for l in range(2):
-                cell = kv[l][b].unflatten(-1, (2, 16)).permute(2, 0, 1, 3)
-                assert torch.equal(page[l].view(torch.int16), cell.contiguous().view(torch.int16))
+                cells = raw[l, b].view(torch.int16)
+                kv_l = torch.cat([cells[..., :k].reshape(-1), cells[..., k:].reshape(-1)])
+                assert torch.equal(page[l], kv_l)
         Copier(ident, back, 1, use_torch=True).copy(c, view, False, pairs)
+        for b, _ in pairs:
+            assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
+        back_raw.zero_()
+        by_c_back = Copier(ident, back, 2)
+        by_c_back.copy(c, view, False, pairs)
         for b, _ in pairs:
             assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
         with pytest.raises(ValueError, match="block 8"):

@@ -37,7 +37,7 @@ from vllm.v1.attention.backends.utils import _layout_from_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
-                                        KVCacheTensor)
+                                        KVCacheTensor, MLAAttentionSpec)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -48,6 +48,12 @@ from vllm.utils.hashing import get_hash_fn_by_name
 EOS = 999
 LAYERS, KV_HEADS, HEAD = 2, 2, 16
 LAYER_NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
+# --kv-kind: the KV cache spec vLLM's model would ask for. mha: K and V of
+# HEAD each; diffkv: V smaller than K (MiMo-V2 style, head_size_v; vLLM
+# runs those on GPU backends only); mla: DeepSeek's one latent vector per
+# token, no V (MLAAttentionSpec, one head)
+KINDS = {"mha": (KV_HEADS, HEAD, HEAD), "diffkv": (KV_HEADS, HEAD, HEAD // 2),
+         "mla": (1, 24, 0)}
 
 
 def write_model(path):
@@ -82,9 +88,14 @@ def make_config(model, extra, block, algo, policy, kv_events=None):
                       kv_events_config=ev)
 
 
-def make_kv_cache_config(block, num_blocks):
-    spec = FullAttentionSpec(block_size=block, num_kv_heads=KV_HEADS, head_size=HEAD,
-                             dtype=torch.float16)
+def make_kv_cache_config(block, num_blocks, kind="mha"):
+    heads, k, v = KINDS[kind]
+    if kind == "mla":
+        spec = MLAAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
+                                dtype=torch.float16)
+    else:
+        spec = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
+                                 head_size_v=v, dtype=torch.float16)
     page = spec.page_size_bytes
     return KVCacheConfig(
         num_blocks=num_blocks,
@@ -109,8 +120,10 @@ class Worker(KVConnectorModelRunnerMixin):
     """The worker side: vLLM's connector lifecycle around a forward that
     writes each scheduled token's K/V."""
 
-    def __init__(self, vc, kvc, block):
+    def __init__(self, vc, kvc, block, kind="mha"):
         self.vc, self.block = vc, block
+        heads, k, v = KINDS[kind]
+        self.heads, self.cell = heads, k + v
         # a one-rank distributed setup, as vLLM's worker makes it on start
         import tempfile
         from vllm.config import set_current_vllm_config
@@ -132,12 +145,12 @@ class Worker(KVConnectorModelRunnerMixin):
         self.table = {}  # req id -> its vLLM block ids
 
     def _values(self, h, layer):
-        # [positions, heads, 2 * head]: a function of the prefix hash and layer
+        # [positions, heads, K|V]: a function of the prefix hash and layer
         n = h.shape[0]
-        j = torch.arange(KV_HEADS * 2 * HEAD, dtype=torch.int64)
+        j = torch.arange(self.heads * self.cell, dtype=torch.int64)
         v = (h[:, None] * (layer + 3) + j[None, :] * 7919) % 65521
         return (v.to(torch.float32) / 65521.0 - 0.5).to(torch.float16).view(
-            n, KV_HEADS, 2 * HEAD)
+            n, self.heads, self.cell)
 
     def step(self, out, tokens_of):
         """Run one scheduler output; tokens_of(req_id) gives all its tokens."""
@@ -188,7 +201,8 @@ def _worker_main(conn, args):
     """--worker-process: the worker side in its own process."""
     import threading
     vc = make_config(args.model, json.loads(args.extra), args.block, args.algo, args.policy)
-    w = Worker(vc, make_kv_cache_config(args.block, args.blocks), args.block)
+    w = Worker(vc, make_kv_cache_config(args.block, args.blocks, args.kv_kind), args.block,
+               args.kv_kind)
     tokens = {}
     sending = threading.Lock()  # the connector's thread may send "hung"
 
@@ -226,7 +240,7 @@ class Engine:
         extra = json.loads(args.extra)
         self.vc = make_config(args.model, extra, args.block, args.algo, args.policy,
                               args.kv_events)
-        kvc = make_kv_cache_config(args.block, args.blocks)
+        kvc = make_kv_cache_config(args.block, args.blocks, args.kv_kind)
         self.vc.cache_config.num_gpu_blocks = args.blocks
         self.hash_fn = get_hash_fn_by_name(args.algo)
         # the workers first, as vLLM's executor starts them: they never
@@ -238,7 +252,7 @@ class Engine:
             self.child = ctx.Process(target=_worker_main, args=(theirs, args), daemon=True)
             self.child.start()
         else:
-            self.worker = Worker(self.vc, kvc, args.block)
+            self.worker = Worker(self.vc, kvc, args.block, args.kv_kind)
         # in vLLM's order (EngineCore.__init__): the scheduler, and with it
         # the connector, before init_none_hash() seeds the block hashes
         self.sched = Scheduler(vllm_config=self.vc, kv_cache_config=kvc, log_stats=True,
@@ -353,6 +367,7 @@ def serve():
     p.add_argument("--algo", default="sha256")
     p.add_argument("--policy", default="recompute")
     p.add_argument("--worker-process", action="store_true")
+    p.add_argument("--kv-kind", choices=sorted(KINDS), default="mha")
     p.add_argument("--kv-events", help="vLLM publishes its own KV events on this endpoint")
     args = p.parse_args()
     write_model(args.model)
