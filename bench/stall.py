@@ -9,7 +9,9 @@ usage: stall.py --socket PATH --work DIR [--config NAME]... [--reps N]
 One `vllm serve` (examples/vllm_engines.py) per configuration: alone
 (vLLM without a connector), sync (kvpool's connector with async_load_blocks
 0 and async_save false: every load and save inside the engine's step, as
-before they ran off it), async (the connector's defaults: its thread on the
+before they ran off it), sync-layers (the same with layerwise_load: the
+load's copies layer by layer beside the forward, each attention layer
+waiting for its own), async (the connector's defaults: its thread on the
 model runner's core 0) and async-cpu1 (copy_cpus "1": its thread on the
 core of vLLM's engine core and API server). Per
 repetition, three scenarios, each while 8 streams of short prompts decode:
@@ -44,8 +46,11 @@ import vllm_engines as ve  # noqa: E402
 DECODERS, DECODE_TOKENS = 8, 96
 PREFIX, TAIL = 2048, 64
 CONFIGS = {"alone": None, "sync": {"async_load_blocks": 0, "async_save": False},
+           "sync-layers": {"async_load_blocks": 0, "async_save": False,
+                           "layerwise_load": True},
            "async": {}, "async-cpu1": {"copy_cpus": "1"}}
 LABELS = {"alone": "vLLM alone", "sync": "kvpool, in the step",
+          "sync-layers": "kvpool, in the step, layer by layer",
           "async": "kvpool, off the step (default)",
           "async-cpu1": "kvpool, off the step, its thread on core 1"}
 
@@ -206,7 +211,7 @@ def report(raw):
                        % (sc, LABELS.get(c, c), statistics.median(t),
                           statistics.median(cached[c, sc]), statistics.mean(g), pct(g, 0.5),
                           pct(g, 0.9), max(g), "%.3fx" % ratio if ratio else "-"))
-    for c in ("sync", "async"):
+    for c in ("sync", "sync-layers", "async"):
         if ttft.get((c, "load")):
             goal["ttft_" + c] = statistics.median(ttft[c, "load"])
     out.append("")

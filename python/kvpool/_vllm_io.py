@@ -16,7 +16,7 @@ import kvpool
 from kvpool import _kvpool
 from kvpool._connector import pool_side
 
-__all__ = ["Unsupported", "DTYPES", "Copier", "Mover", "cpu_list"]
+__all__ = ["Unsupported", "DTYPES", "Copier", "Mover", "LayerLoader", "cpu_list"]
 
 DTYPES = {torch.float16: kvpool.DType.F16, torch.bfloat16: kvpool.DType.BF16,
           torch.float32: kvpool.DType.F32, torch.uint8: kvpool.DType.FP8}
@@ -119,8 +119,9 @@ class Copier:
                      t.stride(2) * es)
 
     def copy(self, client: kvpool.Client, view, to_pool: bool,
-             pairs: List[Tuple[int, int]]) -> None:
-        """pairs: (vLLM block id, pool page handle)."""
+             pairs: List[Tuple[int, int]], layer: Optional[int] = None) -> None:
+        """pairs: (vLLM block id, pool page handle); layer: that layer's
+        K and V alone (host tensors), else every layer's."""
         if not pairs:
             return
         for b, _ in pairs:
@@ -137,6 +138,8 @@ class Copier:
         pv, stride, pages, _ = view  # kvpool.Client.view()
         vl, vs = self._vllm_side()
         pl, ps = pool_side(self.g, pv.address, pages, stride)
+        if layer is not None:
+            vl, pl = vl[layer:layer + 1], pl[layer:layer + 1]
         mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
                           dtype=torch.int64).numpy()
         g = self.g
@@ -231,6 +234,76 @@ class _Rid:
         self.busy = 0  # save jobs queued or running
         self.broken = False  # a save failed or was skipped: later blocks cannot chain
         self.finished = False  # vLLM finished the request
+
+
+class LayerLoader:
+    """Loads in the step, layer by layer (layerwise_load): a thread of its
+    own copies one layer's blocks after another while the forward runs,
+    and the forward's attention of a layer waits for that layer only."""
+
+    def __init__(self, copier: Copier, cpus: Optional[Set[int]] = None) -> None:
+        self.copier, self.cpus = copier, cpus
+        self._cond = threading.Condition()
+        self._job: Optional[tuple] = None
+        self._done = -1  # the layers of the current job copied: 0 .. _done
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def start(self, client, view, pairs: List[Tuple[int, int]]) -> None:
+        """Begin copying pairs (vLLM block, page) into vLLM's blocks."""
+        with self._cond:
+            self._job, self._done, self._error = (client, view, pairs), -1, None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kvpool-layers",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait(self, layer: int) -> None:
+        """Until layer is copied (or the copy failed)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None or self._done >= layer or
+                                self._error is not None)
+
+    def finish(self) -> Optional[BaseException]:
+        """Until every layer is copied: the copy's error, if one failed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None)
+            err, self._error = self._error, None
+            return err
+
+    def _run(self) -> None:
+        if self.cpus:
+            try:
+                os.sched_setaffinity(0, self.cpus)
+            except OSError:
+                pass
+        layers = len(self.copier.layers)
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._job is not None or self._closed)
+                if self._closed:
+                    return
+                client, view, pairs = self._job
+            try:
+                for l in range(layers):
+                    self.copier.copy(client, view, False, pairs, layer=l)
+                    with self._cond:
+                        self._done = l
+                        self._cond.notify_all()
+            except Exception as e:  # noqa: BLE001 (reported by finish())
+                with self._cond:
+                    self._error = e
+            with self._cond:
+                self._job = None
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None)
+            self._closed = True
+            self._cond.notify_all()
 
 
 class Mover:

@@ -35,7 +35,8 @@ default vLLM's model), "retry_seconds" (how often to try a daemon that is
 gone, default 5), "copy_threads" (host copies; default torch's thread
 count), "priority" (0..2, default 1), "async_load_blocks" (default 8; 0:
 every load in the step), "async_save" (default true; false: saves in the
-step), "save_queue_blocks" (default a quarter of vLLM's blocks, at least 64),
+step), "layerwise_load" (default false; true: loads in the step copy layer
+by layer beside the forward, wait_for_layer_load), "save_queue_blocks" (default a quarter of vLLM's blocks, at least 64),
 "copy_cpus" (the CPUs of the connector's thread, such as "1" or "8-15";
 default: those of the model runner).
 
@@ -65,7 +66,7 @@ from vllm.logger import init_logger
 
 import kvpool
 from kvpool._connector import Pool
-from kvpool._vllm_io import DTYPES, Copier, Mover, Unsupported, cpu_list
+from kvpool._vllm_io import DTYPES, Copier, LayerLoader, Mover, Unsupported, cpu_list
 from kvpool._vllm_stats import KVPoolPromMetrics, KVPoolStats
 
 if TYPE_CHECKING:
@@ -94,6 +95,16 @@ class Identity:
     seed: str
     layer_names: Tuple[str, ...]  # in the page's layer order
     algo: str
+
+    @property
+    def layer_index(self) -> Dict[str, int]:
+        """A layer's place in the page, by vLLM's name for it."""
+        try:
+            return self._index
+        except AttributeError:
+            idx = {n: i for i, n in enumerate(self.layer_names)}
+            object.__setattr__(self, "_index", idx)
+            return idx
 
 
 def _layer_index(name: str) -> int:
@@ -280,6 +291,7 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._copy_torch = bool(extra.get("copy_with_torch", False))
         self._async_load = max(0, int(extra.get("async_load_blocks", 8)))
         self._async_save = _flag(extra, "async_save", True)
+        self._layerwise = _flag(extra, "layerwise_load", False)
         self._save_queue = extra.get("save_queue_blocks")
         if self._save_queue is not None and int(self._save_queue) < 1:
             logger.warning("kvpool: save_queue_blocks %r is not a count of blocks (1 or "
@@ -328,6 +340,8 @@ class KVPoolConnector(KVConnectorBase_V1):
         # worker side
         self._copier: Optional[Copier] = None
         self._mover: Optional[Mover] = None
+        self._layers: Optional[LayerLoader] = None  # layerwise_load
+        self._by_layer: Optional[tuple] = None  # the layer-by-layer load of this step
         self._loaded: Set[str] = set()
         self._load_errors: Set[int] = set()
         self._recving: Set[str] = set()  # background loads answered in this step
@@ -525,6 +539,10 @@ class KVPoolConnector(KVConnectorBase_V1):
         return hold, None
 
     def shutdown(self) -> None:
+        self._finish_by_layer()
+        if self._layers is not None:
+            self._layers.close()
+            self._layers = None
         if self._mover is not None:
             dropped = self._mover.close()
             if dropped and self._pool is not None:
@@ -551,6 +569,8 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._mover = Mover(self._load_off_step, self._save_off_step,
                             lambda n: self._pool.count("save_skipped", n), logger, cap,
                             cpus=self._copy_cpus)
+        if self._layerwise and not self._copier.use_torch:
+            self._layers = LayerLoader(self._copier, cpus=self._copy_cpus)
         with self._pool.lock:  # connect and map the view now, not in the first load
             self._pool.client_view()
 
@@ -588,7 +608,11 @@ class KVPoolConnector(KVConnectorBase_V1):
             else:
                 now.append(t)
         if now:
-            self._load_errors.update(self._load(now))
+            self._finish_by_layer()
+            if self._layers is not None:
+                self._load_by_layer(now)
+            else:
+                self._load_errors.update(self._load(now))
             for t in now:
                 self._loaded.add(t.req_id)
                 if t.background:  # no thread to run it: answered in this step
@@ -602,43 +626,93 @@ class KVPoolConnector(KVConnectorBase_V1):
         """Copy the loads' pages into their vLLM blocks; the blocks that did
         not get theirs (evicted or gone since the lookup: vLLM recomputes)."""
         pool = self._pool
-        failed: List[int] = []
         if pool is None or self._copier is None:
             return [b for t in loads for b in t.block_ids]
         with pool.lock:
-            c, view = pool.client_view()
-            held: List[int] = []
-            pairs: List[Tuple[int, int]] = []
-            for t in loads:
-                got: List[int] = []
-                if c is not None:
-                    try:
-                        got, _ = c.acquire(t.keys, parent=t.parent)
-                    except OSError as e:
-                        pool.failed("load", e)
-                        c = None
-                held += got
-                pairs += zip(t.block_ids, got)
-                if len(got) < len(t.keys):
-                    failed += t.block_ids[len(got):]
-                    pool.count("load_errors", len(t.keys) - len(got))
+            c, view, pairs, held, failed = self._acquire(loads)
+            err = None
             if c is not None and pairs:
                 try:
                     self._copier.copy(c, view, False, pairs)
-                    pool.count("loaded_blocks", len(pairs))
                 except (OSError, ValueError) as e:
-                    pool.failed("load", e)
-                    failed += [b for b, _ in pairs]
-                    pool.count("load_errors", len(pairs))
-            if c is not None and held:
+                    err = e
+            return self._loaded_now(c, pairs, held, failed, err)
+
+    def _acquire(self, loads: List[_Transfer]):
+        """Lease the loads' pages (pool.lock held): the connection and view,
+        (vLLM block, page) pairs to copy, the pages held, and the blocks
+        whose pages are not there (evicted or gone since the lookup)."""
+        pool = self._pool
+        c, view = pool.client_view()
+        failed: List[int] = []
+        held: List[int] = []
+        pairs: List[Tuple[int, int]] = []
+        for t in loads:
+            got: List[int] = []
+            if c is not None:
                 try:
-                    c.release(held)
+                    got, _ = c.acquire(t.keys, parent=t.parent)
                 except OSError as e:
-                    pool.failed("release", e)
+                    pool.failed("load", e)
+                    c = None
+            held += got
+            pairs += zip(t.block_ids, got)
+            if len(got) < len(t.keys):
+                failed += t.block_ids[len(got):]
+                pool.count("load_errors", len(t.keys) - len(got))
+        return c, view, pairs, held, failed
+
+    def _loaded_now(self, c, pairs, held, failed, err) -> List[int]:
+        """After the copy (pool.lock held): count it, let the pages go; the
+        blocks that failed."""
+        pool = self._pool
+        if c is not None and pairs:
+            if err is None:
+                pool.count("loaded_blocks", len(pairs))
+            else:
+                pool.failed("load", err)
+                failed = failed + [b for b, _ in pairs]
+                pool.count("load_errors", len(pairs))
+        if c is not None and held:
+            try:
+                c.release(held)
+            except OSError as e:
+                pool.failed("release", e)
         return failed
 
+    def _load_by_layer(self, loads: List[_Transfer]) -> None:
+        """layerwise_load: lease now, copy layer by layer beside the
+        forward (wait_for_layer_load), finish in wait_for_save."""
+        pool = self._pool
+        if pool is None or self._copier is None:
+            self._load_errors.update(b for t in loads for b in t.block_ids)
+            return
+        with pool.lock:
+            c, view, pairs, held, failed = self._acquire(loads)
+        if c is None or not pairs:
+            with pool.lock:
+                self._load_errors.update(self._loaded_now(c, pairs, held, failed, None))
+            return
+        self._by_layer = (c, pairs, held, failed)
+        self._layers.start(c, view, pairs)
+
+    def _finish_by_layer(self) -> None:
+        """Until the layer-by-layer load is done; its pages go."""
+        if self._by_layer is None:
+            return
+        c, pairs, held, failed = self._by_layer
+        self._by_layer = None
+        err = self._layers.finish()
+        with self._pool.lock:
+            self._load_errors.update(self._loaded_now(c, pairs, held, failed, err))
+
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads finish in start_load_kv, or off the step
+        """layerwise_load: until this layer's blocks are loaded (other
+        loads end in start_load_kv, or off the step)."""
+        if self._by_layer is not None:
+            i = self._ident.layer_index.get(layer_name)
+            if i is not None:
+                self._layers.wait(i)
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
@@ -647,6 +721,7 @@ class KVPoolConnector(KVConnectorBase_V1):
     def wait_for_save(self) -> None:
         """Hand this step's new full blocks to the saver thread (or, with
         async_save off, save them now). A full queue skips and counts."""
+        self._finish_by_layer()
         meta = self._meta()
         if meta is None:
             return

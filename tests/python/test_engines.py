@@ -348,11 +348,15 @@ def test_a_sliding_window_model_shares_a_prefix_with_the_tokens_of_vllm_alone(sl
             assert a.complete(first, NEW).cached_tokens == 0
             saved(d, PREFIX_BLOCKS)
             alone.stop()
-            b = engine(d, sliding_model, "b", kvpool_socket=d.sock, cpus="0")
+            # the load in the step, layer by layer: vLLM's attention layers
+            # each wait for their own (wait_for_layer_load)
+            b = engine(d, sliding_model, "b", kvpool_socket=d.sock, cpus="0",
+                       extra={"async_load_blocks": 0, "layerwise_load": True})
             ve.start([b])
             rb = b.complete(second, NEW)
             assert rb.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK, rb
             assert rb.tokens == ref.tokens and len(rb.tokens) == NEW
+            assert metric_reaches(b, "loaded_blocks", PREFIX_BLOCKS) >= PREFIX_BLOCKS
             assert b.log_lines("Turning off hybrid kv cache manager")
             assert not b.log_lines("kvpool ("), b.log_lines("kvpool (")
         finally:

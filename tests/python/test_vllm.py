@@ -91,8 +91,10 @@ def pool():
         yield d
 
 
-def test_a_second_instance_loads_what_the_first_saved_byte_for_byte(pool):
-    a, b = engines(pool.sock, 2)
+@pytest.mark.parametrize("extra", [{}, {"async_load_blocks": 0, "layerwise_load": True}],
+                         ids=["default", "layerwise"])
+def test_a_second_instance_loads_what_the_first_saved_byte_for_byte(pool, extra):
+    a, b = engines(pool.sock, 2, extra=extra)
     try:
         ra = a.call(op="run", prompts=[PROMPT], max_tokens=4)
         assert ra["cached"] == [0]

@@ -186,6 +186,8 @@ class Worker(KVConnectorModelRunnerMixin):
                     ids_t = torch.tensor(self.table[rid], dtype=torch.int64)[pos // self.block]
                     off = pos % self.block
                     for layer, name in enumerate(LAYER_NAMES):
+                        # as vLLM's attention layers do (maybe_transfer_kv_layer)
+                        self.connector.wait_for_layer_load(name)
                         self.kv[name][ids_t, :, off] = self._values(ht, layer)
                     total = len(toks)
                     sampled[rid] = [int(hs[-1] % 900) + 10] if computed + n >= total else []
