@@ -273,9 +273,10 @@ class Client(_kvpool.Client):
         return memoryview(self.page(page))
 
     def page_array(self, page: int):
-        """The page as a NumPy array (layers, 2, kv_heads, block_tokens,
-        head_dim), in place. NumPy has no bfloat16 or fp8: those pages come
-        as uint16 and uint8 arrays of the same shape."""
+        """The page as a NumPy array of the geometry's page_shape ((layers,
+        2, kv_heads, block_tokens, head_dim) where K and V are alike), in
+        place. NumPy has no bfloat16 or fp8: those pages come as uint16 and
+        uint8 arrays of the same shape."""
         try:
             make, shape, dt = self._np
         except AttributeError:
@@ -285,16 +286,16 @@ class Client(_kvpool.Client):
         return make(shape, dt, self.page(page))
 
     def page_tensor(self, page: int):
-        """The page as a torch tensor (layers, 2, kv_heads, block_tokens,
-        head_dim) in the namespace's dtype, in place (CPU: the host backend)."""
+        """The page as a torch tensor of the geometry's page_shape ((layers,
+        2, kv_heads, block_tokens, head_dim) where K and V are alike) in the
+        namespace's dtype, in place (CPU: the host backend)."""
         import torch
         g = self._need_geometry()
         return torch.frombuffer(self.page(page), dtype=_torch_dtype(g.dtype)).view(g.page_shape)
 
     def kv_array(self):
         """Every page of the namespace as one NumPy array indexed by page
-        number: (pages, layers, 2, kv_heads, block_tokens, head_dim), in
-        place. Index it with page_index(handle). Only the pages this
+        number: (pages,) + the geometry's page_shape, in place. Index it with page_index(handle). Only the pages this
         client holds may be touched: the others are holes (unmapped, or
         another client's), so never read the whole array (no print, no
         sum)."""
@@ -307,7 +308,7 @@ class Client(_kvpool.Client):
 
     def kv_tensor(self):
         """kv_array() as a torch tensor in the namespace's dtype (CPU),
-        (pages, layers, 2, kv_heads, block_tokens, head_dim); its layer
+        (pages,) + the geometry's page_shape; its layer
         slices [:, l] are strided views, no copy. The same care: touch only
         the pages this client holds."""
         import torch
@@ -318,8 +319,8 @@ class Client(_kvpool.Client):
                                (stride // DType(g.dtype).size,) + _compact_strides(g.page_shape))
 
     def page_dlpack(self, page: int, device_id: int = 0) -> DLPage:
-        """The page as a DLPack producer, (layers, 2, kv_heads, block_tokens,
-        head_dim): on the CPU with the host backend, on CUDA device
+        """The page as a DLPack producer, of the geometry's page_shape
+        ((layers, 2, kv_heads, block_tokens, head_dim) where K and V are alike): on the CPU with the host backend, on CUDA device
         device_id with the CUDA backend. torch.from_dlpack(c.page_dlpack(p))
         is the page in place, in the namespace's dtype (bfloat16 included)."""
         g = self._need_geometry()

@@ -118,17 +118,20 @@ class Copier:
         return out, (t.stride(0) * es, self.g.head_dim * es, t.stride(1) * es,
                      t.stride(2) * es)
 
-    def copy(self, client: kvpool.Client, view, to_pool: bool,
-             pairs: List[Tuple[int, int]], layer: Optional[int] = None) -> None:
-        """pairs: (vLLM block id, pool page handle); layer: that layer's
-        K and V alone (host tensors), else every layer's."""
+    def copy(self, client: Optional[kvpool.Client], view, to_pool: bool,
+             pairs: List[Tuple[int, int]], layer: Optional[int] = None,
+             indexed: bool = False) -> None:
+        """pairs: (vLLM block id, pool page handle), or with indexed the
+        page's index in the view (client.page_index(), asked under the
+        pool's lock: no daemon call can hold the client then); layer: that
+        layer's K and V alone (host tensors), else every layer's."""
         if not pairs:
             return
         for b, _ in pairs:
             if not 0 <= b < self.num_blocks:
                 raise ValueError("vLLM block %d is not one of the %d blocks" %
                                  (b, self.num_blocks))
-        idx = [(b, client.page_index(p)) for b, p in pairs]
+        idx = list(pairs) if indexed else [(b, client.page_index(p)) for b, p in pairs]
         if self.use_torch:
             # a staging tensor of at most 64 blocks at a time: outside what
             # vLLM budgeted on the device
@@ -250,10 +253,13 @@ class LayerLoader:
         self._thread: Optional[threading.Thread] = None
         self._closed = False
 
-    def start(self, client, view, pairs: List[Tuple[int, int]]) -> None:
-        """Begin copying pairs (vLLM block, page) into vLLM's blocks."""
+    def start(self, view, pairs: List[Tuple[int, int]]) -> None:
+        """Begin copying pairs (vLLM block, page index in view) into
+        vLLM's blocks."""
         with self._cond:
-            self._job, self._done, self._error = (client, view, pairs), -1, None
+            if self._thread is not None and not self._thread.is_alive():
+                self._thread = None  # a thread that died is replaced
+            self._job, self._done, self._error = (view, pairs), -1, None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kvpool-layers",
                                                 daemon=True)
@@ -277,33 +283,37 @@ class LayerLoader:
         if self.cpus:
             try:
                 os.sched_setaffinity(0, self.cpus)
-            except OSError:
-                pass
+            except (OSError, ValueError, OverflowError):
+                pass  # where the model runner runs
         layers = len(self.copier.layers)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._job is not None or self._closed)
                 if self._closed:
                     return
-                client, view, pairs = self._job
+                view, pairs = self._job
             try:
                 for l in range(layers):
-                    self.copier.copy(client, view, False, pairs, layer=l)
+                    self.copier.copy(None, view, False, pairs, layer=l, indexed=True)
                     with self._cond:
                         self._done = l
                         self._cond.notify_all()
-            except Exception as e:  # noqa: BLE001 (reported by finish())
+            except BaseException as e:  # noqa: BLE001 (reported by finish())
                 with self._cond:
                     self._error = e
-            with self._cond:
-                self._job = None
-                self._cond.notify_all()
+            finally:
+                view = pairs = None  # the job's view is not kept alive here
+                with self._cond:
+                    self._job = None
+                    self._cond.notify_all()
 
     def close(self) -> None:
         with self._cond:
             self._cond.wait_for(lambda: self._job is None)
             self._closed = True
             self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(10)
 
 
 class Mover:

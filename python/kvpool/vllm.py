@@ -689,12 +689,16 @@ class KVPoolConnector(KVConnectorBase_V1):
             return
         with pool.lock:
             c, view, pairs, held, failed = self._acquire(loads)
-        if c is None or not pairs:
-            with pool.lock:
+            if c is None or not pairs:
                 self._load_errors.update(self._loaded_now(c, pairs, held, failed, None))
-            return
+                return
+            try:
+                indexed = [(b, c.page_index(p)) for b, p in pairs]
+            except OSError as e:
+                self._load_errors.update(self._loaded_now(c, pairs, held, failed, e))
+                return
         self._by_layer = (c, pairs, held, failed)
-        self._layers.start(c, view, pairs)
+        self._layers.start(view, indexed)
 
     def _finish_by_layer(self) -> None:
         """Until the layer-by-layer load is done; its pages go."""
@@ -816,6 +820,7 @@ class KVPoolConnector(KVConnectorBase_V1):
                      ) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         """The background loads done (their requests may run) and the
         finished requests whose blocks vLLM kept until their saves ended."""
+        self._finish_by_layer()  # vLLM may ask before wait_for_save (speculative decoding)
         recving, self._recving = self._recving, set()
         if self._mover is not None:
             for t, failed in self._mover.loaded():
@@ -827,6 +832,7 @@ class KVPoolConnector(KVConnectorBase_V1):
         return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
+        self._finish_by_layer()
         errors, self._load_errors = self._load_errors, set()
         return errors
 

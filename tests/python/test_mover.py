@@ -139,3 +139,35 @@ def test_a_preempted_request_saves_again_once_resumed():
     assert rec.saved.count("b") == 2
     m.finish({"x", "a", "b"})
     m.close()
+
+
+class Layers:
+    """A copier of three layers for LayerLoader; fails at layer fail_at."""
+
+    def __init__(self, fail_at=None):
+        self.layers, self.copied, self.fail_at = [0, 0, 0], [], fail_at
+
+    def copy(self, client, view, to_pool, pairs, layer=None, indexed=False):
+        assert indexed and not to_pool
+        if layer == self.fail_at:
+            raise ValueError("copy_blocks: block 9 is outside the destination's memory")
+        self.copied.append(layer)
+
+
+def test_layers_load_in_order_and_a_failure_or_a_bad_cpu_list_never_hangs():
+    from kvpool._vllm_io import LayerLoader
+    ok = Layers()
+    ld = LayerLoader(ok)
+    ld.start("view", [(1, 0)])
+    ld.wait(2)
+    assert ok.copied == [0, 1, 2] and ld.finish() is None
+    bad = Layers(fail_at=1)
+    # a CPU number os.sched_setaffinity() cannot take: the thread runs anyway
+    ld2 = LayerLoader(bad, cpus={1 << 40})
+    ld2.start("view", [(1, 0)])
+    ld2.wait(2)  # the forward goes on; the step's end reports the failure
+    assert isinstance(ld2.finish(), ValueError) and bad.copied == [0]
+    ld2.start("view", [(1, 0)])  # the next step's load runs again
+    assert isinstance(ld2.finish(), ValueError)
+    ld.close()
+    ld2.close()
