@@ -120,13 +120,16 @@ class Copier:
 
     def copy(self, client: Optional[kvpool.Client], view, to_pool: bool,
              pairs: List[Tuple[int, int]], layer: Optional[int] = None,
-             indexed: bool = False) -> None:
+             indexed: bool = False, only: Optional[Sequence[int]] = None) -> None:
         """pairs: (vLLM block id, pool page handle), or with indexed the
         page's index in the view (client.page_index(), asked under the
         pool's lock: no daemon call can hold the client then); layer: that
-        layer's K and V alone (host tensors), else every layer's."""
+        layer's K and V alone (host tensors); only: these layers' (one KV
+        cache group's block ids), else every layer's."""
         if not pairs:
             return
+        if only is not None and len(only) == len(self.layers):
+            only = None
         for b, _ in pairs:
             if not 0 <= b < self.num_blocks:
                 raise ValueError("vLLM block %d is not one of the %d blocks" %
@@ -136,13 +139,15 @@ class Copier:
             # a staging tensor of at most 64 blocks at a time: outside what
             # vLLM budgeted on the device
             for i in range(0, len(idx), 64):
-                self._copy_torch(client, view, to_pool, idx[i:i + 64])
+                self._copy_torch(client, view, to_pool, idx[i:i + 64], only)
             return
         pv, stride, pages, _ = view  # kvpool.Client.view()
         vl, vs = self._vllm_side()
         pl, ps = pool_side(self.g, pv.address, pages, stride)
         if layer is not None:
             vl, pl = vl[layer:layer + 1], pl[layer:layer + 1]
+        elif only is not None:
+            vl, pl = [vl[i] for i in only], [pl[i] for i in only]
         mv = torch.tensor(idx if not to_pool else [(i, b) for b, i in idx],
                           dtype=torch.int64).numpy()
         g = self.g
@@ -176,7 +181,7 @@ class Copier:
         return pool
 
     def _copy_torch(self, client: kvpool.Client, view, to_pool: bool,
-                    idx: List[Tuple[int, int]]) -> None:
+                    idx: List[Tuple[int, int]], only: Optional[Sequence[int]] = None) -> None:
         g = self.g
         pool = self._pool_tensor(client, view, [i for _, i in idx])
         blocks = torch.tensor([b for b, _ in idx], dtype=torch.int64, device=self.device)
@@ -189,21 +194,27 @@ class Copier:
         if not to_pool:
             for j, i, r in runs:  # pool -> stage: DMA from registered memory
                 stage[j:j + r].copy_(pool[i:i + r], non_blocking=nb)
-            for l, t in enumerate(self.layers):
+            for l in only if only is not None else range(len(self.layers)):
+                t = self.layers[l]
                 flat = stage[:, l].reshape(n, -1)  # K's heads x tokens x D, then V's
                 cells = flat[:, :H * T * D].reshape(n, H, T, D)
                 if V:
                     cells = torch.cat([cells, flat[:, H * T * D:].reshape(n, H, T, V)], -1)
                 t.index_copy_(0, blocks, cells.reshape((n,) + tuple(t.shape[1:])).view(t.dtype))
         else:
-            for l, t in enumerate(self.layers):
-                cells = t.index_select(0, blocks).view(stage.dtype).reshape(n, H, T, D + V)
+            for l in only if only is not None else range(len(self.layers)):
+                cells = self.layers[l].index_select(0, blocks).view(stage.dtype)
+                cells = cells.reshape(n, H, T, D + V)
                 flat = cells[..., :D].reshape(n, -1)
                 if V:
                     flat = torch.cat([flat, cells[..., D:].reshape(n, -1)], 1)
                 stage[:, l].copy_(flat.reshape(stage[:, l].shape))
             for j, i, r in runs:
-                pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
+                if only is None:
+                    pool[i:i + r].copy_(stage[j:j + r], non_blocking=nb)
+                else:  # the other groups' layers of these pages are theirs to write
+                    for l in only:
+                        pool[i:i + r, l].copy_(stage[j:j + r, l], non_blocking=nb)
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()
 
@@ -327,7 +338,8 @@ class Mover:
     and after one fails or is skipped the request's later ones are skipped
     (the pool would hold blocks whose parent it lacks). At most cap blocks
     wait to be saved (or one save of more, alone): past that, save()
-    refuses and the engine goes on."""
+    refuses and the engine goes on. ended() gives the save jobs that left
+    the queue since it was last asked, saved or not."""
 
     def __init__(self, load_fn: Callable[[object], List[int]],
                  save_fn: Callable[[list], Sequence[str]], skip_fn: Callable[[int], None],
@@ -341,6 +353,7 @@ class Mover:
         self.queued = 0  # blocks waiting to be saved
         self._rids: Dict[str, _Rid] = {}
         self._loaded: List[Tuple[object, List[int]]] = []
+        self._ended: List[object] = []
         self._thread: Optional[threading.Thread] = None
         self._stop = False
         self._running = False  # a load is out of the queue and not done
@@ -402,6 +415,7 @@ class Mover:
                 if rid in rids:
                     dropped += k
                     self.queued -= k
+                    self._ended.append(job)
                     r = self._rids[rid]
                     r.busy -= 1
                     r.broken = True
@@ -427,6 +441,13 @@ class Mover:
             out, self._loaded = self._loaded, []
             return out
 
+    def ended(self) -> List[object]:
+        """The save jobs that ended since the last call (saved, failed,
+        skipped or dropped)."""
+        with self._cond:
+            out, self._ended = self._ended, []
+            return out
+
     def _take(self):
         with self._cond:
             self._cond.wait_for(lambda: self._loads or self._saves or self._stop)
@@ -442,6 +463,7 @@ class Mover:
                 if r.broken:  # an earlier save of it failed: its parent is not stored
                     skipped += k
                     self.queued -= k
+                    self._ended.append(job)
                     self._done(rid, r)
                     continue
                 jobs.append((rid, job, k))
@@ -487,7 +509,8 @@ class Mover:
                 self._log.exception("kvpool: a save failed")
                 bad = {rid for rid, _, _ in work}
             with self._cond:
-                for rid, _, k in work:
+                for rid, job, k in work:
+                    self._ended.append(job)
                     self.queued -= k
                     r = self._rids[rid]
                     r.broken = r.broken or rid in bad

@@ -25,6 +25,13 @@ stored twice), both off the engine's step where vLLM allows it:
   and a preempted request's saves have ended, or were dropped if they had
   not started, before vLLM reuses its blocks (handle_preemptions()).
 
+A model with sliding-window and full-attention layers keeps vLLM's
+hybrid allocator (SupportsHMA): a page holds a block of every layer,
+whichever KV cache group vLLM put it in; its loads all run off the step;
+the blocks of each save are pinned in vLLM's block pool until every
+worker's save of them ended (vLLM frees a sliding window's blocks behind
+it at its next step).
+
 The counters (stats()) reach vLLM's own metrics: the "KV Transfer metrics"
 log line and vllm:kvpool_*_total on `vllm serve`'s /metrics.
 
@@ -36,9 +43,10 @@ gone, default 5), "copy_threads" (host copies; default torch's thread
 count), "priority" (0..2, default 1), "async_load_blocks" (default 8; 0:
 every load in the step), "async_save" (default true; false: saves in the
 step), "layerwise_load" (default false; true: loads in the step copy layer
-by layer beside the forward, wait_for_layer_load), "save_queue_blocks" (default a quarter of vLLM's blocks, at least 64),
-"copy_cpus" (the CPUs of the connector's thread, such as "1" or "8-15";
-default: those of the model runner).
+by layer beside the forward, wait_for_layer_load), "save_queue_blocks"
+(default a quarter of vLLM's blocks, at least 64), "copy_cpus" (the CPUs
+of the connector's thread, such as "1" or "8-15"; default: those of the
+model runner).
 
 The namespace's identity (the geometry's model string) is vLLM, the model,
 the KV dtype, the hash algorithm, the block size and the tensor-parallel
@@ -62,6 +70,15 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
     KVConnectorWorkerMetadata,
 )
+try:  # vLLM's hybrid memory allocator (a KV cache group per attention kind)
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # an older vLLM: one group
+    class SupportsHMA:  # type: ignore[no-redef]
+        pass
+try:
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorTransferResults
+except ImportError:  # an older vLLM: get_finished() alone
+    KVConnectorTransferResults = None
 from vllm.logger import init_logger
 
 import kvpool
@@ -95,16 +112,14 @@ class Identity:
     seed: str
     layer_names: Tuple[str, ...]  # in the page's layer order
     algo: str
+    # each KV cache group's layers (vLLM's hybrid allocator: a group of its
+    # own per attention kind), as places in the page, in the group's order
+    groups: Tuple[Tuple[int, ...], ...] = ()
+    group_names: Tuple[Tuple[str, ...], ...] = ()
 
-    @property
-    def layer_index(self) -> Dict[str, int]:
-        """A layer's place in the page, by vLLM's name for it."""
-        try:
-            return self._index
-        except AttributeError:
-            idx = {n: i for i, n in enumerate(self.layer_names)}
-            object.__setattr__(self, "_index", idx)
-            return idx
+
+_ATTENTION = {"FullAttentionSpec": False, "MLAAttentionSpec": True,
+              "SlidingWindowSpec": False, "SlidingWindowMLASpec": True}
 
 
 def _layer_index(name: str) -> int:
@@ -112,35 +127,53 @@ def _layer_index(name: str) -> int:
     return int(m[0]) if m else -1
 
 
+def _cell_of(spec) -> Tuple[bool, int, int]:
+    """A KV cache spec's (MLA, K's head size, V's: kvpool.K_ONLY for MLA),
+    or Unsupported when its blocks are not attention K/V kvpool pages hold."""
+    kind = type(spec).__name__
+    if kind not in _ATTENTION:
+        raise Unsupported("KV cache spec %s is not attention K/V (full or sliding-window "
+                          "attention, or MLA's latent K): kvpool pages hold those alone"
+                          % kind)
+    mla = _ATTENTION[kind]
+    head_v = kvpool.K_ONLY if mla else getattr(spec, "head_size_v", None) or spec.head_size
+    return mla, spec.head_size, head_v
+
+
 def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                 tp_rank: int = 0) -> Identity:
     """The namespace, geometry and key scheme vLLM's config asks for, or
-    Unsupported saying why."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
-
+    Unsupported saying why. A page holds a block of every layer, in layer
+    order, whatever group vLLM's hybrid allocator puts the layer in: the
+    same page with the allocator on or off."""
     extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        raise Unsupported("the model has %d KV cache groups (hybrid attention); kvpool "
-                          "pages hold one full-attention group" % len(groups))
     spec = groups[0].kv_cache_spec
-    mla = type(spec).__name__ == "MLAAttentionSpec"
-    if not isinstance(spec, FullAttentionSpec) or (type(spec) is not FullAttentionSpec
-                                                   and not mla):
-        raise Unsupported("KV cache spec %s is not full attention (K and V, or MLA's "
-                          "latent K)" % type(spec).__name__)
-    # MLA: one latent vector per token (e.g. 512 + 64 = 576), no V
-    head_v = kvpool.K_ONLY if mla else getattr(spec, "head_size_v", None) or spec.head_size
+    mla, head_k, head_v = _cell_of(spec)
+    for g in groups[1:]:
+        other = g.kv_cache_spec
+        if _cell_of(other) != (mla, head_k, head_v) or \
+                (other.block_size, other.num_kv_heads, other.dtype) != \
+                (spec.block_size, spec.num_kv_heads, spec.dtype):
+            raise Unsupported("the model's KV cache groups differ in their blocks (%s: %d "
+                              "tokens of %d heads x %d of %s; %s: %d tokens of %d heads x "
+                              "%d of %s); a kvpool page holds blocks of one shape"
+                              % (type(spec).__name__, spec.block_size, spec.num_kv_heads,
+                                 spec.head_size, spec.dtype, type(other).__name__,
+                                 other.block_size, other.num_kv_heads, other.head_size,
+                                 other.dtype))
     if spec.dtype not in DTYPES:
         raise Unsupported("KV dtype %s has no kvpool dtype" % spec.dtype)
-    cell = spec.head_size + (0 if mla else head_v)
+    cell = head_k + (0 if mla else head_v)
     dense = spec.block_size * spec.num_kv_heads * cell * kvpool.DType(DTYPES[spec.dtype]).size
-    if spec.page_size_bytes != dense:
-        raise Unsupported("a KV block of this model is %d bytes, not the %d of %d tokens x "
-                          "%d heads x %d elements of %s (a padded or quantized layout, "
-                          "e.g. --kv-cache-dtype %s)"
-                          % (spec.page_size_bytes, dense, spec.block_size, spec.num_kv_heads,
-                             cell, spec.dtype, getattr(spec, "cache_dtype_str", None)))
+    for g in groups:
+        if g.kv_cache_spec.page_size_bytes != dense:
+            raise Unsupported("a KV block of this model is %d bytes, not the %d of %d "
+                              "tokens x %d heads x %d elements of %s (a padded or quantized "
+                              "layout, e.g. --kv-cache-dtype %s)"
+                              % (g.kv_cache_spec.page_size_bytes, dense, spec.block_size,
+                                 spec.num_kv_heads, cell, spec.dtype,
+                                 getattr(g.kv_cache_spec, "cache_dtype_str", None)))
     algo = vllm_config.cache_config.prefix_caching_hash_algo
     try:
         scheme = kvpool.scheme_of_vllm(algo)
@@ -151,7 +184,11 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                           "random root hash in every process, so no other instance can "
                           "ever share its blocks: set PYTHONHASHSEED to one value on "
                           "every instance" % algo)
-    names = tuple(sorted(groups[0].layer_names, key=lambda n: (_layer_index(n), n)))
+    order = lambda n: (_layer_index(n), n)  # noqa: E731
+    names = tuple(sorted((n for g in groups for n in g.layer_names), key=order))
+    if len(set(names)) != len(names):
+        raise Unsupported("a layer is in more than one KV cache group")
+    place = {n: i for i, n in enumerate(names)}
     model = str(extra.get("model") or vllm_config.model_config.model)
     tp = vllm_config.parallel_config.tensor_parallel_size
     pp = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
@@ -170,10 +207,12 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     elif tp > 1:
         ns = "%s.tp%d" % (ns, tp_rank)
     g = kvpool.Geometry(layers=len(names), kv_heads=spec.num_kv_heads,
-                        head_dim=spec.head_size, block_tokens=spec.block_size,
+                        head_dim=head_k, block_tokens=spec.block_size,
                         dtype=dtype, model=ident,
-                        head_dim_v=0 if head_v == spec.head_size else head_v)
-    return Identity(ns, g, scheme, key_seed_of(algo), names, algo)
+                        head_dim_v=0 if head_v == head_k else head_v)
+    members = tuple(tuple(sorted(grp.layer_names, key=order)) for grp in groups)
+    return Identity(ns, g, scheme, key_seed_of(algo), names, algo,
+                    tuple(tuple(place[n] for n in m) for m in members), members)
 
 
 def key_seed_of(algo: str) -> str:
@@ -234,9 +273,13 @@ class _Transfer:
     req_id: str
     keys: List[bytes]  # one per block
     parent: Optional[bytes]  # the key of the block before keys[0], None at the root
-    block_ids: List[int]  # the vLLM blocks, one per key
+    block_ids: List[int]  # the vLLM blocks, one per key (the first KV cache group's)
     tokens: Optional[List[int]] = None  # saves: the blocks' token ids (KV events)
     background: bool = False  # loads: off the step, the request waits for it
+    # more than one KV cache group: each group's blocks, one per key (-1: a
+    # load's block before a sliding window, which vLLM does not keep)
+    groups: Optional[List[List[int]]] = None
+    job: int = 0  # such a save: what the scheduler pinned its blocks under
 
 
 @dataclass
@@ -255,12 +298,17 @@ class KVPoolMetadata(KVConnectorMetadata):
 @dataclass
 class KVPoolWorkerMetadata(KVConnectorWorkerMetadata):
     """What the workers report to the scheduler after a step: the requests
-    whose loads are done (the scheduler's leases can go)."""
+    whose loads are done (the scheduler's leases can go), and the saves
+    whose blocks the scheduler pinned that ended (how many workers say so)."""
     loaded: Set[str] = field(default_factory=set)
+    ended: Dict[int, int] = field(default_factory=dict)
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if isinstance(other, KVPoolWorkerMetadata):
-            return KVPoolWorkerMetadata(self.loaded | other.loaded)
+            ended = dict(self.ended)
+            for job, n in other.ended.items():
+                ended[job] = ended.get(job, 0) + n
+            return KVPoolWorkerMetadata(self.loaded | other.loaded, ended)
         return self
 
 
@@ -270,13 +318,14 @@ class _Lease:
     keys: List[bytes]
     start: int  # the first block to load (vLLM computed the ones before)
     block_ids: Optional[List[int]] = None  # where they go, once vLLM allocated them
+    groups: Optional[List[List[int]]] = None  # every KV cache group's (hybrid models)
     sent: bool = False
     background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
 
 
 # --- the connector --------------------------------------------------------------
 
-class KVPoolConnector(KVConnectorBase_V1):
+class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM's V1 KV connector over kvpoold (see the module's docstring)."""
 
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
@@ -312,6 +361,10 @@ class KVPoolConnector(KVConnectorBase_V1):
             except (AssertionError, RuntimeError, ImportError, AttributeError):
                 rank = 0
         self._pool: Optional[Pool] = None
+        # vLLM's hybrid allocator gives each attention kind a KV cache group
+        # of its own, with blocks of its own
+        self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
+        self._workers = max(1, int(vllm_config.parallel_config.tensor_parallel_size))
         try:
             self._ident = identity_of(vllm_config, kv_cache_config, rank)
         except Unsupported as e:
@@ -323,6 +376,15 @@ class KVPoolConnector(KVConnectorBase_V1):
                               self._ident.geometry, self._ident.scheme, self._ident.seed,
                               self._retry, _seed_hint(self._ident.seed))
             if role == KVConnectorRole.SCHEDULER:
+                i = self._ident
+                logger.info("kvpool: namespace '%s', pages of %d layers%s", i.namespace,
+                            i.geometry.layers, "" if not self._hybrid else
+                            "; %d KV cache groups (vLLM's hybrid allocator): %s"
+                            % (len(i.groups), ", ".join(
+                                "%s of layers %s" % (type(g.kv_cache_spec).__name__,
+                                                     ",".join(map(str, places)))
+                                for g, places in zip(kv_cache_config.kv_cache_groups,
+                                                     i.groups))))
                 # connect now, not on the first request's lookup (which
                 # would wait for it); a daemon that is not there is said
                 # once, and tried again every retry_seconds
@@ -337,6 +399,11 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._hold: Set[str] = set()  # held, to be told to the workers in the next step
         self._holding: Set[str] = set()  # held until every worker reports finished_sending
         self._loading: Set[str] = set()  # background loads not yet in finished_recving
+        # hybrid models: blocks of saves sent, held from vLLM's frees until
+        # every worker's save of them ended (a sliding window's go early)
+        self._pins: Dict[int, list] = {}
+        self._acks: Dict[int, int] = {}
+        self._jobs = 0
         # worker side
         self._copier: Optional[Copier] = None
         self._mover: Optional[Mover] = None
@@ -347,6 +414,9 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._recving: Set[str] = set()  # background loads answered in this step
         self._held: Set[str] = set()  # requests whose blocks vLLM keeps for their saves
         self._broken: Set[str] = set()  # requests whose earlier save failed (in the step)
+        self._failed: Set[str] = set()  # hybrid models: background loads that failed
+        self._ended: Dict[int, int] = {}  # pinned saves ended, for the scheduler
+        self._layer_at: Dict[str, int] = {}  # a layer's place in the page, by vLLM's name
 
     # -- counters (tests, logs, vLLM's metrics) --
 
@@ -437,7 +507,9 @@ class KVPoolConnector(KVConnectorBase_V1):
             return 0, False
         # a long load runs off the step: the request waits for it, the
         # others go on
-        background = 0 < self._async_load <= hit - start
+        # (a hybrid model's too: vLLM takes its failed loads per request
+        # alone, for the requests that wait)
+        background = self._hybrid or 0 < self._async_load <= hit - start
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
 
@@ -455,7 +527,14 @@ class KVPoolConnector(KVConnectorBase_V1):
             # vLLM takes fewer blocks than offered: the rest are saved no more
             # than they were
             lease.keys = lease.keys[:lease.start + n]
-        lease.block_ids = list(blocks.get_block_ids()[0][lease.start:lease.start + n])
+        span = slice(lease.start, lease.start + n)
+        if not self._hybrid:
+            lease.block_ids = list(blocks.get_block_ids()[0][span])
+            return
+        # a sliding window's group holds null blocks before the window
+        lease.groups = [[-1 if b.is_null else b.block_id for b in blks[span]]
+                        for blks in blocks.blocks]
+        lease.block_ids = lease.groups[0]
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
         meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids),
@@ -474,7 +553,8 @@ class KVPoolConnector(KVConnectorBase_V1):
             lease.sent = True
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
-            meta.loads.append(_Transfer(rid, keys, parent, ids, background=lease.background))
+            meta.loads.append(_Transfer(rid, keys, parent, ids, background=lease.background,
+                                        groups=lease.groups))
             if lease.background:
                 self._loading.add(rid)
         if self._pool is None:
@@ -493,30 +573,75 @@ class KVPoolConnector(KVConnectorBase_V1):
             first = self._saved.get(rid, 0)
             if full <= first:
                 continue
-            ids = mgr.get_block_ids(rid)[0]
-            if len(ids) < full:
-                continue
-            keys = [bytes(h) for h in req.block_hashes[first:full]]
-            parent = bytes(req.block_hashes[first - 1]) if first else None
-            tokens = list(req.all_token_ids[first * self._block:full * self._block])
-            meta.saves.append(_Transfer(rid, keys, parent, list(ids[first:full]), tokens))
+            if self._hybrid:
+                rows = [blks[first:full] for blks in mgr.get_blocks(rid).blocks]
+                if any(len(r) < full - first for r in rows):
+                    continue
+                t = self._pinned_save(rid, req, first, full, rows)
+            else:
+                ids = mgr.get_block_ids(rid)[0]
+                if len(ids) < full:
+                    continue
+                t = self._transfer(rid, req, first, full, list(ids[first:full]))
             self._saved[rid] = full
-            self._saving.add(rid)
+            if t is not None:
+                meta.saves.append(t)
+                self._saving.add(rid)
         return meta
+
+    def _transfer(self, rid: str, req: "Request", first: int, full: int,
+                  ids: List[int]) -> _Transfer:
+        keys = [bytes(h) for h in req.block_hashes[first:full]]
+        parent = bytes(req.block_hashes[first - 1]) if first else None
+        tokens = list(req.all_token_ids[first * self._block:full * self._block])
+        return _Transfer(rid, keys, parent, ids, tokens)
+
+    def _pinned_save(self, rid: str, req: "Request", first: int, full: int,
+                     rows: list) -> Optional[_Transfer]:
+        """A hybrid model's save of blocks first..full: every group's blocks
+        of them, pinned (vLLM frees a sliding window's blocks behind it at
+        its next step, before the save may have read them) until every
+        worker says the save ended. A block some group does not hold (vLLM
+        gave this request a null block there, a prefix it had cached) is
+        not saved by this request; its later blocks chain on its key."""
+        holes = [i for i in range(full - first) if any(r[i].is_null for r in rows)]
+        if holes:
+            skip = holes[-1] + 1
+            self._pool.count("save_skipped", skip)
+            first += skip
+            rows = [r[skip:] for r in rows]
+            if first >= full:
+                return None
+        pinned = [b for r in rows for b in r]
+        self._kv_cache_manager.block_pool.touch(pinned)
+        self._jobs += 1
+        self._pins[self._jobs] = pinned
+        t = self._transfer(rid, req, first, full, [b.block_id for b in rows[0]])
+        t.groups = [[b.block_id for b in r] for r in rows]
+        t.job = self._jobs
+        return t
 
     def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
         wm = getattr(connector_output, "kv_connector_worker_meta", None)
         if isinstance(wm, KVPoolWorkerMetadata):
             for rid in wm.loaded:  # one worker's copy is done: the pages are leased there
                 self._release(rid)
+            for job, n in wm.ended.items():  # pinned blocks, once every worker's save ended
+                self._acks[job] = self._acks.get(job, 0) + n
+                if self._acks[job] >= self._workers:
+                    del self._acks[job]
+                    pinned = self._pins.pop(job, None)
+                    if pinned is not None:
+                        self._kv_cache_manager.block_pool.free_blocks(pinned)
         # vLLM passes these on once every worker reported them
         self._loading -= set(connector_output.finished_recving or ())
         self._holding -= set(connector_output.finished_sending or ())
 
     def has_pending_block_frees(self) -> bool:
-        """Finished requests' blocks come back once their saves end: vLLM
-        waits for them rather than preempt a request."""
-        return bool(self._holding)
+        """Finished requests' blocks, and a hybrid model's blocks pinned
+        for their saves, come back once the saves end: vLLM waits for them
+        rather than preempt a request."""
+        return bool(self._holding or self._pins)
 
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
@@ -537,6 +662,12 @@ class KVPoolConnector(KVConnectorBase_V1):
             self._hold.add(rid)
             self._holding.add(rid)
         return hold, None
+
+    def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]
+                                    ) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """request_finished() of a hybrid model: vLLM keeps every group's
+        blocks, or none."""
+        return self.request_finished(request, list(block_ids[0]) if block_ids else [])
 
     def shutdown(self) -> None:
         self._finish_by_layer()
@@ -569,7 +700,9 @@ class KVPoolConnector(KVConnectorBase_V1):
         self._mover = Mover(self._load_off_step, self._save_off_step,
                             lambda n: self._pool.count("save_skipped", n), logger, cap,
                             cpus=self._copy_cpus)
-        if self._layerwise and not self._copier.use_torch:
+        self._layer_at = {n: i for i, n in enumerate(self._ident.layer_names)}
+        # a hybrid model's loads all run off the step: none to overlap
+        if self._layerwise and not self._copier.use_torch and not self._hybrid:
             self._layers = LayerLoader(self._copier, cpus=self._copy_cpus)
         with self._pool.lock:  # connect and map the view now, not in the first load
             self._pool.client_view()
@@ -611,12 +744,39 @@ class KVPoolConnector(KVConnectorBase_V1):
             self._finish_by_layer()
             if self._layers is not None:
                 self._load_by_layer(now)
+            elif self._hybrid:  # vLLM takes a hybrid model's failed loads per request
+                for t in now:
+                    self._load_failed(t, self._load([t]))
             else:
                 self._load_errors.update(self._load(now))
             for t in now:
                 self._loaded.add(t.req_id)
                 if t.background:  # no thread to run it: answered in this step
                     self._recving.add(t.req_id)
+
+    def _load_failed(self, t: _Transfer, failed: List[int]) -> None:
+        """What vLLM is told of blocks of t's load that did not get their
+        KV: their ids (it recomputes from the first), or with more than one
+        KV cache group the request (it recomputes the whole of it: block
+        ids do not name a group)."""
+        if not failed:
+            return
+        if t.groups is not None:
+            self._failed.add(t.req_id)
+        else:
+            self._load_errors.update(failed)
+
+    def _group_pairs(self, t: _Transfer, pages: List[int]) -> List[List[Tuple[int, int]]]:
+        """(vLLM block, page) of each KV cache group, for t's first pages."""
+        if t.groups is None:
+            return [list(zip(t.block_ids, pages))]
+        return [[(b, p) for b, p in zip(ids, pages) if b >= 0] for ids in t.groups]
+
+    def _copy(self, c, view, to_pool: bool, pairs: List[List[Tuple[int, int]]]) -> None:
+        """Copy each KV cache group's pairs, that group's layers alone."""
+        groups = self._ident.groups if len(pairs) > 1 else (None,)
+        for only, gp in zip(groups, pairs):
+            self._copier.copy(c, view, to_pool, gp, only=only)
 
     def _load_off_step(self, t: _Transfer) -> List[int]:
         with self._copier.side_stream():
@@ -631,22 +791,23 @@ class KVPoolConnector(KVConnectorBase_V1):
         with pool.lock:
             c, view, pairs, held, failed = self._acquire(loads)
             err = None
-            if c is not None and pairs:
+            if c is not None and held:
                 try:
-                    self._copier.copy(c, view, False, pairs)
+                    self._copy(c, view, False, pairs)
                 except (OSError, ValueError) as e:
                     err = e
             return self._loaded_now(c, pairs, held, failed, err)
 
     def _acquire(self, loads: List[_Transfer]):
         """Lease the loads' pages (pool.lock held): the connection and view,
-        (vLLM block, page) pairs to copy, the pages held, and the blocks
-        whose pages are not there (evicted or gone since the lookup)."""
+        each KV cache group's (vLLM block, page) pairs to copy, the pages
+        held, and the blocks whose pages are not there (evicted or gone
+        since the lookup)."""
         pool = self._pool
         c, view = pool.client_view()
         failed: List[int] = []
         held: List[int] = []
-        pairs: List[Tuple[int, int]] = []
+        pairs: List[List[Tuple[int, int]]] = []
         for t in loads:
             got: List[int] = []
             if c is not None:
@@ -656,7 +817,11 @@ class KVPoolConnector(KVConnectorBase_V1):
                     pool.failed("load", e)
                     c = None
             held += got
-            pairs += zip(t.block_ids, got)
+            for g, gp in enumerate(self._group_pairs(t, got)):
+                if g < len(pairs):
+                    pairs[g] += gp
+                else:
+                    pairs.append(gp)
             if len(got) < len(t.keys):
                 failed += t.block_ids[len(got):]
                 pool.count("load_errors", len(t.keys) - len(got))
@@ -666,13 +831,13 @@ class KVPoolConnector(KVConnectorBase_V1):
         """After the copy (pool.lock held): count it, let the pages go; the
         blocks that failed."""
         pool = self._pool
-        if c is not None and pairs:
+        if c is not None and held:
             if err is None:
-                pool.count("loaded_blocks", len(pairs))
+                pool.count("loaded_blocks", len(held))
             else:
                 pool.failed("load", err)
-                failed = failed + [b for b, _ in pairs]
-                pool.count("load_errors", len(pairs))
+                failed = failed + [b for b, _ in pairs[0]]
+                pool.count("load_errors", len(held))
         if c is not None and held:
             try:
                 c.release(held)
@@ -693,7 +858,7 @@ class KVPoolConnector(KVConnectorBase_V1):
                 self._load_errors.update(self._loaded_now(c, pairs, held, failed, None))
                 return
             try:
-                indexed = [(b, c.page_index(p)) for b, p in pairs]
+                indexed = [(b, c.page_index(p)) for b, p in pairs[0]]
             except OSError as e:
                 self._load_errors.update(self._loaded_now(c, pairs, held, failed, e))
                 return
@@ -714,7 +879,7 @@ class KVPoolConnector(KVConnectorBase_V1):
         """layerwise_load: until this layer's blocks are loaded (other
         loads end in start_load_kv, or off the step)."""
         if self._by_layer is not None:
-            i = self._ident.layer_index.get(layer_name)
+            i = self._layer_at.get(layer_name)
             if i is not None:
                 self._layers.wait(i)
 
@@ -741,12 +906,14 @@ class KVPoolConnector(KVConnectorBase_V1):
                                                if t.req_id in self._broken))
                 if saves:
                     self._broken |= set(self._save(saves))
+            self._saves_ended(meta.saves)
             return
         ready = self._copier.step_done()  # the forward's writes, for a device copy
         for t in meta.saves:
             r = mover.save(t.req_id, (t, ready), len(t.keys))
             if r != "queued":
                 pool.count("save_skipped", len(t.keys))
+                self._saves_ended([t])
             if r == "full":
                 pool.warn("queue", "the save queue is full (%d blocks wait to be saved); "
                           "new blocks are skipped and counted until it drains "
@@ -754,6 +921,13 @@ class KVPoolConnector(KVConnectorBase_V1):
             elif r == "queued" and mover.queued * 2 <= mover.cap:
                 pool.clear("queue", "the save queue has room again")
         mover.finish(meta.finished)
+
+    def _saves_ended(self, saves: Sequence[_Transfer]) -> None:
+        """Tell the scheduler these saves ended (the blocks it pinned for
+        them can go)."""
+        for t in saves:
+            if t.job:
+                self._ended[t.job] = 1
 
     def _save_off_step(self, jobs: List[Tuple[_Transfer, Any]]) -> List[str]:
         with self._copier.side_stream():
@@ -780,14 +954,18 @@ class KVPoolConnector(KVConnectorBase_V1):
                 pool.count("save_skipped", total)
                 return [t.req_id for t in saves]
             pool.clear("full", "the pool has room again; saving")
-            pairs: List[Tuple[int, int]] = []
+            pairs: List[List[Tuple[int, int]]] = []
             j = 0
             for t in saves:
-                pairs += zip(t.block_ids, fresh[j:j + len(t.keys)])
+                for g, gp in enumerate(self._group_pairs(t, fresh[j:j + len(t.keys)])):
+                    if g < len(pairs):
+                        pairs[g] += gp
+                    else:
+                        pairs.append(gp)
                 j += len(t.keys)
             release = list(fresh)
             try:
-                self._copier.copy(c, view, True, pairs)
+                self._copy(c, view, True, pairs)
                 j = 0
                 for t in saves:
                     pages = fresh[j:j + len(t.keys)]
@@ -826,10 +1004,20 @@ class KVPoolConnector(KVConnectorBase_V1):
             for t, failed in self._mover.loaded():
                 recving.add(t.req_id)
                 self._loaded.add(t.req_id)
-                self._load_errors.update(failed)
+                self._load_failed(t, failed)
+            self._saves_ended([t for t, _ in self._mover.ended()])
         sending = {r for r in self._held if self._mover is None or not self._mover.busy(r)}
         self._held -= sending
         return sending or None, recving or None
+
+    def get_transfer_results(self, finished_req_ids: Set[str]):
+        """get_finished(), and the background loads that failed (with more
+        than one KV cache group: vLLM recomputes those requests whole)."""
+        sending, recving = self.get_finished(finished_req_ids)
+        failed, self._failed = self._failed, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed,
+                                          failed_recving=failed)
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._finish_by_layer()
@@ -837,7 +1025,8 @@ class KVPoolConnector(KVConnectorBase_V1):
         return errors
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
-        if not self._loaded:
+        if not self._loaded and not self._ended:
             return None
         loaded, self._loaded = self._loaded, set()
-        return KVPoolWorkerMetadata(loaded)
+        ended, self._ended = self._ended, {}
+        return KVPoolWorkerMetadata(loaded, ended)

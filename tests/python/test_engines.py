@@ -125,9 +125,32 @@ def metric_reaches(e, name, least, timeout=20):
     return v
 
 
+def gauge_reaches(e, name, value, timeout=20):
+    """A gauge of the engine's /metrics once it is value (or the last seen)."""
+    end = time.monotonic() + timeout
+    while True:
+        v = [float(line.rsplit(" ", 1)[1]) for line in e.metrics().splitlines()
+             if line.startswith(name + "{") or line.startswith(name + " ")]
+        if v and v[0] == value or time.monotonic() > end:
+            return v[0] if v else None
+        time.sleep(0.2)
+
+
 def saved(d, pages, timeout=30):
     """The engines save off their step: wait until the pool holds pages."""
     d.wait_for(lambda st: st["pages_cached"] >= pages, "%d pages saved" % pages, timeout)
+
+
+def settled(d, quiet=2.0, timeout=30):
+    """The pool's cached pages once no save has added one for quiet seconds."""
+    end = time.monotonic() + timeout
+    last, since = d.stats()["pages_cached"], time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < end:
+        time.sleep(0.25)
+        now = d.stats()["pages_cached"]
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
 
 
 def no_engine_clients(d, timeout=30):
@@ -332,33 +355,55 @@ def test_another_model_and_another_hash_seed_share_nothing(models):
         assert leased(d) == 0
 
 
-def test_a_sliding_window_model_shares_a_prefix_with_the_tokens_of_vllm_alone(sliding_model):
-    # the connector does not implement vLLM's SupportsHMA, so vLLM keeps every
-    # layer's blocks as one full-attention group (its own warning says so) and
-    # masks the window in attention: the pool's pages hold every layer
+def test_a_sliding_window_model_shares_pages_with_the_hybrid_allocator_on_and_off(
+        sliding_model):
+    # with the connector vLLM keeps its hybrid allocator (SupportsHMA): the
+    # sliding-window layers and the full-attention ones are KV cache groups
+    # of their own, and a sliding window's blocks behind it are freed as the
+    # request goes on. A page holds every layer either way: an engine with
+    # the allocator off (--disable-hybrid-kv-cache-manager, one group of
+    # every layer) loads what one with it on saved, and the other way round.
+    off = ["--disable-hybrid-kv-cache-manager"]
     with running(["--key-seed", "0"] + POOL) as d:
         alone = engine(d, sliding_model, "alone", cpus="0")
-        a = engine(d, sliding_model, "a", kvpool_socket=d.sock, cpus="1")
+        # loads in the step copied layer by layer: vLLM's attention layers
+        # each wait for their own (wait_for_layer_load)
+        a = engine(d, sliding_model, "a", kvpool_socket=d.sock, cpus="1", args=off,
+                   extra={"async_load_blocks": 0, "layerwise_load": True})
         ve.start([alone, a])
         b = None
         try:
             p = Prompts(10)
             first, second = p.next(), p.next()
-            ref = alone.complete(second, NEW)
+            third = p.next(tail=TAIL + 12 * ve.BLOCK)  # past the window, saved by b
+            ref = [alone.complete(second, NEW), alone.complete(third, NEW)]
+            assert len(set(ref[1].tokens)) > 1  # the model's tokens depend on the prompt
+            assert alone.log_lines("Turning off hybrid kv cache manager") == []
             assert a.complete(first, NEW).cached_tokens == 0
             saved(d, PREFIX_BLOCKS)
             alone.stop()
-            # the load in the step, layer by layer: vLLM's attention layers
-            # each wait for their own (wait_for_layer_load)
-            b = engine(d, sliding_model, "b", kvpool_socket=d.sock, cpus="0",
-                       extra={"async_load_blocks": 0, "layerwise_load": True})
+            b = engine(d, sliding_model, "b", kvpool_socket=d.sock, cpus="0")
             ve.start([b])
             rb = b.complete(second, NEW)
             assert rb.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK, rb
-            assert rb.tokens == ref.tokens and len(rb.tokens) == NEW
+            assert rb.tokens == ref[0].tokens and len(rb.tokens) == NEW
             assert metric_reaches(b, "loaded_blocks", PREFIX_BLOCKS) >= PREFIX_BLOCKS
-            assert b.log_lines("Turning off hybrid kv cache manager")
-            assert not b.log_lines("kvpool ("), b.log_lines("kvpool (")
+            # b's own blocks of the third prompt, every group's, into the pool
+            before = settled(d)
+            assert b.complete(third, NEW).tokens == ref[1].tokens
+            more = (len(third.split()) - PREFIX) // ve.BLOCK - 1
+            saved(d, before + more)
+            ra = a.complete(third, NEW)
+            assert ra.cached_tokens >= (PREFIX_BLOCKS + more) * ve.BLOCK, ra
+            assert ra.tokens == ref[1].tokens
+            assert b.log_lines("2 KV cache groups (vLLM's hybrid allocator): "
+                               "SlidingWindowSpec of layers 0,2, FullAttentionSpec of "
+                               "layers 1,3"), b.log_lines("kvpool: namespace")
+            assert a.log_lines("pages of 4 layers") and not a.log_lines("KV cache groups")
+            # every block b pinned for its saves came back to vLLM
+            assert gauge_reaches(b, "vllm:kv_cache_usage_perc", 0.0) == 0.0
+            for e in (a, b):
+                assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
             stop_all(alone, a)
             if b is not None:

@@ -274,6 +274,55 @@ def test_saves_off_the_step_read_their_blocks_before_vllm_reuses_them(pool):
                 e.close()
 
 
+def test_a_hybrid_model_saves_its_sliding_window_blocks_before_vllm_reuses_them(pool):
+    # vLLM's hybrid allocator: layer 0 attends to a window of 32 tokens and
+    # is a KV cache group of its own (layer 1 attends to all). At the step
+    # after a prefill vLLM frees the window's blocks behind it, and the next
+    # prompt would take them; saves run two seconds late, so the connector
+    # pins them until its save has read them. 128 blocks (and the null one).
+    a = Engine(pool.sock, "--kv-kind", "swa", "--blocks", "129",
+               extra={"save_queue_blocks": 256}, env={"KVPOOL_TEST_SLOW_SAVE": "2"}).ready()
+    p1 = [(i * 7) % 900 + 5 for i in range(30 * BLOCK + 8)]
+    p2 = [(i * 5) % 900 + 9 for i in range(41 * BLOCK + 8)]  # 42 blocks in each group
+    es = [a]
+    try:
+        assert a.call(op="left")["free_blocks"] == 128
+        a.call(op="add", tokens=p1, max_tokens=8)
+        a.call(op="step")  # p1's prefill: 31 blocks in each group, saved late
+        a.call(op="add", tokens=p2, max_tokens=2)
+        # p1's window moves on: 28 of layer 0's blocks are vLLM's again but
+        # pinned, and p2 waits for them rather than write into them
+        assert a.call(op="step")["scheduled"] == ["r1"]
+        assert a.call(op="left")["free_blocks"] == 66
+        a.call(op="drain")
+        left = a.call(op="left")
+        assert left["left"] == 0 and left["free_blocks"] == 128, left  # no pin kept
+        assert leased(pool) == 0
+        s = a.call(op="stats")["worker"]
+        assert s["saved_blocks"] >= 30 + 41 and not s.get("save_skipped"), s
+        # what the pool holds is what an engine computing alone holds: an
+        # engine with one group of both layers (the hybrid allocator off)
+        # loads every layer of p1's 30 blocks; a hybrid one its 20 first,
+        # layer 0 its window alone (the last two); engines of another model
+        # compute them
+        q = p1[:20 * BLOCK] + [(i * 3) % 900 + 7 for i in range(5 * BLOCK + 8)]
+        for kind, prompt, n, window in (("mha", p1, 30, 0), ("swa", q, 20, 18)):
+            b = Engine(pool.sock, "--kv-kind", kind).ready()
+            c = Engine(pool.sock, "--kv-kind", kind, extra={"model": "test/alone-" + kind}).ready()
+            es += [b, c]
+            rb = b.call(op="run", prompts=[prompt], max_tokens=2)
+            rc = c.call(op="run", prompts=[prompt], max_tokens=2)
+            assert rb["cached"] == [n * BLOCK] and rc["cached"] == [0]
+            for layer, first in ((0, window), (1, 0)):
+                got = b.call(op="blocks", rid=rb["rids"][0], n=n, layers=[layer])["blocks"]
+                want = c.call(op="blocks", rid=rc["rids"][0], n=n, layers=[layer])["blocks"]
+                assert got[first:] == want[first:], "%s: layer %d differs" % (kind, layer)
+            assert b.call(op="stats")["worker"]["loaded_blocks"] == n
+    finally:
+        for e in es:
+            e.close()
+
+
 def test_a_full_save_queue_skips_and_counts_and_says_so_once(pool):
     # room for one prompt's 12 blocks in the queue; saves two seconds late
     a = Engine(pool.sock, extra={"save_queue_blocks": 12},

@@ -37,7 +37,7 @@ from vllm.v1.attention.backends.utils import _layout_from_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec,
-                                        KVCacheTensor, MLAAttentionSpec)
+                                        KVCacheTensor, MLAAttentionSpec, SlidingWindowSpec)
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -51,9 +51,13 @@ LAYER_NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
 # --kv-kind: the KV cache spec vLLM's model would ask for. mha: K and V of
 # HEAD each; diffkv: V smaller than K (MiMo-V2 style, head_size_v; vLLM
 # runs those on GPU backends only); mla: DeepSeek's one latent vector per
-# token, no V (MLAAttentionSpec, one head)
+# token, no V (MLAAttentionSpec, one head); swa: layer 0 attends to a
+# sliding window of SWA_WINDOW tokens, layer 1 to every token, each in a KV
+# cache group of its own (vLLM's hybrid allocator, Gemma-3 style), the two
+# overlaying one allocation
 KINDS = {"mha": (KV_HEADS, HEAD, HEAD), "diffkv": (KV_HEADS, HEAD, HEAD // 2),
-         "mla": (1, 24, 0)}
+         "mla": (1, 24, 0), "swa": (KV_HEADS, HEAD, HEAD)}
+SWA_WINDOW = 32
 
 
 def write_model(path):
@@ -90,6 +94,19 @@ def make_config(model, extra, block, algo, policy, kv_events=None):
 
 def make_kv_cache_config(block, num_blocks, kind="mha"):
     heads, k, v = KINDS[kind]
+    if kind == "swa":
+        full = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
+                                 dtype=torch.float16)
+        window = SlidingWindowSpec(block_size=block, num_kv_heads=heads, head_size=k,
+                                   dtype=torch.float16, sliding_window=SWA_WINDOW)
+        page = full.page_size_bytes
+        return KVCacheConfig(
+            num_blocks=num_blocks,
+            kv_cache_tensors=[KVCacheTensor(size=page * num_blocks, layers=[n],
+                                            layer_stride=page * num_blocks, block_stride=page)
+                              for n in LAYER_NAMES],
+            kv_cache_groups=[KVCacheGroupSpec(LAYER_NAMES[:1], window),
+                             KVCacheGroupSpec(LAYER_NAMES[1:], full)])
     if kind == "mla":
         spec = MLAAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
                                 dtype=torch.float16)
@@ -142,7 +159,8 @@ class Worker(KVConnectorModelRunnerMixin):
         self.kv = allocate_kv_cache(kvc, torch.device("cpu"), _layout_from_name("LBNHC"))
         self.connector.register_kv_caches(self.kv)
         self.hash = {}  # req id -> rolling hash of each position
-        self.table = {}  # req id -> its vLLM block ids
+        self.table = {}  # req id -> its vLLM block ids, per KV cache group
+        self.group_of = [0, 1] if kind == "swa" else [0] * LAYERS  # each layer's group
 
     def _values(self, h, layer):
         # [positions, heads, K|V]: a function of the prefix hash and layer
@@ -159,20 +177,21 @@ class Worker(KVConnectorModelRunnerMixin):
         with set_forward_context(None, self.vc):
             with self._get_kv_connector_output(out) as kvo:
                 sampled = {}
-                reqs = [(r.req_id, r.num_computed_tokens, r.block_ids[0])
+                reqs = [(r.req_id, r.num_computed_tokens, r.block_ids)
                         for r in out.scheduled_new_reqs]
                 c = out.scheduled_cached_reqs
                 for i, rid in enumerate(c.req_ids):
                     reqs.append((rid, c.num_computed_tokens[i], None))
                 for rid, computed, ids in reqs:
                     if ids is not None:
-                        self.table[rid] = list(ids)
+                        self.table[rid] = [list(g) for g in ids]
                     else:
                         new = c.new_block_ids[c.req_ids.index(rid)]
                         if rid in c.resumed_req_ids:
-                            self.table[rid] = list(new[0])
+                            self.table[rid] = [list(g) for g in new]
                         elif new is not None:
-                            self.table[rid] += new[0]
+                            for g, more in enumerate(new):
+                                self.table[rid][g] += more
                     n = out.num_scheduled_tokens[rid]
                     toks = tokens_of(rid)
                     hs = self.hash.setdefault(rid, [])
@@ -183,9 +202,10 @@ class Worker(KVConnectorModelRunnerMixin):
                         hs.append(h)
                     pos = torch.arange(computed, computed + n)
                     ht = torch.tensor(hs[computed:computed + n], dtype=torch.int64)
-                    ids_t = torch.tensor(self.table[rid], dtype=torch.int64)[pos // self.block]
                     off = pos % self.block
                     for layer, name in enumerate(LAYER_NAMES):
+                        table = self.table[rid][self.group_of[layer]]
+                        ids_t = torch.tensor(table, dtype=torch.int64)[pos // self.block]
                         # as vLLM's attention layers do (maybe_transfer_kv_layer)
                         self.connector.wait_for_layer_load(name)
                         self.kv[name][ids_t, :, off] = self._values(ht, layer)
@@ -193,10 +213,13 @@ class Worker(KVConnectorModelRunnerMixin):
                     sampled[rid] = [int(hs[-1] % 900) + 10] if computed + n >= total else []
         return sampled, kvo
 
-    def block_bytes(self, rid, nblocks):
-        ids = self.table[rid][:nblocks]
-        return [b"".join(self.kv[n][b].contiguous().view(torch.uint8).numpy().tobytes()
-                         for n in LAYER_NAMES) for b in ids]
+    def block_bytes(self, rid, nblocks, layers=None):
+        """The request's first nblocks blocks: the bytes of every layer (or
+        of the layers given), each from its group's block."""
+        names = [(i, n) for i, n in enumerate(LAYER_NAMES) if layers is None or i in layers]
+        return [b"".join(self.kv[n][self.table[rid][self.group_of[i]][j]].contiguous()
+                         .view(torch.uint8).numpy().tobytes() for i, n in names)
+                for j in range(nblocks)]
 
 
 def _worker_main(conn, args):
@@ -231,7 +254,7 @@ def _worker_main(conn, args):
             sampled, kvo = w.step(out, lambda r: tokens[r])
             send("ok", sampled, kvo)
         elif msg[0] == "blocks":
-            send("ok", w.block_bytes(msg[1], msg[2]))
+            send("ok", w.block_bytes(msg[1], msg[2], msg[3]))
         elif msg[0] == "stats":
             send("ok", w.connector.stats())
 
@@ -342,10 +365,10 @@ class Engine:
                 raise RuntimeError("the scheduler still has requests after %d s" % timeout)
         return None
 
-    def blocks(self, rid, n):
+    def blocks(self, rid, n, layers=None):
         if self.child is None:
-            return self.worker.block_bytes(rid, n)
-        self.pipe.send(("blocks", rid, n))
+            return self.worker.block_bytes(rid, n, layers)
+        self.pipe.send(("blocks", rid, n, layers))
         return self.pipe.recv()[1]
 
     def stats(self):
@@ -382,7 +405,8 @@ def serve():
             if op == "run":
                 r = eng.run(cmd["prompts"], cmd.get("max_tokens", 4))
             elif op == "blocks":
-                r = {"blocks": [b.hex() for b in eng.blocks(cmd["rid"], cmd["n"])]}
+                r = {"blocks": [b.hex() for b in eng.blocks(cmd["rid"], cmd["n"],
+                                                            cmd.get("layers"))]}
             elif op == "stats":
                 r = eng.stats()
             elif op == "add":
@@ -405,7 +429,9 @@ def serve():
                 hung = eng.drain()
                 r = {"hung": hung[1]} if hung else {}
             elif op == "left":
-                r = {"left": len(eng.sched.requests)}
+                bp = eng.sched.kv_cache_manager.block_pool
+                r = {"left": len(eng.sched.requests), "free_blocks": bp.get_num_free_blocks(),
+                     "blocks": len(bp.blocks) - 1}  # vLLM's null block is never free
             elif op == "kill_worker":
                 os.kill(eng.child.pid, signal.SIGKILL)
                 eng.child.join()
