@@ -80,19 +80,32 @@ MLA_SHAPE = dict(kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=32,
                  n_shared_experts=1, moe_intermediate_size=128, num_experts_per_tok=2)
 
 
+# Qwen3-Next's layers, small: three of Gated DeltaNet (linear attention, a
+# recurrent state per request: vLLM's MambaSpec) to one of full attention,
+# a few experts. vLLM's CPU kernel for the state takes heads of 128.
+GDN_SHAPE = dict(layer_types=["linear_attention"] * 3 + ["full_attention"], head_dim=64,
+                 linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=2,
+                 linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
+                 moe_intermediate_size=128, shared_expert_intermediate_size=128)
+
+
 def make_model(path: str, seed: int = 0, arch: str = "llama", **shape) -> str:
-    """A Llama (arch "llama") or a DeepSeek-V2 (arch "deepseek_v2", MLA)
+    """A Llama (arch "llama"), a DeepSeek-V2 (arch "deepseek_v2", MLA) or a
+    Qwen3-Next (arch "qwen3_next", linear attention beside full attention)
     with random weights (seeded) and a word-level tokenizer, in path:
     config.json, model.safetensors, tokenizer.json. Runs in the engines'
     Python (torch, transformers, tokenizers). Returns path."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, LlamaConfig,
-                              LlamaForCausalLM, PreTrainedTokenizerFast)
+                              LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3NextConfig,
+                              Qwen3NextForCausalLM)
 
-    config, model = {"llama": (LlamaConfig, LlamaForCausalLM),
-                     "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM)}[arch]
-    s = dict(MODEL_SHAPE, **(MLA_SHAPE if arch == "deepseek_v2" else {}), **shape)
+    config, model, extra = {
+        "llama": (LlamaConfig, LlamaForCausalLM, {}),
+        "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM, MLA_SHAPE),
+        "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM, GDN_SHAPE)}[arch]
+    s = dict(MODEL_SHAPE, **extra, **shape)
     os.makedirs(path, exist_ok=True)
     torch.manual_seed(seed)
     cfg = config(max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,

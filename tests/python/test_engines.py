@@ -75,6 +75,16 @@ def mla_model():
     os.system("rm -rf '%s'" % d)
 
 
+@pytest.fixture(scope="module")
+def gdn_model():
+    """Qwen3-Next style: Gated DeltaNet layers (a recurrent state, vLLM's
+    MambaSpec) beside full-attention ones (examples/vllm_engines.py
+    GDN_SHAPE)."""
+    d = tempfile.mkdtemp(prefix="kvpool-engines-gdn-")
+    yield ve.make_model_in_venv(os.path.join(d, "tiny-gdn"), seed=4, arch="qwen3_next")
+    os.system("rm -rf '%s'" % d)
+
+
 class Prompts:
     """Prompts of a shared prefix and distinct tails, as words of the model."""
 
@@ -452,3 +462,30 @@ def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model
                 b.stop()
         no_engine_clients(d)
         assert leased(d) == 0
+
+
+def test_a_linear_attention_hybrid_serves_with_the_connector_configured_and_says_why_alone(
+        gdn_model):
+    # vLLM runs such a model with its hybrid allocator only: a connector
+    # without SupportsHMA turns it off, and the engine cannot start. With
+    # kvpool's it starts; a page cannot hold a recurrent state, so it serves
+    # without the connector, says so once per process, and leases nothing
+    with running(["--key-seed", "0"] + POOL) as d:
+        alone = engine(d, gdn_model, "alone", cpus="0")
+        e = engine(d, gdn_model, "e", kvpool_socket=d.sock, cpus="1")
+        ve.start([alone, e])
+        try:
+            p = Prompts(12, prefix=600)
+            prompt = p.next()
+            ref = alone.complete(prompt, NEW)
+            assert len(set(ref.tokens)) > 1  # the model's tokens depend on the prompt
+            for _ in range(2):
+                assert e.complete(prompt, NEW).tokens == ref.tokens
+            why = e.log_lines("KV cache spec MambaSpec is not attention K/V")
+            assert len(why) == 2, why  # its scheduler and its model runner, once each
+            assert "runs without the kvpool connector" in why[0]
+            assert not e.log_lines("Turning off hybrid kv cache manager")
+            assert d.stats()["pages_cached"] == 0 and leased(d) == 0
+        finally:
+            stop_all(alone, e)
+        no_engine_clients(d)

@@ -323,6 +323,37 @@ def test_a_hybrid_model_saves_its_sliding_window_blocks_before_vllm_reuses_them(
             e.close()
 
 
+def test_a_hybrid_model_whose_load_fails_computes_the_request_whole():
+    # vLLM takes a hybrid model's failed loads per request (block ids name
+    # no KV cache group; it raises on invalid_block_ids): kvpoold stops
+    # between the lookup and the load, and the request is computed whole
+    d = Daemon(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"])
+    a, b = engines(d.sock, 2, "--kv-kind", "swa")
+    c = None
+    try:
+        a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        rid = b.call(op="add", tokens=PROMPT, max_tokens=4)["rid"]
+        assert b.call(op="schedule")["loads"] == 1  # off the step, as every hybrid load
+        d.stop()
+        b.call(op="finish_step")
+        b.call(op="drain")
+        assert b.call(op="left")["left"] == 0
+        assert b.call(op="stats")["worker"]["load_errors"] == 12
+        assert b.warnings("went away") == 2, b.stderr()  # its scheduler, its worker
+        c = Engine(d.sock, "--kv-kind", "swa").ready()  # no daemon: computes alone
+        rc = c.call(op="run", prompts=[PROMPT], max_tokens=4)
+        assert rc["cached"] == [0]
+        for layer, first in ((0, 10), (1, 0)):
+            got = b.call(op="blocks", rid=rid, n=12, layers=[layer])["blocks"]
+            want = c.call(op="blocks", rid=rc["rids"][0], n=12, layers=[layer])["blocks"]
+            assert got[first:] == want[first:], "layer %d differs" % layer
+    finally:
+        for e in (a, b, c):
+            if e is not None:
+                e.close()
+        d.discard()
+
+
 def test_a_full_save_queue_skips_and_counts_and_says_so_once(pool):
     # room for one prompt's 12 blocks in the queue; saves two seconds late
     a = Engine(pool.sock, extra={"save_queue_blocks": 12},
