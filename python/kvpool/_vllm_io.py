@@ -55,10 +55,13 @@ class Copier:
     [block, 1, token, latent], K alone): one C call for many blocks with
     host tensors (threads, the GIL released); torch indexing with device
     tensors, over DMA from the host pool registered once with the CUDA
-    driver."""
+    driver. kv_split: the attention backend reads each head's [token,
+    K|V] as its tokens' K rows, then their V rows (vLLM's CPU_ATTN views
+    [block, head, 2 x token, head] and chunks it); the page holds K and V
+    as everywhere else (docs/kv-layout.md)."""
 
     def __init__(self, ident, layers: Sequence[torch.Tensor], threads: int,
-                 use_torch: bool = False) -> None:
+                 use_torch: bool = False, kv_split: bool = False) -> None:
         g = ident.geometry
         self.g, self.layers = g, list(layers)
         self.es = kvpool.DType(g.dtype).size
@@ -73,6 +76,10 @@ class Copier:
                 raise Unsupported("layer %s's KV cache is %s %s strides %s; kvpool copies "
                                   "[blocks, %d, %d, %d] views with K|V innermost"
                                   % (name, t.dtype, tuple(t.shape), t.stride(), *want))
+        if kv_split and (self.flat or g.v_dim != g.head_dim):
+            raise Unsupported("an attention backend that stores K rows then V rows with "
+                              "K of %d and V of %d elements" % (g.head_dim, g.v_dim))
+        self.kv_split = kv_split
         self.num_blocks = t0.shape[0]
         self.device = t0.device
         self.threads = max(1, min(16, threads))
@@ -115,6 +122,9 @@ class Copier:
         t = self.layers[0]
         if self.flat:  # [block, token, latent]: one head
             return out, (t.stride(0) * es, self.g.head_dim * es, 0, t.stride(1) * es)
+        if self.kv_split:  # a head's tokens' K rows, then their V rows
+            D, T = self.g.head_dim, self.g.block_tokens
+            return out, (t.stride(0) * es, T * D * es, t.stride(1) * es, D * es)
         return out, (t.stride(0) * es, self.g.head_dim * es, t.stride(1) * es,
                      t.stride(2) * es)
 
@@ -198,16 +208,23 @@ class Copier:
                 t = self.layers[l]
                 flat = stage[:, l].reshape(n, -1)  # K's heads x tokens x D, then V's
                 cells = flat[:, :H * T * D].reshape(n, H, T, D)
-                if V:
+                if self.kv_split:  # [head][K's tokens, then V's]
+                    cells = torch.stack([cells, flat[:, H * T * D:].reshape(n, H, T, V)], 2)
+                elif V:
                     cells = torch.cat([cells, flat[:, H * T * D:].reshape(n, H, T, V)], -1)
                 t.index_copy_(0, blocks, cells.reshape((n,) + tuple(t.shape[1:])).view(t.dtype))
         else:
             for l in only if only is not None else range(len(self.layers)):
                 cells = self.layers[l].index_select(0, blocks).view(stage.dtype)
-                cells = cells.reshape(n, H, T, D + V)
-                flat = cells[..., :D].reshape(n, -1)
-                if V:
-                    flat = torch.cat([flat, cells[..., D:].reshape(n, -1)], 1)
+                if self.kv_split:  # [head][K's tokens, then V's]
+                    cells = cells.reshape(n, H, 2, T, D)
+                    flat = torch.cat([cells[:, :, 0].reshape(n, -1),
+                                      cells[:, :, 1].reshape(n, -1)], 1)
+                else:
+                    cells = cells.reshape(n, H, T, D + V)
+                    flat = cells[..., :D].reshape(n, -1)
+                    if V:
+                        flat = torch.cat([flat, cells[..., D:].reshape(n, -1)], 1)
                 stage[:, l].copy_(flat.reshape(stage[:, l].shape))
             for j, i, r in runs:
                 if only is None:

@@ -691,11 +691,18 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             return
         try:
             layers = [kv_caches[n] for n in self._ident.layer_names]
-            self._copier = Copier(self._ident, layers, self._threads, self._copy_torch)
+            backend = self._backend()
+            # vLLM's CPU_ATTN reads a block's head as its tokens' K rows,
+            # then their V rows, not K|V per token
+            split = backend == "CPU_ATTN"
+            self._copier = Copier(self._ident, layers, self._threads, self._copy_torch,
+                                  kv_split=split)
         except (KeyError, Unsupported) as e:
             logger.warning("kvpool: %s; this instance runs without the kvpool connector", e)
             self._pool, self._copier = None, None
             return
+        logger.info("kvpool: the model runner's KV blocks (%s backend): [block, head, %s]",
+                    backend or "an unnamed", "K rows then V rows" if split else "token, K|V")
         cap = int(self._save_queue or max(64, self._copier.num_blocks // 4))
         self._mover = Mover(self._load_off_step, self._save_off_step,
                             lambda n: self._pool.count("save_skipped", n), logger, cap,
@@ -706,6 +713,19 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             self._layers = LayerLoader(self._copier, cpus=self._copy_cpus)
         with self._pool.lock:  # connect and map the view now, not in the first load
             self._pool.client_view()
+
+    def _backend(self) -> Optional[str]:
+        """The attention backend of the model's layers (vLLM's name for it),
+        None when vLLM does not say; Unsupported when the layers differ."""
+        ctx = self._vllm_config.compilation_config.static_forward_context
+        names = set()
+        for n in self._ident.layer_names:
+            backend = getattr(ctx.get(n), "attn_backend", None)
+            names.add(backend.get_name() if backend is not None else None)
+        if len(names) > 1:
+            raise Unsupported("the model's attention layers run backends %s, which may lay "
+                              "out their KV blocks differently" % sorted(map(str, names)))
+        return names.pop()
 
     def _meta(self) -> Optional[KVPoolMetadata]:
         if not self.has_connector_metadata():

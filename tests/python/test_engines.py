@@ -406,6 +406,9 @@ def test_a_sliding_window_model_shares_pages_with_the_hybrid_allocator_on_and_of
             ra = a.complete(third, NEW)
             assert ra.cached_tokens >= (PREFIX_BLOCKS + more) * ve.BLOCK, ra
             assert ra.tokens == ref[1].tokens
+            # vLLM's CPU attention reads a block's head as K rows, then V
+            # rows: the connector copies them into the page's K, then V
+            assert b.log_lines("(CPU_ATTN backend): [block, head, K rows then V rows]")
             assert b.log_lines("2 KV cache groups (vLLM's hybrid allocator): "
                                "SlidingWindowSpec of layers 0,2, FullAttentionSpec of "
                                "layers 1,3"), b.log_lines("kvpool: namespace")

@@ -462,12 +462,14 @@ def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
         subprocess.run(["rm", "-rf", keep], check=False)
 
 
-@pytest.mark.parametrize("heads,k,v,flat", [(2, 16, 16, False), (2, 16, 8, False),
-                                             (1, 24, 0, False), (1, 24, 0, True)])
-def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, flat):
+@pytest.mark.parametrize("heads,k,v,flat,split", [
+    (2, 16, 16, False, False), (2, 16, 8, False, False), (1, 24, 0, False, False),
+    (1, 24, 0, True, False), (2, 16, 16, False, True)])
+def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, flat, split):
     # the path device tensors take (over the host pool registered with
     # CUDA), run here on CPU tensors against copy_blocks: K and V alike, V
-    # smaller than K, MLA's latents alone (with a head axis or without)
+    # smaller than K, MLA's latents alone (with a head axis or without), and
+    # vLLM CPU_ATTN's blocks (each head's tokens' K rows, then their V rows)
     import torch
     from kvpool.vllm import Identity
     from kvpool._vllm_io import Copier
@@ -487,7 +489,8 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, f
         view = c.view()
         pages = c.alloc(4)
         pairs = list(zip([5, 0, 7, 2], pages))
-        by_c, by_torch = Copier(ident, kv, 2), Copier(ident, kv, 1, use_torch=True)
+        by_c = Copier(ident, kv, 2, kv_split=split)
+        by_torch = Copier(ident, kv, 1, use_torch=True, kv_split=split)
         assert by_torch.use_torch and not by_c.use_torch
         by_c.copy(c, view, True, pairs)
         want = [c.page_tensor(p).clone() for p in pages]
@@ -500,13 +503,29 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, f
             page = c.page_tensor(p).view(torch.int16).reshape(2, -1)
             for l in range(2):
                 cells = raw[l, b].view(torch.int16)
-                kv_l = torch.cat([cells[..., :k].reshape(-1), cells[..., k:].reshape(-1)])
+                if split:
+                    cells = cells.reshape(heads, 2, 16, k)
+                    kv_l = torch.cat([cells[:, 0].reshape(-1), cells[:, 1].reshape(-1)])
+                else:
+                    kv_l = torch.cat([cells[..., :k].reshape(-1), cells[..., k:].reshape(-1)])
                 assert torch.equal(page[l], kv_l)
-        Copier(ident, back, 1, use_torch=True).copy(c, view, False, pairs)
+        # one KV cache group's layers alone (vLLM's hybrid allocator): the
+        # other layers of the pages are left as they are
+        for by in (by_c, by_torch):
+            for p in pages:
+                c.page_tensor(p).zero_()
+            by.copy(c, view, True, pairs, only=[1])
+            for p, w in zip(pages, want):
+                page = c.page_tensor(p).view(torch.int16).reshape(2, -1)
+                assert not page[0].any()
+                assert torch.equal(page[1], w.view(torch.int16).reshape(2, -1)[1])
+            for p, w in zip(pages, want):
+                c.page_tensor(p).copy_(w)
+        Copier(ident, back, 1, use_torch=True, kv_split=split).copy(c, view, False, pairs)
         for b, _ in pairs:
             assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
         back_raw.zero_()
-        by_c_back = Copier(ident, back, 2)
+        by_c_back = Copier(ident, back, 2, kv_split=split)
         by_c_back.copy(c, view, False, pairs)
         for b, _ in pairs:
             assert torch.equal(back_raw[:, b].view(torch.int16), raw[:, b].view(torch.int16))
