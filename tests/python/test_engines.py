@@ -103,7 +103,8 @@ def engine(d, model, name, **kw):
 
 def stop_all(*engines):
     for e in engines:
-        e.stop()
+        if e is not None:  # one the test had not started yet
+            e.stop()
 
 
 def leased(d):
@@ -168,6 +169,12 @@ def no_engine_clients(d, timeout=30):
                "the engines' connections to close", timeout)
 
 
+def nothing_held(d):
+    """After the engines stopped: their connections closed, no page leased."""
+    no_engine_clients(d)
+    assert leased(d) == 0
+
+
 def recipe():
     """docs/vllm.md's recipe: kvpoold's arguments, and the engine's
     environment and command (vllm serve MODEL --kv-transfer-config ...)."""
@@ -229,11 +236,8 @@ def test_the_recipe_of_docs_vllm_md_shares_a_prefix_with_the_tokens_of_vllm_alon
             for e in (a, b):
                 assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
-            stop_all(alone, a)
-            if "b" in locals():
-                b.stop()
-        no_engine_clients(d)
-        assert leased(d) == 0
+            stop_all(alone, a, locals().get("b"))
+        nothing_held(d)
 
 
 def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(models):
@@ -272,8 +276,7 @@ def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(mode
             assert len(r.tokens) == NEW and r.cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
         finally:
             stop_all(a, b)
-        no_engine_clients(d)
-        assert leased(d) == 0
+        nothing_held(d)
 
 
 def no_engine_clients_but(d, n, timeout=30):
@@ -311,8 +314,7 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         assert b.complete(s.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
         assert len(a.log_lines("went away")) <= 2  # scheduler and worker, once each
         stop_all(a, b)
-        no_engine_clients(d)
-        assert leased(d) == 0
+        nothing_held(d)
         d.stop()
     finally:
         for e in (a, b):
@@ -336,7 +338,7 @@ def test_a_full_pool_leaves_the_engine_serving_and_says_so_once(models):
             assert leased(d) == 0
         finally:
             a.stop()
-        no_engine_clients(d)
+        nothing_held(d)
 
 
 def test_another_model_and_another_hash_seed_share_nothing(models):
@@ -361,8 +363,7 @@ def test_another_model_and_another_hash_seed_share_nothing(models):
             assert len(names) == 2, names  # one per model; none for the refused seed
         finally:
             stop_all(a, m, s)
-        no_engine_clients(d)
-        assert leased(d) == 0
+        nothing_held(d)
 
 
 def test_a_sliding_window_model_shares_pages_with_the_hybrid_allocator_on_and_off(
@@ -418,11 +419,8 @@ def test_a_sliding_window_model_shares_pages_with_the_hybrid_allocator_on_and_of
             for e in (a, b):
                 assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
-            stop_all(alone, a)
-            if b is not None:
-                b.stop()
-        no_engine_clients(d)
-        assert leased(d) == 0
+            stop_all(alone, a, b)
+        nothing_held(d)
 
 
 def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model):
@@ -460,11 +458,8 @@ def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model
             for e in (a, b):
                 assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:
-            stop_all(alone, a)
-            if b is not None:
-                b.stop()
-        no_engine_clients(d)
-        assert leased(d) == 0
+            stop_all(alone, a, b)
+        nothing_held(d)
 
 
 def test_a_linear_attention_hybrid_serves_with_the_connector_configured_and_says_why_alone(
@@ -491,4 +486,4 @@ def test_a_linear_attention_hybrid_serves_with_the_connector_configured_and_says
             assert d.stats()["pages_cached"] == 0 and leased(d) == 0
         finally:
             stop_all(alone, e)
-        no_engine_clients(d)
+        nothing_held(d)
