@@ -195,6 +195,12 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     if pp > 1:
         raise Unsupported("pipeline parallelism (%d stages): each stage holds other layers, "
                           "and kvpool's namespaces are per tensor-parallel rank only" % pp)
+    for kind in ("prefill", "decode"):
+        cp = getattr(vllm_config.parallel_config, kind + "_context_parallel_size", 1) or 1
+        if cp > 1:
+            raise Unsupported("%s context parallelism (%d ranks): each rank holds a share of "
+                              "a block's tokens, and kvpool's namespaces are per tensor-"
+                              "parallel rank only" % (kind, cp))
     dtype = DTYPES[spec.dtype]
     ident = "vllm %s %s %s b%d tp%d/%d" % (model, str(spec.dtype).replace("torch.", ""),
                                              algo, spec.block_size, tp_rank, tp)
@@ -302,13 +308,15 @@ class KVPoolWorkerMetadata(KVConnectorWorkerMetadata):
     whose blocks the scheduler pinned that ended (how many workers say so)."""
     loaded: Set[str] = field(default_factory=set)
     ended: Dict[int, int] = field(default_factory=dict)
+    failed: Set[str] = field(default_factory=set)  # requests some of whose load failed
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if isinstance(other, KVPoolWorkerMetadata):
             ended = dict(self.ended)
             for job, n in other.ended.items():
                 ended[job] = ended.get(job, 0) + n
-            return KVPoolWorkerMetadata(self.loaded | other.loaded, ended)
+            return KVPoolWorkerMetadata(self.loaded | other.loaded, ended,
+                                        self.failed | other.failed)
         return self
 
 
@@ -364,7 +372,11 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         # vLLM's hybrid allocator gives each attention kind a KV cache group
         # of its own, with blocks of its own
         self._hybrid = len(kv_cache_config.kv_cache_groups) > 1
-        self._workers = max(1, int(vllm_config.parallel_config.tensor_parallel_size))
+        # the workers whose metadata vLLM sums (aggregate()) for the
+        # scheduler: all of them, but under torchrun each engine has one
+        par = vllm_config.parallel_config
+        self._workers = 1 if getattr(par, "distributed_executor_backend", None) == \
+            "external_launcher" else max(1, int(getattr(par, "world_size", 1)))
         try:
             self._ident = identity_of(vllm_config, kv_cache_config, rank)
         except Unsupported as e:
@@ -404,6 +416,9 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._pins: Dict[int, list] = {}
         self._acks: Dict[int, int] = {}
         self._jobs = 0
+        # requests a worker failed to load: vLLM asks for them again, and
+        # they are computed rather than sent to fail again
+        self._no_load: Set[str] = set()
         # worker side
         self._copier: Optional[Copier] = None
         self._mover: Optional[Mover] = None
@@ -415,6 +430,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._held: Set[str] = set()  # requests whose blocks vLLM keeps for their saves
         self._broken: Set[str] = set()  # requests whose earlier save failed (in the step)
         self._failed: Set[str] = set()  # hybrid models: background loads that failed
+        self._failed_any: Set[str] = set()  # requests some of whose load failed
         self._ended: Dict[int, int] = {}  # pinned saves ended, for the scheduler
         self._layer_at: Dict[str, int] = {}  # a layer's place in the page, by vLLM's name
 
@@ -473,6 +489,9 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._requests.setdefault(rid, request)
         self._release(rid)  # asked again (not scheduled last time): look again
         if self._pool is None:
+            return 0, False
+        if rid in self._no_load:  # computed, and saved again from its first block
+            self._saved[rid] = 0
             return 0, False
         hashes = request.block_hashes
         # leave vLLM at least one token to compute
@@ -631,17 +650,25 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                 if self._acks[job] >= self._workers:
                     del self._acks[job]
                     pinned = self._pins.pop(job, None)
-                    if pinned is not None:
-                        self._kv_cache_manager.block_pool.free_blocks(pinned)
+                    if pinned is not None:  # the last block evicted first, as vLLM frees
+                        self._kv_cache_manager.block_pool.free_blocks(reversed(pinned))
+            self._no_load |= wm.failed
+        self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
         # vLLM passes these on once every worker reported them
         self._loading -= set(connector_output.finished_recving or ())
         self._holding -= set(connector_output.finished_sending or ())
 
     def has_pending_block_frees(self) -> bool:
         """Finished requests' blocks, and a hybrid model's blocks pinned
-        for their saves, come back once the saves end: vLLM waits for them
-        rather than preempt a request."""
-        return bool(self._holding or self._pins)
+        for their saves (those vLLM itself let go), come back once the saves
+        end: vLLM waits for them rather than preempt a request."""
+        return bool(self._holding) or any(b.ref_cnt == 1 for pinned in self._pins.values()
+                                          for b in pinned)
+
+    def has_pending_push_work(self) -> bool:
+        """Pinned blocks: vLLM steps until every worker's saves of them
+        ended (a reset of its prefix cache needs every block back)."""
+        return bool(self._pins)
 
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
@@ -655,6 +682,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._release(rid)
         self._requests.pop(rid, None)
         self._saved.pop(rid, None)
+        self._no_load.discard(rid)
         # every worker's load, not only the first one's (tensor parallelism)
         hold = rid in self._saving and rid not in self._loading
         self._saving.discard(rid)
@@ -781,6 +809,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         ids do not name a group)."""
         if not failed:
             return
+        self._failed_any.add(t.req_id)
         if t.groups is not None:
             self._failed.add(t.req_id)
         else:
@@ -856,7 +885,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                 pool.count("loaded_blocks", len(held))
             else:
                 pool.failed("load", err)
-                failed = failed + [b for b, _ in pairs[0]]
+                failed = failed + [b for gp in pairs for b, _ in gp]
                 pool.count("load_errors", len(held))
         if c is not None and held:
             try:
@@ -874,7 +903,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             return
         with pool.lock:
             c, view, pairs, held, failed = self._acquire(loads)
-            if c is None or not pairs:
+            if c is None or not held:
                 self._load_errors.update(self._loaded_now(c, pairs, held, failed, None))
                 return
             try:
@@ -1045,8 +1074,9 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         return errors
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
-        if not self._loaded and not self._ended:
+        if not self._loaded and not self._ended and not self._failed_any:
             return None
         loaded, self._loaded = self._loaded, set()
         ended, self._ended = self._ended, {}
-        return KVPoolWorkerMetadata(loaded, ended)
+        failed, self._failed_any = self._failed_any, set()
+        return KVPoolWorkerMetadata(loaded, ended, failed)

@@ -354,6 +354,28 @@ def test_a_hybrid_model_whose_load_fails_computes_the_request_whole():
         d.discard()
 
 
+@pytest.mark.parametrize("kind", ["mha", "swa"])
+def test_a_request_whose_load_failed_is_computed_not_sent_to_fail_again(pool, kind):
+    # vLLM asks again for a request whose load off the step failed (from
+    # the first failed block; a hybrid model's from its first): the pool
+    # still has the blocks, but this engine cannot load them, so the
+    # request is computed, not sent to fail once more, again and again
+    a = Engine(pool.sock, "--kv-kind", kind).ready()
+    b = Engine(pool.sock, "--kv-kind", kind, env={"KVPOOL_TEST_FAIL_LOADS": "1"}).ready()
+    try:
+        a.call(op="run", prompts=[PROMPT], max_tokens=2)
+        r = b.call(op="run", prompts=[PROMPT], max_tokens=4)
+        assert len(r["outputs"][0]) == 4
+        s = b.call(op="stats")
+        assert s["scheduler"]["lookups"] == 1, s
+        assert s["worker"]["load_errors"] == 12 and not s["worker"].get("loaded_blocks"), s
+        assert b.warnings("load") >= 1, b.stderr()
+        assert leased(pool) == 0
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_full_save_queue_skips_and_counts_and_says_so_once(pool):
     # room for one prompt's 12 blocks in the queue; saves two seconds late
     a = Engine(pool.sock, extra={"save_queue_blocks": 12},

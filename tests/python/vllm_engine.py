@@ -133,6 +133,19 @@ def _slow_saves(seconds):
     kv.KVPoolConnector._save_off_step = slow
 
 
+def _failing_loads():
+    """Every copy into vLLM's blocks fails (a device copy that cannot run):
+    a test of what vLLM is told, and asks next."""
+    from kvpool import _vllm_io
+    copy = _vllm_io.Copier.copy
+
+    def failing(self, client, view, to_pool, pairs, *a, **kw):
+        if not to_pool:
+            raise ValueError("loads fail in this test")
+        return copy(self, client, view, to_pool, pairs, *a, **kw)
+    _vllm_io.Copier.copy = failing
+
+
 class Worker(KVConnectorModelRunnerMixin):
     """The worker side: vLLM's connector lifecycle around a forward that
     writes each scheduled token's K/V."""
@@ -151,6 +164,8 @@ class Worker(KVConnectorModelRunnerMixin):
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method="file://" + init)
             ensure_model_parallel_initialized(1, 1, backend="gloo")
+        if os.environ.get("KVPOOL_TEST_FAIL_LOADS"):
+            _failing_loads()
         if os.environ.get("KVPOOL_TEST_SLOW_SAVE"):
             _slow_saves(float(os.environ["KVPOOL_TEST_SLOW_SAVE"]))
         kv_transfer_state.ensure_kv_transfer_initialized(vc, kvc)
