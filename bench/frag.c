@@ -2,7 +2,7 @@
 /*
  * frag.c - bench/frag: how much of a fixed KV-cache capacity holds token
  * states under contiguous reservation (Orca Max, Pow2, Oracle) and under
- * paging with the real page pool (daemon/pool.c on the host backend), and
+ * paging with the real page pool (daemon/store/pool.c on the host backend), and
  * how many KV blocks sharing saves (parallel sampling, shared system
  * prompts). Set against the vLLM paper's Figure 2 by bench/run-frag.sh.
  *
@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/backend.h"
-#include "daemon/pool.h"
+#include "daemon/store/backend.h"
+#include "daemon/store/pool.h"
 
 #define FRAG_MAX_LEN 2048	/* max tokens of a sequence, prompt + output */
 #define FRAG_MAX_SAMPLES 6	/* parallel samples of one request, at most */

@@ -142,7 +142,7 @@ section() {
 	echo "  of 2048 slots / input+output rounded up to a power of two / exactly"
 	echo "  input+output, placed by first fit over the capacity as one linear"
 	echo "  address space (lowest gap large enough; freed ranges leave holes)."
-	echo "- **kvpool paging** drives the real page pool (daemon/pool.c, host"
+	echo "- **kvpool paging** drives the real page pool (daemon/store/pool.c, host"
 	echo "  backend, linked in-process): one namespace per block size, pages of"
 	echo "  block × $(par token_bytes) bytes (2 layers × 2 KV heads × head_dim 64 × f16, K and"
 	echo "  V), pool of $(par pool_bytes) bytes in $(par slab_bytes)-byte slabs = capacity ÷ block pages"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/rvalue.h"
+#include "daemon/remote/rvalue.h"
 #include "opt.h"
 
 static double now_s(void)

@@ -56,7 +56,7 @@
 
 #define SPL_NS "bench-spill"
 #define SPL_BT 16u		/* tokens a page */
-#define SPL_HDR 4096u		/* the daemon's slot header (daemon/spill.h) */
+#define SPL_HDR 4096u		/* the daemon's slot header (daemon/tiers/spill.h) */
 #define SPL_MAX_CHAIN 1024u
 #define SPL_POLL_NS 200000	/* between STATS polls while pacing or draining */
 

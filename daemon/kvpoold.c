@@ -20,13 +20,13 @@
 #include "client/size.h"
 #include "daemon/log.h"
 #include "daemon/meminfo.h"
-#include "daemon/metrics.h"
-#include "daemon/loop.h"
+#include "daemon/observe/metrics.h"
 #include "daemon/options.h"
-#include "daemon/pool.h"
-#include "daemon/server.h"
-#include "daemon/sockfile.h"
-#include "daemon/systemd.h"
+#include "daemon/serve/loop.h"
+#include "daemon/serve/server.h"
+#include "daemon/serve/sockfile.h"
+#include "daemon/serve/systemd.h"
+#include "daemon/store/pool.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <sys/un.h>
 
-#include "daemon/access.h"
 #include "daemon/log.h"
+#include "daemon/requests/access.h"
 
 #define OPTIONS_PATH_MAX 4096
 #define OPTIONS_ACCESS_MAX 64	/* --access rules */

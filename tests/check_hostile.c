@@ -22,9 +22,9 @@
 
 #include "kvpool.h"
 #include "fake_redis.h"
-#include "daemon/backend.h"
-#include "daemon/loop.h"
-#include "daemon/remote.h"
+#include "daemon/remote/remote.h"
+#include "daemon/serve/loop.h"
+#include "daemon/store/backend.h"
 
 #define PAGE 4096u
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_ns.c - unit tests of the namespace table (daemon/ns.c): where a
+ * check_ns.c - unit tests of the namespace table (daemon/requests/ns.c): where a
  * namespace's pages live. Beside a device backend (here the host
  * backend's memory under the cuda kind, as no GPU answers in the tests),
  * a client that asks for host pages gets a namespace of host memory with
@@ -17,9 +17,9 @@
 
 #include "client/stats_text.h"
 #include "client/utf8.h"
-#include "daemon/backend.h"
-#include "daemon/ns.h"
-#include "daemon/pool.h"
+#include "daemon/requests/ns.h"
+#include "daemon/store/backend.h"
+#include "daemon/store/pool.h"
 #include "suites.h"
 
 #define SLAB (1u << 20)

@@ -13,7 +13,7 @@
 
 #include <check.h>
 
-#include "daemon/access.h"
+#include "daemon/requests/access.h"
 #include "client/size.h"
 #include "daemon/options.h"
 #include "suites.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_pool.c - unit tests of the page pool (daemon/pool.c) on the real
- * host backend (daemon/backend_host.c, memfd slabs): allocation and
+ * check_pool.c - unit tests of the page pool (daemon/store/pool.c) on the real
+ * host backend (daemon/store/backend_host.c, memfd slabs): allocation and
  * addresses, shared and sealed slabs, release and stale handles, the
  * budget, forged handles, references, conservation of counts,
  * namespaces, and two memories (host pages beside a device's).
@@ -18,8 +18,8 @@
 
 #include <check.h>
 
-#include "daemon/backend.h"
-#include "daemon/pool.h"
+#include "daemon/store/backend.h"
+#include "daemon/store/pool.h"
 #include "suites.h"
 
 #define SLAB (64u * 1024u)	/* 64 KiB slabs */

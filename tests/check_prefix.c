@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * check_prefix.c - unit tests of the prefix index (daemon/prefix.c):
+ * check_prefix.c - unit tests of the prefix index (daemon/store/prefix.c):
  * lookups, partial pages, eviction order by priority, recency and
  * leaves first; and of the pool's page states for published pages.
  */
@@ -12,10 +12,10 @@
 
 #include <check.h>
 
-#include "daemon/backend.h"
-#include "daemon/pool.h"
-#include "daemon/prefix.h"
-#include "daemon/siphash.h"
+#include "daemon/store/backend.h"
+#include "daemon/store/pool.h"
+#include "daemon/store/prefix.h"
+#include "daemon/store/siphash.h"
 #include "suites.h"
 
 /* key() - a distinct 32-byte key for each number. */

@@ -12,9 +12,9 @@
 
 #include <check.h>
 
-#include "daemon/rcluster.h"
-#include "daemon/rpage.h"
-#include "daemon/rvalue.h"
+#include "daemon/remote/rcluster.h"
+#include "daemon/remote/rpage.h"
+#include "daemon/remote/rvalue.h"
 
 /* resp() - the reply that the RESP bytes s encode; caller frees it with
  * freeReplyObject(). */

@@ -24,10 +24,10 @@
 
 #include "kvpool.h"
 #include "harness.h"
-#include "daemon/backend.h"
 #include "daemon/log.h"
-#include "daemon/loop.h"
-#include "daemon/remote.h"
+#include "daemon/remote/remote.h"
+#include "daemon/serve/loop.h"
+#include "daemon/store/backend.h"
 
 #define PAGE	16384u
 #define WINDOW	200u	/* GETs sent before waiting for them */

@@ -240,8 +240,8 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
 	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS) $(EVENTS_CFLAGS)
 FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c client/utf8.c
-FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/backend_cuda_stub.c daemon/rpage.c daemon/rtier.c \
-	daemon/remote_stub.c
+FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/store/backend_cuda_stub.c daemon/remote/rpage.c daemon/tiers/tier_remote.c \
+	daemon/remote/remote_stub.c
 EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
 	tests/fuzz/corpus
 dist_check_SCRIPTS += tests/fuzz/run.sh

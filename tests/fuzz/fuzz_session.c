@@ -44,9 +44,9 @@
 #include <unistd.h>
 
 #include "client/wire.h"
-#include "daemon/conn.h"
 #include "daemon/log.h"
-#include "daemon/server.h"
+#include "daemon/serve/conn.h"
+#include "daemon/serve/server.h"
 
 #define TURN_MS		20	/* a reply comes within a turn or two */
 #define TURNS_MAX	200	/* no reply after this many: a hang */

@@ -1,0 +1,224 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * conn.h - kvpoold's server and connection objects, shared by the socket
+ * server (server.c) and the request handlers (requests.c). Internal to
+ * the daemon.
+ */
+#ifndef KVP_CONN_H
+#define KVP_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "client/hset.h"
+#include "daemon/options.h"
+#include "daemon/requests/access.h"
+#include "daemon/requests/ns.h"
+#include "daemon/serve/loop.h"
+#include "daemon/store/backend.h"
+#include "daemon/store/lease.h"
+#include "daemon/store/pool.h"
+
+enum conn_state {
+	CONN_OPEN,	/* a receive is posted; requests are served */
+	CONN_REFUSED,	/* over max-clients: the first request gets LIMIT */
+	CONN_CLOSING,	/* shut down; freed when its last operation completes */
+};
+
+/* One queued reply, with an fd to pass along (SCM_RIGHTS) or -1. The fd
+ * is borrowed (a slab's memfd), never closed by the send. */
+struct outbuf {
+	struct outbuf *next;
+	size_t len;
+	int fd;
+	uint8_t data[];
+};
+
+struct conn {
+	struct server *srv;
+	struct conn *prev, *next;	/* srv->conns */
+	enum conn_state state;
+	int fd;
+	uint64_t id;			/* 1, 2, ... in order of arrival */
+	struct ucred cred;		/* peer's pid, uid, gid at connect */
+	unsigned ops;			/* loop operations in flight */
+	char name[KVP_CLIENT_NAME_MAX];	/* from HELLO */
+
+	bool hello_done;		/* HELLO answered; ns set if it named one */
+	struct ns *ns;			/* joined namespace or NULL */
+	struct lease_set leases;	/* page handle -> leases held */
+
+	struct loop_op recv_op;
+	struct msghdr rmsg;
+	struct iovec riov;
+	uint8_t *rbuf;			/* srv->opt->max_msg_size bytes */
+	union {				/* ancillary data a client sent */
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int) * 8)];
+	} rctl;
+
+	struct loop_op send_op;
+	struct msghdr smsg;
+	struct iovec siov;
+	union {
+		struct cmsghdr align;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} sctl;
+	struct outbuf *out_head, *out_tail;
+	size_t out_bytes;		/* queued, not yet sent (--max-output) */
+	uint64_t last_ms;		/* last request received (--idle-timeout) */
+	bool sending;
+	bool close_after_send;		/* a fatal error reply is queued */
+	bool refused;			/* counted in nrefused, not nconns */
+	bool per_uid;			/* refused at --max-clients-per-uid */
+	bool deferred;			/* a request waits for I/O: no receive */
+	bool remote_tried;		/* the waiting ACQUIRE asked the remote tier */
+	bool admin;			/* admin of every namespace */
+	struct access_peer peer;	/* uid, gid and groups, for the rules */
+	unsigned rights;		/* ACCESS_* in its namespace */
+	struct conn *wait_next;		/* ns->wait_head list */
+	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
+	uint64_t evicted;		/* pages an EVICT moved before it waited */
+	uint64_t connected_ms;		/* server uptime when it connected */
+};
+
+/* Connections of one uid, for --max-clients-per-uid. */
+struct uid_conns {
+	uid_t uid;
+	uint32_t n;
+};
+
+/* Counters of STATS, kept where the events happen. */
+struct server_counters {
+	uint64_t connections_total;
+	uint64_t connections_refused;
+	uint64_t requests_total;
+	uint64_t protocol_errors;
+	uint64_t allocs;
+	uint64_t releases;
+	uint64_t retains;
+	uint64_t closed_output;		/* disconnected at --max-output */
+	uint64_t closed_idle;		/* disconnected at --idle-timeout */
+	uint64_t errors_by_status[KVP_S__COUNT];
+};
+
+struct server {
+	struct loop *loop;
+	const struct options *opt;
+	struct backend *be;
+	struct pool *pool;
+	struct ns_table nst;
+	struct ns_config keys;		/* key settings for new namespaces */
+	struct events *events;		/* --kv-events, or NULL */
+	struct remote *remote;		/* --remote, or NULL */
+	gid_t admin_gid;		/* --admin-group, or -1 */
+	struct access_rule rules[OPTIONS_ACCESS_MAX];	/* --access */
+	unsigned nrules;
+	int listen_fd;
+	int lock_fd;			/* flock on SOCKET.lock, held for life */
+	int spill_lock_fd;		/* flock on SPILL_DIR/kvpool.lock, or -1 */
+	bool activated;			/* listen_fd came from systemd: not ours to unlink */
+	void (*on_shutdown)(void *);	/* server_on_shutdown() */
+	void *on_shutdown_arg;
+	bool accepting;			/* accept_op is in flight */
+	bool shutting_down;
+	struct loop_op accept_op;
+	struct loop_op cancel_op;
+	struct loop_op idle_op;		/* the --idle-timeout sweep */
+	struct loop_op idle_cancel_op;
+	struct __kernel_timespec idle_ts;
+	bool idle_armed;
+	bool save_started;		/* the stop's save (save.c) began */
+	bool saving;			/* ... and goes on */
+	bool save_armed;		/* its time limit is armed */
+	struct loop_op save_op;
+	struct loop_op save_cancel_op;
+	struct __kernel_timespec save_ts;
+	uint64_t save_t0;
+	struct conn *conns;
+	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
+	struct uid_conns *uids;		/* [nuids] served clients by uid; a few
+					 * users, so searched in order */
+	uint32_t nuids, cap_uids;
+	size_t out_total;		/* replies queued, all clients (--max-output-total) */
+	uint32_t nrefused;		/* CONN_REFUSED or closing after it */
+	uint64_t next_conn_id;
+	uint64_t start_ms;
+	struct server_counters n;
+};
+
+/* --- server.c ------------------------------------------------------------ */
+
+/*
+ * conn_reply() - queue a reply to req with status and payload (copied),
+ * passing fd (borrowed, -1 for none). A failed allocation closes the
+ * connection: the client sees EPIPE rather than no answer.
+ */
+void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const void *payload, size_t len, int fd);
+
+/* conn_error() - reply with an error status and a message (also logged
+ * at debug level); the connection stays open. Counts the error. */
+void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* conn_fatal() - reply with status and why, then close the connection. */
+void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
+		const char *why);
+
+uint64_t server_now_ms(void);
+
+/* conn_hold() / conn_put() - keep c alive across an I/O that will answer
+ * one of its requests; conn_put() returns true when c was freed. */
+void conn_hold(struct conn *c);
+bool conn_put(struct conn *c);
+
+/* conn_closing() - c is shutting down: answer nothing more. */
+bool conn_closing(const struct conn *c);
+
+/* conn_resume() - the deferred request was answered: receive the next. */
+void conn_resume(struct conn *c);
+
+/* conn_kick() - close c (an admin's DISCONNECT); its leases go back. */
+void conn_kick(struct conn *c);
+
+/* server_maybe_done() - when the stop has nothing left to wait for (no
+ * connection, no save, no timer), let the loop drain and stop. */
+void server_maybe_done(struct server *s);
+
+/* --- save.c -------------------------------------------------------------- */
+
+/*
+ * save_start() - the daemon stops and every client is gone: write each
+ * namespace's cached pool pages and host tier pages to its NVMe tier,
+ * as many as the tier holds and --save-on-stop seconds allow, so that a
+ * warm restart finds the hot pages too. Logs what was saved and what
+ * was not. True when it goes on (server_maybe_done() is called when it
+ * ends), false when there is nothing to save.
+ */
+bool save_start(struct server *s);
+
+/* --- requests.c ---------------------------------------------------------- */
+
+/* requests_handle() - serve one well-formed request of conn c. */
+void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
+		     const uint8_t *payload);
+
+/* requests_wake() - ns_config.wake: what waits on n goes on. When n is
+ * ready, each request is served again from the start, but a HELLO is
+ * refused (STATE) when a DROP_NS of n waits too. When n is gone (dropped,
+ * or its tier could not be made), a DROP_NS is answered OK (the namespace
+ * is no more; unless a HELLO ahead of it made it anew: then it runs again
+ * and drops that one), a HELLO gets status and msg when status < 0, else
+ * runs again (and may make the namespace anew). */
+void requests_wake(struct ns *n, int status, const char *msg);
+
+/* requests_retry() - staging buffers of n's tier came free: serve the
+ * requests that waited for them (as tier_room_hook). */
+void requests_retry(struct ns *n);
+
+/* requests_conn_gone() - drop every lease of c and leave its namespace. */
+void requests_conn_gone(struct conn *c);
+
+#endif /* KVP_CONN_H */
