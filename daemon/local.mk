@@ -11,17 +11,18 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c \
 	daemon/tiers/tier.c daemon/tiers/tier_host.c daemon/tiers/tier_nvme.c \
 	daemon/tiers/hosttier.c daemon/tiers/spill.c daemon/tiers/save.c \
 	daemon/serve/loop.c daemon/serve/loop_sync.c daemon/serve/loop_work.c \
-	daemon/serve/server.c daemon/serve/sockfile.c \
+	daemon/serve/server.c daemon/serve/conn.c daemon/serve/sockfile.c \
 	daemon/requests/requests.c daemon/requests/share.c daemon/requests/admin.c \
-	daemon/requests/ns.c daemon/requests/access.c \
+	daemon/requests/wait.c daemon/requests/ns.c daemon/requests/access.c \
 	daemon/observe/events.c daemon/observe/events_pub.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h \
 	daemon/store/pool.h daemon/store/lease.h daemon/store/prefix.h \
 	daemon/store/siphash.h daemon/store/backend.h \
-	daemon/tiers/tier.h daemon/tiers/hosttier.h daemon/tiers/spill.h \
+	daemon/tiers/tier.h daemon/tiers/hosttier.h daemon/tiers/spill.h daemon/tiers/save.h \
 	daemon/serve/loop.h daemon/serve/loop_sync.h daemon/serve/server.h \
 	daemon/serve/sockfile.h daemon/serve/conn.h \
-	daemon/requests/requests.h daemon/requests/ns.h daemon/requests/access.h \
+	daemon/requests/requests.h daemon/requests/wait.h daemon/requests/ns.h \
+	daemon/requests/access.h \
 	daemon/observe/events.h daemon/observe/events_int.h
 
 noinst_LTLIBRARIES += daemon/libkvpoold.la

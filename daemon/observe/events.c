@@ -24,7 +24,8 @@
 
 #include "daemon/log.h"
 #include "daemon/observe/events_int.h"
-#include "daemon/requests/ns.h"
+#include "daemon/store/namespace.h"
+#include "daemon/store/prefix.h"
 
 #ifdef HAVE_KV_EVENTS
 

@@ -5,6 +5,9 @@
  * format over ZeroMQ, so that a router sees this machine's pool tier by
  * tier as it sees a vLLM instance's GPU cache.
  *
+ * observe/ (docs/architecture.md): KV events and the metrics endpoint.
+ * They tell what the pool holds and never change it.
+ *
  * The loop's side turns the prefix index's media changes (prefix.h's
  * sink) into BlockStored and BlockRemoved events, merges a chain of
  * stores into one event as vLLM does, gathers one batch per namespace and

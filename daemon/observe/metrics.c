@@ -24,6 +24,7 @@
 #include "client/stats_text.h"
 #include "daemon/log.h"
 #include "daemon/observe/metrics.h"
+#include "daemon/requests/requests.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -101,7 +102,7 @@ static void metrics_render(struct metrics *m)
 	uint8_t *buf;
 	FILE *f;
 
-	buf = server_stats(m->srv, &len);
+	buf = requests_stats(m->srv, &len);
 	f = buf ? open_memstream(&text, &tlen) : NULL;
 	if (f) {
 		const struct kvp_wire_stats *st = (const void *)buf;

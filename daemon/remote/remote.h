@@ -4,6 +4,10 @@
  * Cluster (or one Redis server), over hiredis connections driven by the
  * daemon's loop (rloop.c), routed by rcluster.c, in rpage.c's format.
  *
+ * remote/ (docs/architecture.md): the Redis client, its routing and its
+ * values. It moves bytes by key and knows neither the pool's index nor a
+ * request; tiers/tier_remote.c decides what goes there.
+ *
  * Everything here is a cache: a request that cannot be served at once or
  * in time is a miss, never a wait. A node that does not answer within the
  * timeout is dropped; its requests end as misses, its slots are misses

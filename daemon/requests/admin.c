@@ -13,9 +13,12 @@
 
 #include "client/wire.h"
 #include "daemon/log.h"
+#include "daemon/requests/ns.h"
 #include "daemon/requests/requests.h"
+#include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/tier.h"
 
 _Static_assert(ACCESS_READ == KVP_RIGHT_READ && ACCESS_WRITE == KVP_RIGHT_WRITE &&
@@ -470,7 +473,7 @@ void admin_evict(struct conn *c, const struct kvp_wire_hdr *req,
 			}
 			/* the tier cannot take more now (a write in flight,
 			 * --spill-rate): wait for it, as an ALLOC would */
-			if (rc == -EAGAIN && requests_defer_tier(c, req, n))
+			if (rc == -EAGAIN && wait_tier_room(c, req, n))
 				return;
 			break;
 		}
@@ -537,7 +540,7 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	}
 	n = ns_gone_by_name(&c->srv->nst, d.ns);
 	if (n) {	/* dropped already: answered when its tier file is gone */
-		requests_defer_on(c, req, n);
+		wait_defer_on(c, req, n);
 		return;
 	}
 	n = ns_arg(c, req, d.ns, &bad);
@@ -550,7 +553,7 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	}
 	/* Its clients go first (their leases with them); the drop waits for
 	 * the last of them, and for the tier's writes, on n's queue. New
-	 * clients are refused meanwhile (requests_drop_waits()). */
+	 * clients are refused meanwhile (wait_drop_ahead()). */
 	for (o = c->srv->conns; o; o = next) {
 		next = o->next;
 		if (o->ns == n && !conn_closing(o))
@@ -559,13 +562,13 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	if (ns_drop(&c->srv->nst, c->srv->pool, &c->srv->keys, n, &gone, err,
 		    sizeof(err)) < 0) {
 		if (ns_busy(n))
-			requests_defer_on(c, req, n);	/* what it waits for wakes it */
+			wait_defer_on(c, req, n);	/* what it waits for wakes it */
 		else
 			conn_error(c, req, KVP_S_STATE, "%s", err);
 		return;
 	}
 	if (gone)	/* the reply waits for the tier file's removal */
-		requests_defer_on(c, req, gone);
+		wait_defer_on(c, req, gone);
 	else
 		conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
 }

@@ -21,8 +21,10 @@
 #include "daemon/remote/rpage.h"
 #include "daemon/requests/ns.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/prefix.h"
+#include "daemon/tiers/hosttier.h"
+#include "daemon/tiers/spill.h"
 #include "daemon/tiers/tier.h"
-#include "daemon/tiers/tier_remote.h"
 
 /* Bounds on geometry fields: generous, but they keep products in range. */
 #define NS_MAX_LAYERS		1024u
@@ -291,7 +293,7 @@ static void ns_free(struct ns *n)
 		free(n);
 		return;
 	}
-	rtier_ns_gone(n);
+	tier_ns_gone(n);
 	prefix_free(n->idx);
 	free(n->ev_topic);
 	hosttier_close(n->host);
@@ -477,8 +479,10 @@ static int ns_create(struct ns_table *t, struct pool *p, const struct ns_config 
 		return -KVP_S_LIMIT;
 	}
 	n = calloc(1, sizeof(*n));
-	if (n)
+	if (n) {
 		n->idx = prefix_new();
+		n->drop_subtree = tier_drop_subtree;
+	}
 	if (!n || !n->idx) {
 		free(n);
 		pool_ns_release(p, pns);

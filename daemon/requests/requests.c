@@ -20,10 +20,14 @@
 #include "daemon/log.h"
 #include "daemon/observe/events.h"
 #include "daemon/remote/remote.h"
+#include "daemon/requests/ns.h"
 #include "daemon/requests/requests.h"
+#include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
-#include "daemon/serve/server.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/prefix.h"
+#include "daemon/tiers/hosttier.h"
+#include "daemon/tiers/spill.h"
 #include "daemon/tiers/tier.h"
 
 /* --- helpers --------------------------------------------------------------- */
@@ -83,133 +87,6 @@ bool requests_held_list(struct conn *c, const struct kvp_wire_hdr *req,
  * with c->deferred set when the request waits for the tier (it is served
  * again from the start).
  */
-/* rate_done() - the --spill-rate timer: the tier may write again. */
-static void rate_done(struct loop_op *op, int res)
-{
-	struct ns *n = (struct ns *)((char *)op - offsetof(struct ns, rate_op));
-
-	(void)res;
-	n->rate_armed = false;
-	if (n->wait_head)
-		requests_retry(n);
-}
-
-/*
- * defer_for_tier() - queue c's request until the NVMe tier can take more:
- * a write in flight ends, or the --spill-rate timer (armed here, ms away,
- * when ms) fires. False when nothing would wake it (nothing queued).
- */
-static bool defer_for_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns,
-			   uint64_t ms)
-{
-	struct server *s = c->srv;
-
-	if (ms && !ns->rate_armed) {
-		ns->rate_op.done = rate_done;
-		if (loop_timeout(s->loop, &ns->rate_op, &ns->rate_ts, ms) == 0)
-			ns->rate_armed = true;
-	}
-	if (!ns->rate_armed && !tier_writing(ns))
-		return false;
-	requests_defer_on(c, req, ns);
-	return true;
-}
-
-bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns)
-{
-	return tier_writes(ns) && defer_for_tier(c, req, ns, tier_write_wait_ms(ns, 1));
-}
-
-/*
- * requests_tier_wait() - back-pressure: true when making room for n pages
- * would write more pages to a tier (NVMe) than it can take now: staging
- * buffers free while writes are in flight, and what --spill-rate allows
- * (tier_must_wait(); a tier above it, host memory, takes pages at once
- * into its free slots). Then it evicts what can go now and queues c's
- * request, served again from the start when a write completes or the
- * rate allows more, instead of dropping cached pages it could keep.
- */
-bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n)
-{
-	struct server *s = c->srv;
-	struct ns *ns = c->ns;
-	uint64_t avail = pool_available(s->pool, ns->pool_ns), now, ms;
-
-	if (!tier_writes(ns) || avail >= n || !tier_room_possible(s->pool, ns, n))
-		return false;	/* nothing to wait for, or a refusal to come */
-	if (!tier_must_wait(s->pool, ns, n - avail, &now, &ms))
-		return false;
-	/* what can go now goes; the rest waits */
-	tier_evict_ahead(s->pool, ns, avail + now);
-	if (pool_available(s->pool, ns->pool_ns) >= n)
-		return false;
-	return defer_for_tier(c, req, ns, ms);
-}
-
-void requests_defer(struct conn *c, const struct kvp_wire_hdr *req)
-{
-	requests_defer_on(c, req, c->ns);
-}
-
-void requests_defer_on(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns)
-{
-	c->wait_req = *req;
-	c->wait_next = NULL;
-	if (ns->wait_tail)
-		ns->wait_tail->wait_next = c;
-	else
-		ns->wait_head = c;
-	ns->wait_tail = c;
-	c->deferred = true;
-	conn_hold(c);
-}
-
-bool requests_drop_waits(const struct ns *n)
-{
-	const struct conn *c;
-
-	for (c = n->wait_head; c; c = c->wait_next)
-		if (c->wait_req.op == KVP_OP_DROP_NS && !conn_closing(c))
-			return true;
-	return false;
-}
-
-void requests_retry(struct ns *n)
-{
-	requests_wake(n, 0, NULL);	/* n is ready: each runs again */
-}
-
-void requests_wake(struct ns *n, int status, const char *msg)
-{
-	/* a HELLO that waited for a namespace an admin then asked to drop is
-	 * refused as one that came after the drop (not joined and kicked) */
-	bool dropping = n->state == NS_READY && requests_drop_waits(n);
-	struct conn *c = n->wait_head, *next;
-	uint16_t op;
-
-	n->wait_head = n->wait_tail = NULL;
-	for (; c; c = next) {
-		next = c->wait_next;
-		c->deferred = false;
-		op = c->wait_req.op;
-		if (conn_closing(c))
-			;
-		else if (n->state == NS_GONE && op == KVP_OP_DROP_NS &&
-			 !ns_by_name(&c->srv->nst, n->name))	/* not made anew meanwhile */
-			conn_reply(c, &c->wait_req, KVP_S_OK, NULL, 0, -1);
-		else if (op == KVP_OP_HELLO && status < 0)
-			conn_error(c, &c->wait_req, (uint32_t)-status, "%s", msg);
-		else if (op == KVP_OP_HELLO && dropping)
-			conn_error(c, &c->wait_req, KVP_S_STATE, "namespace '%s' is being "
-				   "dropped by an admin; connect again once it is gone", n->name);
-		else
-			requests_handle(c, &c->wait_req, c->rbuf + KVP_WIRE_HDR_SIZE);
-		if (!conn_closing(c) && !c->deferred)
-			conn_resume(c);
-		conn_put(c);	/* the hold of the wait; a new wait took its own */
-	}
-}
-
 bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n,
 			uint64_t *out)
 {
@@ -221,12 +98,12 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 	uint32_t i;
 	int rc;
 
-	if (requests_tier_wait(c, req, n))
+	if (wait_tier(c, req, n))
 		return false;	/* served again when the tier has room */
 	rc = tier_make_room(s->pool, ns, n);
 	if (rc == -EAGAIN) {
 		/* the tiers cannot take the evictions yet: wait for them */
-		if (requests_defer_tier(c, req, ns))
+		if (wait_tier_room(c, req, ns))
 			return false;
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted; the "
 			   "tiers cannot take the cached pages that would make room now: "
@@ -310,11 +187,11 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 		}
 		n = ns_gone_by_name(&s->nst, h.ns);
 		if (n) {	/* dropped: its tier file is being removed */
-			requests_defer_on(c, req, n);
+			wait_defer_on(c, req, n);
 			return;
 		}
 		n = ns_by_name(&s->nst, h.ns);
-		if (n && requests_drop_waits(n)) {
+		if (n && wait_drop_ahead(n)) {
 			conn_error(c, req, KVP_S_STATE, "namespace '%s' is being dropped by an "
 				   "admin; connect again once it is gone", n->name);
 			return;
@@ -336,7 +213,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 			return;
 		}
 		if (n->state == NS_PREPARING) {	/* served again when it is ready */
-			requests_defer_on(c, req, n);
+			wait_defer_on(c, req, n);
 			return;
 		}
 		n->clients++;
@@ -509,7 +386,7 @@ static void ns_record(struct server *s, struct ns *n, struct kvp_wire_ns_stats *
 	r->backend = n->be->ops->kind;
 }
 
-uint8_t *server_stats(struct server *s, size_t *lenp)
+uint8_t *requests_stats(struct server *s, size_t *lenp)
 {
 	struct kvp_wire_stats st;
 	struct pool_counts pc;
@@ -526,7 +403,7 @@ uint8_t *server_stats(struct server *s, size_t *lenp)
 	snprintf(st.version, sizeof(st.version), "%s", PACKAGE_VERSION);
 	st.pid = (uint32_t)getpid();
 	st.backend = s->be->ops->kind;
-	st.uptime_ms = server_now_ms() - s->start_ms;
+	st.uptime_ms = loop_now_ms() - s->start_ms;
 	st.clients = s->nconns;
 	st.max_clients = (uint32_t)s->opt->max_clients;
 	st.namespaces = s->nst.count;
@@ -599,7 +476,7 @@ static void handle_stats(struct conn *c, const struct kvp_wire_hdr *req)
 			   req->len);
 		return;
 	}
-	buf = server_stats(c->srv, &len);
+	buf = requests_stats(c->srv, &len);
 	if (!buf) {
 		conn_error(c, req, KVP_S_INTERNAL, "out of memory for a %zu-byte STATS reply",
 			   wire_stats_size(c->srv->nst.count));
@@ -908,5 +785,5 @@ void requests_conn_gone(struct conn *c)
 	/* the last client gone: a DROP_NS that waited for it goes on (only
 	 * drops can wait on a namespace without clients) */
 	if (!n->clients && n->wait_head)
-		requests_retry(n);
+		wait_retry(n);
 }

@@ -3,6 +3,11 @@
  * requests.h - the request handlers of kvpoold and the helpers they
  * share (requests.c, share.c, admin.c). Internal to the daemon. A
  * handler replies (or defers, setting c->deferred) exactly once.
+ *
+ * requests/ (docs/architecture.md): what each request does, the
+ * namespace table, the access rules, and requests that wait (wait.h). It
+ * replies through the connection object (serve/conn.h), never through
+ * the server above it, and knows nothing of sockets.
  */
 #ifndef KVP_REQUESTS_H
 #define KVP_REQUESTS_H
@@ -11,6 +16,22 @@
 #include <stdint.h>
 
 #include "daemon/serve/conn.h"
+
+/* requests_handle() - serve one well-formed request of conn c (the
+ * server's dispatcher). */
+void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
+		     const uint8_t *payload);
+
+/*
+ * requests_stats() - a STATS reply's payload as the daemon would send it now
+ * (struct kvp_wire_stats, then one kvp_wire_ns_stats per namespace), in a
+ * buffer to free(), its length into *len; NULL when memory ran out. Counts
+ * every page again (pool_audit): O(pages). For --metrics-listen.
+ */
+uint8_t *requests_stats(struct server *s, size_t *len);
+
+/* requests_conn_gone() - drop every lease of c and leave its namespace. */
+void requests_conn_gone(struct conn *c);
 
 /* requests_need_ns() - true when c joined a namespace; else replies STATE. */
 bool requests_need_ns(struct conn *c, const struct kvp_wire_hdr *req);
@@ -23,29 +44,6 @@ bool requests_room_for_leases(struct conn *c, const struct kvp_wire_hdr *req, ui
  * c's namespace that c holds; else replies STALE naming the first. */
 bool requests_held_list(struct conn *c, const struct kvp_wire_hdr *req,
 			const void *handles, uint32_t n);
-
-/* requests_defer() - queue c's request req on its namespace: it runs again
- * from the start when a tier write ends or the --spill-rate timer fires.
- * Only for a wait that one of those is sure to end. */
-void requests_defer(struct conn *c, const struct kvp_wire_hdr *req);
-
-/* requests_defer_on() - the same on namespace ns, which need not be c's
- * (a DROP_NS waits on the namespace it drops). */
-void requests_defer_on(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns);
-
-/* requests_drop_waits() - a DROP_NS of n waits for its clients to go:
- * n takes no new client meanwhile. */
-bool requests_drop_waits(const struct ns *n);
-
-/* requests_tier_wait() - back-pressure of the NVMe tier: true when c's
- * request was queued to be served again once the tier can take the
- * evictions that n pages need. */
-bool requests_tier_wait(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n);
-
-/* requests_defer_tier() - the tiers of ns cannot take evictions now (a
- * write in flight, --spill-rate): queue c's request on ns until they can,
- * true; false when nothing would wake it. */
-bool requests_defer_tier(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns);
 
 /* requests_alloc_pages() - n leased PRIVATE pages into out; false when it
  * replied an error or deferred the request. */

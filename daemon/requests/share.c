@@ -15,8 +15,10 @@
 #include "client/wire.h"
 #include "daemon/log.h"
 #include "daemon/requests/requests.h"
+#include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_remote.h"
 
@@ -501,13 +503,13 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (writing || wait) {
 		/* a block of the chain is on its way to the tier: wait for the
 		 * write (which wakes the queue) rather than answer a miss */
-		requests_defer(c, req);
+		wait_defer(c, req);
 		goto out;
 	}
 	/* the rest of the chain is nowhere here: the remote tier may have it
 	 * (then the request is served again once it is back in the pool) */
 	if (hits < a.nkeys && prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) ==
-	    PREFIX_NIL && rtier_fetch(c, req, &a, keys, hits))
+	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits))
 		goto out;
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))
@@ -517,14 +519,14 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out;
 	}
 	/* reads need free pages: wait for the tier rather than serve less */
-	if (pl.reads && requests_tier_wait(c, req, pl.reads)) {
+	if (pl.reads && wait_tier(c, req, pl.reads)) {
 		unpin_plan(c, ents, pages, got);
 		goto out;
 	}
 	pd = start_restores(c, ents, pages, &got, &pl, &err);
 	if (err == -EAGAIN) {
 		/* the tiers cannot take what would make room yet: wait */
-		if (requests_defer_tier(c, req, n))
+		if (wait_tier_room(c, req, n))
 			goto out;
 		got = 0;	/* nothing would wake it: a miss */
 		err = 0;
@@ -618,7 +620,7 @@ static uint64_t publish_one(struct conn *c, const uint8_t *key, const uint8_t *p
 		return 0;
 	pool_publish(p, page);
 	pool_set_tag(p, page, *e);
-	rtier_published(n, *e, pool_page_addr(p, page));
+	tier_remote_published(n, *e, pool_page_addr(p, page));
 	n->st.publishes++;
 	return page;
 }

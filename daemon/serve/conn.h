@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * conn.h - kvpoold's server and connection objects, shared by the socket
- * server (server.c) and the request handlers (requests.c). Internal to
- * the daemon.
+ * conn.h - kvpoold's server and connection objects: the connection's
+ * state, its replies and its life (conn.c), shared by the socket server
+ * above it (server.c accepts and receives) and the request handlers
+ * (requests/), which answer through it and never through server.c.
  */
 #ifndef KVP_CONN_H
 #define KVP_CONN_H
@@ -14,11 +15,12 @@
 #include "client/hset.h"
 #include "daemon/options.h"
 #include "daemon/requests/access.h"
-#include "daemon/requests/ns.h"
 #include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/namespace.h"
 #include "daemon/store/pool.h"
+#include "daemon/tiers/save.h"
 
 enum conn_state {
 	CONN_OPEN,	/* a receive is posted; requests are served */
@@ -129,13 +131,7 @@ struct server {
 	struct loop_op idle_cancel_op;
 	struct __kernel_timespec idle_ts;
 	bool idle_armed;
-	bool save_started;		/* the stop's save (save.c) began */
-	bool saving;			/* ... and goes on */
-	bool save_armed;		/* its time limit is armed */
-	struct loop_op save_op;
-	struct loop_op save_cancel_op;
-	struct __kernel_timespec save_ts;
-	uint64_t save_t0;
+	struct save save;		/* the stop's save (tiers/save.c) */
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
 	struct uid_conns *uids;		/* [nuids] served clients by uid; a few
@@ -146,9 +142,17 @@ struct server {
 	uint64_t next_conn_id;
 	uint64_t start_ms;
 	struct server_counters n;
+	/* dispatch() - serve one request of c (requests_handle(), set by
+	 * server.c): the continuation a request that waited is served
+	 * again through (requests/wait.c) */
+	void (*dispatch)(struct conn *c, const struct kvp_wire_hdr *req,
+			 const uint8_t *payload);
+	/* conn_gone(c) - c is being freed (unlinked, its replies dropped):
+	 * what the layers above keep of it goes (server.c's hook) */
+	void (*conn_gone)(struct conn *c);
 };
 
-/* --- server.c ------------------------------------------------------------ */
+/* --- conn.c -------------------------------------------------------------- */
 
 /*
  * conn_reply() - queue a reply to req with status and payload (copied),
@@ -167,58 +171,30 @@ void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		const char *why);
 
-uint64_t server_now_ms(void);
-
-/* conn_hold() / conn_put() - keep c alive across an I/O that will answer
- * one of its requests; conn_put() returns true when c was freed. */
+/* conn_hold() / conn_put() - keep c alive across an operation or an I/O
+ * that will answer one of its requests; conn_put() returns true when c
+ * was freed (and must not be touched again). */
 void conn_hold(struct conn *c);
 bool conn_put(struct conn *c);
 
 /* conn_closing() - c is shutting down: answer nothing more. */
 bool conn_closing(const struct conn *c);
 
+/* conn_post_recv() - post c's one receive (its completion is recv_op's,
+ * set by whoever made c). A full ring closes c. */
+void conn_post_recv(struct conn *c);
+
 /* conn_resume() - the deferred request was answered: receive the next. */
 void conn_resume(struct conn *c);
 
+/*
+ * conn_close() - move c to CONN_CLOSING. The shutdown makes the posted
+ * receive (and any send) complete; the last completion frees c (after
+ * srv->conn_gone(c)). Its unsent replies go at once.
+ */
+void conn_close(struct conn *c);
+
 /* conn_kick() - close c (an admin's DISCONNECT); its leases go back. */
 void conn_kick(struct conn *c);
-
-/* server_maybe_done() - when the stop has nothing left to wait for (no
- * connection, no save, no timer), let the loop drain and stop. */
-void server_maybe_done(struct server *s);
-
-/* --- save.c -------------------------------------------------------------- */
-
-/*
- * save_start() - the daemon stops and every client is gone: write each
- * namespace's cached pool pages and host tier pages to its NVMe tier,
- * as many as the tier holds and --save-on-stop seconds allow, so that a
- * warm restart finds the hot pages too. Logs what was saved and what
- * was not. True when it goes on (server_maybe_done() is called when it
- * ends), false when there is nothing to save.
- */
-bool save_start(struct server *s);
-
-/* --- requests.c ---------------------------------------------------------- */
-
-/* requests_handle() - serve one well-formed request of conn c. */
-void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
-		     const uint8_t *payload);
-
-/* requests_wake() - ns_config.wake: what waits on n goes on. When n is
- * ready, each request is served again from the start, but a HELLO is
- * refused (STATE) when a DROP_NS of n waits too. When n is gone (dropped,
- * or its tier could not be made), a DROP_NS is answered OK (the namespace
- * is no more; unless a HELLO ahead of it made it anew: then it runs again
- * and drops that one), a HELLO gets status and msg when status < 0, else
- * runs again (and may make the namespace anew). */
-void requests_wake(struct ns *n, int status, const char *msg);
-
-/* requests_retry() - staging buffers of n's tier came free: serve the
- * requests that waited for them (as tier_room_hook). */
-void requests_retry(struct ns *n);
-
-/* requests_conn_gone() - drop every lease of c and leave its namespace. */
-void requests_conn_gone(struct conn *c);
 
 #endif /* KVP_CONN_H */

@@ -12,9 +12,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "daemon/serve/loop.h"
 #include "daemon/serve/loop_sync.h"
+
+uint64_t loop_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 /* uring_init() - the ring, or -errno with err saying why. */
 static int uring_init(struct loop *l, unsigned entries, char *err, size_t errlen)

@@ -113,6 +113,9 @@ int loop_buffer_add(struct loop *l, void *base, size_t len);
  * nothing to unregister. */
 void loop_buffer_remove(struct loop *l, int idx);
 
+/* loop_now_ms() - the monotonic clock in milliseconds (the timers' clock). */
+uint64_t loop_now_ms(void);
+
 /*
  * loop_timeout() - complete op after ms milliseconds (res -ETIME), or
  * earlier with -ECANCELED if cancelled. op must live until then.

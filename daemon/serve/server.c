@@ -2,9 +2,11 @@
 /*
  * server.c - the client connections of kvpoold: accepting them on the
  * listening socket (which sockfile.c makes), limits per daemon and per
- * uid, receiving, replying, closing, and SIGHUP's new rights. Requests
- * themselves are dispatched in requests.c and served there, in share.c
- * and admin.c.
+ * uid, receiving and checking each message before it goes to the
+ * dispatcher (requests/requests.c), the idle sweep, SIGHUP's new rights,
+ * and the stop: no more clients, the save on stop (tiers/save.c), the
+ * remote tier's last writes, then the loop drains. The connection object
+ * itself (replies, errors, holds, the send path, the close) is conn.c's.
  *
  * Each connection is a small state machine driven by loop completions:
  * one receive is always posted while the connection is open, replies are
@@ -30,10 +32,14 @@
 #include "daemon/observe/events.h"
 #include "daemon/remote/remote.h"
 #include "daemon/remote/rvalue.h"
+#include "daemon/requests/ns.h"
+#include "daemon/requests/requests.h"
+#include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
 #include "daemon/serve/server.h"
 #include "daemon/serve/sockfile.h"
 #include "daemon/store/lease.h"
+#include "daemon/tiers/spill.h"
 #include "daemon/tiers/tier.h"
 
 #define container_of(ptr, type, member) \
@@ -42,14 +48,6 @@
 /* Connections over max-clients held at once to tell them why; past this
  * they are closed at once and see a reset. */
 #define REFUSED_MAX 16
-
-uint64_t server_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /*
  * read_key_file() - the bytes of --remote-key-file into buf (at most
@@ -159,21 +157,29 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 	return 0;
 }
 
-static void server_remote_idle(void *arg)
+static void server_maybe_done(struct server *s);
+
+/* server_goes_on() - the continuation of the remote tier's last writes
+ * and of the stop's save: the stop goes on. */
+static void server_goes_on(void *arg)
 {
 	server_maybe_done(arg);
 }
 
-void server_maybe_done(struct server *s)
+/* server_maybe_done() - when the stop has nothing left to wait for (no
+ * connection, no save, no timer), let the loop drain and stop. */
+static void server_maybe_done(struct server *s)
 {
 	if (!s->shutting_down || s->accepting || s->conns || s->idle_armed)
 		return;
-	if (!s->save_started && save_start(s))
+	if (!s->save.started &&
+	    save_start(&s->save, s->loop, s->pool, &s->nst,
+			s->opt->spill_dir[0] ? s->opt->save_on_stop : 0, server_goes_on, s))
 		return;		/* it calls again when it ends */
-	if (s->saving || s->save_armed)
+	if (save_busy(&s->save))
 		return;
 	if (remote_busy(s->remote)) {	/* its writes end first (or time out) */
-		remote_on_idle(s->remote, server_remote_idle, s);
+		remote_on_idle(s->remote, server_goes_on, s);
 		return;
 	}
 	for (uint32_t i = 0; i < s->nst.count; i++)
@@ -250,24 +256,15 @@ static uint64_t uid_limit(const struct server *s)
 					   : (s->opt->max_clients + 1) / 2;
 }
 
-/* --- connection life cycle ------------------------------------------- */
+/* --- connections' end ------------------------------------------------ */
 
-static void conn_free(struct conn *c)
+/* server_conn_gone() - conn_gone hook of every connection: c is being
+ * freed (unlinked, its replies dropped). Its leases go back, its place
+ * in the limits is free, and a stop may end. */
+static void server_conn_gone(struct conn *c)
 {
 	struct server *s = c->srv;
-	struct outbuf *o, *next;
 
-	for (o = c->out_head; o; o = next) {
-		next = o->next;
-		free(o);
-	}
-	s->out_total -= c->out_bytes;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
 	requests_conn_gone(c);
 	if (c->refused) {
 		s->nrefused--;
@@ -277,248 +274,7 @@ static void conn_free(struct conn *c)
 		log_debug("client %llu (pid %d) disconnected",
 			  (unsigned long long)c->id, (int)c->cred.pid);
 	}
-	close(c->fd);
-	free(c->rbuf);
-	free(c);
 	server_maybe_done(s);
-}
-
-/* drop_output() - free the replies c will never read, all but the one a
- * send in flight still uses. */
-static void drop_output(struct conn *c)
-{
-	struct outbuf *keep = c->sending ? c->out_head : NULL, *o, *next;
-
-	for (o = keep ? keep->next : c->out_head; o; o = next) {
-		next = o->next;
-		c->out_bytes -= o->len;
-		c->srv->out_total -= o->len;
-		free(o);
-	}
-	if (keep)
-		keep->next = NULL;
-	c->out_head = c->out_tail = keep;
-}
-
-/*
- * conn_close() - move c to CONN_CLOSING. The shutdown makes the posted
- * receive (and any send) complete; the last completion frees c. Its
- * unsent replies go at once.
- */
-static void conn_close(struct conn *c)
-{
-	if (c->state == CONN_CLOSING)
-		return;
-	c->state = CONN_CLOSING;
-	shutdown(c->fd, SHUT_RDWR);
-	drop_output(c);
-	if (c->ops == 0)
-		conn_free(c);
-}
-
-/*
- * output_over() - the replies all clients left unread passed
- * --max-output-total: disconnect the client that holds the most of them
- * (O(clients), only then). The reply c was just given, when it is its
- * only one, is being sent, not left unread: c is not chosen for it.
- * True when c was disconnected.
- */
-static bool output_over(struct conn *c)
-{
-	struct server *s = c->srv;
-	struct conn *o, *worst = NULL;
-
-	for (o = s->conns; o; o = o->next) {
-		if (o->state == CONN_CLOSING || (o == c && o->out_head == o->out_tail))
-			continue;
-		if (!worst || o->out_bytes > worst->out_bytes)
-			worst = o;
-	}
-	if (!worst)
-		return false;
-	s->n.closed_output++;
-	log_warn("clients leave %zu bytes of replies unread, more than --max-output-total "
-		 "%llu; disconnecting client %llu (%s, pid %d, uid %u), which leaves the "
-		 "most (%zu bytes; its leases are released)", s->out_total,
-		 (unsigned long long)s->opt->max_output_total, (unsigned long long)worst->id,
-		 worst->name, (int)worst->cred.pid, (unsigned)worst->cred.uid,
-		 worst->out_bytes);
-	conn_close(worst);
-	return worst == c;
-}
-
-/* conn_op_done() - account for one completed operation; true when the
- * connection was freed and must not be touched again. */
-static bool conn_op_done(struct conn *c)
-{
-	c->ops--;
-	if (c->state == CONN_CLOSING && c->ops == 0) {
-		conn_free(c);
-		return true;
-	}
-	return false;
-}
-
-static void conn_recv_done(struct loop_op *op, int res);
-static void conn_send_done(struct loop_op *op, int res);
-static void server_idle_arm(struct server *s);
-
-static void conn_post_recv(struct conn *c)
-{
-	c->riov.iov_base = c->rbuf;
-	c->riov.iov_len = c->srv->opt->max_msg_size;
-	memset(&c->rmsg, 0, sizeof(c->rmsg));
-	c->rmsg.msg_iov = &c->riov;
-	c->rmsg.msg_iovlen = 1;
-	c->rmsg.msg_control = c->rctl.buf;
-	c->rmsg.msg_controllen = sizeof(c->rctl.buf);
-	/* MSG_TRUNC: the result is the packet's real length, so an oversized
-	 * message is seen as such instead of being cut silently. */
-	if (loop_recvmsg(c->srv->loop, &c->recv_op, c->fd, &c->rmsg,
-			 MSG_TRUNC | MSG_CMSG_CLOEXEC) < 0) {
-		log_error("client %llu: cannot queue a receive: ring full; closing it",
-			  (unsigned long long)c->id);
-		conn_close(c);
-		return;
-	}
-	c->ops++;
-}
-
-static void conn_post_send(struct conn *c)
-{
-	struct outbuf *o = c->out_head;
-
-	if (c->sending || !o || c->state == CONN_CLOSING)
-		return;
-	c->siov.iov_base = o->data;
-	c->siov.iov_len = o->len;
-	memset(&c->smsg, 0, sizeof(c->smsg));
-	c->smsg.msg_iov = &c->siov;
-	c->smsg.msg_iovlen = 1;
-	if (o->fd >= 0) {
-		struct cmsghdr *cm;
-
-		memset(&c->sctl, 0, sizeof(c->sctl));
-		c->smsg.msg_control = c->sctl.buf;
-		c->smsg.msg_controllen = sizeof(c->sctl.buf);
-		cm = CMSG_FIRSTHDR(&c->smsg);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &o->fd, sizeof(int));
-	}
-	if (loop_sendmsg(c->srv->loop, &c->send_op, c->fd, &c->smsg, MSG_NOSIGNAL) < 0) {
-		log_error("client %llu: cannot queue a send: ring full; closing it",
-			  (unsigned long long)c->id);
-		conn_close(c);
-		return;
-	}
-	c->sending = true;
-	c->ops++;
-}
-
-void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
-		const void *payload, size_t len, int fd)
-{
-	struct kvp_wire_hdr h = {
-		.op = req->op, .flags = KVP_WIRE_F_REPLY, .status = status,
-		.req_id = req->req_id, .len = (uint32_t)len,
-	};
-	struct outbuf *o;
-
-	o = malloc(sizeof(*o) + KVP_WIRE_HDR_SIZE + len);
-	if (!o) {
-		log_error("client %llu: out of memory for a %zu-byte reply; closing it",
-			  (unsigned long long)c->id, len);
-		conn_close(c);
-		return;
-	}
-	o->next = NULL;
-	o->len = KVP_WIRE_HDR_SIZE + len;
-	o->fd = fd;
-	wire_hdr_encode(o->data, &h);
-	if (len)
-		memcpy(o->data + KVP_WIRE_HDR_SIZE, payload, len);
-	if (c->out_tail)
-		c->out_tail->next = o;
-	else
-		c->out_head = o;
-	c->out_tail = o;
-	c->out_bytes += o->len;
-	c->srv->out_total += o->len;
-	if (c->out_bytes > c->srv->opt->max_output) {
-		c->srv->n.closed_output++;
-		log_warn("client %llu (%s, pid %d) leaves %zu bytes of replies unread, more "
-			 "than --max-output %llu; disconnecting it (its leases are released)",
-			 (unsigned long long)c->id, c->name, (int)c->cred.pid, c->out_bytes,
-			 (unsigned long long)c->srv->opt->max_output);
-		conn_close(c);
-		return;
-	}
-	if (c->srv->out_total > c->srv->opt->max_output_total && output_over(c))
-		return;
-	conn_post_send(c);
-}
-
-void conn_hold(struct conn *c)
-{
-	c->ops++;
-}
-
-bool conn_put(struct conn *c)
-{
-	return conn_op_done(c);
-}
-
-bool conn_closing(const struct conn *c)
-{
-	return c->state == CONN_CLOSING;
-}
-
-void conn_kick(struct conn *c)
-{
-	log_info("client %llu (%s, pid %d) disconnected by an admin",
-		 (unsigned long long)c->id, c->name, (int)c->cred.pid);
-	conn_close(c);
-}
-
-void conn_resume(struct conn *c)
-{
-	c->deferred = false;
-	if (c->state != CONN_CLOSING && !c->close_after_send)
-		conn_post_recv(c);
-}
-
-void conn_error(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
-		const char *fmt, ...)
-{
-	char msg[KVP_WIRE_ERRMSG_MAX];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		n = 0;
-	if ((size_t)n >= sizeof(msg))
-		n = sizeof(msg) - 1;
-	if (status < KVP_S__COUNT)
-		c->srv->n.errors_by_status[status]++;
-	log_debug("client %llu (pid %d): %s %s: %s", (unsigned long long)c->id,
-		  (int)c->cred.pid, wire_op_str(req->op), wire_status_str(status), msg);
-	conn_reply(c, req, status, msg, (size_t)n, -1);
-}
-
-void conn_fatal(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
-		const char *why)
-{
-	c->srv->n.protocol_errors++;
-	log_warn("client %llu (pid %d): %s: %s; closing the connection",
-		 (unsigned long long)c->id, (int)c->cred.pid,
-		 wire_status_str(status), why);
-	c->close_after_send = true;
-	conn_reply(c, req, status, why, strlen(why), -1);
 }
 
 /* drop_fds() - close file descriptors a client attached; true if any. */
@@ -543,6 +299,8 @@ static bool drop_fds(struct conn *c)
 	}
 	return any;
 }
+
+static void server_idle_arm(struct server *s);
 
 /* --- receiving -------------------------------------------------------- */
 
@@ -593,7 +351,7 @@ static void handle_message(struct conn *c, size_t n)
 		return;
 	}
 	c->srv->n.requests_total++;
-	c->last_ms = server_now_ms();
+	c->last_ms = loop_now_ms();
 	requests_handle(c, &req, c->rbuf + KVP_WIRE_HDR_SIZE);
 }
 
@@ -601,7 +359,7 @@ static void conn_recv_done(struct loop_op *op, int res)
 {
 	struct conn *c = container_of(op, struct conn, recv_op);
 
-	if (conn_op_done(c))
+	if (conn_put(c))
 		return;
 	if (c->state == CONN_CLOSING)
 		return;
@@ -618,36 +376,6 @@ static void conn_recv_done(struct loop_op *op, int res)
 		return;
 	if (c->state != CONN_CLOSING && !c->close_after_send && !c->deferred)
 		conn_post_recv(c);
-}
-
-static void conn_send_done(struct loop_op *op, int res)
-{
-	struct conn *c = container_of(op, struct conn, send_op);
-	struct outbuf *o = c->out_head;
-
-	c->sending = false;
-	if (conn_op_done(c))
-		return;
-	if (c->state == CONN_CLOSING)
-		return;
-	if (res < 0) {
-		if (res != -EPIPE && res != -ECONNRESET)
-			log_debug("client %llu: send failed: %s",
-				  (unsigned long long)c->id, strerror(-res));
-		conn_close(c);
-		return;
-	}
-	c->out_head = o->next;
-	if (!c->out_head)
-		c->out_tail = NULL;
-	c->out_bytes -= o->len;
-	c->srv->out_total -= o->len;
-	free(o);
-	if (c->close_after_send && !c->out_head) {
-		conn_close(c);
-		return;
-	}
-	conn_post_send(c);
 }
 
 /* --- accepting -------------------------------------------------------- */
@@ -679,10 +407,9 @@ static struct conn *conn_new(struct server *s, int fd)
 	c->id = ++s->next_conn_id;
 	c->state = CONN_OPEN;
 	lease_set_init(&c->leases, c->id);
-	c->last_ms = server_now_ms();
+	c->last_ms = loop_now_ms();
 	c->connected_ms = c->last_ms - s->start_ms;
 	c->recv_op.done = conn_recv_done;
-	c->send_op.done = conn_send_done;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0) {
 		c->cred.pid = -1;
 		c->cred.uid = (uid_t)-1;
@@ -811,7 +538,7 @@ static void server_idle_arm(struct server *s)
 static void server_idle_done(struct loop_op *op, int res)
 {
 	struct server *s = container_of(op, struct server, idle_op);
-	uint64_t now = server_now_ms(), limit = s->opt->idle_timeout * 1000;
+	uint64_t now = loop_now_ms(), limit = s->opt->idle_timeout * 1000;
 	struct conn *c, *next;
 
 	(void)res;
@@ -895,6 +622,8 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	}
 	s->spill_lock_fd = spill_lock;
 	s->opt = o;
+	s->conn_gone = server_conn_gone;
+	s->dispatch = requests_handle;
 	if (listen_fd >= 0) {
 		s->activated = true;
 		s->listen_fd = listen_fd;
@@ -923,7 +652,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
-	s->keys.wake = requests_wake;
+	s->keys.wake = wait_wake;
 	/* host pages: the pool's own with the host backend; beside cuda, the
 	 * pool's second memory when kvpoold made one (--host-pool-size) */
 	s->keys.host_memory = be->ops->kind == KVP_BACKEND_HOST ? 0 :
@@ -966,7 +695,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	if (s->nrules)
 		log_info("access: %u rules; clients have only the rights they grant",
 			 s->nrules);
-	tier_room_hook = requests_retry;
+	tier_room_hook = wait_retry;
 	if (o->host_tier_size)
 		log_info("host tier: %llu bytes per namespace of %s memory", (unsigned long long)
 			 o->host_tier_size, be->ops->kind == KVP_BACKEND_CUDA ? "pinned" : "private");
@@ -977,7 +706,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 			 o->spill_dir, (unsigned long long)pages, s->nst.count,
 			 o->spill_discard ? " (--spill-discard: cold start)" : "");
 	}
-	s->start_ms = server_now_ms();
+	s->start_ms = loop_now_ms();
 	s->accept_op.done = server_accept_done;
 	s->cancel_op.done = server_cancel_done;
 	server_post_accept(s);

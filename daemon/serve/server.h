@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * server.h - kvpoold's socket server: the listening socket, one state
- * machine per client connection, and dispatch of requests.
+ * server.h - kvpoold's socket server, the top of serve/: the listening
+ * socket, the connections' arrival, receipt and end, and the stop. serve/
+ * owns sockets, the event loops (io_uring and sync), systemd and the
+ * connection object (conn.h); it hands each request to requests/ and
+ * knows nothing of what a request does.
  */
 #ifndef KVP_SERVER_H
 #define KVP_SERVER_H
@@ -54,14 +57,6 @@ void server_shutdown(struct server *s);
  * keeps the old rules, logged. Other settings need a restart.
  */
 void server_reload(struct server *s);
-
-/*
- * server_stats() - a STATS reply's payload as the daemon would send it now
- * (struct kvp_wire_stats, then one kvp_wire_ns_stats per namespace), in a
- * buffer to free(), its length into *len; NULL when memory ran out. Counts
- * every page again (pool_audit): O(pages). For --metrics-listen.
- */
-uint8_t *server_stats(struct server *s, size_t *len);
 
 /* server_free() - unlink the socket and free the server and its
  * namespaces (not the pool). Call after the loop stopped; s may be NULL. */

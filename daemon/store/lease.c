@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "daemon/store/lease.h"
-#include "daemon/tiers/tier.h"
+#include "daemon/store/prefix.h"
 
 int lease_add(struct lease_set *set, struct pool *p, uint64_t h)
 {
@@ -46,7 +46,7 @@ void lease_put(struct pool *p, struct ns *n, uint64_t h)
 	if (pool_unref(p, h) != PAGE_CACHED)
 		return;
 	if (prefix_orphan(n->idx, tag))	/* its parent is gone: it goes too */
-		tier_drop_subtree(p, n, tag);
+		n->drop_subtree(p, n, tag);
 	else
 		prefix_cached(n->idx, tag);
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "client/hset.h"
-#include "daemon/requests/ns.h"
+#include "daemon/store/namespace.h"
 #include "daemon/store/pool.h"
 
 /* The leases of one connection: page handle -> how many, and whose they

@@ -3,6 +3,11 @@
  * pool.h - the page pool: slabs carved into fixed-size pages, page
  * states and reference counts, and page handles.
  *
+ * store/ (docs/architecture.md): the pool, the memory backends, the
+ * namespace record, leases and the prefix index. It knows no socket, no
+ * file and no tier; what leaves the pool reaches the tiers through the
+ * hooks the namespace record carries.
+ *
  * The pool is a budget of pool_bytes, spent in slabs of slab_bytes each,
  * created on demand from the backend. Every slab belongs to one pool
  * namespace (one page size); a namespace's pages come only from its own

@@ -13,18 +13,20 @@
 #include <string.h>
 
 #include "daemon/log.h"
-#include "daemon/serve/conn.h"
 #include "daemon/store/lease.h"
+#include "daemon/tiers/hosttier.h"
+#include "daemon/tiers/save.h"
+#include "daemon/tiers/spill.h"
 #include "daemon/tiers/tier.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
 
-/* The server being stopped: one per process, and the hook has only ns. */
-static struct server *stopping;
+/* The save going on: one per process, and the hook has only ns. */
+static struct save *stopping;
 
 /* left() - pages of n the stop has not saved yet. */
-static uint64_t left(const struct server *s, const struct ns *n)
+static uint64_t left(const struct save *s, const struct ns *n)
 {
 	struct pool_counts pc;
 	struct spill_stats hs;
@@ -36,7 +38,7 @@ static uint64_t left(const struct server *s, const struct ns *n)
 }
 
 /* ns_done() - n's save is over (all saved, the tier full, or no time). */
-static void ns_done(struct server *s, struct ns *n, const char *why)
+static void ns_done(struct save *s, struct ns *n, const char *why)
 {
 	uint64_t rest = left(s, n);
 
@@ -51,26 +53,25 @@ static void ns_done(struct server *s, struct ns *n, const char *why)
 }
 
 /* all_done() - no namespace saves any more: stop the clock, go on. */
-static void all_done(struct server *s)
+static void all_done(struct save *s)
 {
 	uint32_t i;
 
-	for (i = 0; i < s->nst.count; i++)
-		if (s->nst.ns[i]->saving)
+	for (i = 0; i < s->nst->count; i++)
+		if (s->nst->ns[i]->saving)
 			return;
 	s->saving = false;
-	if (s->save_armed)
-		loop_cancel(s->loop, &s->save_cancel_op, &s->save_op);
-	log_info("stop: saving took %llu ms",
-		 (unsigned long long)(server_now_ms() - s->save_t0));
-	server_maybe_done(s);
+	if (s->armed)
+		loop_cancel(s->loop, &s->cancel_op, &s->op);
+	log_info("stop: saving took %llu ms", (unsigned long long)(loop_now_ms() - s->t0));
+	s->done(s->arg);
 }
 
 /* save_more() - write what n's tier can take now; done when nothing is
  * left, or the tier can take no more at all. */
 static void save_more(struct ns *n)
 {
-	struct server *s = stopping;
+	struct save *s = stopping;
 	int rc;
 
 	if (!s || !n->saving)
@@ -86,17 +87,17 @@ static void save_more(struct ns *n)
 
 static void save_timeout(struct loop_op *op, int res)
 {
-	struct server *s = container_of(op, struct server, save_op);
+	struct save *s = container_of(op, struct save, op);
 	uint32_t i;
 
-	s->save_armed = false;
+	s->armed = false;
 	if (res == -ECANCELED || !s->saving) {
-		server_maybe_done(s);
+		s->done(s->arg);
 		return;
 	}
-	for (i = 0; i < s->nst.count; i++)
-		if (s->nst.ns[i]->saving)
-			ns_done(s, s->nst.ns[i], "--save-on-stop ran out");
+	for (i = 0; i < s->nst->count; i++)
+		if (s->nst->ns[i]->saving)
+			ns_done(s, s->nst->ns[i], "--save-on-stop ran out");
 	all_done(s);
 }
 
@@ -106,17 +107,19 @@ static void save_cancelled(struct loop_op *op, int res)
 	(void)res;
 }
 
-bool save_start(struct server *s)
+bool save_start(struct save *s, struct loop *l, struct pool *p, struct ns_table *nst,
+		uint64_t seconds, void (*done)(void *arg), void *arg)
 {
 	uint32_t i, busy = 0;
 
-	s->save_started = true;
-	if (!s->opt->save_on_stop || !s->opt->spill_dir[0])
+	*s = (struct save){ .loop = l, .pool = p, .nst = nst, .started = true,
+			    .done = done, .arg = arg };
+	if (!seconds)
 		return false;
 	stopping = s;
 	tier_save_hook = save_more;
-	for (i = 0; i < s->nst.count; i++) {
-		struct ns *n = s->nst.ns[i];
+	for (i = 0; i < nst->count; i++) {
+		struct ns *n = nst->ns[i];
 
 		if (n->tier && left(s, n)) {
 			n->saving = true;
@@ -126,15 +129,14 @@ bool save_start(struct server *s)
 	if (!busy)
 		return false;
 	s->saving = true;
-	s->save_t0 = server_now_ms();
-	s->save_op.done = save_timeout;
-	s->save_cancel_op.done = save_cancelled;
-	if (loop_timeout(s->loop, &s->save_op, &s->save_ts, s->opt->save_on_stop * 1000) == 0)
-		s->save_armed = true;
+	s->t0 = loop_now_ms();
+	s->op.done = save_timeout;
+	s->cancel_op.done = save_cancelled;
+	if (loop_timeout(l, &s->op, &s->ts, seconds * 1000) == 0)
+		s->armed = true;
 	log_info("stop: saving the cached pages of %u namespaces to their NVMe tiers "
-		 "(at most %llu s, --save-on-stop)", busy,
-		 (unsigned long long)s->opt->save_on_stop);
-	for (i = 0; i < s->nst.count; i++)
-		save_more(s->nst.ns[i]);	/* may end it all at once */
+		 "(at most %llu s, --save-on-stop)", busy, (unsigned long long)seconds);
+	for (i = 0; i < nst->count; i++)
+		save_more(nst->ns[i]);	/* may end it all at once */
 	return true;
 }

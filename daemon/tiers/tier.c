@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/tier.h"
 
 void (*tier_room_hook)(struct ns *n);
@@ -23,6 +24,18 @@ unsigned tiers_of(const struct ns *n, const struct tier_ops *t[TIERS_MAX])
 	if (n->remote)
 		t[k++] = &tier_remote_ops;
 	return k;
+}
+
+void tier_ns_gone(struct ns *n)
+{
+	static const struct tier_ops *const all[] = {
+		&tier_host_ops, &tier_nvme_ops, &tier_remote_ops,
+	};
+	unsigned k;
+
+	for (k = 0; k < sizeof(all) / sizeof(all[0]); k++)
+		if (all[k]->ns_gone)
+			all[k]->ns_gone(n);
 }
 
 const struct tier_ops *tier_of_entry(const struct ns *n, uint32_t e)

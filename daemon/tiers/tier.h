@@ -3,9 +3,14 @@
  * tier.h - the tiers below the pool behind one interface, and the one walk
  * that moves pages down them: pool -> host -> NVMe -> remote.
  *
+ * tiers/ (docs/architecture.md): the walk, the host and NVMe tiers, the
+ * remote tier as a tier, the save on stop. It knows no connection and no
+ * request: one that waits on a tier is resumed through the continuation
+ * it gave.
+ *
  * A tier is a table of operations (struct tier_ops) over one namespace's
  * store of that kind, as daemon/store/backend.h is for memory: tier_host.c (host
- * memory), tier_nvme.c (the NVMe file), rtier.c (Redis Cluster). A local
+ * memory), tier_nvme.c (the NVMe file), tier_remote.c (Redis Cluster). A local
  * tier holds entries of the prefix index in its slots; a copy tier (the
  * remote one) holds no entry, only copies of the pages that left the pool.
  *
@@ -26,7 +31,7 @@
  * Reads back into the pool go through the same tables (readable(),
  * read()), for the ACQUIREs that hit an entry in a local tier (share.c);
  * the remote tier, which holds no entry, is asked by key for what the
- * index no longer has (rtier.c).
+ * index no longer has (tier_remote.c).
  */
 #ifndef KVP_TIER_H
 #define KVP_TIER_H
@@ -34,7 +39,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/requests/ns.h"
+#include "daemon/store/namespace.h"
 #include "daemon/store/pool.h"
 
 /*
@@ -103,6 +108,11 @@ struct tier_ops {
 	 * true, or false when it cannot go now (on its way in or out). */
 	bool (*drop)(struct ns *n, uint32_t e);
 
+	/* ns_gone() - n is being freed: what the tier still does for it
+	 * (writes in flight) forgets it. Called for every kind of tier,
+	 * whether n uses it now or not. May be NULL. */
+	void (*ns_gone)(struct ns *n);
+
 	/* not_taken() - count a page that left the pool and no tier took.
 	 * May be NULL. */
 	void (*not_taken)(struct ns *n);
@@ -146,6 +156,9 @@ extern const struct tier_ops tier_host_ops, tier_nvme_ops, tier_remote_ops;
 
 /* TIERS_MAX - host, NVMe, remote. */
 #define TIERS_MAX 3u
+
+/* tier_ns_gone() - n is being freed: every kind of tier forgets it. */
+void tier_ns_gone(struct ns *n);
 
 /* tiers_of() - n's tiers, top down, into t[]; how many. */
 unsigned tiers_of(const struct ns *n, const struct tier_ops *t[TIERS_MAX]);

@@ -7,6 +7,7 @@
 #include <errno.h>
 
 #include "daemon/log.h"
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/hosttier.h"
 #include "daemon/tiers/tier.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "daemon/log.h"
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/spill.h"
 #include "daemon/tiers/tier.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rtier.c - the remote tier in the daemon (see rtier.h).
+ * tier_remote.c - the remote tier in the daemon (see tier_remote.h).
  *
  * A fetch owns fresh PRIVATE pages, one per block asked for, until every
  * GET has ended; only then are the blocks indexed, in chain order up to
@@ -15,16 +15,15 @@
 #include "client/wire.h"
 #include "daemon/log.h"
 #include "daemon/remote/remote.h"
-#include "daemon/requests/requests.h"
-#include "daemon/serve/conn.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/prefix.h"
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_remote.h"
 
 struct rfetch {
-	struct conn *c;
+	void (*done)(void *arg);	/* the caller's continuation */
+	void *arg;
 	struct ns *n;
-	struct kvp_wire_hdr req;
 	uint32_t count, outstanding;
 	uint8_t parent[KVP_KEY_BYTES];	/* of the first block */
 	uint8_t *keys;			/* [count][KVP_KEY_BYTES] */
@@ -43,7 +42,7 @@ struct rfetch {
  * A SET in flight whose answer the KV events wait for: its block is
  * announced in the remote medium once Redis has it, if it is still
  * indexed then. A namespace that goes first unhooks its own
- * (rtier_ns_gone()). Only with KV events on.
+ * (remote_ns_gone()). Only with KV events on.
  */
 struct rput {
 	struct rput *prev, *next;
@@ -71,7 +70,8 @@ static void put_done(void *arg, int res)
 	free(q);
 }
 
-void rtier_ns_gone(struct ns *n)
+/* remote_ns_gone() - tier_ops.ns_gone: SETs still in flight forget n. */
+static void remote_ns_gone(struct ns *n)
 {
 	struct rput *q;
 
@@ -101,9 +101,9 @@ static void touch_up(struct ns *n, uint32_t e)
 			break;
 }
 
-/* rtier_left_pool() - the full block e is leaving the pool (to a lower
+/* remote_left_pool() - the full block e is leaving the pool (to a lower
  * tier or out of the index); page holds its bytes until this returns. */
-static void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
+static void remote_left_pool(struct ns *n, uint32_t e, const void *page)
 {
 	struct rput *q = NULL;
 
@@ -132,19 +132,20 @@ static void rtier_left_pool(struct ns *n, uint32_t e, const void *page)
 	touch_up(n, prefix_parent(n->idx, e));
 }
 
-void rtier_published(struct ns *n, uint32_t e, const void *page)
+void tier_remote_published(struct ns *n, uint32_t e, const void *page)
 {
 	if (n->remote_through)
-		rtier_left_pool(n, e, page);
+		remote_left_pool(n, e, page);
 }
 
 /* The remote tier in the walk: a copy of every full block that leaves the
  * pool (written back), holding no entry of the index; what it has comes
- * back through rtier_fetch(). */
+ * back through tier_remote_fetch(). */
 const struct tier_ops tier_remote_ops = {
 	.name = "remote",
 	.copy = true,
-	.left_pool = rtier_left_pool,
+	.left_pool = remote_left_pool,
+	.ns_gone = remote_ns_gone,
 };
 
 /* index_fetched() - index the leading blocks that came back, cached;
@@ -194,27 +195,18 @@ static void fetch_done(void *arg, int res)
 {
 	struct rfetch_one *o = arg;
 	struct rfetch *f = o->f;
-	struct conn *c = f->c;
 
 	f->res[o->i] = res;
 	if (--f->outstanding)
 		return;
 	index_fetched(f);
-	if (!conn_closing(c)) {
-		/* serve it again: now the pool has what came back */
-		c->deferred = false;
-		c->remote_tried = true;
-		requests_handle(c, &f->req, c->rbuf + KVP_WIRE_HDR_SIZE);
-		if (!c->deferred)
-			conn_resume(c);
-	}
+	f->done(f->arg);	/* now the pool has what came back */
 	free(f->keys);
 	free(f->ids);
 	free(f->pages);
 	free(f->res);
 	free(f->ones);
 	free(f);
-	conn_put(c);
 }
 
 /*
@@ -266,16 +258,15 @@ static void keep_ids(struct rfetch *f, const struct kvp_wire_acquire *a, const u
 	f->nids_blocks = nb;
 }
 
-bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
-		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from)
+bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uint8_t *keys,
+		       uint32_t from, void (*done)(void *arg), void *arg)
 {
-	struct ns *n = c->ns;
 	struct pool *p = n->pool;
 	struct rfetch *f;
 	char msg[256];
 	uint32_t i, sent = 0, nkeys = a->nkeys, count = nkeys - from;
 
-	if (!n->remote || c->remote_tried || from >= nkeys || !remote_up(n->remote))
+	if (!n->remote || from >= nkeys || !remote_up(n->remote))
 		return false;
 	if (count > n->remote_fetch_max)
 		count = n->remote_fetch_max;
@@ -295,9 +286,9 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
 	if (tier_make_room(p, n, count) < 0 ||
 	    pool_alloc(p, n->pool_ns, count, f->pages, msg, sizeof(msg)) < 0)
 		goto out_free;
-	f->c = c;
+	f->done = done;
+	f->arg = arg;
 	f->n = n;
-	f->req = *req;
 	f->count = count;
 	memcpy(f->parent, from ? keys + (size_t)(from - 1) * KVP_KEY_BYTES : a->parent,
 	       KVP_KEY_BYTES);
@@ -323,8 +314,6 @@ bool rtier_fetch(struct conn *c, const struct kvp_wire_hdr *req,
 	/* what is above the fetched blocks, here in the pool, is used now in
 	 * Redis too: it goes after them, not before */
 	touch_up(n, prefix_find(n->idx, f->parent));
-	c->deferred = true;
-	conn_hold(c);
 	/* the send's own hold: the GETs end later, from the loop */
 	f->outstanding--;
 	return true;

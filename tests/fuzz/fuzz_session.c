@@ -45,6 +45,7 @@
 
 #include "client/wire.h"
 #include "daemon/log.h"
+#include "daemon/requests/ns.h"
 #include "daemon/serve/conn.h"
 #include "daemon/serve/server.h"
 
