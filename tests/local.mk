@@ -179,6 +179,10 @@ else
 # Without Check, `make check` runs one script that says what is missing.
 TESTS += tests/need-check.sh
 endif
+# daemon/'s include graph against docs/architecture.md's floors.
+dist_check_SCRIPTS += tests/check-layers.sh
+TESTS += tests/check-layers.sh
+EXTRA_DIST += tests/layers.py
 # What contrib/quickstart asks apt-get for, per mode (no Check needed).
 dist_check_SCRIPTS += tests/check-quickstart.sh
 TESTS += tests/check-quickstart.sh
