@@ -42,11 +42,11 @@ endif
 # libsodium); without them, remote_stub.c refuses --remote. tier_remote.c (what
 # goes there and comes back) and rpage.c (its names) are in every build.
 noinst_HEADERS += daemon/remote/rcluster.h daemon/remote/rpage.h daemon/remote/rloop.h \
-	daemon/remote/remote.h daemon/remote/rvalue.h daemon/tiers/tier_remote.h
+	daemon/remote/remote.h daemon/remote/remote_int.h daemon/remote/rvalue.h daemon/tiers/tier_remote.h
 daemon_libkvpoold_la_SOURCES += daemon/remote/rpage.c daemon/tiers/tier_remote.c
 if HAVE_REMOTE
 daemon_libkvpoold_la_SOURCES += daemon/remote/rcluster.c daemon/remote/rloop.c \
-	daemon/remote/remote.c daemon/remote/rvalue.c
+	daemon/remote/remote.c daemon/remote/rnode.c daemon/remote/rmap.c daemon/remote/rvalue.c
 daemon_libkvpoold_la_CFLAGS += $(HIREDIS_CFLAGS) $(LIBCRYPTO_CFLAGS)
 daemon_libkvpoold_la_LIBADD += $(HIREDIS_LIBS) $(LIBCRYPTO_LIBS)
 else

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * remote.c - the remote tier's client (see remote.h): one hiredis
- * connection per master, the slot map, redirects, timeouts, back-off,
- * limits and the measurements the fetch-or-recompute policy uses.
+ * remote.c - the remote tier's client (see remote.h): the requests and
+ * their queue (the backlog of SETs, the rate cap, routing to a slot's
+ * master), the tick (timeouts, reconnects, map reads), start and close,
+ * and the measurements the fetch-or-recompute policy uses. The
+ * connections and their replies are rnode.c's, the cluster's map
+ * rmap.c's (remote_int.h is what they share).
  *
  * Requests on a connection are answered in order, so each node keeps its
  * requests in flight in a list, oldest first: the tick (every TICK_MS
@@ -19,141 +22,21 @@
 #include <string.h>
 #include <time.h>
 
-#include <async.h>
-#include <hiredis.h>
-
 #include "daemon/log.h"
-#include "daemon/remote/rcluster.h"
-#include "daemon/remote/remote.h"
+#include "daemon/remote/remote_int.h"
 #include "daemon/remote/rloop.h"
-#include "daemon/remote/rvalue.h"
 
-#define TICK_MS		50u
-#define BACKOFF_MIN_MS	100u
-#define BACKOFF_MAX_MS	5000u
-#define MAP_EVERY_MS	1000u	/* re-read the slot map this often while it is wanted */
-#define MAX_HOPS	3u	/* redirects one request may follow */
-#define PUT_TRIES	3u	/* error replies to one SET before it is given up */
-#define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
-#define SAY_EVERY_S	60u	/* a line that may flood is said once a minute */
-#define TOUCH_SLOTS	4096u	/* keys touched this second, remembered */
-
-enum rnode_state {
-	RN_DOWN,		/* no connection; the next try at retry_at */
-	RN_CONNECTING,		/* connect (and AUTH) under way; requests queue */
-	RN_UP,			/* connected */
-};
-
-struct rnode;
-
-/* One request: a GET or a SET of one page. */
-struct rreq {
-	struct rreq *prev, *next;	/* its node's requests in flight, oldest first */
-	struct remote *r;
-	struct rnode *node;		/* where it was sent */
-	bool get;
-	uint8_t id[RPAGE_ID_BYTES];
-	uint8_t key[KVP_KEY_BYTES];
-	char rkey[RPAGE_KEY_LEN];	/* its Redis key, made once */
-	void *dst;			/* GET: the page */
-	struct backend *be;		/* of the page's memory */
-	uint64_t bytes;
-	remote_done_fn done;
-	void *arg;
-	uint64_t t0;			/* sent, ns */
-	bool idle_sent;			/* its node had nothing in flight */
-	unsigned hops;
-	char *cmd;			/* SET: its RESP, kept until Redis answers */
-	size_t cmdlen;			/* (counted in the backlog) */
-	unsigned tries;			/* SET: sends so far */
-	unsigned errs;			/* SET: error replies so far */
-	uint64_t born_ns;		/* SET: when remote_put() took it */
-};
-
-struct rnode {
-	struct remote *r;
-	struct rc_addr addr;		/* numeric: connecting asks no resolver */
-	struct rnode *next_retired;	/* named by no map now: freed when idle */
-	enum rnode_state state;
-	redisAsyncContext *ac;		/* NULL when down */
-	struct rreq *head, *tail;
-	unsigned inflight;
-	struct rreq *wait_head, *wait_tail;	/* SETs for it, not sent yet */
-	uint64_t since_ns;		/* connect started */
-	uint64_t retry_ns;		/* DOWN: the next connect */
-	uint32_t backoff_ms;
-	bool timed_out;			/* it is being dropped for silence */
-	bool auth_refused;
-	bool was_up;			/* connected; for one log line per change */
-	bool lost;			/* was up, then lost: say so when it is back */
-	bool failed;			/* its last connect failed or it was lost */
-	bool unasked;			/* it sent a reply nobody asked for */
-	bool erred;			/* it answered CLUSTERDOWN, LOADING and the like */
-	uint64_t busy_ns, busy_bytes;	/* the busy period now: start, bytes in */
-	unsigned busy_replies;
-};
-
-struct remote {
-	struct loop *l;
-	struct remote_config c;		/* c.password is password, or NULL */
-	char *password;			/* our copy: each connection sends AUTH */
-	uint8_t sk[RVALUE_KEY_BYTES];	/* the values' sealing key */
-	struct rc_url url;
-	struct rc_map map;
-	struct rnode **nodes;		/* [map.nnodes], by map index */
-	unsigned nnodes;
-	struct rnode *retired;		/* dropped by a new map; freed once idle */
-	uint64_t refused_ns, broke_ns;	/* the last redirect not followed, the last
-					 * broken protocol, logged */
-	struct rreq *lost_head, *lost_tail;	/* SETs whose slot has no master now */
-	uint64_t backlog;		/* bytes of SETs held: waiting or in flight */
-	struct {
-		uint32_t tag, sec;	/* a key's hash, the second it was touched */
-	} touched[TOUCH_SLOTS];
-	uint64_t unwritten, unwritten_ns;	/* SETs given up since the last line */
-	struct loop_op tick, cancel, idle, closer;
-	struct __kernel_timespec ts, idle_ts, closer_ts;
-	unsigned ops;			/* of those four, in the ring */
-	bool ticking, closing;
-	void (*idle_fn)(void *);	/* remote_on_idle() */
-	void *idle_arg;
-	bool idle_armed;
-	bool map_wanted, map_inflight;
-	struct rnode *map_node;		/* asked for the map; NULL when none is */
-	uint64_t map_sent_ns;
-	uint64_t map_ns;		/* the next map read */
-	unsigned seed_next;		/* round-robin over seeds for the map */
-	bool was_up;
-	unsigned avail;			/* masters connected or connecting */
-	uint64_t tokens, refill_ns;	/* the rate cap's bucket */
-	struct remote_stats st;
-	char desc[96];
-};
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void tick_arm(struct remote *r);
 static void remote_free(struct remote *r);
-static void node_fail(struct rnode *nd, const char *why);
-static void node_pump(struct rnode *nd);
 static bool rate_take(struct remote *r, uint64_t bytes);
 static void rate_give(struct remote *r, uint64_t bytes);
 static bool node_takes(const struct rnode *nd);
-static void put_retry(struct rreq *q, const char *why);
-static void put_forget(struct remote *r, struct rreq *q);
 
 /* --- the state log: one line per change ------------------------------ */
 
-/* note_state() - log a change of remote_serving(): a connect under way (a
+/* remote_note_state() - log a change of remote_serving(): a connect under way (a
  * reconnect's back-off) is not one, else a cluster that is gone would be
  * logged as back at every try. */
-static void note_state(struct remote *r)
+void remote_note_state(struct remote *r)
 {
 	bool up = remote_serving(r);
 
@@ -169,38 +52,11 @@ static void note_state(struct remote *r)
 			 r->desc);
 }
 
-/* --- nodes ------------------------------------------------------------ */
-
-/* node_of() - the node of map index idx, made when new. NULL: no memory. */
-static struct rnode *node_of(struct remote *r, unsigned idx)
-{
-	struct rnode **v, *nd;
-
-	if (idx < r->nnodes && r->nodes[idx])
-		return r->nodes[idx];
-	if (idx >= r->nnodes) {
-		v = realloc(r->nodes, (idx + 1) * sizeof(*v));
-		if (!v)
-			return NULL;
-		memset(v + r->nnodes, 0, (idx + 1 - r->nnodes) * sizeof(*v));
-		r->nodes = v;
-		r->nnodes = idx + 1;
-	}
-	nd = calloc(1, sizeof(*nd));
-	if (!nd)
-		return NULL;
-	nd->r = r;
-	nd->addr = r->map.nodes[idx];
-	nd->backoff_ms = BACKOFF_MIN_MS;
-	r->nodes[idx] = nd;
-	return nd;
-}
-
 static void idle_done(struct loop_op *op, int res);
 
-/* idle_arm() - call idle_fn from the loop's next turn: never from inside
+/* remote_idle_arm() - call idle_fn from the loop's next turn: never from inside
  * a hiredis callback, where the caller could not free what it uses. */
-static void idle_arm(struct remote *r)
+void remote_idle_arm(struct remote *r)
 {
 	if (r->idle_armed || r->closing)
 		return;
@@ -210,342 +66,9 @@ static void idle_arm(struct remote *r)
 	}
 }
 
-static void count_nodes(struct remote *r)
-{
-	unsigned i, s, masters = 0, up = 0, avail = 0;
-	bool *is = calloc(r->map.nnodes ? r->map.nnodes : 1, 1);
-
-	if (!is)
-		return;
-	for (s = 0; s < RC_SLOTS; s++)
-		if (r->map.owner[s] != RC_NONE)
-			is[r->map.owner[s]] = true;
-	for (i = 0; i < r->map.nnodes; i++) {
-		if (!is[i])
-			continue;
-		masters++;
-		up += i < r->nnodes && r->nodes[i] && r->nodes[i]->state == RN_UP;
-		avail += i < r->nnodes && r->nodes[i] && r->nodes[i]->state != RN_DOWN;
-	}
-	free(is);
-	r->st.nodes = masters;
-	r->st.nodes_up = up;
-	r->avail = avail;
-	r->st.slots = r->map.covered;
-}
-
-static void list_add(struct rnode *nd, struct rreq *q)
-{
-	q->node = nd;
-	q->prev = nd->tail;
-	q->next = NULL;
-	if (nd->tail)
-		nd->tail->next = q;
-	else
-		nd->head = q;
-	nd->tail = q;
-	if (!nd->inflight++) {
-		nd->busy_ns = q->t0;
-		nd->busy_bytes = 0;
-		nd->busy_replies = 0;
-	}
-	nd->r->st.inflight++;
-}
-
-/* list_del() - q is answered (or lost); the end of a busy period of
- * several GETs is a bandwidth sample. */
-static void list_del(struct rreq *q)
-{
-	struct rnode *nd = q->node;
-	struct remote *r = nd->r;
-
-	if (q->prev)
-		q->prev->next = q->next;
-	else
-		nd->head = q->next;
-	if (q->next)
-		q->next->prev = q->prev;
-	else
-		nd->tail = q->prev;
-	q->prev = q->next = NULL;
-	if (--r->st.inflight == 0 && r->idle_fn)
-		idle_arm(r);
-	if (--nd->inflight == 0 && nd->busy_replies >= 2) {
-		uint64_t dt = now_ns() - nd->busy_ns;
-
-		if (dt > 0) {
-			uint64_t bw = (uint64_t)((double)nd->busy_bytes * 1e9 / (double)dt);
-
-			r->st.bandwidth = r->st.bandwidth ? (r->st.bandwidth * 3 + bw) / 4 : bw;
-		}
-	}
-}
-
-static void on_connect(const redisAsyncContext *ac, int status);
-static void on_disconnect(const redisAsyncContext *ac, int status);
-
-/*
- * The reply of a GET goes straight into its page, when that is host
- * memory: hiredis would copy the value into a string of its own, and the
- * string into the page, both copies of the whole page. Replies come in
- * the order of the requests, so when a top-level string is read, the
- * oldest request in flight on that connection is the GET it answers; its
- * header goes into the reply, for the checks, and its sealed data into
- * the page, where it is opened in place. Anything else is hiredis's
- * (device pages: opened in the reply, then copied).
- */
-static redisReplyObjectFunctions *hiredis_fn;
-static redisReplyObjectFunctions direct_fn;
-
-#define DIRECT_COPIED	1	/* reply->integer of a string: the data is in the page */
-#define DIRECT_FAILED	2	/* ... the copy into the page failed */
-
-/*
- * unasked() - a reply begins on nd's connection while no request waits
- * for one: a server that speaks first, or answers twice. hiredis 0.14
- * would assert (abort the daemon) on it; refusing to make its object
- * (NULL: the reader fails) makes hiredis drop the connection instead,
- * and on_disconnect() counts it. Replies come one at a time, so when a
- * reply's first object is made, the requests it could answer are still
- * queued.
- */
-static bool unasked(const redisReadTask *t)
-{
-	struct rnode *nd = t->privdata;
-
-	if (t->parent || !nd || !nd->ac || nd->ac->replies.head)
-		return false;
-	nd->unasked = true;
-	return true;
-}
-
-static void *checked_array(const redisReadTask *t, int elements)
-{
-	return unasked(t) ? NULL : hiredis_fn->createArray(t, elements);
-}
-
-static void *checked_integer(const redisReadTask *t, long long value)
-{
-	return unasked(t) ? NULL : hiredis_fn->createInteger(t, value);
-}
-
-static void *checked_nil(const redisReadTask *t)
-{
-	return unasked(t) ? NULL : hiredis_fn->createNil(t);
-}
-
-static void *direct_string(const redisReadTask *t, char *str, size_t len)
-{
-	struct rnode *nd = t->privdata;
-	struct rreq *q = nd ? nd->head : NULL;
-	struct backend *be;
-	redisReply *r;
-
-	if (unasked(t))
-		return NULL;
-	if (t->parent || t->type != REDIS_REPLY_STRING || !q || !q->get ||
-	    len != RPAGE_HDR + q->bytes || q->be->ops->kind != KVP_BACKEND_HOST)
-		return hiredis_fn->createString(t, str, len);	/* opened in the reply */
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		return NULL;
-	r->str = malloc(RPAGE_HDR + 1);
-	if (!r->str) {
-		free(r);
-		return NULL;
-	}
-	memcpy(r->str, str, RPAGE_HDR);
-	r->str[RPAGE_HDR] = '\0';
-	r->len = len;
-	r->type = REDIS_REPLY_STRING;
-	be = q->be;
-	r->integer = be->ops->from_host(be, q->dst, str + RPAGE_HDR, q->bytes) < 0 ?
-		     DIRECT_FAILED : DIRECT_COPIED;
-	return r;
-}
-
-/* direct_attach() - ac's replies of GETs go straight into their pages, and
- * a reply nobody asked for drops the connection. */
-static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
-{
-	redisReader *rd = ac->c.reader;
-
-	if (!hiredis_fn) {
-		hiredis_fn = rd->fn;
-		direct_fn = *rd->fn;
-		direct_fn.createString = direct_string;
-		direct_fn.createArray = checked_array;
-		direct_fn.createInteger = checked_integer;
-		direct_fn.createNil = checked_nil;
-	}
-	if (rd->fn != hiredis_fn)
-		return;		/* not the functions we know */
-	rd->fn = &direct_fn;
-	rd->privdata = nd;
-	rd->maxbuf = 0;		/* keep the buffer: every page needs it again */
-}
-
-static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
-{
-	struct rnode *nd = priv;
-	redisReply *rep = reply;
-
-	if (!rep || nd->ac != ac || rep->type != REDIS_REPLY_ERROR)
-		return;
-	if (!nd->auth_refused)
-		log_error("remote tier %s: %s:%u refused AUTH: %.*s; check the password "
-			  "(--remote-password-file, KVPOOL_REMOTE_PASSWORD or the URL) "
-			  "and the user's ACL", nd->r->desc, nd->addr.host, nd->addr.port,
-			  (int)rep->len, rep->str);
-	nd->auth_refused = true;
-	node_fail(nd, NULL);
-}
-
-/* node_connect() - start connecting nd; requests queue until it is up. */
-static void node_connect(struct rnode *nd)
-{
-	struct remote *r = nd->r;
-	const struct rc_addr *a = &nd->addr;
-	const char *pw = r->c.password ? r->c.password : r->url.password;
-	redisAsyncContext *ac;
-
-	ac = redisAsyncConnect(a->host, a->port);
-	if (!ac || ac->err) {
-		if (ac)
-			redisAsyncFree(ac);
-		nd->state = RN_DOWN;
-		nd->failed = true;
-		nd->retry_ns = now_ns() + (uint64_t)nd->backoff_ms * 1000000u;
-		if (nd->backoff_ms < BACKOFF_MAX_MS)
-			nd->backoff_ms *= 2;
-		return;
-	}
-	if (rloop_attach(ac, r->l) < 0) {
-		redisAsyncFree(ac);
-		nd->failed = true;
-		nd->retry_ns = now_ns() + (uint64_t)nd->backoff_ms * 1000000u;
-		return;
-	}
-	ac->data = nd;
-	direct_attach(ac, nd);
-	redisAsyncSetConnectCallback(ac, on_connect);
-	redisAsyncSetDisconnectCallback(ac, on_disconnect);
-	/* hiredis learns that the connect is through from the first write
-	 * event, and asks for one only once a command is queued: ask now */
-	ac->ev.addWrite(ac->ev.data);
-	nd->ac = ac;
-	nd->state = RN_CONNECTING;
-	nd->since_ns = now_ns();
-	nd->timed_out = false;
-	r->st.connects++;
-	if (pw[0] && r->url.user[0])
-		redisAsyncCommand(ac, auth_reply, nd, "AUTH %s %s", r->url.user, pw);
-	else if (pw[0])
-		redisAsyncCommand(ac, auth_reply, nd, "AUTH %s", pw);
-	if (r->url.db)
-		redisAsyncCommand(ac, NULL, NULL, "SELECT %u", r->url.db);
-	count_nodes(r);
-	tick_arm(r);
-}
-
-/* node_down() - nd lost its connection (ac is gone or going). */
-static void node_down(struct rnode *nd)
-{
-	struct remote *r = nd->r;
-
-	if (nd->state == RN_UP)
-		r->st.disconnects++;
-	nd->ac = NULL;
-	nd->state = RN_DOWN;
-	nd->failed = true;
-	nd->retry_ns = now_ns() + (uint64_t)(nd->auth_refused ? BACKOFF_MAX_MS : nd->backoff_ms) *
-				  1000000u;
-	if (nd->backoff_ms < BACKOFF_MAX_MS)
-		nd->backoff_ms *= 2;
-	if (nd->was_up && !r->closing) {
-		log_warn("remote tier %s: lost %s:%u; its slots are misses until the "
-			 "slot map is read again", r->desc, nd->addr.host, nd->addr.port);
-		nd->lost = true;
-	}
-	nd->was_up = false;
-	if (r->url.cluster && !r->closing) {
-		r->map_wanted = true;
-		r->map_ns = 0;
-	}
-	count_nodes(r);
-	note_state(r);
-	tick_arm(r);
-}
-
-static void on_connect(const redisAsyncContext *ac, int status)
-{
-	struct rnode *nd = ac->data;
-
-	if (!nd || nd->ac != ac)
-		return;
-	if (status != REDIS_OK) {
-		node_down(nd);	/* hiredis frees ac after this */
-		return;
-	}
-	nd->state = RN_UP;
-	nd->failed = false;
-	nd->backoff_ms = BACKOFF_MIN_MS;
-	if (nd->lost)
-		log_info("remote tier %s: %s:%u is back", nd->r->desc, nd->addr.host,
-			 nd->addr.port);
-	nd->lost = false;
-	nd->was_up = true;
-	count_nodes(nd->r);
-	note_state(nd->r);
-	node_pump(nd);		/* the SETs that waited for it */
-}
-
-/* broke_protocol() - say (at most once a minute) that nd sent what no
- * Redis server sends, and count it: an error. */
-static void broke_protocol(struct rnode *nd, const char *what)
-{
-	nd->r->st.errors++;
-	if (!log_every(&nd->r->broke_ns, SAY_EVERY_S))
-		return;
-	log_warn("remote tier %s: %s:%u %s; dropped the connection (is something else "
-		 "listening on that port?)", nd->r->desc, nd->addr.host, nd->addr.port, what);
-}
-
-static void on_disconnect(const redisAsyncContext *ac, int status)
-{
-	struct rnode *nd = ac->data;
-
-	if (!nd || nd->ac != ac)
-		return;
-	if (nd->unasked)
-		broke_protocol(nd, "sent a reply nobody asked for");
-	else if (status != REDIS_OK && ac->err == REDIS_ERR_PROTOCOL)
-		broke_protocol(nd, "broke the protocol");
-	nd->unasked = false;
-	node_down(nd);
-}
-
-/* node_fail() - drop nd's connection now: its requests end as misses. */
-static void node_fail(struct rnode *nd, const char *why)
-{
-	redisAsyncContext *ac = nd->ac;
-
-	if (!ac)
-		return;
-	if (why && nd->was_up && !nd->r->closing) {
-		log_warn("remote tier %s: %s:%u %s; dropping the connection; its slots "
-			 "are misses until it or its replica answers", nd->r->desc,
-			 nd->addr.host, nd->addr.port, why);
-		nd->lost = true;
-		nd->was_up = false;	/* said once */
-	}
-	node_down(nd);		/* first: callbacks that send again see it down */
-	redisAsyncFree(ac);	/* deferred by hiredis when inside its callback */
-}
-
 /* --- requests ---------------------------------------------------------- */
 
-static void req_finish(struct rreq *q, int res)
+void rreq_finish(struct rreq *q, int res)
 {
 	remote_done_fn done = q->done;
 	void *arg = q->arg;
@@ -555,8 +78,6 @@ static void req_finish(struct rreq *q, int res)
 		done(arg, res);
 }
 
-static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
-		     bool asking);
 
 /* --- the backlog of SETs ------------------------------------------------
 
@@ -607,8 +128,8 @@ static struct rreq *wait_pop(struct rreq **head, struct rreq **tail)
 	return q;
 }
 
-/* put_forget() - q's bytes leave the backlog. */
-static void put_forget(struct remote *r, struct rreq *q)
+/* rreq_forget() - q's bytes leave the backlog. */
+void rreq_forget(struct remote *r, struct rreq *q)
 {
 	r->backlog -= q->cmdlen;
 	free(q->cmd);
@@ -636,7 +157,7 @@ static struct rnode *owner_of(struct remote *r, const struct rreq *q)
 {
 	uint16_t o = rc_map_owner(&r->map, rc_slot(q->rkey, sizeof(q->rkey)));
 
-	return o == RC_NONE ? NULL : node_of(r, o);
+	return o == RC_NONE ? NULL : rnode_of(r, o);
 }
 
 /* put_wait() - q waits for its master, or for a map that names one. */
@@ -648,7 +169,7 @@ static void put_wait(struct remote *r, struct rreq *q)
 		wait_push(&nd->wait_head, &nd->wait_tail, q);
 	else
 		wait_push(&r->lost_head, &r->lost_tail, q);
-	tick_arm(r);
+	remote_tick_arm(r);
 }
 
 /* put_give_up() - q is not written: counted, said, and ended. */
@@ -662,12 +183,12 @@ static void put_give_up(struct rreq *q, bool sent, const char *why)
 		r->st.put_skipped++;
 	if (!r->closing)
 		say_unwritten(r, why);
-	put_forget(r, q);
-	req_finish(q, r->closing ? -ECANCELED : -EIO);
+	rreq_forget(r, q);
+	rreq_finish(q, r->closing ? -ECANCELED : -EIO);
 }
 
-/* put_retry() - q failed once: it waits to go again, or is given up. */
-static void put_retry(struct rreq *q, const char *why)
+/* rreq_retry() - q failed once: it waits to go again, or is given up. */
+void rreq_retry(struct rreq *q, const char *why)
 {
 	struct remote *r = q->r;
 
@@ -684,7 +205,7 @@ static int put_send(struct rnode *nd, struct rreq *q)
 
 	if (!node_takes(nd) || !rate_take(r, q->cmdlen))
 		return -EAGAIN;
-	if (node_send(nd, q, q->cmd, q->cmdlen, false) < 0) {
+	if (rreq_send(nd, q, q->cmd, q->cmdlen, false) < 0) {
 		rate_give(r, q->cmdlen);
 		return -EAGAIN;
 	}
@@ -694,8 +215,8 @@ static int put_send(struct rnode *nd, struct rreq *q)
 	return 0;
 }
 
-/* node_pump() - nd's waiting SETs go while it takes them. */
-static void node_pump(struct rnode *nd)
+/* rreq_pump() - nd's waiting SETs go while it takes them. */
+void rreq_pump(struct rnode *nd)
 {
 	struct rreq *q;
 
@@ -727,9 +248,9 @@ static void waits_take(struct remote *r, struct rreq **h, struct rreq **t)
 		wait_push(h, t, q);
 }
 
-/* waits_reroute() - every waiting SET goes to the list of its slot's
+/* rreq_reroute() - every waiting SET goes to the list of its slot's
  * master in the map now (a new map moved slots, retired nodes). */
-static void waits_reroute(struct remote *r)
+void rreq_reroute(struct remote *r)
 {
 	struct rreq *h = NULL, *t = NULL, *q;
 	unsigned i;
@@ -739,7 +260,7 @@ static void waits_reroute(struct remote *r)
 		put_wait(r, q);
 	for (i = 0; i < r->nnodes; i++)
 		if (r->nodes[i])
-			node_pump(r->nodes[i]);
+			rreq_pump(r->nodes[i]);
 }
 
 /* waits_expire() - give up the SETs that waited too long: the cluster
@@ -830,203 +351,11 @@ static bool node_takes(const struct rnode *nd)
 	return nd && nd->ac && nd->state != RN_DOWN && nd->inflight < nd->r->c.max_inflight;
 }
 
-/* get_value() - a GET's answer: check, copy, count. */
-static int get_value(struct rreq *q, const redisReply *rep)
-{
-	struct remote *r = q->r;
-	int rc;
-
-	if (rep->type == REDIS_REPLY_NIL) {
-		r->st.misses++;
-		return -ENOENT;
-	}
-	if (rep->type != REDIS_REPLY_STRING) {
-		r->st.errors++;
-		return -EIO;
-	}
-	r->st.bytes_in += rep->len;
-	q->node->busy_bytes += rep->len;
-	q->node->busy_replies++;
-	if (rep->integer == DIRECT_FAILED) {
-		r->st.errors++;
-		return -EIO;
-	}
-	if (rep->integer == DIRECT_COPIED) {	/* the data is in the page already */
-		rc = rvalue_open(rep->str, rep->len, q->dst, r->sk, q->id, q->key, q->bytes);
-	} else {
-		rc = rep->len < RPAGE_HDR ? -EBADMSG :
-		     rvalue_open(rep->str, rep->len, rep->str + RPAGE_HDR, r->sk, q->id, q->key,
-				 q->bytes);
-		if (rc == 0 && q->be->ops->from_host(q->be, q->dst, rep->str + RPAGE_HDR,
-						      q->bytes) < 0) {
-			r->st.errors++;
-			return -EIO;
-		}
-	}
-	if (rc < 0) {
-		r->st.corrupt++;
-		r->st.forged += rc == -EKEYREJECTED;
-		return rc;
-	}
-	r->st.hits++;
-	return 0;
-}
-
-/* is_seed() - a is one of the URL's seeds (resolved at the start). */
-static bool is_seed(const struct remote *r, const struct rc_addr *a)
-{
-	unsigned i;
-
-	for (i = 0; i < r->url.nseeds; i++)
-		if (r->url.seeds[i].port == a->port && !strcmp(r->url.seeds[i].host, a->host))
-			return true;
-	return false;
-}
-
-/* want_map() - read the slot map again, at the next tick that the
- * MAP_EVERY_MS limit allows. */
-static void want_map(struct remote *r)
-{
-	if (!r->url.cluster || r->closing)
-		return;
-	r->map_wanted = true;
-	tick_arm(r);
-}
-
-/* refused() - say (once a minute) that nd redirected to a, which no map
- * names: no request and no password goes there. */
-static void refused(struct remote *r, const struct rc_addr *a, const struct rnode *nd)
-{
-	if (!log_every(&r->refused_ns, SAY_EVERY_S))
-		return;
-	log_warn("remote tier %s: %s:%u redirected to %s:%u, which no slot map names and "
-		 "no seed is; not followed (a miss), reading the map again", r->desc,
-		 nd->addr.host, nd->addr.port, a->host, a->port);
-}
-
-/* cluster_trouble() - an error that says the map may be stale: the node
- * is no master of the slot, or the cluster is changing. */
-static bool cluster_trouble(const redisReply *rep)
-{
-	static const char *const what[] = { "CLUSTERDOWN", "LOADING", "MASTERDOWN",
-					    "TRYAGAIN" };
-	unsigned i;
-
-	for (i = 0; i < sizeof(what) / sizeof(what[0]); i++)
-		if (rep->len >= strlen(what[i]) && !memcmp(rep->str, what[i], strlen(what[i])))
-			return true;
-	return false;
-}
-
-/* redirect() - follow MOVED or ASK for q to a node of the map or a seed;
- * true when q went on. */
-static bool redirect(struct rreq *q, const redisReply *rep)
-{
-	struct remote *r = q->r;
-	struct rnode *nd = q->node, *to;
-	struct rc_addr a;
-	enum rc_redirect kind;
-	uint16_t slot;
-	int idx;
-
-	kind = rc_redirect_parse(rep->str, rep->len, &nd->addr, &slot, &a);
-	if (kind == RC_NO_REDIRECT)
-		return false;
-	idx = rc_map_find(&r->map, a.host, a.port);
-	if (idx < 0 && is_seed(r, &a))
-		idx = rc_map_node(&r->map, a.host, a.port);
-	if (idx < 0) {
-		/* a node no map names: maybe a new master, maybe anyone's; the
-		 * map, read again from the cluster, says which */
-		refused(r, &a, nd);
-		want_map(r);
-		return false;
-	}
-	r->st.redirects++;
-	if (kind == RC_MOVED) {
-		if (r->map.owner[slot] == RC_NONE)
-			r->map.covered++;
-		r->map.owner[slot] = (uint16_t)idx;
-		r->map_wanted = true;	/* more slots have probably moved */
-		tick_arm(r);
-	}
-	if (!q->get || ++q->hops > MAX_HOPS)
-		return false;	/* a SET goes again from its backlog (put_retry) */
-	to = node_of(r, (unsigned)idx);
-	if (!to)
-		return false;
-	if (to->state == RN_DOWN && !r->closing)
-		node_connect(to);
-	return node_send(to, q, NULL, 0, kind == RC_ASK) == 0;
-}
-
-/* put_answer() - what Redis said to SET q: done, or sent again later
- * (its node is gone, the slot moved, the cluster is changing). */
-static void put_answer(struct rreq *q, const redisReply *rep)
-{
-	struct remote *r = q->r;
-
-	if (rep && rep->type == REDIS_REPLY_STATUS) {
-		q->node->erred = false;
-		put_forget(r, q);
-		req_finish(q, 0);
-		return;
-	}
-	if (rep)
-		q->errs++;	/* a node that went away is not the SET's fault */
-	if (rep && rep->type == REDIS_REPLY_ERROR) {
-		redirect(q, rep);	/* MOVED: the map says where it goes now */
-		if (cluster_trouble(rep)) {
-			q->node->erred = true;
-			want_map(r);
-		}
-	}
-	put_retry(q, !rep ? "its master went away" : rep->type == REDIS_REPLY_ERROR ?
-		  "Redis answered an error" : "Redis answered what SET does not");
-}
-
-static void got_reply(redisAsyncContext *ac, void *reply, void *priv)
-{
-	struct rreq *q = priv;
-	struct remote *r = q->r;
-	struct rnode *nd = q->node;
-	redisReply *rep = reply;
-	uint64_t rtt = now_ns() - q->t0;
-	int res;
-
-	list_del(q);
-	if (!q->get) {
-		put_answer(q, rep);
-	} else if (!rep) {	/* the connection went away */
-		r->st.errors++;
-		req_finish(q, r->closing ? -ECANCELED :
-			      q->node->timed_out ? -ETIMEDOUT : -EHOSTDOWN);
-	} else if (rep->type == REDIS_REPLY_ERROR) {
-		if (redirect(q, rep))
-			return;
-		if (cluster_trouble(rep)) {	/* read the map from another node */
-			q->node->erred = true;
-			want_map(r);
-		}
-		r->st.errors++;
-		req_finish(q, -EIO);
-	} else {
-		q->node->erred = false;
-		if (q->idle_sent)	/* nothing queued before it: a latency sample */
-			r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8
-							     : rtt;
-		res = get_value(q, rep);
-		req_finish(q, res);
-	}
-	if (!r->closing && nd->ac == ac)	/* room on its connection: its SETs go */
-		node_pump(nd);
-}
-
 /*
- * node_send() - send q to nd: a GET of its key (cmd NULL), or the SET
+ * rreq_send() - send q to nd: a GET of its key (cmd NULL), or the SET
  * already formatted in cmd. Returns 0, or -EAGAIN (nd cannot take it).
  */
-static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
+int rreq_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
 		     bool asking)
 {
 	struct remote *r = nd->r;
@@ -1037,17 +366,17 @@ static int node_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t l
 	if (asking)
 		redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
 	if (cmd) {
-		rc = redisAsyncFormattedCommand(nd->ac, got_reply, q, cmd, len);
+		rc = redisAsyncFormattedCommand(nd->ac, rnode_got_reply, q, cmd, len);
 	} else {
-		rc = redisAsyncCommand(nd->ac, got_reply, q, "GET %b", q->rkey,
+		rc = redisAsyncCommand(nd->ac, rnode_got_reply, q, "GET %b", q->rkey,
 				       (size_t)RPAGE_KEY_LEN);
 	}
 	if (rc != REDIS_OK)
 		return -EAGAIN;
 	q->t0 = now_ns();
 	q->idle_sent = nd->inflight == 0;
-	list_add(nd, q);
-	tick_arm(r);
+	rnode_list_add(nd, q);
+	remote_tick_arm(r);
 	return 0;
 }
 
@@ -1084,7 +413,7 @@ static struct rnode *route(struct remote *r, const struct rreq *q)
 	owner = rc_map_owner(&r->map, rc_slot(q->rkey, sizeof(q->rkey)));
 	if (owner == RC_NONE)
 		return NULL;
-	nd = node_of(r, owner);
+	nd = rnode_of(r, owner);
 	if (!nd || nd->state == RN_DOWN)
 		return NULL;	/* the tick reconnects it */
 	return nd;
@@ -1107,7 +436,7 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 		r->st.skipped++;
 		return -EAGAIN;
 	}
-	if (node_send(nd, q, NULL, 0, false) < 0) {
+	if (rreq_send(nd, q, NULL, 0, false) < 0) {
 		rate_give(r, bytes + RPAGE_HDR);
 		free(q);
 		r->st.skipped++;
@@ -1214,237 +543,6 @@ bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	return false;
 }
 
-/* --- the slot map ------------------------------------------------------ */
-
-/*
- * keep_live_owners() - a slot that the new map nm gives to no one, or to a
- * node that failed, stays with its old owner when that one is connected
- * and answered its last request. Nodes learn of a failover by gossip, one
- * after another: a map read from one that has not heard yet names the
- * dead master again, and its slots would be misses until the next read.
- * A live node is never a wrong place to ask: one that no longer owns the
- * slot answers MOVED, and the request follows. was[] is scratch space of
- * RC_NODES_MAX entries.
- */
-static void keep_live_owners(struct remote *r, struct rc_map *nm, struct rnode **was)
-{
-	unsigned i, j, s;
-	int idx;
-
-	for (i = 0; i < nm->nnodes; i++) {	/* the node behind each new index */
-		was[i] = NULL;
-		for (j = 0; j < r->nnodes && !was[i]; j++)
-			if (r->nodes[j] && r->nodes[j]->addr.port == nm->nodes[i].port &&
-			    !strcmp(r->nodes[j]->addr.host, nm->nodes[i].host))
-				was[i] = r->nodes[j];
-	}
-	for (s = 0; s < RC_SLOTS; s++) {
-		uint16_t o = r->map.owner[s], n = nm->owner[s];
-		struct rnode *old = o != RC_NONE && o < r->nnodes ? r->nodes[o] : NULL;
-
-		if (!old || old->state != RN_UP || old->erred || (n != RC_NONE && was[n] == old))
-			continue;
-		if (n != RC_NONE && !(was[n] && was[n]->state == RN_DOWN && was[n]->failed))
-			continue;
-		idx = rc_map_node(nm, old->addr.host, old->addr.port);
-		if (idx < 0)
-			continue;
-		was[idx] = old;
-		nm->covered += n == RC_NONE;
-		nm->owner[s] = (uint16_t)idx;
-	}
-}
-
-/* node_retire() - nd is named by no map: drop its connection quietly (its
- * requests end as misses); the tick frees it once nothing is in flight. */
-static void node_retire(struct remote *r, struct rnode *nd)
-{
-	redisAsyncContext *ac = nd->ac;
-
-	nd->ac = NULL;		/* on_disconnect() finds another: nothing more */
-	nd->state = RN_DOWN;
-	if (r->map_node == nd)
-		r->map_node = NULL;	/* its answer comes as NULL, or not at all */
-	nd->next_retired = r->retired;
-	r->retired = nd;
-	if (ac)
-		redisAsyncFree(ac);	/* deferred by hiredis when inside its callback */
-}
-
-/*
- * map_replace() - nm becomes r's map: nodes it names keep their
- * connections (under their new index), the others are retired, so that
- * no node outlives the maps that name it and nothing from a reply stays
- * longer than the next one. nm's nodes move into r. -ENOMEM: r unchanged.
- */
-static int map_replace(struct remote *r, struct rc_map *nm)
-{
-	struct rnode **v = calloc(nm->nnodes ? nm->nnodes : 1, sizeof(*v)), **old = r->nodes;
-	unsigned i, j, nold = r->nnodes;
-
-	if (!v)
-		return -ENOMEM;
-	for (i = 0; i < nm->nnodes; i++)
-		for (j = 0; j < nold && !v[i]; j++)
-			if (old[j] && old[j]->addr.port == nm->nodes[i].port &&
-			    !strcmp(old[j]->addr.host, nm->nodes[i].host)) {
-				v[i] = old[j];
-				old[j] = NULL;
-			}
-	free(r->map.nodes);
-	r->map = *nm;
-	r->nodes = v;
-	r->nnodes = nm->nnodes;
-	/* retired last: their requests end now, and whatever their callers
-	 * send next sees the new map */
-	for (j = 0; j < nold; j++)
-		if (old[j])
-			node_retire(r, old[j]);
-	free(old);
-	return 0;
-}
-
-/* free_retired() - free the retired nodes that nothing points to. */
-static void free_retired(struct remote *r, bool all)
-{
-	struct rnode **pp = &r->retired, *nd;
-
-	while ((nd = *pp)) {
-		if (all || (!nd->inflight && !nd->ac)) {
-			*pp = nd->next_retired;
-			free(nd);
-		} else {
-			pp = &nd->next_retired;
-		}
-	}
-}
-
-/* say_named() - log that the map m read from a names masters by host name. */
-static void say_named(const struct remote *r, const struct rc_map *m, const struct rc_addr *a)
-{
-	if (m->nnamed)
-		log_warn("remote tier %s: the slot map from %s:%u names %u masters by host "
-			 "name (such as '%s'), not by address; their slots are misses (set "
-			 "cluster-preferred-endpoint-type ip on the cluster)", r->desc,
-			 a->host, a->port, m->nnamed, m->named);
-}
-
-static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
-{
-	struct remote *r = priv;
-	struct rnode *nd = ac->data, **was;
-	struct rc_map *nm;
-	char err[256];
-	int rc;
-
-	r->map_inflight = false;
-	r->map_node = NULL;
-	if (!reply || r->closing || !nd)
-		return;
-	nm = malloc(sizeof(*nm));
-	was = calloc(RC_NODES_MAX, sizeof(*was));
-	if (!nm || !was) {
-		free(nm);
-		free(was);
-		return;		/* the next tick reads it again */
-	}
-	rc_map_init(nm);
-	rc = rc_map_load(nm, reply, &nd->addr, err, sizeof(err));
-	if (rc < 0) {
-		rc_map_fini(nm);
-		free(nm);
-		free(was);
-		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc, nd->addr.host,
-			 nd->addr.port, err);
-		return;
-	}
-	say_named(r, nm, &nd->addr);
-	if (!nm->covered && r->map.covered) {
-		/* a node being set up, or reset, knows no slot: not a map to take
-		 * over one that has slots; the next read asks another node */
-		nd->erred = true;
-		r->map_wanted = true;
-		rc_map_fini(nm);
-		free(nm);
-		free(was);
-		tick_arm(r);
-		return;
-	}
-	keep_live_owners(r, nm, was);
-	free(was);
-	if (map_replace(r, nm) < 0) {
-		rc_map_fini(nm);
-		free(nm);
-		return;
-	}
-	free(nm);
-	waits_reroute(r);	/* waiting SETs go where the map says now */
-	r->st.map_loads++;
-	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
-	/* the map says who serves: a master in back-off is tried at once */
-	for (unsigned s = 0; s < RC_SLOTS; s++) {
-		struct rnode *m = r->map.owner[s] == RC_NONE ? NULL : node_of(r, r->map.owner[s]);
-
-		if (m && m->state == RN_DOWN && !m->auth_refused && m->retry_ns) {
-			m->retry_ns = 0;
-			m->backoff_ms = BACKOFF_MIN_MS;
-		}
-	}
-	tick_arm(r);
-	count_nodes(r);
-	note_state(r);
-}
-
-/* seed_node() - the node of the next seed that did not just answer with an
- * error, connected or connecting; NULL when none can be asked now. */
-static struct rnode *seed_node(struct remote *r)
-{
-	struct rnode *nd;
-	unsigned i, k;
-	int idx;
-
-	for (i = 0; i < r->url.nseeds; i++) {
-		k = r->seed_next++ % r->url.nseeds;
-		idx = rc_map_node(&r->map, r->url.seeds[k].host, r->url.seeds[k].port);
-		nd = idx < 0 ? NULL : node_of(r, (unsigned)idx);
-		if (!nd || nd->erred)
-			continue;
-		if (nd->state == RN_DOWN) {
-			if (now_ns() < nd->retry_ns)
-				continue;
-			node_connect(nd);
-		}
-		if (nd->ac)
-			return nd;
-	}
-	return NULL;
-}
-
-/* map_read() - ask for the map: a connected master that did not just
- * answer with an error, else a seed that did not, else anyone connected
- * (a map from a node whose own is stale would only keep it stale). */
-static void map_read(struct remote *r)
-{
-	struct rnode *nd = NULL;
-	unsigned i;
-
-	for (i = 0; i < r->nnodes && !nd; i++)
-		if (r->nodes[i] && r->nodes[i]->state == RN_UP && !r->nodes[i]->erred)
-			nd = r->nodes[i];
-	if (!nd)
-		nd = seed_node(r);
-	for (i = 0; i < r->nnodes && !nd; i++)
-		if (r->nodes[i] && r->nodes[i]->state == RN_UP)
-			nd = r->nodes[i];
-	if (!nd)
-		return;
-	if (redisAsyncCommand(nd->ac, slots_reply, r, "CLUSTER SLOTS") == REDIS_OK) {
-		r->map_inflight = true;
-		r->map_node = nd;
-		r->map_sent_ns = now_ns();
-	}
-}
-
 /* --- the tick: timeouts, reconnects, map reads ------------------------- */
 
 static void tick_done(struct loop_op *op, int res)
@@ -1462,13 +560,13 @@ static void tick_done(struct loop_op *op, int res)
 	}
 	if (r->closing)
 		return;
-	free_retired(r, false);
+	rmap_free_retired(r, false);
 	waits_expire(r, now);
 	for (i = 0; i < r->nnodes; i++)	/* what the rate cap held back */
 		if (r->nodes[i])
-			node_pump(r->nodes[i]);
+			rreq_pump(r->nodes[i]);
 	if (r->idle_fn && !remote_busy(r))
-		idle_arm(r);
+		remote_idle_arm(r);
 	need = r->retired != NULL || waits_any(r);
 	master = calloc(nmap ? nmap : 1, 1);
 	if (master)
@@ -1482,14 +580,14 @@ static void tick_done(struct loop_op *op, int res)
 			continue;
 		if (nd->head && now - nd->head->t0 > limit) {
 			nd->timed_out = true;
-			node_fail(nd, "did not answer in time (--remote-timeout)");
+			rnode_fail(nd, "did not answer in time (--remote-timeout)");
 		} else if (nd->state == RN_CONNECTING && now - nd->since_ns > limit) {
 			nd->timed_out = true;
-			node_fail(nd, "did not accept the connection in time");
+			rnode_fail(nd, "did not accept the connection in time");
 		}
 		if (nd->state == RN_DOWN && master && i < nmap && master[i]) {
 			if (now >= nd->retry_ns)
-				node_connect(nd);
+				rnode_connect(nd);
 			need = true;
 		}
 		need = need || nd->inflight || nd->state == RN_CONNECTING;
@@ -1497,16 +595,16 @@ static void tick_done(struct loop_op *op, int res)
 	free(master);
 	if (r->map_inflight && r->map_node && now - r->map_sent_ns > limit) {
 		r->map_node->timed_out = true;	/* its answer ends the read: NULL */
-		node_fail(r->map_node, "did not answer CLUSTER SLOTS in time");
+		rnode_fail(r->map_node, "did not answer CLUSTER SLOTS in time");
 	}
 	if (r->url.cluster && (r->map_wanted || !r->map.covered) && !r->map_inflight &&
 	    now >= r->map_ns) {
 		r->map_ns = now + (uint64_t)MAP_EVERY_MS * 1000000u;
-		map_read(r);
+		rmap_read(r);
 	}
 	need = need || (r->url.cluster && (r->map_wanted || !r->map.covered));
 	if (need)
-		tick_arm(r);
+		remote_tick_arm(r);
 }
 
 /* cancel_done() - remote_close()'s cancel of the tick is through; the
@@ -1552,7 +650,7 @@ void remote_on_idle(struct remote *r, void (*fn)(void *arg), void *arg)
 {
 	r->idle_fn = fn;
 	r->idle_arg = arg;
-	idle_arm(r);
+	remote_idle_arm(r);
 }
 
 bool remote_busy(const struct remote *r)
@@ -1560,7 +658,7 @@ bool remote_busy(const struct remote *r)
 	return r && (r->st.inflight > 0 || waits_pending(r));
 }
 
-static void tick_arm(struct remote *r)
+void remote_tick_arm(struct remote *r)
 {
 	if (r->ticking || r->closing || r->l->draining || r->l->stopping)
 		return;
@@ -1571,112 +669,6 @@ static void tick_arm(struct remote *r)
 }
 
 /* --- start-up ---------------------------------------------------------- */
-
-/*
- * check_seed() - ask one seed synchronously what it is. Returns 1 when it
- * answered as it should (the map is loaded from it for a cluster), 0 when
- * it did not answer, or -errno for a server that is not what the URL says
- * or refuses AUTH (err says so).
- */
-static int check_seed(struct remote *r, const struct rc_addr *a, char *err, size_t errlen)
-{
-	struct timeval tv = { r->c.check_ms / 1000, (r->c.check_ms % 1000) * 1000 };
-	const char *pw = r->c.password ? r->c.password : r->url.password;
-	redisContext *c = redisConnectWithTimeout(a->host, a->port, tv);
-	redisReply *rep = NULL;
-	int rc = 0;
-
-	if (!c || c->err)
-		goto out;
-	redisSetTimeout(c, tv);
-	if (pw[0]) {
-		rep = r->url.user[0] ? redisCommand(c, "AUTH %s %s", r->url.user, pw)
-				     : redisCommand(c, "AUTH %s", pw);
-		if (!rep)
-			goto out;
-		if (rep->type == REDIS_REPLY_ERROR) {
-			snprintf(err, errlen, "remote tier: %s:%u refused AUTH: %s; check the "
-				 "password and the user's ACL", a->host, a->port, rep->str);
-			rc = -EACCES;
-			goto out;
-		}
-		freeReplyObject(rep);
-	}
-	rep = redisCommand(c, r->url.cluster ? "CLUSTER SLOTS" : "INFO cluster");
-	if (!rep)
-		goto out;
-	if (rep->type == REDIS_REPLY_ERROR && (strstr(rep->str, "NOAUTH") ||
-					       strstr(rep->str, "NOPERM"))) {
-		snprintf(err, errlen, "remote tier: %s:%u wants a password or a user with "
-			 "more rights: %s", a->host, a->port, rep->str);
-		rc = -EACCES;
-	} else if (r->url.cluster && rep->type == REDIS_REPLY_ERROR) {
-		snprintf(err, errlen, "remote tier: %s:%u is not a Redis Cluster node (%s); "
-			 "give a cluster's nodes, or redis://%s:%u for one server",
-			 a->host, a->port, rep->str, a->host, a->port);
-		rc = -EPROTO;
-	} else if (r->url.cluster) {
-		rc = rc_map_load(&r->map, rep, a, err, errlen);
-		if (rc == 0)
-			say_named(r, &r->map, a);
-		rc = rc < 0 ? rc : 1;
-	} else if (rep->type == REDIS_REPLY_STRING && strstr(rep->str, "cluster_enabled:1")) {
-		snprintf(err, errlen, "remote tier: %s:%u is a Redis Cluster node: give "
-			 "redis-cluster://%s:%u so that keys go to the nodes that own them",
-			 a->host, a->port, a->host, a->port);
-		rc = -EPROTO;
-	} else {
-		rc = rc_map_single(&r->map, a->host, a->port);
-		rc = rc < 0 ? rc : 1;
-	}
-out:
-	if (rep)
-		freeReplyObject(rep);
-	if (c)
-		redisFree(c);
-	return rc;
-}
-
-/*
- * resolve_seeds() - the URL's host names as addresses, once, at the start
- * (the one place where waiting for a resolver stalls no one): from then
- * on every connection goes to a numeric address. IPv4 first, as Redis
- * Cluster announces. Returns 0 or -EINVAL (err says which name).
- */
-static int resolve_seeds(struct remote *r, char *err, size_t errlen)
-{
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai, *p, *pick;
-	unsigned i;
-	int rc;
-
-	for (i = 0; i < r->url.nseeds; i++) {
-		struct rc_addr *a = &r->url.seeds[i];
-
-		if (rc_numeric(a->host))
-			continue;
-		rc = getaddrinfo(a->host, NULL, &hints, &ai);
-		if (rc != 0) {
-			snprintf(err, errlen, "remote tier: cannot resolve '%s' of --remote: "
-				 "%s; give an address, or a name the resolver knows when "
-				 "kvpoold starts", a->host, gai_strerror(rc));
-			return -EINVAL;
-		}
-		for (pick = ai, p = ai; p; p = p->ai_next)
-			if (p->ai_family == AF_INET) {
-				pick = p;
-				break;
-			}
-		rc = getnameinfo(pick->ai_addr, pick->ai_addrlen, a->host, sizeof(a->host),
-				 NULL, 0, NI_NUMERICHOST);
-		freeaddrinfo(ai);
-		if (rc != 0) {
-			snprintf(err, errlen, "remote tier: '%s' of --remote: %s", a->host,
-				 gai_strerror(rc));
-			return -EINVAL;
-		}
-	}
-	return 0;
-}
 
 /* forget_password() - zero r's secrets: its sealing key, its copy of the
  * caller's password and the URL's. */
@@ -1746,11 +738,11 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	snprintf(r->desc, sizeof(r->desc), "%s%.60s:%u%s", r->url.cluster ? "redis-cluster://"
 		 : "redis://", r->url.seeds[0].host, r->url.seeds[0].port,
 		 r->url.nseeds > 1 ? ",..." : "");
-	rc = resolve_seeds(r, err, errlen);
+	rc = rmap_resolve_seeds(r, err, errlen);
 	if (rc < 0)
 		goto out_free;
 	for (i = 0, rc = 0; i < r->url.nseeds && rc == 0; i++)
-		rc = check_seed(r, &r->url.seeds[i], err, errlen);
+		rc = rmap_check_seed(r, &r->url.seeds[i], err, errlen);
 	if (rc < 0)
 		goto out_free;
 	if (rc == 0) {
@@ -1764,13 +756,13 @@ int remote_open(struct remote **out, struct loop *l, const struct remote_config 
 	}
 	/* connect to every master now: the first requests find them ready */
 	for (i = 0; i < r->map.nnodes; i++) {
-		struct rnode *nd = node_of(r, i);
+		struct rnode *nd = rnode_of(r, i);
 
 		if (nd && nd->state == RN_DOWN)
-			node_connect(nd);
+			rnode_connect(nd);
 	}
-	count_nodes(r);
-	tick_arm(r);
+	rnode_count(r);
+	remote_tick_arm(r);
 	*out = r;
 	return 0;
 out_free:
@@ -1837,7 +829,7 @@ static void remote_free(struct remote *r)
 	for (i = 0; i < r->nnodes; i++)
 		free(r->nodes[i]);
 	free(r->nodes);
-	free_retired(r, true);
+	rmap_free_retired(r, true);
 	rc_map_fini(&r->map);
 	free(r);
 }
