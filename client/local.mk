@@ -6,7 +6,8 @@
 # each namespace's root key; kvp_key_* are exported by libkvpool).
 noinst_LTLIBRARIES += client/libkvpshared.la
 client_libkvpshared_la_SOURCES = client/wire.c client/wire.h \
-	client/hset.c client/hset.h client/keys.c client/keys.h \
+	client/hset.c client/hset.h client/keys.c client/keys.h client/keys_int.h \
+	client/keys_sha256.c client/keys_enc.c client/keys_direct.c client/keys_request.c \
 	client/size.c client/size.h client/stats_text.c client/stats_text.h \
 	client/utf8.c client/utf8.h
 client_libkvpshared_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)

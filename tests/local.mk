@@ -243,7 +243,8 @@ FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined \
 	-Wno-gnu-variable-sized-type-not-at-end
 FUZZ_CPPFLAGS = $(DEFS) -include $(top_builddir)/config.h -I$(top_srcdir)/include \
 	-I$(top_srcdir) $(URING_CFLAGS) $(XXHASH_CFLAGS) $(EVENTS_CFLAGS)
-FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/size.c client/utf8.c
+FUZZ_SHARED_SRCS = client/wire.c client/hset.c client/keys.c client/keys_sha256.c \
+	client/keys_enc.c client/keys_direct.c client/keys_request.c client/size.c client/utf8.c
 FUZZ_DAEMON_SRCS = $(KVPOOLD_SRCS) daemon/store/backend_cuda_stub.c daemon/remote/rpage.c daemon/tiers/tier_remote.c \
 	daemon/remote/remote_stub.c
 EXTRA_DIST += tests/fuzz/fuzz_wire.c tests/fuzz/fuzz_session.c tests/fuzz/run.sh \
@@ -260,7 +261,7 @@ tests/fuzz/fuzz_wire: $(srcdir)/tests/fuzz/fuzz_wire.c client/wire.c config.h \
 		-o $@ $(srcdir)/tests/fuzz/fuzz_wire.c $(srcdir)/client/wire.c
 tests/fuzz/fuzz_session: $(srcdir)/tests/fuzz/fuzz_session.c $(FUZZ_SHARED_SRCS) \
 		$(FUZZ_DAEMON_SRCS) config.h $(include_HEADERS) $(noinst_HEADERS) \
-		client/wire.h client/hset.h client/keys.h client/size.h client/utf8.h
+		client/wire.h client/hset.h client/keys.h client/keys_int.h client/size.h client/utf8.h
 	$(AM_V_CCLD)$(MKDIR_P) tests/fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $(FUZZ_CPPFLAGS) \
 		-I$(srcdir) -o $@ $(srcdir)/tests/fuzz/fuzz_session.c \
 		$(FUZZ_SHARED_SRCS:%=$(srcdir)/%) $(FUZZ_DAEMON_SRCS:%=$(srcdir)/%) \
