@@ -16,7 +16,7 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c \
 	daemon/requests/wait.c daemon/requests/ns.c daemon/requests/access.c \
 	daemon/observe/events.c daemon/observe/events_pub.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h \
-	daemon/store/pool.h daemon/store/lease.h daemon/store/prefix.h \
+	daemon/store/pool.h daemon/store/namespace.h daemon/store/lease.h daemon/store/prefix.h \
 	daemon/store/siphash.h daemon/store/backend.h \
 	daemon/tiers/tier.h daemon/tiers/hosttier.h daemon/tiers/spill.h daemon/tiers/save.h \
 	daemon/serve/loop.h daemon/serve/loop_sync.h daemon/serve/server.h \
