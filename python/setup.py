@@ -17,7 +17,7 @@ from setuptools import Extension, setup
 here = os.path.dirname(os.path.abspath(__file__))
 tree = os.path.dirname(here)
 cflags = ["-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers",
-          "-Wno-cast-function-type"]
+          "-Wno-cast-function-type", "-fvisibility=hidden"]
 if os.environ.get("KVPOOL_WERROR") == "1":
     cflags.append("-Werror")
 include_dirs, library_dirs, runtime_dirs, extra_link = [], [], [], []
@@ -48,6 +48,7 @@ else:
             extra_link.append(f)
 
 setup(ext_modules=[Extension(
-    "kvpool._kvpool", ["src/_kvpool.c", "src/blockcopy.c"], include_dirs=include_dirs,
+    "kvpool._kvpool", ["src/_kvpool.c", "src/client.c", "src/client_admin.c", "src/args.c",
+                        "src/views.c", "src/kernels.c", "src/keys.c", "src/blockcopy.c"], include_dirs=include_dirs,
     library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
     extra_compile_args=cflags, extra_link_args=extra_link)])

@@ -1,0 +1,601 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * client.c - kvpool.Client (one kvp_client): connecting, closing (not
+ * under a live view), fork's guard, and the methods of pages and sharing
+ * (alloc, release, retain, cow, acquire, publish, block_keys), the views
+ * of the pool (view, page_index, page_at, page_address) and the type
+ * itself. Inspection and admin are client_admin.c's.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_kvpool.h"
+#include "blockcopy.h"
+#include "kvpool.h"
+#include "kvpool_kernels.h"
+#include "kvpool_wire.h"
+
+/* --- fork ---------------------------------------------------------------- */
+
+/* Bumped in every child: a Client remembers the value it was made under. */
+volatile unsigned long fork_gen;
+
+void in_child(void)
+{
+	fork_gen++;
+}
+
+/* --- Client -------------------------------------------------------------- */
+
+/* client_ok() - true when c may be used; else raises. */
+bool client_ok(ClientObject *self)
+{
+	if (!self->c) {
+		PyErr_SetString(NotConnected, "the Client is closed");
+		return false;
+	}
+	if (self->gen != fork_gen) {
+		PyErr_SetString(PyExc_RuntimeError, "this Client was made before fork(): its "
+				"connection and mappings belong to the parent; make a new Client "
+				"in the child");
+		return false;
+	}
+	return true;
+}
+
+int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "socket", "namespace", "layers", "kv_heads", "head_dim",
+				  "block_tokens", "dtype", "model", "key_scheme", "key_seed",
+				  "readonly", "memory", "head_dim_v", NULL };
+	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL;
+	unsigned int layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, dtype = 0,
+		     scheme = 0, memory = 0, head_dim_v = 0;
+	int readonly = 0, rc;
+	char err[ERRBUF];
+	kvp_geometry g;
+	kvp_client *c = NULL;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpII", kwlist, &sock, &ns,
+					 &layers, &kv_heads, &head_dim, &block_tokens, &dtype,
+					 &model, &scheme, &seed, &readonly, &memory, &head_dim_v))
+		return -1;
+	if (self->c) {
+		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
+		return -1;
+	}
+	if (ns && !model) {
+		PyErr_SetString(InvalidArgument, "a namespace needs its geometry: model, "
+				"layers, kv_heads, head_dim, block_tokens and dtype");
+		return -1;
+	}
+	memset(&g, 0, sizeof(g));
+	g.layers = layers;
+	g.kv_heads = kv_heads;
+	g.head_dim = head_dim;
+	g.block_tokens = block_tokens;
+	g.dtype = dtype;
+	g.model = model;
+	g.key_scheme = scheme;
+	g.key_seed = seed;
+	g.memory = memory;
+	g.head_dim_v = head_dim_v;
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvp_connect(sock, ns, ns ? &g : NULL, &c);
+	if (rc < 0)
+		SAVE_ERROR(err);
+	Py_END_ALLOW_THREADS
+	if (rc < 0) {
+		if (rc == -ENOENT) {	/* no socket: no daemon there */
+			PyObject *a = Py_BuildValue("(iN)", ENOENT, PyUnicode_FromFormat(
+							    "kvp_connect: %s: %s", kvp_strerror(rc), err));
+
+			if (a)
+				PyErr_SetObject(DaemonGone, a);
+			Py_XDECREF(a);
+			return -1;
+		}
+		raise_kvp(rc, "kvp_connect", err);
+		return -1;
+	}
+	self->c = c;
+	self->gen = fork_gen;
+	self->readonly = readonly;
+	kvp_info(c, &self->info);
+	return 0;
+}
+
+/* client_close() - kvp_close() unless views are alive (BufferError, as
+ * mmap.close() does). */
+static int client_close(ClientObject *self)
+{
+	kvp_client *c = self->c;
+
+	if (!c)
+		return 0;
+	if (self->views) {
+		PyErr_Format(PyExc_BufferError, "cannot close the Client: %zd page view%s still "
+			     "alive, the page's memory would go under %s (del the arrays, tensors "
+			     "and memoryviews made from %s first)", self->views,
+			     self->views == 1 ? " is" : "s are", self->views == 1 ? "it" : "them",
+			     self->views == 1 ? "it" : "them");
+		return -1;
+	}
+	self->c = NULL;
+	if (self->gen != fork_gen)
+		return 0;	/* the parent's: leave its socket alone */
+	Py_BEGIN_ALLOW_THREADS
+	kvp_close(c);
+	Py_END_ALLOW_THREADS
+	return 0;
+}
+
+static void Client_dealloc(ClientObject *self)
+{
+	/* no view can be alive: each holds a reference */
+	if (self->c && self->gen == fork_gen)
+		kvp_close(self->c);
+	self->c = NULL;
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Client_close(ClientObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (client_close(self) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* --- Client methods ------------------------------------------------------ */
+
+static PyObject *Client_alloc(ClientObject *self, PyObject *arg)
+{
+	Py_ssize_t n = PyLong_AsSsize_t(arg);
+	char err[ERRBUF];
+	kvp_page *p;
+	PyObject *l;
+	int rc;
+
+	if (n == -1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	if (n < 0) {
+		PyErr_Format(InvalidArgument, "alloc(%zd): the count must be 0 or more", n);
+		return NULL;
+	}
+	p = PyMem_Malloc(((size_t)n + 1) * sizeof(*p));
+	if (!p)
+		return PyErr_NoMemory();
+	CALL(rc, kvp_alloc(self->c, (size_t)n, p));
+	if (rc < 0) {
+		PyMem_Free(p);
+		return raise_kvp(rc, "alloc", err);
+	}
+	l = handles_to_list(p, n);
+	PyMem_Free(p);
+	return l;
+}
+
+/* pages_call() - release / retain: a sequence of handles in, nothing out. */
+static PyObject *pages_call(ClientObject *self, PyObject *arg,
+			    int (*fn)(kvp_client *, const kvp_page *, size_t), const char *what)
+{
+	char err[ERRBUF];
+	Py_ssize_t n;
+	kvp_page *p;
+	int rc;
+
+	if (!client_ok(self))
+		return NULL;
+	p = handles_from(arg, &n);
+	if (!p)
+		return NULL;
+	CALL(rc, fn(self->c, p, (size_t)n));
+	PyMem_Free(p);
+	if (rc < 0)
+		return raise_kvp(rc, what, err);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Client_release(ClientObject *self, PyObject *arg)
+{
+	return pages_call(self, arg, kvp_release, "release");
+}
+
+static PyObject *Client_retain(ClientObject *self, PyObject *arg)
+{
+	return pages_call(self, arg, kvp_retain, "retain");
+}
+
+static PyObject *Client_cow(ClientObject *self, PyObject *arg)
+{
+	char err[ERRBUF];
+	kvp_page *p, *out;
+	PyObject *l = NULL;
+	Py_ssize_t n;
+	int rc;
+
+	if (!client_ok(self))
+		return NULL;
+	p = handles_from(arg, &n);
+	if (!p)
+		return NULL;
+	out = PyMem_Malloc(((size_t)n + 1) * sizeof(*out));
+	if (!out) {
+		PyMem_Free(p);
+		return PyErr_NoMemory();
+	}
+	CALL(rc, kvp_cow(self->c, p, (size_t)n, out));
+	if (rc < 0)
+		raise_kvp(rc, "cow", err);
+	else
+		l = handles_to_list(out, n);
+	PyMem_Free(p);
+	PyMem_Free(out);
+	return l;
+}
+
+static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "keys", "tokens", "parent", NULL };
+	PyObject *okeys, *otok = NULL, *oparent = NULL, *pages = NULL, *res = NULL;
+	const kvp_key *parent;
+	kvp_partial partial = { 0, 0 };
+	struct tokens t;
+	char err[ERRBUF];
+	kvp_key pk, *keys;
+	kvp_page *out;
+	Py_ssize_t n;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &okeys, &otok, &oparent))
+		return NULL;
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0)
+		return NULL;
+	keys = keys_from(okeys, &n);
+	if (!keys)
+		return NULL;
+	if (tokens_get(otok, &t) < 0) {
+		PyMem_Free(keys);
+		return NULL;
+	}
+	out = PyMem_Malloc(((size_t)n + 1) * sizeof(*out));
+	if (!out) {
+		PyErr_NoMemory();
+		goto done;
+	}
+	CALL(rc, kvp_acquire(self->c, parent, keys, (size_t)n, t.v, (size_t)t.n, out,
+			     t.n ? &partial : NULL));
+	if (rc < 0) {
+		raise_kvp(rc, "acquire", err);
+		goto done;
+	}
+	pages = handles_to_list(out, rc);
+	if (!pages)
+		goto done;
+	if (partial.tokens)
+		res = Py_BuildValue("(N(KI))", pages, (unsigned long long)partial.page,
+				    partial.tokens);
+	else
+		res = Py_BuildValue("(NO)", pages, Py_None);
+done:
+	PyMem_Free(out);
+	PyMem_Free(keys);
+	tokens_release(&t);
+	return res;
+}
+
+static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "pages", "keys", "parent", "priority", "tokens", NULL };
+	PyObject *opages, *okeys, *oparent = NULL, *otok = NULL, *res = NULL;
+	unsigned int prio = KVP_PRIO_NORMAL;
+	const kvp_key *parent;
+	Py_ssize_t n, nk;
+	kvp_page *p, *canon = NULL;
+	kvp_key pk, *keys = NULL;
+	struct tokens t;
+	char err[ERRBUF];
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OIO", kwlist, &opages, &okeys, &oparent,
+					 &prio, &otok))
+		return NULL;
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0 ||
+	    tokens_get(otok, &t) < 0)
+		return NULL;
+	p = handles_from(opages, &n);
+	if (!p) {
+		tokens_release(&t);
+		return NULL;
+	}
+	keys = keys_from(okeys, &nk);
+	if (!keys)
+		goto done;
+	if (nk != n) {
+		PyErr_Format(PyExc_ValueError, "publish: %zd pages but %zd keys", n, nk);
+		goto done;
+	}
+	if (otok && otok != Py_None &&
+	    (size_t)t.n != (size_t)n * kvp_block_tokens(self->c)) {
+		PyErr_Format(PyExc_ValueError, "publish: %zd token ids for %zd blocks of %u "
+			     "tokens: give each block's (%zu), or none", t.n, n,
+			     kvp_block_tokens(self->c),
+			     (size_t)n * kvp_block_tokens(self->c));
+		goto done;
+	}
+	canon = PyMem_Malloc(((size_t)n + 1) * sizeof(*canon));
+	if (!canon) {
+		PyErr_NoMemory();
+		goto done;
+	}
+	CALL(rc, kvp_publish_tokens(self->c, NULL, parent, p, keys,
+				    otok && otok != Py_None ? t.v : NULL, (size_t)n, prio,
+				    canon));
+	if (rc < 0)
+		raise_kvp(rc, "publish", err);
+	else
+		res = handles_to_list(canon, n);
+done:
+	tokens_release(&t);
+	PyMem_Free(p);
+	PyMem_Free(keys);
+	PyMem_Free(canon);
+	return res;
+}
+
+static PyObject *Client_publish_partial(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "page", "tokens", "parent", "priority", NULL };
+	unsigned long long page;
+	unsigned int prio = KVP_PRIO_NORMAL;
+	PyObject *otok, *oparent = NULL;
+	const kvp_key *parent;
+	kvp_page canon = 0;
+	struct tokens t;
+	char err[ERRBUF];
+	kvp_key pk;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "KO|OI", kwlist, &page, &otok, &oparent,
+					 &prio))
+		return NULL;
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0 ||
+	    tokens_get(otok, &t) < 0)
+		return NULL;
+	CALL(rc, kvp_publish_partial(self->c, parent, page, t.v, (size_t)t.n, prio, &canon));
+	tokens_release(&t);
+	if (rc < 0)
+		return raise_kvp(rc, "publish_partial", err);
+	return PyLong_FromUnsignedLongLong(canon);
+}
+
+static PyObject *Client_block_keys(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "tokens", "parent", NULL };
+	PyObject *otok, *oparent = NULL, *l;
+	const kvp_key *parent;
+	struct tokens t;
+	kvp_key pk, *keys;
+	size_t nblocks;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &otok, &oparent))
+		return NULL;
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0 ||
+	    tokens_get(otok, &t) < 0)
+		return NULL;
+	if (!self->info.block_tokens) {
+		tokens_release(&t);
+		PyErr_SetString(NotConnected, "block_keys: an inspection session has no "
+				"namespace");
+		return NULL;
+	}
+	nblocks = (size_t)t.n / self->info.block_tokens;
+	keys = PyMem_Malloc((nblocks + 1) * sizeof(*keys));
+	if (!keys) {
+		tokens_release(&t);
+		return PyErr_NoMemory();
+	}
+	Py_BEGIN_ALLOW_THREADS
+	rc = kvp_block_keys(self->c, parent, t.v, (size_t)t.n, NULL, 0, keys);
+	Py_END_ALLOW_THREADS
+	tokens_release(&t);
+	if (rc < 0) {
+		PyMem_Free(keys);
+		return raise_kvp(rc, "block_keys", kvp_last_error());
+	}
+	l = keys_to_list(keys, rc, false);
+	PyMem_Free(keys);
+	return l;
+}
+
+/* make_view() - a PageView of len bytes at addr for handle h (0: the
+ * whole view). */
+
+static PyObject *Client_view(ClientObject *self, PyObject *unused)
+{
+	kvp_view_t v;
+	int rc;
+
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	rc = kvp_view(self->c, &v);
+	if (rc < 0)
+		return raise_kvp(rc, "view", rc == -ENOTSUP ? "the pool is GPU memory: each "
+				 "page's device pointer comes on its own" : NULL);
+	return Py_BuildValue("(NKKI)", make_view(self, 0, v.base, (Py_ssize_t)(v.pages * v.stride)),
+			     (unsigned long long)v.stride, (unsigned long long)v.pages, v.per_slab);
+}
+
+static PyObject *Client_page_index(ClientObject *self, PyObject *arg)
+{
+	unsigned long long h = PyLong_AsUnsignedLongLong(arg);
+	int64_t idx;
+
+	if (h == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	idx = kvp_page_index(self->c, h);
+	if (idx < 0) {
+		if (idx == -ESTALE) {
+			PyErr_Format(Stale, "page_index: page handle %#llx is not leased by this "
+				     "client", h);
+			return NULL;
+		}
+		return raise_kvp((int)idx, "page_index", NULL);
+	}
+	return PyLong_FromLongLong(idx);
+}
+
+static PyObject *Client_page_at(ClientObject *self, PyObject *arg)
+{
+	unsigned long long i = PyLong_AsUnsignedLongLong(arg);
+	kvp_page h;
+
+	if (i == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (!client_ok(self))
+		return NULL;
+	h = kvp_page_at(self->c, i);
+	if (!h)
+		Py_RETURN_NONE;
+	return PyLong_FromUnsignedLongLong(h);
+}
+
+/* held_address() - the address of the page of handle arg, which this
+ * client holds (*h its handle); NULL with an exception when not. */
+void *held_address(ClientObject *self, PyObject *arg, unsigned long long *h)
+{
+	void *addr;
+
+	*h = PyLong_AsUnsignedLongLong(arg);
+	if ((*h == (unsigned long long)-1 && PyErr_Occurred()) || !client_ok(self))
+		return NULL;
+	addr = kvp_page_ptr(self->c, *h);
+	if (!addr)
+		PyErr_Format(Stale, "page handle %#llx is not leased by this client (stale, "
+			     "forged or released)", *h);
+	return addr;
+}
+
+static PyObject *Client_page_address(ClientObject *self, PyObject *arg)
+{
+	unsigned long long h;
+	void *addr = held_address(self, arg, &h);
+
+	return addr ? PyLong_FromVoidPtr(addr) : NULL;
+}
+
+static PyObject *Client_enter(ClientObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	Py_INCREF(self);
+	return (PyObject *)self;
+}
+
+static PyObject *Client_exit(ClientObject *self, PyObject *args)
+{
+	(void)args;
+	if (client_close(self) < 0)
+		return NULL;
+	Py_RETURN_FALSE;
+}
+
+static PyObject *Client_closed(ClientObject *self, void *unused)
+{
+	(void)unused;
+	return PyBool_FromLong(self->c == NULL);
+}
+
+static PyMethodDef Client_methods[] = {
+	{ "close", (PyCFunction)Client_close, METH_NOARGS,
+	  "close() - close the connection; the daemon drops every lease. BufferError while "
+	  "page views are exported." },
+	{ "alloc", (PyCFunction)Client_alloc, METH_O,
+	  "alloc(n) -> list of n new private page handles (all or none)." },
+	{ "release", (PyCFunction)Client_release, METH_O,
+	  "release(pages) - drop one lease on each page (all or none)." },
+	{ "retain", (PyCFunction)Client_retain, METH_O,
+	  "retain(pages) - one more lease on each page this client holds." },
+	{ "cow", (PyCFunction)Client_cow, METH_O,
+	  "cow(pages) -> private copies of pages this client holds." },
+	{ "acquire", (PyCFunction)(void (*)(void))Client_acquire, METH_VARARGS | METH_KEYWORDS,
+	  "acquire(keys, tokens=None, parent=None) -> (pages, partial): the longest cached "
+	  "prefix, and with tokens the partial page after it as (page, tokens) or None." },
+	{ "publish", (PyCFunction)(void (*)(void))Client_publish, METH_VARARGS | METH_KEYWORDS,
+	  "publish(pages, keys, parent=None, priority=1, tokens=None) -> canonical pages; "
+	  "tokens: the blocks' token ids (block_tokens each), for KV events." },
+	{ "publish_partial", (PyCFunction)(void (*)(void))Client_publish_partial,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "publish_partial(page, tokens, parent=None, priority=1) -> canonical page." },
+	{ "block_keys", (PyCFunction)(void (*)(void))Client_block_keys,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "block_keys(tokens, parent=None) -> keys (32 bytes each) of the full blocks." },
+	{ "info", (PyCFunction)Client_info, METH_NOARGS, "info() -> the session's facts." },
+	{ "stats", (PyCFunction)Client_stats, METH_NOARGS, "stats() -> the daemon's counters." },
+	{ "set_remote_policy", (PyCFunction)(void (*)(void))Client_set_remote_policy,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "set_remote_policy(prefill_rate=0, max_us=0) - when acquire() lets the daemon ask "
+	  "its remote tier: prefill_rate tokens/s (0: the daemon's), max_us a cut-off "
+	  "(0: none, REMOTE_NEVER: never)." },
+	{ "evict", (PyCFunction)(void (*)(void))Client_evict, METH_VARARGS | METH_KEYWORDS,
+	  "evict(namespace=None, max=0) -> pages evicted (admin)." },
+	{ "list_clients", (PyCFunction)Client_list_clients, METH_NOARGS,
+	  "list_clients() -> the daemon's connections, as dicts." },
+	{ "list_pages", (PyCFunction)(void (*)(void))Client_list_pages,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "list_pages(namespace=None, state=0, client=0, limit=0) -> pages, as dicts." },
+	{ "list_prefixes", (PyCFunction)(void (*)(void))Client_list_prefixes,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "list_prefixes(namespace=None, top=0) -> indexed blocks, most hits first." },
+	{ "disconnect", (PyCFunction)Client_disconnect, METH_O,
+	  "disconnect(client_id) - close another client's connection (admin)." },
+	{ "drop_namespace", (PyCFunction)Client_drop_namespace, METH_O,
+	  "drop_namespace(name) - forget a namespace (admin)." },
+	{ "page", (PyCFunction)Client_page, METH_O,
+	  "page(handle) -> PageView: the page's bytes in place (buffer protocol)." },
+	{ "view", (PyCFunction)Client_view, METH_NOARGS,
+	  "view() -> (PageView of every page, stride, pages, per_slab): the namespace's "
+	  "pages as one array indexed by page number (host backend)." },
+	{ "page_index", (PyCFunction)Client_page_index, METH_O,
+	  "page_index(handle) -> the page's index in view()." },
+	{ "page_address", (PyCFunction)Client_page_address, METH_O,
+	  "page_address(handle) -> the page's address: a host pointer, or with the CUDA "
+	  "backend a device pointer." },
+	{ "page_at", (PyCFunction)Client_page_at, METH_O,
+	  "page_at(index) -> the handle this client holds at index, or None." },
+	{ "__enter__", (PyCFunction)Client_enter, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)Client_exit, METH_VARARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static PyGetSetDef Client_getset[] = {
+	{ "closed", (getter)Client_closed, NULL, "True once closed.", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
+};
+
+PyTypeObject ClientType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kvpool._kvpool.Client",
+	.tp_basicsize = sizeof(ClientObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+	.tp_doc = "A connection to kvpoold (libkvpool's kvp_client).",
+	.tp_new = PyType_GenericNew,
+	.tp_init = (initproc)Client_init,
+	.tp_dealloc = (destructor)Client_dealloc,
+	.tp_methods = Client_methods,
+	.tp_getset = Client_getset,
+};
