@@ -16,7 +16,8 @@ client_libkvpshared_la_LIBADD = $(XXHASH_LIBS)
 include_HEADERS += include/kvpool.h include/kvpool_wire.h include/kvpool_kernels.h
 
 lib_LTLIBRARIES += client/libkvpool.la
-client_libkvpool_la_SOURCES = client/client.c client/errors.c client/errors.h \
+client_libkvpool_la_SOURCES = client/client.c client/client_int.h client/pages.c \
+	client/share.c client/admin.c client/errors.c client/errors.h \
 	client/cuda_ipc.h
 client_libkvpool_la_CPPFLAGS = $(AM_CPPFLAGS)
 if HAVE_CUDA
