@@ -28,6 +28,10 @@
 #                        Redis Cluster on loopback (tests/redis-cluster.sh):
 #                        redirects, failover, corruption, a full server;
 #                        77 (SKIP) without redis-server
+#   tests/check_remote_tier  the remote tier in real kvpoold processes
+#                        against the same cluster: daemons sharing through
+#                        it, write-back, failover, refusals at start; 77
+#                        (SKIP) without redis-server
 #   tests/check_hostile  the remote tier's client against a scripted fake
 #                        node (tests/fake_redis.c) that lies: replies
 #                        nobody asked for, redirects anywhere, host names,
@@ -111,11 +115,19 @@ tests_check_rcluster_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS)
 tests_check_rcluster_LDADD = daemon/libkvpoold.la $(CHECK_LIBS) $(HIREDIS_LIBS)
 check_PROGRAMS += tests/check_remote
 TESTS += tests/check_remote
-tests_check_remote_SOURCES = tests/check_remote.c tests/harness.c tests/harness.h
+tests_check_remote_SOURCES = tests/check_remote.c tests/redis_fixture.c \
+	tests/redis_fixture.h tests/harness.c tests/harness.h
 tests_check_remote_CPPFLAGS = $(AM_CPPFLAGS) -DKVP_SRCDIR='"$(abs_top_srcdir)"'
 tests_check_remote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
 tests_check_remote_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
 	$(HIREDIS_LIBS)
+check_PROGRAMS += tests/check_remote_tier
+TESTS += tests/check_remote_tier
+tests_check_remote_tier_SOURCES = tests/check_remote_tier.c tests/redis_fixture.c \
+	tests/redis_fixture.h tests/harness.c tests/harness.h
+tests_check_remote_tier_CPPFLAGS = $(tests_check_remote_CPPFLAGS)
+tests_check_remote_tier_CFLAGS = $(tests_check_remote_CFLAGS)
+tests_check_remote_tier_LDADD = $(tests_check_remote_LDADD)
 check_PROGRAMS += tests/check_hostile
 TESTS += tests/check_hostile
 tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h

@@ -1,0 +1,829 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * check_remote_tier.c - the remote tier in the daemon (tiers/tier_remote.c)
+ * with real kvpoold processes and a real Redis Cluster on loopback
+ * (tests/redis_fixture.c): two daemons share prefixes through the
+ * cluster, what leaves the pool is written back and fetched blocks are
+ * not, a corrupted value or a forger's is a miss, a client's policy skips
+ * a slower fetch, failovers, a cluster that goes and comes back, a full
+ * server, and the start-up's refusals. Exit 77 (SKIP) without
+ * redis-server.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <hiredis.h>
+
+#include "kvpool.h"
+#include "harness.h"
+#include "redis_fixture.h"
+#include "daemon/log.h"
+#include "daemon/remote/remote.h"
+#include "daemon/serve/loop.h"
+#include "daemon/store/backend.h"
+
+#define PAGE	16384u
+#define WINDOW	200u	/* GETs sent before waiting for them */
+
+/* --- two daemons, one cluster ----------------------------------------- */
+
+#define BT 16u
+static const kvp_geometry geo = {
+	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
+	.dtype = KVP_DTYPE_F16, .model = "test/remote",
+};
+
+enum { PROMPTS = 10, BLOCKS = 100 };	/* 1,000 pages of 16 KiB */
+
+static kvp_client *join(const char *sock)
+{
+	kvp_client *c;
+	int rc = kvp_connect(sock, "remote", &geo, &c);
+
+	ck_assert_msg(rc == 0, "kvp_connect: %s: %s", kvp_strerror(rc), kvp_last_error());
+	return c;
+}
+
+/* serve_prompts() - serve prompts first..end-1 of BLOCKS blocks through
+ * sock (each page filled with its key's bytes), releasing each. */
+static void serve_prompts(const char *sock, unsigned first, unsigned end)
+{
+	static uint32_t t[BLOCKS * BT];
+	static kvp_page out[BLOCKS];
+	kvp_client *c = join(sock);
+	unsigned p;
+
+	for (p = first; p < end; p++) {
+		harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
+		harness_serve(c, t, BLOCKS * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, BLOCKS), 0);
+	}
+	kvp_close(c);
+}
+
+/* machine_a() - serve PROMPTS prompts through sock. */
+static void machine_a(const char *sock)
+{
+	serve_prompts(sock, 0, PROMPTS);
+}
+
+/* acquire_prompt() - acquire prompt p through c; every page that comes
+ * back must hold its key's bytes. Returns the blocks hit. */
+static unsigned acquire_prompt(kvp_client *c, unsigned p)
+{
+	static uint32_t t[BLOCKS * BT];
+	static kvp_page out[BLOCKS];
+	static kvp_key keys[BLOCKS];
+	int h, i;
+
+	harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
+	h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
+	ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
+	for (i = 0; i < h; i++)
+		ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c), &keys[i]),
+			      "prompt %u block %d came back with other bytes", p, i);
+	if (h)
+		ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+	return (unsigned)h;
+}
+
+/* machine_b() - acquire the same prompts through sock. Returns the
+ * blocks hit. */
+static unsigned machine_b(const char *sock)
+{
+	kvp_client *c = join(sock);
+	unsigned p, hits = 0;
+
+	for (p = 0; p < PROMPTS; p++)
+		hits += acquire_prompt(c, p);
+	kvp_close(c);
+	return hits;
+}
+
+/* acquire_newest() - machine_b(), newest prompt first: Redis counts the
+ * replies it holds for a client against maxmemory, so fetching old
+ * prompts first (every block of a prompt at once) evicts newer ones. */
+static unsigned acquire_newest(const char *sock)
+{
+	kvp_client *c = join(sock);
+	unsigned p = PROMPTS, hits = 0;
+
+	while (p-- > 0)
+		hits += acquire_prompt(c, p);
+	kvp_close(c);
+	return hits;
+}
+
+/* status_has() - `kvpool status` of sock prints text. */
+static void status_has(const char *sock, const char *text)
+{
+	const char *argv[] = { harness_cli(), "--socket", sock, "status", NULL };
+	static char out[16384];
+
+	ck_assert_int_eq(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, text) != NULL, "'%s' not in:\n%s", text, out);
+}
+
+/* a_published() - a cluster, and machine A (a daemon of its own) that
+ * published PROMPTS prompts into it (write-through) and is gone. */
+static void a_published(void)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	struct daemon a;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+}
+
+START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
+{
+	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct daemon a, b;
+
+	cluster("start", NULL);
+	cluster_url();
+	struct kvp_wire_stats st;
+
+	daemon_start(&a, a_args);	/* 256 pages: most of the 1,000 are evicted */
+	machine_a(a.sock);
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.enabled, 1);
+	ck_assert_uint_eq(st.remote.sent, PROMPTS * BLOCKS);	/* through: each once */
+	ck_assert_uint_eq(st.remote.puts, PROMPTS * BLOCKS);
+	daemon_stop(&a);		/* machine A is gone */
+	daemon_start(&b, b_args);
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.up, 1);
+	ck_assert_uint_eq(st.remote.nodes, 3);
+	ck_assert_uint_eq(st.remote.slots, 16384);
+	ck_assert_uint_eq(st.remote.restored, PROMPTS * BLOCKS);
+	ck_assert_uint_eq(st.remote.hits, PROMPTS * BLOCKS);
+	ck_assert_uint_eq(st.remote.corrupt, 0);
+	ck_assert_uint_ge(st.remote.fetches, PROMPTS);
+	ck_assert_uint_gt(st.remote.bytes_in, (uint64_t)PROMPTS * BLOCKS * 16384);
+	status_has(b.sock, "remote tier   serving, 3 of 3 masters connected");
+	/* again: now from B's own pool */
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.restored, PROMPTS * BLOCKS);	/* nothing fetched */
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+/* sets() - SETs the cluster's masters have served so far. */
+static long sets(void)
+{
+	char cmd[512], line[256];
+	long n = 0;
+	FILE *f;
+	unsigned i;
+
+	for (i = 0; i < 6; i++) {
+		snprintf(cmd, sizeof(cmd), "redis-cli -p %u info commandstats 2>/dev/null", port + i);
+		f = popen(cmd, "r");
+		ck_assert_ptr_nonnull(f);
+		while (fgets(line, sizeof(line), f)) {
+			long c;
+
+			if (sscanf(line, "cmdstat_set:calls=%ld", &c) == 1)
+				n += c;
+		}
+		pclose(f);
+	}
+	return n;
+}
+
+START_TEST(test_remote_fetched_blocks_are_not_sent_back)
+{
+	const char *b_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct daemon b;
+	long before;
+
+	a_published();
+	before = sets();
+	ck_assert_int_ge(before, PROMPTS * BLOCKS);	/* replicas count theirs too */
+	daemon_start(&b, b_args);	/* 256 pages: what it fetches, it evicts */
+	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	daemon_stop(&b);
+	ck_assert_int_eq(sets(), before);	/* Redis had them: none written back */
+}
+END_TEST
+
+START_TEST(test_remote_write_back_sends_what_leaves_the_pool)
+{
+	const char *a_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+				 url, "--remote-key-file", keyfile, NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct daemon a, b;
+	unsigned hits;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	machine_a(a.sock);
+	daemon_stop(&a);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);
+	/* what A's pool still held at the end never left it */
+	/* a chain is found up to its first block that stayed: prompts whose
+	 * first blocks A still held at the end (256 pages: 3 at most) miss */
+	ck_assert_uint_ge(hits, (PROMPTS - 3) * BLOCKS);
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_unreachable_cluster_leaves_the_daemon_serving)
+{
+	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+			       url, "--remote-key-file", keyfile, "--remote-write", "through",
+			       NULL };
+	struct daemon a;
+
+	cluster_url();		/* nothing listens there */
+	daemon_start(&a, args);
+	wait_log(&a, "no server answered");
+	machine_a(a.sock);	/* publishes, evicts, serves: no wait on Redis */
+	ck_assert_uint_gt(machine_b(a.sock), 0);	/* what its pool kept */
+	daemon_stop(&a);
+}
+END_TEST
+
+/* one_key() - a key of the remote tier held by the master on port; "" if none. */
+static void one_key(unsigned on, char *k, size_t len)
+{
+	sh_line(k, len, "redis-cli -p %u --scan --pattern 'kvp1:*' | head -1", on);
+}
+
+START_TEST(test_remote_daemon_counts_a_corrupted_value_as_a_miss)
+{
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct kvp_wire_stats st;
+	struct daemon b;
+	char k[256];
+	unsigned hits;
+
+	a_published();
+	one_key(port, k, sizeof(k));
+	ck_assert_msg(k[0], "no kvp1:* key on the first master");
+	/* one byte of its data, on its master (no redirect needed) */
+	setrange_one(k);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);	/* right bytes or misses (it checks) */
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);	/* its chain stops there */
+	ck_assert_uint_gt(hits, 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 1);
+	ck_assert_uint_eq(st.remote.forged, 1);	/* damaged: its seal does not open */
+	ck_assert_uint_eq(st.remote.restored, hits);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_client_policy_skips_a_slower_fetch)
+{
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct kvp_wire_stats st;
+	struct daemon b;
+	kvp_client *c;
+
+	a_published();
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	/* never: the pool has nothing, so nothing */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, KVP_REMOTE_NEVER), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 0), 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.gets, 0);
+	ck_assert_uint_eq(st.remote.skipped_slow, 1);
+	/* the default: fetched, and measured */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 1), BLOCKS);
+	ck_assert_uint_eq(acquire_prompt(c, 2), BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_gt(st.remote.latency_us, 0);
+	ck_assert_uint_gt(st.remote.bandwidth, 0);
+	/* an engine that prefills 4 billion tokens a second: recomputing wins */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 4000000000u, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 3), 0);
+	/* a cut-off of 1 us: no fetch is that fast */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 0, 1), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 4), 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.skipped_slow, 3);
+	/* one token a second: fetching wins */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 1, 0), 0);
+	ck_assert_uint_eq(acquire_prompt(c, 5), BLOCKS);
+	kvp_close(c);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.restored, 3 * BLOCKS);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+/* log_count() - how many times d's log says text. */
+static unsigned log_count(const struct daemon *d, const char *text)
+{
+	static char log[1 << 16];
+	const char *at = log;
+	unsigned n = 0;
+
+	read_file(d->log, log, sizeof(log));
+	while ((at = strstr(at, text)) != NULL) {
+		n++;
+		at += strlen(text);
+	}
+	return n;
+}
+
+START_TEST(test_remote_daemon_reads_through_a_failover)
+{
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile,
+				 "--remote-timeout", "500", NULL };
+	struct kvp_wire_stats st;
+	struct daemon b;
+	unsigned p, hits = 0, i;
+	kvp_client *c;
+
+	a_published();
+	replica_in_sync();
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	/* a master dies halfway: right bytes or misses (acquire_prompt()
+	 * checks every page), never a wait past the timeout */
+	for (p = 0; p < PROMPTS; p++) {
+		if (p == PROMPTS / 2)
+			kill_first_master();
+		hits += acquire_prompt(c, p);
+	}
+	ck_assert_uint_ge(hits, PROMPTS / 2 * BLOCKS);	/* those before it, whole */
+	/* its replica takes over; the daemon finds it and serves every
+	 * prompt whole again (what it has in its pool, the rest from Redis) */
+	for (i = 0; i < 100; i++) {
+		stats_of(b.sock, &st);
+		if (st.remote.nodes_up == 3 && st.remote.slots == 16384)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_msg(st.remote.nodes_up == 3 && st.remote.slots == 16384,
+		      "after the failover: %llu masters up, %llu slots",
+		      (unsigned long long)st.remote.nodes_up, (unsigned long long)st.remote.slots);
+	for (i = 0; i < 20; i++) {
+		for (p = 0, hits = 0; p < PROMPTS; p++)
+			hits += acquire_prompt(c, p);
+		if (hits == PROMPTS * BLOCKS)
+			break;
+		usleep(250 * 1000);	/* nodes that have not heard: CLUSTERDOWN */
+	}
+	ck_assert_uint_eq(hits, PROMPTS * BLOCKS);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 0);
+	ck_assert_uint_gt(st.remote.disconnects, 0);
+	kvp_close(c);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+START_TEST(test_remote_cluster_gone_and_back_leaves_the_daemon_serving)
+{
+	const char *args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote", url,
+			       "--remote-key-file", keyfile,
+			       "--remote-write", "through", "--remote-timeout", "500", NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+	unsigned i;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, args);
+	wait_log(&a, "serving (");
+	machine_a(a.sock);
+	/* every node gone: the pool and its tiers go on, and the log says so once */
+	sh("%s/tests/redis-cluster.sh stop %s", KVP_SRCDIR, dir);
+	wait_log(&a, "unreachable");
+	machine_a(a.sock);	/* publishes and evicts: no wait on Redis */
+	ck_assert_uint_gt(machine_b(a.sock), 0);	/* what its pool kept */
+	ck_assert_uint_eq(log_count(&a, "unreachable"), 1);
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.up, 0);
+	status_has(a.sock, "remote tier   UNREACHABLE");
+	/* a cluster on the same addresses again: found, said once */
+	snprintf(dir, sizeof(dir), "%s/XXXXXX", root);
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	cluster("start", NULL);
+	for (i = 0; i < 100; i++) {
+		stats_of(a.sock, &st);
+		if (st.remote.up && st.remote.nodes_up == 3)
+			break;
+		usleep(100 * 1000);
+	}
+	ck_assert_uint_eq(st.remote.nodes_up, 3);
+	ck_assert_uint_eq(log_count(&a, "unreachable"), 1);
+	ck_assert_uint_eq(log_count(&a, ": serving ("), 2);
+	check_conservation(a.sock);
+	daemon_stop(&a);
+}
+END_TEST
+
+START_TEST(test_remote_daemons_share_through_a_full_server)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	unsigned hits;
+
+	/* one server of 8 MiB under allkeys-lru: 1,000 pages of 16 KiB do not fit */
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u 8mb", KVP_SRCDIR, dir,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	serve_prompts(a.sock, 0, PROMPTS - 1);
+	/* Redis's LRU clock ticks once a second: pages written within one
+	 * tick are evicted at random, and a chain breaks at its first hole.
+	 * The last prompt, a tick later, is the newest: what the server
+	 * keeps whole (1.6 MiB of 8). */
+	usleep(1100 * 1000);
+	serve_prompts(a.sock, PROMPTS - 1, PROMPTS);
+	daemon_stop(&a);
+	daemon_start(&b, b_args);
+	hits = acquire_newest(b.sock);	/* right bytes or misses (it checks) */
+	ck_assert_uint_ge(hits, BLOCKS);
+	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);	/* the oldest were evicted */
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.corrupt, 0);	/* whole pages, never half */
+	ck_assert_uint_gt(st.remote.misses, 0);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+static void remote_settled(const char *sock, bool lost, struct kvp_wire_stats *st);
+
+enum { HEAD = 4, CHAIN = 10, SHARERS = 50 };	/* blocks of a shared head, of a prompt */
+
+/* shared_prompt() - prompt p of CHAIN blocks: HEAD blocks every prompt
+ * shares (a system prompt), then its own. */
+static void shared_prompt(uint32_t *t, unsigned p)
+{
+	harness_tokens(t, CHAIN * BT, HEAD * BT, p + 1);
+}
+
+/* used_memory() - the bytes the server on port p says it uses. */
+static long used_memory(unsigned p)
+{
+	char line[64];
+
+	sh_line(line, sizeof(line), "redis-cli -p %u info memory | tr -d '\\r' | "
+		"sed -n 's/^used_memory://p'", p);
+	return strtol(line, NULL, 10);
+}
+
+/* A head that many prompts share is written once, and each prompt's own
+ * blocks after it: under allkeys-lru the head was the oldest key of all
+ * and went first, and every chain below it with it, so that what Redis
+ * kept could not be served (0 of 60 prompts). Writing a block now
+ * TOUCHes the blocks above it, so heads outlive their tails: what Redis
+ * keeps is the heads and the newest tails, and it can be served. */
+START_TEST(test_remote_a_shared_head_outlives_its_tails_in_a_full_server)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	static uint32_t t[CHAIN * BT];
+	static kvp_page out[CHAIN];
+	static kvp_key keys[CHAIN];
+	struct kvp_wire_stats st;
+	unsigned p, hits = 0, newest = 0, prompts = 0;
+	struct daemon a, b;
+	kvp_client *c;
+	long used;
+	int h, i;
+
+	/* one server of 4 MiB under allkeys-lru: 304 pages of 16 KiB do not fit
+	 * (it holds 150); 37 a second go in for 8 s, so that what it holds
+	 * turns over in about 4 s: a few ticks of its LRU clock, whose
+	 * resolution is a second */
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u 4mb", KVP_SRCDIR, dir,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	c = join(a.sock);
+	for (p = 0; p < SHARERS; p++) {		/* over 8 ticks of Redis's LRU clock */
+		shared_prompt(t, p);
+		harness_serve(c, t, CHAIN * BT, out);
+		ck_assert_int_eq(kvp_release(c, out, CHAIN), 0);
+		usleep(160 * 1000);
+	}
+	kvp_close(c);
+	remote_settled(a.sock, false, &st);
+	if (getenv("KVP_TEST_VERBOSE"))
+		fprintf(stderr, "A: %llu SETs, %llu failed, %llu not sent\n",
+			(unsigned long long)st.remote.puts, (unsigned long long)st.remote.put_errors,
+			(unsigned long long)st.remote.put_skipped);
+	daemon_stop(&a);
+	used = used_memory(port);
+	daemon_start(&b, b_args);
+	c = join(b.sock);
+	for (p = SHARERS; p-- > 0;) {		/* newest first */
+		shared_prompt(t, p);
+		ck_assert_int_eq(kvp_block_keys(c, NULL, t, CHAIN * BT, NULL, 0, keys), CHAIN);
+		h = kvp_acquire(c, NULL, keys, CHAIN, NULL, 0, out, NULL);
+		ck_assert_int_ge(h, 0);
+		for (i = 0; i < h; i++)
+			ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c),
+						    &keys[i]), "prompt %u block %d: other bytes", p, i);
+		if (h)
+			ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+		if (p == SHARERS - 1)
+			newest = (unsigned)h;
+		hits += (unsigned)h;
+		prompts += h > HEAD;
+	}
+	kvp_close(c);
+	stats_of(b.sock, &st);
+	if (getenv("KVP_TEST_VERBOSE")) {
+		fprintf(stderr, "B: %llu GETs, %llu hits, %llu misses, %llu corrupt, %llu errors, "
+			"%llu not sent\n", (unsigned long long)st.remote.gets,
+			(unsigned long long)st.remote.hits, (unsigned long long)st.remote.misses,
+			(unsigned long long)st.remote.corrupt, (unsigned long long)st.remote.errors,
+			(unsigned long long)st.remote.skipped);
+	}
+	if (getenv("KVP_TEST_VERBOSE"))
+		fprintf(stderr, "servable: %llu blocks of Redis's (%u prompts reach past the "
+			"head) in %.1f MiB: %.1f blocks/MiB; the newest prompt %u of %u\n",
+			(unsigned long long)st.remote.restored, prompts, (double)used / 1048576,
+			(double)st.remote.restored / ((double)used / 1048576), newest, CHAIN);
+	ck_assert_uint_ge(newest, HEAD);	/* its head, at least */
+	ck_assert_uint_ge(prompts, SHARERS / 8);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+/* remote_settled() - a's remote tier has no request in flight and,
+ * when reconnected, is up again after at least one lost connection. */
+static void remote_settled(const char *sock, bool lost, struct kvp_wire_stats *st)
+{
+	unsigned i;
+
+	for (i = 0; i < 100; i++) {
+		stats_of(sock, st);
+		if (!st->remote.inflight && st->remote.up && (!lost || st->remote.disconnects))
+			return;
+		usleep(50 * 1000);
+	}
+	ck_abort_msg("remote tier not settled: inflight %llu, up %llu, disconnects %llu",
+		     (unsigned long long)st->remote.inflight, (unsigned long long)st->remote.up,
+		     (unsigned long long)st->remote.disconnects);
+}
+
+START_TEST(test_remote_password_file_after_a_reconnect)
+{
+	char pwfile[300];
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile,
+				 "--remote-write", "through", "--remote-password-file", pwfile,
+				 NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u && redis-cli -p %u "
+			    "config set requirepass s3cret >/dev/null", KVP_SRCDIR, dir, port,
+			    port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	snprintf(pwfile, sizeof(pwfile), "%s/password", dir);
+	ck_assert_int_eq(sh("printf 's3cret\\n' >%s && chmod 600 %s", pwfile, pwfile), 0);
+	daemon_start(&a, a_args);
+	serve_prompts(a.sock, 0, 1);
+	remote_settled(a.sock, false, &st);
+	ck_assert_uint_eq(st.remote.puts, BLOCKS);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	ck_assert_int_eq(sh("redis-cli -p %u -a s3cret --no-auth-warning client kill type normal "
+			    ">/dev/null", port), 0);
+	remote_settled(a.sock, true, &st);
+	serve_prompts(a.sock, 1, 2);	/* through the new connection: AUTH again */
+	remote_settled(a.sock, true, &st);
+	ck_assert_uint_eq(st.remote.puts, 2 * BLOCKS);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	daemon_stop(&a);
+}
+END_TEST
+
+/* dbsize() - the keys of the server on port p. */
+static long dbsize(unsigned p)
+{
+	char line[64];
+
+	sh_line(line, sizeof(line), "redis-cli -p %u dbsize", p);
+	return strtol(line, NULL, 10);
+}
+
+/* One kvp_evict() of 2,000 pages once wrote 768 to 1,230 of them: the rest
+ * were skipped past --remote-max-inflight, and writes to a stalled master
+ * were dropped for good. Now they wait in the backlog, and go again once
+ * the master is back: every evicted page ends up in Redis. */
+START_TEST(test_remote_an_eviction_is_written_whole_through_caps_and_a_stall)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, "--remote-max-inflight", "8",
+				 "--remote-timeout", "300", NULL };
+	struct kvp_wire_stats st;
+	struct daemon a;
+	kvp_client *c;
+	long keys = 0;
+	int i, n;
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u", KVP_SRCDIR, dir, port), 0);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%u", port);
+	daemon_start(&a, a_args);
+	serve_prompts(a.sock, 0, PROMPTS);	/* 1,000 cached pages, none sent yet */
+	stats_of(a.sock, &st);
+	ck_assert_uint_eq(st.remote.puts, 0);
+	/* the master stops taking writes for 1.2 s: SETs time out, the node
+	 * is dropped and connected again, twice or more */
+	ck_assert_int_eq(sh("redis-cli -p %u client pause 1200 WRITE >/dev/null", port), 0);
+	c = join(a.sock);
+	n = kvp_evict(c, "remote", 0);
+	kvp_close(c);
+	ck_assert_int_eq(n, PROMPTS * BLOCKS);
+	for (i = 0; i < 300 && keys < n; i++) {
+		usleep(50 * 1000);
+		keys = dbsize(port);
+	}
+	stats_of(a.sock, &st);
+	ck_assert_msg(keys == n, "%ld of %d evicted pages in Redis: %llu sent, %llu not "
+		      "sent, %llu failed", keys, n, (unsigned long long)st.remote.puts,
+		      (unsigned long long)st.remote.put_skipped,
+		      (unsigned long long)st.remote.put_errors);
+	ck_assert_uint_eq(st.remote.put_skipped, 0);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	ck_assert_uint_gt(st.remote.disconnects, 0);	/* the stall was seen */
+	check_conservation(a.sock);
+	daemon_stop(&a);
+}
+END_TEST
+
+START_TEST(test_remote_bad_url_stops_the_start)
+{
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote-key-file", keyfile,
+			       "--remote", "redis-cluster://h:0",
+			       NULL };
+	char out[4096];
+
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "bad port") != NULL, "%s", out);
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
+}
+END_TEST
+
+START_TEST(test_remote_plain_server_given_as_a_cluster_stops_the_start)
+{
+	char u[128], out[4096];
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote-key-file", keyfile,
+			       "--remote", u, NULL };
+
+	ck_assert_int_eq(sh("%s/tests/redis-cluster.sh single %s %u", KVP_SRCDIR, dir, port), 0);
+	snprintf(u, sizeof(u), "redis-cluster://127.0.0.1:%u", port);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "is not a Redis Cluster node") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "redis://127.0.0.1:") != NULL, "%s", out);	/* what to give */
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
+}
+END_TEST
+
+/* A writer to Redis without the key: a kvpoold with a key file of its
+ * own, serving the victim's prompts (same model, same salt: the same Redis
+ * keys) with bytes of its choosing. Before values were sealed it could
+ * recompute their checksums; now none of its values opens for the pools
+ * of the real key, which count them as forged and serve them as misses,
+ * while pools of the real key still share. */
+START_TEST(test_remote_a_forger_without_the_key_gets_no_hit)
+{
+	char forger_key[128];
+	const char *f_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", forger_key, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct kvp_wire_stats st;
+	struct daemon f, b;
+	unsigned hits;
+
+	cluster("start", NULL);
+	cluster_url();
+	snprintf(forger_key, sizeof(forger_key), "%s/forger.key", dir);
+	ck_assert_int_eq(sh("(umask 077; head -c 32 /dev/urandom > %s)", forger_key), 0);
+	daemon_start(&f, f_args);
+	machine_a(f.sock);	/* its pages hold the right bytes: sealed otherwise */
+	daemon_stop(&f);
+	daemon_start(&b, b_args);
+	hits = machine_b(b.sock);
+	ck_assert_uint_eq(hits, 0);
+	stats_of(b.sock, &st);
+	ck_assert_uint_gt(st.remote.forged, 0);
+	ck_assert_uint_eq(st.remote.forged, st.remote.corrupt);
+	ck_assert_uint_eq(st.remote.restored, 0);
+	status_has(b.sock, "forged");
+	check_conservation(b.sock);
+	daemon_stop(&b);
+}
+END_TEST
+
+/* --remote without a key file, or with one that others can read or that
+ * is too short, stops the start, saying how to make one. */
+START_TEST(test_remote_needs_a_key_file_of_its_own)
+{
+	char k[128], out[4096];
+	const char *argv[] = { harness_kvpoold(), "--foreground", "--socket",
+			       "/tmp/kvp-remote-never.sock", "--remote",
+			       "redis-cluster://127.0.0.1:7000", NULL, NULL, NULL };
+
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "--remote needs --remote-key-file") &&
+		      strstr(out, "(umask 077; head -c 32 /dev/urandom > /etc/kvpool/remote.key)"),
+		      "%s", out);
+	snprintf(k, sizeof(k), "%s/open.key", dir);
+	argv[6] = "--remote-key-file";
+	argv[7] = k;
+	ck_assert_int_eq(sh("head -c 32 /dev/urandom > %s && chmod 644 %s", k, k), 0);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "other users can read the key; chmod 600"), "%s", out);
+	ck_assert_int_eq(sh("head -c 16 /dev/urandom > %s && chmod 600 %s", k, k), 0);
+	ck_assert_int_ne(run_cmd(argv, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "16 bytes; it needs 32 or more"), "%s", out);
+	ck_assert_msg(access("/tmp/kvp-remote-never.sock", F_OK) != 0, "it listened");
+}
+END_TEST
+
+static Suite *remote_tier_suite(void)
+{
+	Suite *s = suite_create("remote_tier");
+	TCase *tc;
+
+/* KVP_TEST=name runs that test alone */
+#define ADD(t) do { if (!getenv("KVP_TEST") || !strcmp(getenv("KVP_TEST"), #t)) \
+			tcase_add_test(tc, t); } while (0)
+	tc = tcase_create("daemon");
+	tcase_add_checked_fixture(tc, rf_setup, rf_teardown);
+	tcase_set_timeout(tc, 120);
+	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
+	ADD(test_remote_write_back_sends_what_leaves_the_pool);
+	ADD(test_remote_fetched_blocks_are_not_sent_back);
+	ADD(test_remote_daemon_counts_a_corrupted_value_as_a_miss);
+	ADD(test_remote_client_policy_skips_a_slower_fetch);
+	ADD(test_remote_daemon_reads_through_a_failover);
+	ADD(test_remote_cluster_gone_and_back_leaves_the_daemon_serving);
+	ADD(test_remote_unreachable_cluster_leaves_the_daemon_serving);
+	ADD(test_remote_daemons_share_through_a_full_server);
+	ADD(test_remote_a_shared_head_outlives_its_tails_in_a_full_server);
+	ADD(test_remote_password_file_after_a_reconnect);
+	ADD(test_remote_an_eviction_is_written_whole_through_caps_and_a_stall);
+	ADD(test_remote_bad_url_stops_the_start);
+	ADD(test_remote_a_forger_without_the_key_gets_no_hit);
+	ADD(test_remote_needs_a_key_file_of_its_own);
+	ADD(test_remote_plain_server_given_as_a_cluster_stops_the_start);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	return rf_main(remote_tier_suite, "check_remote_tier");
+}
