@@ -7,6 +7,9 @@
  * field by field; the capacity planner's figures; the Prometheus output
  * through promtool; and the error paths (no daemon, a bad socket, not
  * admin, a protocol version mismatch, unknown ids, busy namespaces).
+ *
+ * Past 800 lines on purpose: every command is checked against the one
+ * pool state the fixture builds, so they stay in one program.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -4,6 +4,9 @@
  * a temporary socket, real client processes linked with libkvpool, and
  * raw sockets for hostile input. Every test ends with daemon_stop(),
  * which checks the conservation invariant and a clean shutdown.
+ *
+ * Past 800 lines on purpose: the page service's requests (ALLOC,
+ * RELEASE, RETAIN, MAP_SLAB) and their hostile forms are one suite.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -4,6 +4,10 @@
  * socket, real clients (libkvpool, raw sockets, the kvpool CLI). Every
  * test that starts a daemon ends with daemon_stop(), which checks the
  * conservation invariant and a clean shutdown.
+ *
+ * Past 800 lines on purpose: the daemon's life (start, options, limits,
+ * signals, stop) is one suite run against one fixture, each test a few
+ * dozen lines.
  */
 #include <ctype.h>
 #include <errno.h>

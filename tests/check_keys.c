@@ -6,6 +6,10 @@
  * (tests/golden/gen_keys.py, cbor2 and hashlib), all four of vLLM's
  * algorithms against tests/golden/keys_vllm_algos.txt (vLLM's own hash
  * functions), the fast scheme's properties, and the argument checks.
+ *
+ * Past 800 lines on purpose: the key files (keys.c, keys_sha256.c,
+ * keys_enc.c, keys_direct.c, keys_request.c) are one API, held byte for
+ * byte to the same golden vectors.
  */
 #include <ctype.h>
 #include <errno.h>

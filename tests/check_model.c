@@ -38,6 +38,9 @@
  * states. KVPOOL_MODEL_SECONDS sets each loop's run (default 10: about
  * 20 s for both in `make check`). Both loops: io_uring (where the kernel
  * has it) and KVPOOL_IO=sync, a test case each (CK_RUN_CASE=sync).
+ *
+ * Past 800 lines on purpose: the model of pool, index and tiers and the
+ * driver that holds the daemon to it are one program.
  */
 #include <errno.h>
 #include <fcntl.h>

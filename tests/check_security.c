@@ -6,6 +6,9 @@
  * and then try what an attacker would, over the library or raw sockets.
  * Each test is named for the promise it checks; the tests that change
  * uid need root and are not run without it (the runner says so).
+ *
+ * Past 800 lines on purpose: docs/security.md's promises are checked in
+ * one place, each test named for one.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -4,6 +4,10 @@
  * real client processes publishing, acquiring, deduplicating, copying on
  * write and evicting. Every test ends with daemon_stop(), which checks
  * the conservation invariant and a clean shutdown.
+ *
+ * Past 800 lines on purpose: one suite for requests/share.c, whose
+ * requests (PUBLISH, ACQUIRE, COW) are tested together through the
+ * chains they build.
  */
 #include <errno.h>
 #include <signal.h>

@@ -5,6 +5,10 @@
  * the NVMe tier, warm and cold restarts, damaged and short files, dying
  * clients and a dying daemon. Every test
  * that stops its daemon cleanly checks the conservation invariant.
+ *
+ * Past 800 lines on purpose: the tiers' walk, files and restarts are
+ * tested together, since each test drives pages down and back up through
+ * all of them.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -13,6 +13,10 @@
  * one's age with the timeout. A node that fails is freed at once (hiredis
  * then ends each of its requests with a NULL reply: a miss) and marked
  * down before that, so a callback that sends again never reaches it.
+ *
+ * Past 800 lines on purpose: the backlog of SETs, the rate cap and the
+ * tick are one queue's policy (the tick expires what the backlog holds,
+ * the backlog waits on the cap), kept in one place.
  */
 #include <errno.h>
 #include <netdb.h>

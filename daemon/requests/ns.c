@@ -1,7 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ns.c - the namespace table: creation on first HELLO, exact geometry
- * matching after that, and the page size a geometry implies.
+ * matching after that, and the page size a geometry implies; the warm
+ * restart's scan of tier files; a namespace's tier file made, scanned and
+ * removed on a worker thread (NS_PREPARING, NS_GONE) and its drop.
+ *
+ * Past 800 lines on purpose: a namespace's making, restoring and dropping
+ * are one life cycle over the same table and tier-file jobs.
  */
 #include <ctype.h>
 #include <dirent.h>

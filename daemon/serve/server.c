@@ -13,6 +13,11 @@
  * queued and sent one at a time. Any protocol error moves the connection
  * to CONN_CLOSING: the socket is shut down, the operations in flight
  * complete, and the last completion frees the connection.
+ *
+ * Past 800 lines on purpose: accepting, the limits, the idle sweep, the
+ * reload and the stop all read and change the server's one connection
+ * list and counters; a file each would share them through a header made
+ * only for that.
  */
 #include <errno.h>
 #include <fcntl.h>

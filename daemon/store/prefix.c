@@ -14,6 +14,10 @@
  * class, least recently released at the head. Every operation is O(1)
  * except lookups of partial pages (a short list under one parent) and
  * eviction, which skips candidates that still have children.
+ *
+ * Past 800 lines on purpose: the hash tables, the LRU lists, the tree
+ * links and the media of an entry are one data structure over one entry
+ * array, whose invariants every operation keeps together.
  */
 #include <stdlib.h>
 #include <time.h>

@@ -9,6 +9,10 @@
  * the direct-I/O alignment), then nslots slots of slot_bytes: a slot
  * header of SPILL_HDR bytes (with a partial page's token ids), then the
  * page's bytes, then padding to the alignment.
+ *
+ * Past 800 lines on purpose: the file's format, its scan at start and its
+ * reads and writes share the slot layout and the staging buffers; the
+ * format is written and read in one place.
  */
 #include <errno.h>
 #include <fcntl.h>

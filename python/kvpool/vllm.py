@@ -53,6 +53,11 @@ the KV dtype, the hash algorithm, the block size and the tensor-parallel
 rank: instances that differ in any of them never share pages. A full pool,
 a dead daemon or a refused identity never stops the engine: lookups miss,
 saves are skipped and counted, and each condition is logged once.
+
+Past 800 lines on purpose: vLLM loads one class by module path for both
+roles, and the scheduler's and the workers' halves of KVPoolConnector
+speak through the metadata they exchange every step; the copies, the
+background mover and the stats are _vllm_io.py's and _vllm_stats.py's.
 """
 from __future__ import annotations
 
