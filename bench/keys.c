@@ -40,7 +40,7 @@
 
 /* cpu_has() - what libkvpool's key code picks up on this CPU, for the
  * report: the SHA extensions (CPUID 7.0 EBX 29) and AVX-512 VBMI2 with
- * BW and VL (ECX 6, EBX 30, EBX 31), as client/keys.c checks them. */
+ * BW and VL (ECX 6, EBX 30, EBX 31), as client/keys_sha256.c checks them. */
 static void cpu_has(bool *sha, bool *vbmi2)
 {
 	unsigned a, b, c, d;

@@ -10,8 +10,8 @@
  * 4.2.1, what cbor2.dumps(..., canonical=True) writes) of the array
  * [parent key as a byte string, [token ids], null or [extra keys]], and
  * the root is SHA-256 of the CBOR text string of the seed. SHA-256
- * (FIPS 180-4) and the few CBOR items needed are written here; the
- * encoding streams into the hash through a small staging buffer, never
+ * (FIPS 180-4) and the few CBOR items needed are kvpool's own
+ * (keys_sha256.c, keys_enc.c); the encoding streams into the hash through a small staging buffer, never
  * a buffer the size of the block.
  *
  * KVP_KEYS_VLLM_SHA256 and KVP_KEYS_VLLM_XXHASH hash CPython's pickle of

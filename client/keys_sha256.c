@@ -182,8 +182,8 @@ static bool sha_ni(void)
 	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 29));
 }
 
-/* avx512_enc() - the CPU (and the OS) has what the token encoders below
- * use: AVX-512 F, BW, VL and VBMI2 (VPCOMPRESSB), and BMI2 (PDEP). */
+/* avx512_enc() - the CPU (and the OS) has what the token encoders of
+ * keys_direct.c use: AVX-512 F, BW, VL and VBMI2 (VPCOMPRESSB), and BMI2 (PDEP). */
 static bool avx512_enc(void)
 {
 	__builtin_cpu_init();

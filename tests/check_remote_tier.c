@@ -31,9 +31,6 @@
 #include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 
-#define PAGE	16384u
-#define WINDOW	200u	/* GETs sent before waiting for them */
-
 /* --- two daemons, one cluster ----------------------------------------- */
 
 #define BT 16u
