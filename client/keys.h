@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * keys.h - inside libkvpool: the SHA-256 under the prefix keys
- * (client/keys.c). The public key functions are kvp_key_root(),
+ * (client/keys_sha256.c). The public key functions are kvp_key_root(),
  * kvp_key_block() and kvp_key_chain() in kvpool.h; what is here is not
  * exported (hidden visibility, version script) and is declared only so
- * that tests/check_keys.c can hold the hash against FIPS 180-4's examples.
+ * that the key tests (tests/check_keys*.c) can hold the hash against FIPS
+ * 180-4's examples and run the portable and x86 code in turn.
  */
 #ifndef KVP_KEYS_H
 #define KVP_KEYS_H

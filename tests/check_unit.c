@@ -21,7 +21,9 @@ int main(void)
 	srunner_add_suite(sr, pool_suite());
 	srunner_add_suite(sr, prefix_suite());
 	srunner_add_suite(sr, ns_suite());
+	srunner_add_suite(sr, keys_sha256_suite());
 	srunner_add_suite(sr, keys_suite());
+	srunner_add_suite(sr, keys_request_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

@@ -54,7 +54,9 @@ TESTS += tests/check_unit tests/check_daemon tests/check_core \
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
 	tests/check_hset.c tests/check_pool.c tests/check_prefix.c \
-	tests/check_ns.c tests/check_keys.c tests/kv_elem.h
+	tests/check_ns.c tests/check_keys.c tests/check_keys_sha256.c \
+	tests/check_keys_request.c tests/keys_golden.c tests/keys_golden.h \
+	tests/kv_elem.h
 tests_check_unit_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DKVP_GOLDEN_DIR='"$(abs_top_srcdir)/tests/golden"' \
 	-DKVP_SRCDIR='"$(abs_top_srcdir)"'

@@ -13,6 +13,8 @@
 Suite *hset_suite(void);
 Suite *kernels_suite(void);
 Suite *keys_suite(void);
+Suite *keys_request_suite(void);
+Suite *keys_sha256_suite(void);
 Suite *ns_suite(void);
 Suite *options_suite(void);
 Suite *pool_suite(void);

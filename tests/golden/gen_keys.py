@@ -13,9 +13,10 @@ Run with Debian's interpreter, which has python3-cbor2:
 
     /usr/bin/python3 tests/golden/gen_keys.py > tests/golden/keys_vllm.txt
 
-tests/check_keys.c reads the file. One vector a line, fields separated by
-one space; strings are written as the hex of their UTF-8 bytes and "-"
-stands for an empty string, an empty list or None:
+tests/check_keys.c and tests/check_keys_sha256.c read the file. One vector
+a line, fields separated by one space; strings are written as the hex of
+their UTF-8 bytes and "-" stands for an empty string, an empty list or
+None:
 
     sha   <message length> <digest>        message byte i = (i * 31 + 7) & 0xff
     root  <seed> <key>

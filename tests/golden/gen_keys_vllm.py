@@ -21,8 +21,9 @@ the sha256 algorithms). These vectors cover the extra keys kvp_extra holds
 today: text and unsigned integers, untagged (vLLM before its tagged
 ("lora", name, path) / ("mm", id, offset) tuples).
 
-tests/check_keys.c reads the file. One vector a line, fields separated by
-one space, "-" for an empty string or no extras:
+tests/check_keys.c and tests/check_keys_request.c read the file. One vector
+a line, fields separated by one space, "-" for an empty string or no
+extras:
 
     vroot  <algo> <seed hex> <key hex>
     vchain <algo> <seed hex> <block_tokens> <tokens> <extras> <key>:<key>:...
