@@ -6,6 +6,9 @@
  * config file, where '_' may stand for '-'), its type, where it lands in
  * struct options, its bounds and its help line. Values are checked the
  * same way from both sources.
+ *
+ * Past 800 lines on purpose: the table is most of it, one row per option,
+ * and the two readers and the checks must see every row.
  */
 #include <ctype.h>
 #include <errno.h>

@@ -8,6 +8,10 @@
  * a slower fetch, failovers, a cluster that goes and comes back, a full
  * server, and the start-up's refusals. Exit 77 (SKIP) without
  * redis-server.
+ *
+ * Past 800 lines on purpose: one program for one Redis Cluster started
+ * once (a cluster's start takes seconds), as check_remote is for the
+ * client.
  */
 #include <errno.h>
 #include <signal.h>
