@@ -50,7 +50,8 @@ model runner).
 
 The namespace's identity (the geometry's model string) is vLLM, the model,
 the KV dtype, the hash algorithm, the block size and the tensor-parallel
-rank: instances that differ in any of them never share pages. A full pool,
+rank ("mla" for an MLA model, whose latent every rank holds whole):
+instances that differ in any of them never share pages. A full pool,
 a dead daemon or a refused identity never stops the engine: lookups miss,
 saves are skipped and counted, and each condition is logged once.
 
@@ -207,15 +208,21 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
                               "a block's tokens, and kvpool's namespaces are per tensor-"
                               "parallel rank only" % (kind, cp))
     dtype = DTYPES[spec.dtype]
-    ident = "vllm %s %s %s b%d tp%d/%d" % (model, str(spec.dtype).replace("torch.", ""),
-                                             algo, spec.block_size, tp_rank, tp)
+    # MLA's latent is whole on every tensor-parallel rank (vLLM replicates
+    # it), whatever the number of ranks: they all share one namespace, where
+    # what one rank saves the others find (their saves of the same blocks are
+    # deduplicated); other attention splits its heads across the ranks, so
+    # each rank has a namespace of its own
+    split = "mla" if mla else "tp%d/%d" % (tp_rank, tp)
+    ident = "vllm %s %s %s b%d %s" % (model, str(spec.dtype).replace("torch.", ""),
+                                        algo, spec.block_size, split)
     if len(ident) > 127:
         ident = "vllm sha256:%s" % hashlib.sha256(ident.encode()).hexdigest()[:40]
     ns = extra.get("namespace")
     if ns is None:
         base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(model.rstrip("/")))[:40]
         ns = "vllm.%s.%s" % (base, hashlib.sha256(ident.encode()).hexdigest()[:12])
-    elif tp > 1:
+    elif tp > 1 and not mla:
         ns = "%s.tp%d" % (ns, tp_rank)
     g = kvpool.Geometry(layers=len(names), kv_heads=spec.num_kv_heads,
                         head_dim=head_k, block_tokens=spec.block_size,

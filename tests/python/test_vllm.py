@@ -155,6 +155,50 @@ def test_mla_latents_and_k_v_of_different_sizes_load_byte_for_byte(pool, kind, h
     assert leased(pool) == 0
 
 
+@pytest.mark.parametrize("kind", ["mla", "mha"])
+@pytest.mark.parametrize("namespace", [None, "dsv2"], ids=["derived", "named"])
+def test_tensor_parallel_ranks_share_one_namespace_only_for_mla(pool, kind, namespace):
+    # vLLM's own config with tensor_parallel_size 2 and its KV cache specs:
+    # an MLA model's latent is whole on every rank, so the ranks (and an
+    # engine without tensor parallelism) join one namespace, where what one
+    # rank published another acquires; other attention splits its heads, so
+    # each rank has a namespace of its own
+    import numpy as np
+    import vllm_engine
+    from kvpool.vllm import identity_of
+
+    model = os.path.join(tempfile.mkdtemp(prefix="kvpool-tp-"), "model")
+    vllm_engine.write_model(model)
+    extra = {"socket": pool.sock, "model": "test/tiny-llama"}
+    if namespace:
+        extra["namespace"] = namespace
+    vc = vllm_engine.make_config(model, extra, BLOCK, "sha256_cbor", "recompute")
+    kvc = vllm_engine.make_kv_cache_config(BLOCK, 64, kind)
+    alone = identity_of(vc, kvc, 0)
+    vc.parallel_config.tensor_parallel_size = 2
+    r0, r1 = (identity_of(vc, kvc, rank) for rank in (0, 1))
+    subprocess.run(["rm", "-rf", os.path.dirname(model)], check=False)
+    if kind == "mla":
+        for r in (r0, r1):
+            assert (r.namespace, r.geometry.model) == (alone.namespace, alone.geometry.model)
+        assert r0.geometry.model.endswith(" mla")
+        assert namespace is None or r0.namespace == namespace
+    else:
+        assert len({alone.namespace, r0.namespace, r1.namespace}) == 3
+        assert (r0.geometry.model[-6:], r1.geometry.model[-6:]) == (" tp0/2", " tp1/2")
+        assert namespace is None or (r0.namespace, r1.namespace) == ("dsv2.tp0", "dsv2.tp1")
+    with kvpool.Client(pool.sock, r0.namespace, r0.geometry) as a, \
+            kvpool.Client(pool.sock, r1.namespace, r1.geometry) as b:
+        keys = a.block_keys(np.arange(2 * BLOCK, dtype=np.uint32))
+        pages = a.alloc(2)
+        assert a.publish(pages, keys) == pages
+        a.release(pages)
+        got = b.acquire(keys)
+        assert len(got.pages) == (2 if kind == "mla" else 0)
+        b.release(got.pages)
+    assert leased(pool) == 0
+
+
 def test_instances_of_another_model_share_nothing(pool):
     a, b = engines(pool.sock, 2, extra={"model": "some/other-model"})
     b.close()
