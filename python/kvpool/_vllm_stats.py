@@ -24,7 +24,8 @@ COUNTERS = {
     "saved_blocks": "KV blocks the kvpool connector stored in the pool.",
     "save_skipped": "KV blocks not stored: the pool, the daemon or the save queue "
                     "had no room, or the daemon was gone.",
-    "dedups": "KV blocks another engine had stored first (not stored twice).",
+    "dedups": "KV blocks another engine, or for an MLA model another rank, had "
+              "stored first (not stored twice).",
 }
 
 

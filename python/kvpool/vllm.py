@@ -50,7 +50,8 @@ model runner).
 
 The namespace's identity (the geometry's model string) is vLLM, the model,
 the KV dtype, the hash algorithm, the block size and the tensor-parallel
-rank ("mla" for an MLA model, whose latent every rank holds whole):
+rank ("mla" for an MLA model, whose latent every rank holds whole, as
+vLLM's KV cache spec says):
 instances that differ in any of them never share pages. A full pool,
 a dead daemon or a refused identity never stops the engine: lookups miss,
 saves are skipped and counted, and each condition is logged once.
@@ -200,20 +201,23 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     pp = getattr(vllm_config.parallel_config, "pipeline_parallel_size", 1)
     if pp > 1:
         raise Unsupported("pipeline parallelism (%d stages): each stage holds other layers, "
-                          "and kvpool's namespaces are per tensor-parallel rank only" % pp)
+                          "and kvpool's namespaces are per tensor-parallel rank (or "
+                          "shared by the ranks) only" % pp)
     for kind in ("prefill", "decode"):
         cp = getattr(vllm_config.parallel_config, kind + "_context_parallel_size", 1) or 1
         if cp > 1:
             raise Unsupported("%s context parallelism (%d ranks): each rank holds a share of "
                               "a block's tokens, and kvpool's namespaces are per tensor-"
-                              "parallel rank only" % (kind, cp))
+                              "parallel rank (or shared by the ranks) only" % (kind, cp))
     dtype = DTYPES[spec.dtype]
     # MLA's latent is whole on every tensor-parallel rank (vLLM replicates
-    # it), whatever the number of ranks: they all share one namespace, where
-    # what one rank saves the others find (their saves of the same blocks are
-    # deduplicated); other attention splits its heads across the ranks, so
-    # each rank has a namespace of its own
-    split = "mla" if mla else "tp%d/%d" % (tp_rank, tp)
+    # it and says so: max_tp_shards 1), whatever the number of ranks: they
+    # all share one namespace, where what one rank saves the others find
+    # (their saves of the same blocks are deduplicated); other attention
+    # splits its heads across the ranks, so each rank has a namespace of
+    # its own, as has a cache vLLM does not declare whole on every rank
+    whole = mla and all(getattr(g.kv_cache_spec, "max_tp_shards", None) == 1 for g in groups)
+    split = "mla" if whole else "tp%d/%d" % (tp_rank, tp)
     ident = "vllm %s %s %s b%d %s" % (model, str(spec.dtype).replace("torch.", ""),
                                         algo, spec.block_size, split)
     if len(ident) > 127:
@@ -222,7 +226,7 @@ def identity_of(vllm_config: "VllmConfig", kv_cache_config: "KVCacheConfig",
     if ns is None:
         base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(model.rstrip("/")))[:40]
         ns = "vllm.%s.%s" % (base, hashlib.sha256(ident.encode()).hexdigest()[:12])
-    elif tp > 1 and not mla:
+    elif tp > 1 and not whole:
         ns = "%s.tp%d" % (ns, tp_rank)
     g = kvpool.Geometry(layers=len(names), kv_heads=spec.num_kv_heads,
                         head_dim=head_k, block_tokens=spec.block_size,

@@ -155,14 +155,17 @@ def test_mla_latents_and_k_v_of_different_sizes_load_byte_for_byte(pool, kind, h
     assert leased(pool) == 0
 
 
-@pytest.mark.parametrize("kind", ["mla", "mha"])
+@pytest.mark.parametrize("kind", ["mla", "mla-sharded", "mha"])
 @pytest.mark.parametrize("namespace", [None, "dsv2"], ids=["derived", "named"])
 def test_tensor_parallel_ranks_share_one_namespace_only_for_mla(pool, kind, namespace):
-    # vLLM's own config with tensor_parallel_size 2 and its KV cache specs:
-    # an MLA model's latent is whole on every rank, so the ranks (and an
-    # engine without tensor parallelism) join one namespace, where what one
-    # rank published another acquires; other attention splits its heads, so
-    # each rank has a namespace of its own
+    # vLLM's config with tensor_parallel_size 2 and its KV cache spec
+    # classes: an MLA model's latent is whole on every rank (max_tp_shards
+    # 1, as vLLM's MLAAttention declares it), so the ranks (and an engine
+    # without tensor parallelism) join one namespace, where what one rank
+    # published another acquires; other attention splits its heads, and so
+    # may an MLA cache that vLLM does not declare whole: a namespace per rank
+    import dataclasses
+
     import numpy as np
     import vllm_engine
     from kvpool.vllm import identity_of
@@ -173,7 +176,10 @@ def test_tensor_parallel_ranks_share_one_namespace_only_for_mla(pool, kind, name
     if namespace:
         extra["namespace"] = namespace
     vc = vllm_engine.make_config(model, extra, BLOCK, "sha256_cbor", "recompute")
-    kvc = vllm_engine.make_kv_cache_config(BLOCK, 64, kind)
+    kvc = vllm_engine.make_kv_cache_config(BLOCK, 64, kind.split("-")[0])
+    if kind == "mla-sharded":
+        group = kvc.kv_cache_groups[0]
+        group.kv_cache_spec = dataclasses.replace(group.kv_cache_spec, max_tp_shards=None)
     alone = identity_of(vc, kvc, 0)
     vc.parallel_config.tensor_parallel_size = 2
     r0, r1 = (identity_of(vc, kvc, rank) for rank in (0, 1))

@@ -108,8 +108,10 @@ def make_kv_cache_config(block, num_blocks, kind="mha"):
             kv_cache_groups=[KVCacheGroupSpec(LAYER_NAMES[:1], window),
                              KVCacheGroupSpec(LAYER_NAMES[1:], full)])
     if kind == "mla":
+        # max_tp_shards 1: the latent is whole on every tensor-parallel
+        # rank, as vLLM's MLAAttention declares it
         spec = MLAAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
-                                dtype=torch.float16)
+                                dtype=torch.float16, max_tp_shards=1)
     else:
         spec = FullAttentionSpec(block_size=block, num_kv_heads=heads, head_size=k,
                                  head_size_v=v, dtype=torch.float16)
