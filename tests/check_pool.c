@@ -196,6 +196,24 @@ START_TEST(test_pool_slab_memfd_only_its_owner_may_open)
 }
 END_TEST
 
+/* A backend made on the stack holds whatever was there before: init sets
+ * every field, so a slab is not prefaulted (or refused for want of
+ * memory) because of a stale byte. */
+START_TEST(test_pool_backend_init_sets_every_field)
+{
+	struct backend junk;
+	unsigned char prefault;
+
+	memset(&junk, 0x50, sizeof(junk));
+	ck_assert_int_eq(backend_host_init(&junk, err, sizeof(err)), 0);
+	ck_assert_ptr_eq(junk.ops, be.ops);
+	ck_assert_ptr_null(junk.priv);
+	memcpy(&prefault, &junk.prefault, 1);	/* the byte, not a bool's value */
+	ck_assert_uint_eq(prefault, 0);
+	junk.ops->fini(&junk);
+}
+END_TEST
+
 START_TEST(test_pool_backend_failed_slab_says_size_and_why)
 {
 	struct backend_slab s;
@@ -690,6 +708,7 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, test_pool_slab_memfd_is_sealed);
 	tcase_add_test(tc, test_pool_slab_memfd_only_its_owner_may_open);
 	tcase_add_test(tc, test_pool_backend_failed_slab_says_size_and_why);
+	tcase_add_test(tc, test_pool_backend_init_sets_every_field);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("release");

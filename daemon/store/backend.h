@@ -69,7 +69,8 @@ struct backend {
  * backend_host_init() - the memfd backend. Each slab is a memfd of the
  * given size, sealed against shrinking and growing (F_SEAL_SHRINK |
  * F_SEAL_GROW | F_SEAL_SEAL, verified with F_GET_SEALS) and mapped
- * MAP_SHARED into the daemon. Returns 0 or -errno with err filled.
+ * MAP_SHARED into the daemon. Every field of be is set (prefault false:
+ * the caller sets it after). Returns 0 or -errno with err filled.
  */
 int backend_host_init(struct backend *be, char *err, size_t errlen);
 

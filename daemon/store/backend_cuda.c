@@ -179,7 +179,6 @@ int backend_cuda_init(struct backend *be, int device, char *err, size_t errlen)
 	snprintf(err, errlen, "%s (device %d, %zu MiB)", prop.name, device,
 		 prop.totalGlobalMem >> 20);
 	cuda_priv.device = device;
-	be->ops = &cuda_ops;
-	be->priv = &cuda_priv;
+	*be = (struct backend){ .ops = &cuda_ops, .priv = &cuda_priv };
 	return 0;
 }

@@ -318,7 +318,6 @@ int backend_host_init(struct backend *be, char *err, size_t errlen)
 		return -e;
 	}
 	close(fd);
-	be->ops = &host_ops;
-	be->priv = NULL;
+	*be = (struct backend){ .ops = &host_ops };	/* prefault off: the caller's */
 	return 0;
 }
