@@ -33,6 +33,7 @@ enum opt_type {
 	OPT_LOG_LEVEL,	/* error, warn, info, debug */
 	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
 	OPT_RULE,	/* an --access rule, appended (repeatable) */
+	OPT_SHARE,	/* a --remote-share rule, appended (repeatable) */
 };
 
 struct opt_def {
@@ -196,6 +197,10 @@ static const struct opt_def opt_table[] = {
 	  "PATH", "seal the pages kept in Redis (encrypted, authenticated) with the key "
 	  "in PATH (32 bytes or more, the same file on every machine that shares; not "
 	  "readable by others); required with --remote", NULL },
+	{ "remote-share", 0, OPT_SHARE, 0, 0, 0, 0,
+	  "RULE", "'NAME NAMESPACE,...': these namespaces (or *: every other one) keep "
+	  "their pages in Redis under NAME, where namespaces of that name or share "
+	  "find them (repeatable; default: each under its own name)", NULL },
 	{ "remote-write", 0, OPT_CHOICE, OFF(remote_write), 0, 0, 0,
 	  "WHEN", "back: a page goes to Redis when it leaves the pool (default); "
 	  "through: also when it is published", remote_write_names },
@@ -390,6 +395,15 @@ static int opt_set(struct options *o, const struct opt_def *d,
 		memcpy(o->access[o->naccess++], value, strlen(value) + 1);
 		return 0;
 	}
+	case OPT_SHARE:
+		if (o->nshare == OPTIONS_SHARE_MAX) {
+			snprintf(why, whylen, "more than %d remote-share rules", OPTIONS_SHARE_MAX);
+			return -EINVAL;
+		}
+		if (access_share_parse(value, why, whylen) < 0)
+			return -EINVAL;
+		memcpy(o->share[o->nshare++], value, strlen(value) + 1);
+		return 0;
 	case OPT_LOG_LEVEL:
 		if (log_level_parse(value, (enum log_level *)dst) < 0) {
 			snprintf(why, whylen,
@@ -737,6 +751,7 @@ int options_parse(struct options *o, int argc, char **argv,
 			return rc;
 	}
 	o->access_file = o->naccess;
+	o->share_file = o->nshare;
 
 	/* Pass 2: the flags, which override the file. */
 	optind = 0;	/* 0: glibc starts over, GNU extensions included */
@@ -762,6 +777,9 @@ int options_parse(struct options *o, int argc, char **argv,
 	rc = options_secrets(o, argv_salt, argv_url, err, errlen);
 	if (rc < 0)
 		return rc;
+	rc = access_shares_check(o->share, o->nshare, err, errlen);
+	if (rc < 0)
+		return rc;
 	return options_check(o, err, errlen);
 }
 
@@ -776,32 +794,33 @@ void options_access(const struct options *o, struct access_rule *rules, unsigned
 			(*n)++;
 }
 
-int options_reload_access(const struct options *o, struct access_rule *rules,
-			  unsigned *n, char *err, size_t errlen)
+/* append() - copy rules from[first..n) after to[0..*tn), at most max. */
+static int append(char (*to)[ACCESS_RULE_MAX], unsigned *tn,
+		  const char (*from)[ACCESS_RULE_MAX], unsigned first, unsigned n, unsigned max)
 {
-	struct options *f = malloc(sizeof(*f));
-	unsigned i;
+	for (; first < n; first++) {
+		if (*tn == max)
+			return -EINVAL;
+		memcpy(to[(*tn)++], from[first], ACCESS_RULE_MAX);
+	}
+	return 0;
+}
+
+int options_reload(const struct options *o, struct options *f, char *err, size_t errlen)
+{
 	int rc;
 
-	if (!f) {
-		snprintf(err, errlen, "out of memory");
-		return -ENOMEM;
-	}
 	options_defaults(f);
 	rc = options_load_file(f, o->config_file, err, errlen);
-	if (rc == 0) {
-		for (i = o->access_file; i < o->naccess; i++) {
-			if (f->naccess == OPTIONS_ACCESS_MAX) {
-				snprintf(err, errlen, "%s and the flags hold more than %d access "
-					 "rules", o->config_file, OPTIONS_ACCESS_MAX);
-				rc = -EINVAL;
-				break;
-			}
-			memcpy(f->access[f->naccess++], o->access[i], ACCESS_RULE_MAX);
-		}
+	if (rc < 0)
+		return rc;
+	if (append(f->access, &f->naccess, o->access, o->access_file, o->naccess,
+		   OPTIONS_ACCESS_MAX) < 0 ||
+	    append(f->share, &f->nshare, o->share, o->share_file, o->nshare,
+		   OPTIONS_SHARE_MAX) < 0) {
+		snprintf(err, errlen, "%s and the flags hold more than %d rules of a kind",
+			 o->config_file, OPTIONS_ACCESS_MAX);
+		return -EINVAL;
 	}
-	if (rc == 0)
-		options_access(f, rules, n);
-	free(f);
-	return rc;
+	return access_shares_check(f->share, f->nshare, err, errlen);
 }

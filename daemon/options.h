@@ -17,6 +17,7 @@
 
 #define OPTIONS_PATH_MAX 4096
 #define OPTIONS_ACCESS_MAX 64	/* --access rules */
+#define OPTIONS_SHARE_MAX 64	/* --remote-share rules */
 
 enum backend_choice {
 	BACKEND_AUTO = 0,	/* cuda when a device answers, else host */
@@ -92,6 +93,10 @@ struct options {
 	 * (access_file of them), then those of the flags */
 	char access[OPTIONS_ACCESS_MAX][ACCESS_RULE_MAX];
 	unsigned naccess, access_file;
+	/* --remote-share rules, as written: the file's (share_file of
+	 * them), then the flags' */
+	char share[OPTIONS_SHARE_MAX][ACCESS_RULE_MAX];
+	unsigned nshare, share_file;
 };
 
 /* options_defaults() - fill o with the built-in defaults. */
@@ -119,14 +124,13 @@ int options_load_file(struct options *o, const char *path,
 		      char *err, size_t errlen);
 
 /*
- * options_reload_access() - the access rules SIGHUP brings: those of the
- * config file as it reads now, then those of o's flags, compiled into
- * rules[0..*n) (at most OPTIONS_ACCESS_MAX). Returns 0, or -errno with
- * err naming path:line when the file does not read (then nothing
- * changes).
+ * options_reload() - the rules SIGHUP brings into f: the access and
+ * remote-share rules of the config file as it reads now, then those of
+ * o's flags (f's other fields are the file's, unused). Returns 0, or
+ * -errno with err naming path:line when the file does not read or its
+ * rules do not hold together (then nothing should change).
  */
-int options_reload_access(const struct options *o, struct access_rule *rules,
-			  unsigned *n, char *err, size_t errlen);
+int options_reload(const struct options *o, struct options *f, char *err, size_t errlen);
 
 /* options_access() - compile o's rules into rules[0..*n). */
 void options_access(const struct options *o, struct access_rule *rules, unsigned *n);

@@ -340,17 +340,24 @@ static void test_ns(struct spill_ns *ns)
 	memset(ns->root, 0x5a, sizeof(ns->root));
 }
 
-START_TEST(test_rpage_identity_is_model_geometry_and_salt)
+START_TEST(test_rpage_identity_is_name_model_geometry_and_salt)
 {
 	struct spill_ns a, b;
 	uint8_t ia[RPAGE_ID_BYTES], ib[RPAGE_ID_BYTES];
 
 	test_ns(&a);
+	strcpy(a.name, "prod");
 	rpage_ns_id(&a, ia);
 	b = a;
-	strcpy(b.name, "another-name");		/* names do not matter */
-	rpage_ns_id(&b, ib);
+	rpage_ns_id(&b, ib);			/* prod on another machine */
 	ck_assert_mem_eq(ia, ib, RPAGE_ID_BYTES);
+	strcpy(b.name, "evil");			/* another tenant, same model */
+	rpage_ns_id(&b, ib);
+	ck_assert(memcmp(ia, ib, RPAGE_ID_BYTES));
+	strcpy(b.name, "prodl");		/* the name ends where it ends */
+	strcpy(b.model, "lama-3.1-8b");
+	rpage_ns_id(&b, ib);
+	ck_assert(memcmp(ia, ib, RPAGE_ID_BYTES));
 	b = a;
 	b.head_dim = 64;
 	rpage_ns_id(&b, ib);
@@ -565,7 +572,7 @@ static Suite *rpage_suite(void)
 	Suite *s = suite_create("rpage");
 	TCase *tc = tcase_create("format");
 
-	tcase_add_test(tc, test_rpage_identity_is_model_geometry_and_salt);
+	tcase_add_test(tc, test_rpage_identity_is_name_model_geometry_and_salt);
 	tcase_add_test(tc, test_rpage_key_names_identity_and_block);
 	tcase_add_test(tc, test_rvalue_round_trip_and_every_mismatch_is_a_miss);
 	tcase_add_test(tc, test_rvalue_a_writer_without_the_key_cannot_forge_a_page);

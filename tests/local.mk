@@ -32,6 +32,10 @@
 #                        against the same cluster: daemons sharing through
 #                        it, write-back, failover, refusals at start; 77
 #                        (SKIP) without redis-server
+#   tests/check_remote_tenants  namespaces stay apart through the remote
+#                        tier: a tenant's pages are never another
+#                        namespace's hits, --remote-share, on the same
+#                        cluster; 77 (SKIP) without redis-server
 #   tests/check_hostile  the remote tier's client against a scripted fake
 #                        node (tests/fake_redis.c) that lies: replies
 #                        nobody asked for, redirects anywhere, host names,
@@ -130,6 +134,13 @@ tests_check_remote_tier_SOURCES = tests/check_remote_tier.c tests/redis_fixture.
 tests_check_remote_tier_CPPFLAGS = $(tests_check_remote_CPPFLAGS)
 tests_check_remote_tier_CFLAGS = $(tests_check_remote_CFLAGS)
 tests_check_remote_tier_LDADD = $(tests_check_remote_LDADD)
+check_PROGRAMS += tests/check_remote_tenants
+TESTS += tests/check_remote_tenants
+tests_check_remote_tenants_SOURCES = tests/check_remote_tenants.c tests/redis_fixture.c \
+	tests/redis_fixture.h tests/harness.c tests/harness.h
+tests_check_remote_tenants_CPPFLAGS = $(tests_check_remote_CPPFLAGS)
+tests_check_remote_tenants_CFLAGS = $(tests_check_remote_CFLAGS)
+tests_check_remote_tenants_LDADD = $(tests_check_remote_LDADD)
 check_PROGRAMS += tests/check_hostile
 TESTS += tests/check_hostile
 tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h

@@ -29,7 +29,9 @@ void rpage_ns_id(const struct spill_ns *ns, uint8_t id[RPAGE_ID_BYTES])
 	uint8_t b[8 * 4 + 8];
 
 	keys_sha256_init(&s);
-	keys_sha256_update(&s, "kvpool remote namespace 1", 25);
+	keys_sha256_update(&s, "kvpool remote namespace 2", 25);
+	keys_sha256_update(&s, ns->name, strnlen(ns->name, sizeof(ns->name)));
+	keys_sha256_update(&s, "", 1);
 	keys_sha256_update(&s, ns->model, strnlen(ns->model, sizeof(ns->model)));
 	keys_sha256_update(&s, "", 1);
 	put32(b, ns->layers);

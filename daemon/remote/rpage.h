@@ -20,10 +20,13 @@
 #define RPAGE_KEY_LEN	(5u + 16u + 1u + 2u * KVP_KEY_BYTES)
 
 /*
- * rpage_ns_id() - the identity digest of a namespace: SHA-256 of its
+ * rpage_ns_id() - the identity digest of a namespace: SHA-256 of the name
+ * it shares under (ns->name: its own, or its --remote-share rule's), its
  * model, geometry, page size, key scheme and key root (which holds the
- * salt), not of its name, so pools of the same model and salt on other
- * machines share whatever they call the namespace.
+ * salt). Namespaces of one name (or share) on machines with the same key
+ * find each other's pages; two namespaces of other names never do, even
+ * of the same model, so a tenant's writers cannot write what another
+ * namespace reads.
  */
 void rpage_ns_id(const struct spill_ns *ns, uint8_t id[RPAGE_ID_BYTES]);
 

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * access.c - parsing and evaluating the --access rules (see access.h).
+ * access.c - parsing and evaluating the --access rules and the remote
+ * tier's sharing rules (see access.h).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -200,6 +201,113 @@ void access_peer_of(int fd, const struct ucred *cred, struct access_peer *p)
 	/* more groups than fit (ERANGE): the first ones are not returned
 	 * either; the uid and primary gid still count */
 #endif
+}
+
+bool access_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (!n || n >= KVP_NAME_MAX)
+		return false;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && !strchr("._-:/@", *s))
+			return false;
+	return true;
+}
+
+/* share_split() - a share rule's text into its NAME and its list (in buf,
+ * ACCESS_RULE_MAX bytes); NULL list when it is not NAME LIST. */
+static char *share_split(const char *text, char *buf, char **name)
+{
+	char *list, *extra, *save = NULL;
+
+	if (strlen(text) >= ACCESS_RULE_MAX)
+		return NULL;
+	memcpy(buf, text, strlen(text) + 1);
+	*name = strtok_r(buf, " \t", &save);
+	list = *name ? strtok_r(NULL, " \t", &save) : NULL;
+	extra = list ? strtok_r(NULL, " \t", &save) : NULL;
+	return extra ? NULL : list;
+}
+
+int access_share_parse(const char *text, char *why, size_t whylen)
+{
+	char buf[ACCESS_RULE_MAX], *name, *list, *tok, *save = NULL;
+
+	list = share_split(text, buf, &name);
+	if (!list) {
+		snprintf(why, whylen, "'%.*s' is not NAME NAMESPACE[,NAMESPACE...] (e.g. "
+			 "'llama prod-a,prod-b'; no blanks inside the list; at most %d bytes)",
+			 ACCESS_RULE_MAX - 1, text, ACCESS_RULE_MAX - 1);
+		return -EINVAL;
+	}
+	if (!access_name_ok(name)) {
+		snprintf(why, whylen, "share name '%s' is not 1 to 63 letters, digits or "
+			 ". _ - : / @ (it is a namespace name in the remote tier)", name);
+		return -EINVAL;
+	}
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (strcmp(tok, "*") && !access_name_ok(tok)) {
+			snprintf(why, whylen, "'%s' is not a namespace name or *", tok);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* share_lists() - rule text lists namespace ns (exactly, or as * when
+ * star); its NAME into name (KVP_NAME_MAX bytes) when it does. */
+static bool share_lists(const char *text, const char *ns, bool star, char *name)
+{
+	char buf[ACCESS_RULE_MAX], *nm, *list, *tok, *save = NULL;
+
+	list = share_split(text, buf, &nm);
+	for (tok = list ? strtok_r(list, ",", &save) : NULL; tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (star ? !strcmp(tok, "*") : !strcmp(tok, ns)) {
+			snprintf(name, KVP_NAME_MAX, "%s", nm);
+			return true;
+		}
+	}
+	return false;
+}
+
+int access_shares_check(const char (*r)[ACCESS_RULE_MAX], unsigned n, char *why,
+			size_t whylen)
+{
+	char buf[ACCESS_RULE_MAX], name[KVP_NAME_MAX], *nm, *list, *tok, *save;
+	unsigned i, j;
+
+	for (i = 0; i < n; i++) {
+		save = NULL;
+		list = share_split(r[i], buf, &nm);
+		for (tok = list ? strtok_r(list, ",", &save) : NULL; tok;
+		     tok = strtok_r(NULL, ",", &save)) {
+			for (j = 0; j < i; j++) {
+				if (!share_lists(r[j], tok, !strcmp(tok, "*"), name))
+					continue;
+				snprintf(why, whylen, "remote-share: '%s' is in two rules ('%s' "
+					 "and '%s'); a namespace shares under one name", tok,
+					 name, nm);
+				return -EINVAL;
+			}
+		}
+	}
+	return 0;
+}
+
+void access_share_name(const char (*r)[ACCESS_RULE_MAX], unsigned n, const char *ns,
+		       char *out)
+{
+	unsigned i;
+
+	for (i = 0; i < n; i++)
+		if (share_lists(r[i], ns, false, out))
+			return;
+	for (i = 0; i < n; i++)
+		if (share_lists(r[i], ns, true, out))
+			return;
+	snprintf(out, KVP_NAME_MAX, "%s", ns);
 }
 
 const char *access_rights_str(unsigned rights)

@@ -25,6 +25,16 @@
  *
  * Joining a namespace (HELLO) needs read or write; RELEASE, STATS and
  * the listings need nothing more than a connection.
+ *
+ * The remote tier's sharing rules (--remote-share) are here too, since
+ * they say which namespaces trust each other's writers:
+ *
+ *     NAME NAMESPACE[,NAMESPACE...]
+ *
+ * The namespaces listed (or *: every namespace no other rule lists) keep
+ * their pages in the remote tier under NAME, where every namespace of that
+ * name or share, on every machine with the same key, finds them. A
+ * namespace no rule lists keeps them under its own name.
  */
 #ifndef KVP_ACCESS_H
 #define KVP_ACCESS_H
@@ -88,6 +98,31 @@ bool access_in_group(const struct access_peer *p, gid_t gid);
  * read by the caller) and the supplementary groups the kernel reports for
  * the connected socket fd; admin is left false. */
 void access_peer_of(int fd, const struct ucred *cred, struct access_peer *p);
+
+/* access_name_ok() - s is a namespace name: 1..63 bytes of letters,
+ * digits and . _ - : / @ */
+bool access_name_ok(const char *s);
+
+/*
+ * access_share_parse() - check one --remote-share rule's text. Returns 0
+ * or -EINVAL with why (whylen bytes) naming the part that is wrong.
+ */
+int access_share_parse(const char *text, char *why, size_t whylen);
+
+/*
+ * access_shares_check() - rules r[0..n) (each parsed alone already) list
+ * no namespace twice and * once at most. Returns 0 or -EINVAL with why.
+ */
+int access_shares_check(const char (*r)[ACCESS_RULE_MAX], unsigned n, char *why,
+			size_t whylen);
+
+/*
+ * access_share_name() - the name namespace ns shares remote pages under,
+ * by rules r[0..n) (checked): its rule's NAME, else its own name. out has
+ * KVP_NAME_MAX bytes.
+ */
+void access_share_name(const char (*r)[ACCESS_RULE_MAX], unsigned n, const char *ns,
+		       char *out);
 
 /* access_rights_str() - "read,write" and the like, for messages. */
 const char *access_rights_str(unsigned rights);

@@ -8,7 +8,6 @@
  * Past 800 lines on purpose: a namespace's making, restoring and dropping
  * are one life cycle over the same table and tier-file jobs.
  */
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -24,6 +23,7 @@
 #include "daemon/log.h"
 #include "daemon/observe/events.h"
 #include "daemon/remote/rpage.h"
+#include "daemon/requests/access.h"
 #include "daemon/requests/ns.h"
 #include "daemon/store/lease.h"
 #include "daemon/store/prefix.h"
@@ -55,17 +55,6 @@ uint64_t ns_page_bytes(uint32_t layers, uint32_t kv_heads, uint32_t head_dim,
 		return 0;
 	/* at most 2^10 * 2^10 * 2^13 * 2^12 * 4: fits in 64 bits */
 	return b * layers * kv_heads * (head_dim + v) * block_tokens;
-}
-
-/* name_ok() - names are 1..63 bytes of letters, digits and . _ - : / @ */
-static bool name_ok(const char *s)
-{
-	if (!*s)
-		return false;
-	for (; *s; s++)
-		if (!isalnum((unsigned char)*s) && !strchr("._-:/@", *s))
-			return false;
-	return true;
 }
 
 /* mismatch() - name the first field in which h differs from n, or NULL. */
@@ -272,22 +261,60 @@ static int64_t ns_tier_finish(struct ns *n, const struct ns_config *k, struct sp
 	return (int64_t)sc.kept;
 }
 
-/* ns_free() - a namespace's index, tier and memory (not its pool pages). */
-/* ns_remote_open() - n uses the remote tier, under its identity there. */
-static void ns_remote_open(struct ns *n, const struct ns_config *k)
+/* remote_id() - the name n shares remote pages under by k's rules, and
+ * its identity there. */
+static void remote_id(const struct ns *n, const struct ns_config *k, char *name,
+		      uint8_t rid[RPAGE_ID_BYTES])
 {
 	struct spill_ns id;
 
+	access_share_name(k->shares, k->nshares, n->name, name);
+	ns_identity(n, &id);
+	memcpy(id.name, name, sizeof(id.name));
+	rpage_ns_id(&id, rid);
+}
+
+/* ns_remote_open() - n uses the remote tier, under its identity there. */
+static void ns_remote_open(struct ns *n, const struct ns_config *k)
+{
 	if (!k->remote)
 		return;
-	ns_identity(n, &id);
-	rpage_ns_id(&id, n->rid);	/* the name is not part of it */
+	remote_id(n, k, n->remote_name, n->rid);
+	if (strcmp(n->remote_name, n->name))
+		log_info("namespace '%s': shares remote pages as '%s' (remote-share)",
+			 n->name, n->remote_name);
 	n->remote = k->remote;
 	n->remote_through = k->remote_through;
 	n->remote_prefill_rate = k->remote_prefill_rate;
 	n->remote_fetch_max = k->remote_fetch_max;
 }
 
+unsigned ns_remote_reshare(struct ns_table *t, const struct ns_config *k)
+{
+	uint8_t rid[RPAGE_ID_BYTES];
+	char name[KVP_NAME_MAX];
+	unsigned i, changed = 0;
+
+	for (i = 0; i < t->count; i++) {
+		struct ns *n = t->ns[i];
+
+		if (!n->remote)
+			continue;
+		remote_id(n, k, name, rid);
+		if (!memcmp(rid, n->rid, sizeof(rid)))
+			continue;
+		log_info("namespace '%s': shares remote pages as '%s' now, not as '%s'; "
+			 "what it sent or fetched as '%s' is not its own any more", n->name,
+			 name, n->remote_name, n->remote_name);
+		memcpy(n->rid, rid, sizeof(rid));
+		memcpy(n->remote_name, name, sizeof(name));
+		prefix_remote_forget(n->idx);
+		changed++;
+	}
+	return changed;
+}
+
+/* ns_free() - a namespace's index, tier and memory (not its pool pages). */
 static void ns_free(struct ns *n)
 {
 	if (n->job) {	/* only after loop_fini(): the job never completed */
@@ -633,7 +660,7 @@ int ns_join(struct ns_table *t, struct pool *p, const struct ns_config *k,
 	size_t bad;
 	int rc;
 
-	if (!name_ok(h->ns)) {
+	if (!access_name_ok(h->ns)) {
 		snprintf(err, errlen, "namespace name '%.63s' is not 1 to 63 letters, "
 			 "digits or . _ - : / @", h->ns);
 		return -KVP_S_INVAL;
@@ -755,7 +782,7 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 		h.memory = id.memory;
 		if (h.memory == KVP_MEMORY_HOST && k->host_memory < 0)
 			h.memory = KVP_MEMORY_DEFAULT;	/* no host pages now */
-		if (!name_ok(h.ns) || ns_find(t, h.ns))
+		if (!access_name_ok(h.ns) || ns_find(t, h.ns))
 			continue;
 		if (ns_create(t, p, k, &h, geteuid(), true, &n, err, sizeof(err)) < 0) {
 			log_warn("%s: %s; left alone", path, err);

@@ -71,6 +71,14 @@ uint64_t ns_restore_all(struct ns_table *t, struct pool *p, const struct ns_conf
 int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struct ns *n,
 	    struct ns **gone, char *err, size_t errlen);
 
+/*
+ * ns_remote_reshare() - the --remote-share rules of k changed (SIGHUP):
+ * every namespace whose share name changed takes its new identity in the
+ * remote tier, and forgets what it sent there or fetched under the old
+ * one (so that it writes its blocks again). Returns how many changed.
+ */
+unsigned ns_remote_reshare(struct ns_table *t, const struct ns_config *k);
+
 /* ns_busy() - n has a client, a tier write in flight or a --spill-rate
  * timer armed: ns_drop() refuses until they are done, and each of them
  * wakes the requests waiting on n when it is. */

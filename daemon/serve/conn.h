@@ -117,6 +117,7 @@ struct server {
 	gid_t admin_gid;		/* --admin-group, or -1 */
 	struct access_rule rules[OPTIONS_ACCESS_MAX];	/* --access */
 	unsigned nrules;
+	char shares[OPTIONS_SHARE_MAX][ACCESS_RULE_MAX];	/* --remote-share */
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
 	int spill_lock_fd;		/* flock on SPILL_DIR/kvpool.lock, or -1 */

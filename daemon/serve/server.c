@@ -658,6 +658,9 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.spill_rate = o->spill_rate;
 	s->keys.loop = l;
 	s->keys.wake = wait_wake;
+	memcpy(s->shares, o->share, sizeof(s->shares));
+	s->keys.shares = s->shares;
+	s->keys.nshares = o->nshare;
 	/* host pages: the pool's own with the host backend; beside cuda, the
 	 * pool's second memory when kvpoold made one (--host-pool-size) */
 	s->keys.host_memory = be->ops->kind == KVP_BACKEND_HOST ? 0 :
@@ -803,8 +806,8 @@ static bool revoked(const struct conn *c, unsigned rights)
 
 void server_reload(struct server *s)
 {
-	struct access_rule *rules;
-	unsigned n, rights, cut = 0;
+	struct options *f;
+	unsigned rights, cut = 0, reshared;
 	struct conn *c, *next;
 	char err[512];
 
@@ -813,20 +816,22 @@ void server_reload(struct server *s)
 			 "as they are (%u)", s->nrules);
 		return;
 	}
-	rules = malloc(sizeof(s->rules));
-	if (!rules) {
+	f = malloc(sizeof(*f));
+	if (!f) {
 		log_error("SIGHUP: out of memory; the access rules stay as they are");
 		return;
 	}
-	if (options_reload_access(s->opt, rules, &n, err, sizeof(err)) < 0) {
-		log_error("SIGHUP: %s; the access rules stay as they are (%u)", err,
-			  s->nrules);
-		free(rules);
+	if (options_reload(s->opt, f, err, sizeof(err)) < 0) {
+		log_error("SIGHUP: %s; the access rules stay as they are (%u), and the "
+			  "remote-share rules (%u)", err, s->nrules, s->keys.nshares);
+		free(f);
 		return;
 	}
-	memcpy(s->rules, rules, sizeof(s->rules));
-	s->nrules = n;
-	free(rules);
+	options_access(f, s->rules, &s->nrules);
+	memcpy(s->shares, f->share, sizeof(s->shares));
+	s->keys.nshares = f->nshare;
+	free(f);
+	reshared = ns_remote_reshare(&s->nst, &s->keys);
 	for (c = s->conns; c; c = next) {
 		next = c->next;
 		if (!c->ns || c->state != CONN_OPEN)
@@ -839,9 +844,11 @@ void server_reload(struct server *s)
 		cut++;
 		conn_close(c);
 	}
-	log_info("SIGHUP: %u access rules from %s and the flags; the rights of %u "
-		 "clients recomputed, %u disconnected (other settings need a restart)", n,
-		 s->opt->config_file, s->nconns, cut);
+	log_info("SIGHUP: %u access rules and %u remote-share rules from %s and the "
+		 "flags; the rights of %u clients recomputed, %u disconnected; %u "
+		 "namespaces share remote pages under another name now (other settings "
+		 "need a restart)", s->nrules, s->keys.nshares, s->opt->config_file,
+		 s->nconns, cut, reshared);
 }
 
 void server_free(struct server *s)

@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include "kvpool_wire.h"
+#include "daemon/requests/access.h"
 #include "daemon/serve/loop.h"
 #include "daemon/store/pool.h"
 
@@ -80,6 +81,7 @@ struct ns {
 	char *ev_topic;		/* their topic (with events), owned */
 	struct remote *remote;	/* the remote tier (borrowed), or NULL */
 	uint8_t rid[32];	/* its identity there (rpage_ns_id()) */
+	char remote_name[KVP_NAME_MAX];	/* the name it shares under there */
 	bool remote_through;	/* --remote-write through */
 	uint64_t remote_prefill_rate;	/* tokens/s; 0: always fetch */
 	uint32_t remote_fetch_max;	/* blocks one ACQUIRE fetches, at most */
@@ -127,6 +129,10 @@ struct ns_config {
 	bool remote_through;
 	uint64_t remote_prefill_rate;
 	uint32_t remote_fetch_max;
+	/* --remote-share rules (access.h): which namespaces share remote
+	 * pages under which name; SIGHUP may change them (ns_remote_reshare()) */
+	const char (*shares)[ACCESS_RULE_MAX];
+	unsigned nshares;
 	/* ns_wake() - what waits on n may go on: n is ready (status 0), or it
 	 * is gone (n->state NS_GONE: its drop finished with status 0, or its
 	 * tier could not be made: -KVP_S_INTERNAL with msg for the clients).

@@ -119,6 +119,16 @@ void prefix_remote_stored(struct prefix *x, uint32_t e)
 	media_to(x, e, x->e[e].media | PREFIX_M_REMOTE);
 }
 
+void prefix_remote_forget(struct prefix *x)
+{
+	uint32_t e;
+
+	for (e = prefix_next(x, PREFIX_NIL); e != PREFIX_NIL; e = prefix_next(x, e)) {
+		x->e[e].remote = 0;
+		media_to(x, e, x->e[e].media & ~PREFIX_M_REMOTE);
+	}
+}
+
 unsigned prefix_media(const struct prefix *x, uint32_t e)
 {
 	return x->e[e].media;

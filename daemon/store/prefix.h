@@ -81,6 +81,11 @@ void prefix_set_remote(struct prefix *x, uint32_t e);
  * index. */
 void prefix_remote_stored(struct prefix *x, uint32_t e);
 
+/* prefix_remote_forget() - the remote tier holds none of x's blocks (the
+ * namespace's identity there changed): every block is unmarked, and
+ * leaves PREFIX_M_REMOTE. O(entries). */
+void prefix_remote_forget(struct prefix *x);
+
 /* prefix_parent_key() - with a sink, the key full block e was published
  * after (the namespace's root for a first block); NULL without one.
  * prefix_block_ids() - its token ids (*n of them) when its publisher sent

@@ -20,10 +20,15 @@
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_remote.h"
 
+/* The bytes of a namespace's identity that tell a change (SIGHUP's
+ * remote-share) while a request is in flight. */
+#define RID_BYTES 16u
+
 struct rfetch {
 	void (*done)(void *arg);	/* the caller's continuation */
 	void *arg;
 	struct ns *n;
+	uint8_t rid[RID_BYTES];		/* the identity it asked under */
 	uint32_t count, outstanding;
 	uint8_t parent[KVP_KEY_BYTES];	/* of the first block */
 	uint8_t *keys;			/* [count][KVP_KEY_BYTES] */
@@ -47,6 +52,7 @@ struct rfetch {
 struct rput {
 	struct rput *prev, *next;
 	struct ns *n;		/* NULL: its namespace is gone */
+	uint8_t rid[RID_BYTES];	/* the identity it was sent under */
 	uint8_t key[KVP_KEY_BYTES];
 };
 static struct rput *rputs;
@@ -62,7 +68,7 @@ static void put_done(void *arg, int res)
 		rputs = q->next;
 	if (q->next)
 		q->next->prev = q->prev;
-	if (res == 0 && q->n) {
+	if (res == 0 && q->n && !memcmp(q->rid, q->n->rid, RID_BYTES)) {
 		e = prefix_find(q->n->idx, q->key);
 		if (e != PREFIX_NIL && !prefix_tokens(q->n->idx, e))
 			prefix_remote_stored(q->n->idx, e);
@@ -113,6 +119,7 @@ static void remote_left_pool(struct ns *n, uint32_t e, const void *page)
 		q = calloc(1, sizeof(*q));
 		if (q) {
 			q->n = n;
+			memcpy(q->rid, n->rid, RID_BYTES);
 			memcpy(q->key, prefix_key(n->idx, e), KVP_KEY_BYTES);
 		}
 	}
@@ -156,7 +163,7 @@ static void index_fetched(struct rfetch *f)
 	struct pool *p = n->pool;
 	const uint8_t *parent_key = f->parent;
 	uint32_t i, e, parent = prefix_find(n->idx, f->parent);
-	bool chain = true;
+	bool chain = !memcmp(f->rid, n->rid, RID_BYTES);	/* else asked for another */
 
 	for (i = 0; i < f->count; i++) {
 		const uint8_t *key = f->keys + (size_t)i * KVP_KEY_BYTES;
@@ -289,6 +296,7 @@ bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uin
 	f->done = done;
 	f->arg = arg;
 	f->n = n;
+	memcpy(f->rid, n->rid, RID_BYTES);
 	f->count = count;
 	memcpy(f->parent, from ? keys + (size_t)(from - 1) * KVP_KEY_BYTES : a->parent,
 	       KVP_KEY_BYTES);
