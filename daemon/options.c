@@ -34,6 +34,7 @@ enum opt_type {
 	OPT_CHOICE,	/* one of choices[], stored as its index (unsigned) */
 	OPT_RULE,	/* an --access rule, appended (repeatable) */
 	OPT_SHARE,	/* a --remote-share rule, appended (repeatable) */
+	OPT_NS_TOPIC,	/* a --kv-events-ns-topic rule, appended (repeatable) */
 };
 
 struct opt_def {
@@ -170,7 +171,12 @@ static const struct opt_def opt_table[] = {
 	  "ZeroMQ ROUTER socket bound to ENDPOINT (default: none)", NULL },
 	{ "kv-events-topic", 0, OPT_STRING, OFF(kv_events_topic), SZ(kv_events_topic), 0, 0,
 	  "TEMPLATE", "the topic of a namespace's batches: {host} the machine, {model} "
-	  "the model, {ns} the namespace (default kv@{host}@{model})", NULL },
+	  "the model, {ns} the namespace, which it must hold, followed by @ or | "
+	  "(default kv@{host}|{ns}@{model})", NULL },
+	{ "kv-events-ns-topic", 0, OPT_NS_TOPIC, 0, 0, 0, 0,
+	  "RULE", "'NAMESPACE,... TEMPLATE': these namespaces publish on TEMPLATE's "
+	  "topics instead, such as vLLM's and llm-d's kv@{host}@{model} (repeatable)",
+	  NULL },
 	{ "kv-events-format", 0, OPT_CHOICE, OFF(kv_events_format), 0, 0, 0,
 	  "FORMAT", "map: events as tagged maps (vLLM 0.24 and later, default); array: "
 	  "positional arrays (vLLM 0.23 and earlier)", events_format_names },
@@ -261,7 +267,7 @@ void options_defaults(struct options *o)
 	o->max_msg_size = 256u * 1024u;
 	o->max_output = 16u << 20;
 	o->max_output_total = 256u << 20;
-	snprintf(o->kv_events_topic, sizeof(o->kv_events_topic), "kv@{host}@{model}");
+	snprintf(o->kv_events_topic, sizeof(o->kv_events_topic), "kv@{host}|{ns}@{model}");
 	o->kv_events_queue = 64ull << 20;
 	o->kv_events_replay_batches = 10000;
 	o->remote_timeout = 1000;
@@ -395,6 +401,20 @@ static int opt_set(struct options *o, const struct opt_def *d,
 		memcpy(o->access[o->naccess++], value, strlen(value) + 1);
 		return 0;
 	}
+	case OPT_NS_TOPIC:
+		if (o->nns_topic == OPTIONS_NS_TOPIC_MAX) {
+			snprintf(why, whylen, "more than %d kv-events-ns-topic rules",
+				 OPTIONS_NS_TOPIC_MAX);
+			return -EINVAL;
+		}
+		if (strlen(value) >= TOPIC_RULE_MAX) {
+			snprintf(why, whylen, "a rule is at most %d bytes", TOPIC_RULE_MAX - 1);
+			return -EINVAL;
+		}
+		if (topic_rule_parse(value, why, whylen) < 0)
+			return -EINVAL;
+		memcpy(o->ns_topic[o->nns_topic++], value, strlen(value) + 1);
+		return 0;
 	case OPT_SHARE:
 		if (o->nshare == OPTIONS_SHARE_MAX) {
 			snprintf(why, whylen, "more than %d remote-share rules", OPTIONS_SHARE_MAX);

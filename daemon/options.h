@@ -13,11 +13,13 @@
 #include <sys/un.h>
 
 #include "daemon/log.h"
+#include "daemon/observe/topic.h"
 #include "daemon/requests/access.h"
 
 #define OPTIONS_PATH_MAX 4096
 #define OPTIONS_ACCESS_MAX 64	/* --access rules */
 #define OPTIONS_SHARE_MAX 64	/* --remote-share rules */
+#define OPTIONS_NS_TOPIC_MAX 64	/* --kv-events-ns-topic rules */
 
 enum backend_choice {
 	BACKEND_AUTO = 0,	/* cuda when a device answers, else host */
@@ -39,6 +41,8 @@ struct options {
 	char kv_events[256];		/* --kv-events ENDPOINT; "": off */
 	char kv_events_replay[256];	/* --kv-events-replay ENDPOINT; "": none */
 	char kv_events_topic[256];	/* topic template */
+	char ns_topic[OPTIONS_NS_TOPIC_MAX][TOPIC_RULE_MAX];	/* --kv-events-ns-topic */
+	unsigned nns_topic;
 	char kv_events_ipc_group[64];	/* ipc:// sockets' group; "": the daemon's */
 	unsigned kv_events_format;	/* 0 map (vLLM >= 0.24), 1 array */
 	unsigned kv_events_hashes;	/* 0 int, 1 bytes */

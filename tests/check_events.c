@@ -42,14 +42,14 @@ struct ev_env {
  * endpoints in its directory, extra flags after them, and a subscriber. */
 static void start(struct ev_env *e, const char *const *extra)
 {
-	const char *args[16] = { "--pool-size", "4M", "--slab-size", "1M", "--kv-events",
+	const char *args[24] = { "--pool-size", "4M", "--slab-size", "1M", "--kv-events",
 				 e->pub, "--kv-events-replay", e->rep };
 	int i = 8, hwm = 100000;
 
 	daemon_dir(&e->d);
 	snprintf(e->pub, sizeof(e->pub), "ipc://%s/events", e->d.dir);
 	snprintf(e->rep, sizeof(e->rep), "ipc://%s/replay", e->d.dir);
-	while (extra && *extra && i < 15)
+	while (extra && *extra && i < 23)
 		args[i++] = *extra++;
 	args[i] = NULL;
 	daemon_restart(&e->d, args);
@@ -260,7 +260,7 @@ START_TEST(test_events_a_publish_is_one_blockstored_as_vllm_sends_it)
 	 * late for it: ZeroMQ's slow joiner) */
 	replayed(&e, 0, &m);
 	gethostname(host, sizeof(host));
-	snprintf(topic, sizeof(topic), "kv@%s@test/events", host);
+	snprintf(topic, sizeof(topic), "kv@%s|ev@test/events", host);
 	ck_assert_uint_eq(m.len[0], strlen(topic));
 	ck_assert_int_eq(memcmp(m.f[0], topic, m.len[0]), 0);
 	ck_assert_uint_eq(m.len[1], 8);
@@ -577,53 +577,141 @@ START_TEST(test_events_replay_peers_that_never_read_leave_kvpoold_bounded)
 }
 END_TEST
 
-/* A tenant with write rights on its own namespace only once set its model
- * to a victim's and published on the victim's topic; such a namespace is
- * not made now. The operator's own namespaces (tensor-parallel ranks) may
- * share a topic, and with {ns} in the template nothing is shared. */
-START_TEST(test_events_one_namespace_may_not_publish_for_another)
+/* publish_tokens() - one block of tokens first.. into namespace ns of
+ * model through sock; its key into *key. No assert (children call it):
+ * 0, or the step that failed. */
+static int publish_tokens(const char *sock, const char *ns, const char *model, uint32_t first,
+			  kvp_key *key)
 {
-	static const char *const none[] = { "--socket-group", "nogroup", "--access",
-					    "* read,write 65534", NULL };
-	static const char *const with_ns[] = { "--socket-group", "nogroup", "--access",
-					       "* read,write 65534", "--kv-events-topic",
-					       "kv@{host}@{model}@{ns}", NULL };
-	const char *const *topics[] = { none, with_ns };
-	struct ev_env e;
-	int status, t;
-	pid_t pid;
+	kvp_geometry g = geo;
+	uint32_t tokens[BT], i;
+	kvp_page page, canon;
+	kvp_client *c;
 
-	for (t = 0; t < 2; t++) {
-		start(&e, topics[t]);
-		ck_assert_int_eq(chmod(e.d.dir, 0711), 0);
-		publish_one(e.d.sock, "victim", "victim/model", 100);
-		publish_one(e.d.sock, "victim-rank1", "victim/model", 100);	/* the operator's */
-		pid = fork();
-		ck_assert_int_ge(pid, 0);
-		if (pid == 0) {
-			kvp_geometry g = geo;
-			kvp_client *c;
-			int rc;
+	g.model = model;
+	for (i = 0; i < BT; i++)
+		tokens[i] = first + i;
+	if (kvp_connect(sock, ns, &g, &c) != 0)
+		return 1;
+	if (kvp_block_keys(c, NULL, tokens, BT, NULL, 0, key) != 1 || kvp_alloc(c, 1, &page) ||
+	    kvp_publish_tokens(c, NULL, NULL, &page, key, tokens, 1, KVP_PRIO_NORMAL, &canon) ||
+	    kvp_release(c, &page, 1))
+		return 2;
+	kvp_close(c);
+	return 0;
+}
 
-			become_nobody();
-			g.model = "victim/model";
-			rc = kvp_connect(e.d.sock, "mallory", &g, &c);
-			if (t == 0) {
-				expect(rc == -EACCES, 10);
-				expect(strstr(kvp_last_error(), "may not publish for another"), 11);
-				expect(strstr(kvp_last_error(), "'victim"), 12);
-			} else {
-				expect(rc == 0, 13);
-				kvp_close(c);
+/* tenant() - as nobody, a block into evil (model M, prod's) and one into
+ * evilx (model Mx, which extends prod's), from tokens first on. */
+static void tenant(const char *sock, uint32_t first)
+{
+	pid_t pid = fork();
+	kvp_key k;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		become_nobody();
+		expect(publish_tokens(sock, "evil", "org/Model-8B", first, &k) == 0, 10);
+		expect(publish_tokens(sock, "evilx", "org/Model-8Bx", first + 1, &k) == 0, 11);
+		_exit(0);
+	}
+	child_wait(pid);
+}
+
+/* only_prods() - every message s holds within ms is on topic and
+ * announces only blocks of keys[0..n); returns how many of the keys
+ * a BlockStored announced. */
+static unsigned only_prods(void *s, const char *topic, const kvp_key *keys, unsigned n, int ms)
+{
+	msgpack_unpacked up;
+	unsigned seen = 0, i, j, k;
+	struct msg m;
+
+	while (recv_msg(s, &m, ms)) {
+		const msgpack_object *evs;
+
+		ck_assert_msg(m.len[0] == strlen(topic) && !memcmp(m.f[0], topic, m.len[0]),
+			      "a subscriber of '%s' got a batch of '%.*s'", topic, (int)m.len[0],
+			      (const char *)m.f[0]);
+		msgpack_unpacked_init(&up);
+		ck_assert_int_eq(msgpack_unpack_next(&up, (const char *)m.f[2], m.len[2], NULL),
+				 MSGPACK_UNPACK_SUCCESS);
+		evs = &up.data.via.array.ptr[1];
+		for (i = 0; i < evs->via.array.size; i++) {
+			const msgpack_object *h = map_get(&evs->via.array.ptr[i], "block_hashes");
+
+			for (j = 0; h && j < h->via.array.size; j++) {
+				for (k = 0; k < n && vhash(&keys[k]) != h->via.array.ptr[j].via.u64; k++)
+					;
+				ck_assert_msg(k < n, "prod's topic announced a block prod never had");
+				seen |= 1u << k;
 			}
-			g.model = "mallory/own-model";	/* a model of its own: fine */
-			expect(kvp_connect(e.d.sock, "mallory2", &g, &c) == 0, 14);
-			kvp_close(c);
-			_exit(0);
 		}
-		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child step %d",
-			      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+		msgpack_unpacked_destroy(&up);
+		msg_free(&m);
+	}
+	for (k = 0, i = 0; k < n; k++)
+		i += (seen >> k) & 1;
+	return i;
+}
+
+/*
+ * No user may keep another from a model, and no subscriber of one
+ * namespace's topic hears another namespace, whatever the models are
+ * called. Before: once nobody had made namespace evil with model M, root
+ * could not make prod with M (PERM: first come, first served); and with
+ * its own model Mx that extends M, nobody's events reached a subscriber
+ * of prod's exact topic (ZeroMQ matches by prefix). Now every topic holds
+ * its namespace, delimited, and the admin's rule gives prod vLLM's
+ * kv@HOST@MODEL alone. Run with the default template, then with the rule.
+ */
+START_TEST(test_events_no_user_keeps_another_from_a_model_or_speaks_on_its_topic)
+{
+	static const char *const plain[] = { "--socket-group", "nogroup", "--access",
+					     "evil read,write 65534", "--access",
+					     "evilx read,write 65534", NULL };
+	static const char *const ruled[] = { "--socket-group", "nogroup", "--access",
+					     "evil read,write 65534", "--access",
+					     "evilx read,write 65534", "--kv-events-ns-topic",
+					     "prod kv@{host}@{model}", NULL };
+	const char *const *how[] = { plain, ruled };
+	char host[256], topic[512], logged[600];
+	kvp_key keys[32];
+	unsigned n, t;
+	struct ev_env e;
+	void *s;
+
+	gethostname(host, sizeof(host));
+	for (t = 0; t < 2; t++) {
+		start(&e, how[t]);
+		ck_assert_int_eq(chmod(e.d.dir, 0711), 0);
+		tenant(e.d.sock, 100);		/* evil takes model M first */
+		snprintf(topic, sizeof(topic), t ? "kv@%s@org/Model-8B" : "kv@%s|prod@org/Model-8B",
+			 host);
+		s = zmq_socket(e.ctx, ZMQ_SUB);
+		ck_assert_int_eq(zmq_setsockopt(s, ZMQ_SUBSCRIBE, topic, strlen(topic)), 0);
+		ck_assert_int_eq(zmq_connect(s, e.pub), 0);
+		/* root makes prod with M, and publishes until the subscriber hears
+		 * it (ZeroMQ's slow joiner) */
+		for (n = 0; n < 30; n++) {
+			ck_assert_int_eq(publish_tokens(e.d.sock, "prod", "org/Model-8B",
+							1000 + n * BT, &keys[n]), 0);
+			if (n == 0) {
+				snprintf(logged, sizeof(logged), "namespace 'prod': KV events on "
+					 "topic '%s'", topic);
+				wait_log(&e.d, logged);
+			}
+			settle(e.d.sock);
+			if (only_prods(s, topic, keys, n + 1, 200))
+				break;
+		}
+		ck_assert_uint_lt(n, 30);
+		tenant(e.d.sock, 300);		/* the tenants publish again */
+		ck_assert_int_eq(publish_tokens(e.d.sock, "prod", "org/Model-8B", 5000,
+						&keys[++n]), 0);
+		settle(e.d.sock);
+		ck_assert_uint_eq(only_prods(s, topic, keys, n + 1, 500), 1);	/* the last */
+		zmq_close(s);
 		finish(&e);
 	}
 }
@@ -706,7 +794,7 @@ static Suite *events_suite(void)
 	}
 	tc = tcase_create("another user");
 	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_events_one_namespace_may_not_publish_for_another);
+	tcase_add_test(tc, test_events_no_user_keeps_another_from_a_model_or_speaks_on_its_topic);
 	tcase_add_test(tc, test_events_a_router_of_the_ipc_group_subscribes_as_another_user);
 	suite_add_tcase(s, tc);
 	return s;

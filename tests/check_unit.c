@@ -21,6 +21,7 @@ int main(void)
 	srunner_add_suite(sr, pool_suite());
 	srunner_add_suite(sr, prefix_suite());
 	srunner_add_suite(sr, ns_suite());
+	srunner_add_suite(sr, topic_suite());
 	srunner_add_suite(sr, keys_sha256_suite());
 	srunner_add_suite(sr, keys_suite());
 	srunner_add_suite(sr, keys_request_suite());

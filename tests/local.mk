@@ -58,7 +58,7 @@ TESTS += tests/check_unit tests/check_daemon tests/check_core \
 tests_check_unit_SOURCES = tests/check_unit.c tests/suites.h \
 	tests/check_kernels.c tests/check_wire.c tests/check_options.c \
 	tests/check_hset.c tests/check_pool.c tests/check_prefix.c \
-	tests/check_ns.c tests/check_keys.c tests/check_keys_sha256.c \
+	tests/check_ns.c tests/check_topic.c tests/check_keys.c tests/check_keys_sha256.c \
 	tests/check_keys_request.c tests/keys_golden.c tests/keys_golden.h \
 	tests/kv_elem.h
 tests_check_unit_CPPFLAGS = $(AM_CPPFLAGS) \

@@ -19,6 +19,7 @@ Suite *ns_suite(void);
 Suite *options_suite(void);
 Suite *pool_suite(void);
 Suite *prefix_suite(void);
+Suite *topic_suite(void);
 Suite *wire_suite(void);
 
 #endif /* KVPOOL_TESTS_SUITES_H */

@@ -272,49 +272,24 @@ static void ev_moved(void *arg, const struct prefix *x, uint32_t e, unsigned gon
 				   medium_of(n, m));
 }
 
-/* topic_of() - the template with {host}, {model} and {ns} filled in. The
- * model is the first word of the namespace's model identity, or its
- * second when the first names the engine, as kvpool's connectors write it
- * ("vllm MODEL ...", "sglang MODEL ..."). */
-static void topic_of(const struct events *ev, const char *ns_name, const char *ns_model,
-		     char *out, size_t len)
-{
-	const char *t = ev->cfg.topic, *model = ns_model, *end;
-	char name[KVP_MODEL_MAX];
-	size_t o = 0;
-
-	if (!strncmp(model, "vllm ", 5) || !strncmp(model, "sglang ", 7))
-		model = strchr(model, ' ') + 1;
-	end = strchr(model, ' ');
-	snprintf(name, sizeof(name), "%.*s", (int)(end ? (size_t)(end - model) : strlen(model)),
-		 model);
-	while (*t && o + 1 < len) {
-		const char *v = NULL;
-
-		if (!strncmp(t, "{host}", 6))
-			v = ev->host, t += 6;
-		else if (!strncmp(t, "{model}", 7))
-			v = name, t += 7;
-		else if (!strncmp(t, "{ns}", 4))
-			v = ns_name, t += 4;
-		if (v)
-			o += (size_t)snprintf(out + o, len - o, "%s", v);
-		else
-			out[o++] = *t++;
-		if (o >= len)
-			o = len - 1;
-	}
-	out[o] = '\0';
-}
-
 void events_ns_open(struct events *ev, struct ns *n)
 {
 	char topic[TOPIC_MAX];
+	const char *t;
+	bool ruled;
 
 	n->events = ev;
 	if (!ev)
 		return;
-	topic_of(ev, n->name, n->model, topic, sizeof(topic));
+	t = topic_template_for(ev->cfg.topic, ev->cfg.ns_topics, ev->cfg.nns_topics, n->name,
+			       &ruled);
+	if (topic_expand(t, ev->host, n->name, n->model, topic, sizeof(topic)) < 0) {
+		log_error("namespace '%s': its KV events topic from '%s' is longer than %u "
+			  "bytes; it publishes none (shorten the template or the model name)",
+			  n->name, t, TOPIC_MAX - 1);
+		n->events = NULL;
+		return;
+	}
 	n->ev_topic = strdup(topic);
 	if (!n->ev_topic) {
 		log_error("namespace '%s': out of memory for its KV events topic; it "
@@ -322,31 +297,9 @@ void events_ns_open(struct events *ev, struct ns *n)
 		n->events = NULL;
 		return;
 	}
+	log_info("namespace '%s': KV events on topic '%s'%s", n->name, topic,
+		 ruled ? " (kv-events-ns-topic)" : "");
 	prefix_set_sink(n->idx, ev_moved, n);
-}
-
-/* same_owner() - a and b made namespaces as the same owner: the same
- * uid, or both the operator (root or the daemon's user). */
-static bool same_owner(uid_t a, uid_t b)
-{
-	return a == b || ((a == 0 || a == geteuid()) && (b == 0 || b == geteuid()));
-}
-
-const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
-				    const char *name, const char *model, uid_t creator)
-{
-	char topic[TOPIC_MAX];
-	uint32_t i;
-
-	if (!ev)
-		return NULL;
-	topic_of(ev, name, model, topic, sizeof(topic));
-	for (i = 0; i < t->count; i++)
-		if (t->ns[i]->events && !same_owner(t->ns[i]->creator, creator) &&
-		    strcmp(t->ns[i]->name, name) &&	/* not the one it replaces */
-		    !strcmp(t->ns[i]->ev_topic, topic))
-			return t->ns[i];
-	return NULL;
 }
 
 static void add_cleared(struct events *ev, const struct ns *n)
@@ -474,6 +427,12 @@ int events_start(struct events **out, const struct events_config *cfg, char *err
 		snprintf(err, errlen, "--kv-events: cannot make an eventfd: %s", strerror(-rc));
 		goto out_free;
 	}
+	if (topic_template_check(cfg->topic, err, errlen) < 0 ||
+	    topic_rules_check(cfg->topic, cfg->ns_topics, cfg->nns_topics, ev->host, err,
+			      errlen) < 0) {
+		rc = -EINVAL;
+		goto out_free;
+	}
 	rc = events_pub_start(ev, err, errlen);
 	if (rc < 0)
 		goto out_free;
@@ -543,17 +502,6 @@ void events_ns_open(struct events *ev, struct ns *n)
 {
 	(void)ev;
 	n->events = NULL;
-}
-
-const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
-				    const char *name, const char *model, uid_t creator)
-{
-	(void)ev;
-	(void)t;
-	(void)name;
-	(void)model;
-	(void)creator;
-	return NULL;
 }
 
 void events_ns_gone(struct events *ev, struct ns *n, const struct ns_table *t)

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 
 #include "kvpool_wire.h"
+#include "daemon/observe/topic.h"
 
 struct loop;
 struct ns;
@@ -46,7 +47,9 @@ struct events;
 struct events_config {
 	const char *endpoint;	/* PUB: tcp://ADDR:PORT or ipc://PATH */
 	const char *replay;	/* ROUTER, or "" for none */
-	const char *topic;	/* template: {host}, {model}, {ns} */
+	const char *topic;	/* template: {host}, {model}, {ns} (topic.h) */
+	const char (*ns_topics)[TOPIC_RULE_MAX];	/* --kv-events-ns-topic rules */
+	unsigned nns_topics;
 	unsigned format;	/* EVENTS_FORMAT_* */
 	unsigned hashes;	/* EVENTS_HASH_* */
 	uint64_t queue_bytes;	/* queued, and kept for replay, at most each */
@@ -61,30 +64,20 @@ struct events_config {
 bool events_built(void);
 
 /*
- * events_start() - bind the sockets and start the publisher thread.
- * Returns 0 and *out, or -errno with the reason (the endpoint, and what
- * to do) in err.
+ * events_start() - check the topic templates (topic.h), bind the sockets
+ * and start the publisher thread. Returns 0 and *out, or -errno with the
+ * reason (the template or endpoint, and what to do) in err.
  */
 int events_start(struct events **out, const struct events_config *cfg, char *err,
 		 size_t errlen);
 
 /*
  * events_ns_open() - namespace n publishes its events through ev (NULL:
- * events are off): its topic is made from the template, and its index
+ * events are off): its topic is made from its template (its
+ * --kv-events-ns-topic rule's, else --kv-events-topic), and its index
  * reports to ev from now on (call before its first entry).
  */
 void events_ns_open(struct events *ev, struct ns *n);
-
-/*
- * events_topic_owner() - a namespace named name, of model, made by
- * creator, would publish on the topic of another namespace that someone
- * else made: that namespace (so that the caller refuses to make it: one
- * namespace may not speak for another), else NULL (also without events).
- * Root and the daemon's user count as one: the operator (namespaces a
- * restart brings back are the daemon's).
- */
-const struct ns *events_topic_owner(const struct events *ev, const struct ns_table *t,
-				    const char *name, const char *model, uid_t creator);
 
 /*
  * events_ns_gone() - n is about to be dropped with everything it holds:

@@ -16,7 +16,7 @@
 #include "daemon/observe/events.h"
 #include "daemon/serve/loop.h"
 
-#define TOPIC_MAX	512u
+#define TOPIC_MAX	2048u
 
 enum ev_kind { EV_NONE = 0, EV_STORED, EV_REMOVED, EV_CLEARED };
 

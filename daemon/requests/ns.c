@@ -588,7 +588,6 @@ static int may_create(const struct ns_table *t, const struct ns_config *k,
 		      size_t errlen)
 {
 	const char *name = h->ns;
-	const struct ns *o;
 	uint32_t i, mine = 0;
 
 	if (!j->may_create) {
@@ -604,15 +603,6 @@ static int may_create(const struct ns_table *t, const struct ns_config *k,
 			 "drop) or ask the daemon's admin to raise it", name,
 			 (unsigned)j->uid, mine, k->max_per_uid);
 		return -KVP_S_LIMIT;
-	}
-	o = events_topic_owner(k->events, t, name, h->model, j->uid);
-	if (o) {
-		snprintf(err, errlen, "cannot create namespace '%s': its KV events topic "
-			 "would be that of namespace '%s', which another user made, and one "
-			 "namespace may not publish for another; use a model identity of "
-			 "your own, or ask the daemon's admin for a topic with {ns} "
-			 "(--kv-events-topic)", name, o->name);
-		return -KVP_S_PERM;
 	}
 	return 0;
 }

@@ -669,6 +669,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 		struct events_config ec = {
 			.endpoint = o->kv_events, .replay = o->kv_events_replay,
 			.topic = o->kv_events_topic, .format = o->kv_events_format,
+			.ns_topics = o->ns_topic, .nns_topics = o->nns_topic,
 			.hashes = o->kv_events_hashes, .queue_bytes = o->kv_events_queue,
 			.replay_batches = o->kv_events_replay_batches,
 			.pool_medium = be->ops->kind == KVP_BACKEND_CUDA ? "GPU" : "CPU",

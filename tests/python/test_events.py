@@ -242,7 +242,7 @@ def test_events_tiers_exact(tmp_path):
             ("stored", "CPU", h[2], h[1], t[2]),
         ]
         n = len(batches)
-        assert {tp for tp, _ in batches} == {b"kv@%s@test/python" % os.uname()[1].encode()}
+        assert {tp for tp, _ in batches} == {b"kv@%s|ev@test/python" % os.uname()[1].encode()}
         assert sub.live, "no batch came on the PUB socket"
         # replay from N: exactly the batches from N on, byte for byte
         for k in range(n + 1):
@@ -256,8 +256,9 @@ def test_events_tiers_exact(tmp_path):
 def test_events_drop_and_clear(tmp_path):
     """Without tiers an eviction drops blocks: BlockRemoved. Dropping a
     namespace: AllBlocksCleared on its topic, or BlockRemoved of its
-    blocks when another namespace shares the topic (the same model)."""
-    ctx, pub, rep = start(tmp_path)
+    blocks when another namespace shares the topic (the admin's rule gives
+    both vLLM's kv@HOST@MODEL)."""
+    ctx, pub, rep = start(tmp_path, "--kv-events-ns-topic", "one,two kv@{host}@{model}")
     with ctx as d:
         sub = Sub(pub, rep)
         toks = list(range(7, 7 + 2 * BT))
@@ -349,7 +350,7 @@ def test_events_hashes_as_vllm_sends_them(tmp_path, scheme, digest):
 
 def test_events_topic_template(tmp_path):
     """{host}, {model} (a connector's engine word skipped) and {ns}."""
-    ctx, pub, rep = start(tmp_path, "--kv-events-topic", "kvpool@{host}@{model}@{ns}")
+    ctx, pub, rep = start(tmp_path, "--kv-events-topic", "kvpool@{host}@{model}@{ns}|")
     geo = kvpool.Geometry(GEO.layers, GEO.kv_heads, GEO.head_dim, GEO.block_tokens, GEO.dtype,
                           "vllm org/Model-8B float16 sha256 b16 tp0/1")
     with ctx as d:
@@ -361,7 +362,7 @@ def test_events_topic_template(tmp_path):
         wait_batches(d, 1)
         topic, payload = sub.collect(0)[0]
         sub.close()
-    assert topic == ("kvpool@%s@org/Model-8B@vllm.Model-8B.abc" % os.uname()[1]).encode()
+    assert topic == ("kvpool@%s@org/Model-8B@vllm.Model-8B.abc|" % os.uname()[1]).encode()
     # published without token ids: the event says so with an empty list
     assert decode(payload)[1][0]["token_ids"] == []
 
