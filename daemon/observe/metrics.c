@@ -7,9 +7,18 @@
  * text, swaps it in and bumps `gen`; the scrape, waiting on the condition
  * (at most METRICS_WAIT_MS, then it serves the last text), copies it out.
  * Scrapes that come together share one rendering.
+ *
+ * The HTTP thread is kvpoold's (serve()): it runs libmicrohttpd on its
+ * epoll descriptor and, between runs, closes connections past their
+ * deadline, which libmicrohttpd's idle timeout alone never would for a
+ * client that sends a byte a second. Who may connect, and how many, is
+ * accept_ok()'s.
  */
 #include <errno.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -33,13 +42,39 @@
 #include <microhttpd.h>
 
 #define METRICS_WAIT_MS 2000
-/* A scrape takes milliseconds: connections are few, short and per host,
- * so that idle or slow connections from one host cannot take every slot
- * and blind the alerts of the others. */
+/* A scrape takes milliseconds: connections are few, short and per source,
+ * so that idle or slow connections from one place cannot take every slot
+ * and blind the alerts of the others. A source is the whole of loopback
+ * (127.0.0.0/8, ::1: every local user shares it, from any of its
+ * addresses), one IPv4 address, or one IPv6 /64 (what one host has). */
 #define METRICS_CONNS		64u	/* connections in all */
-#define METRICS_CONNS_PER_IP	4u	/* from one address (Prometheus: 1 each) */
+#define METRICS_CONNS_PER_SRC	4u	/* from one source (Prometheus: 1 each) */
 #define METRICS_IDLE_S		3u	/* a connection silent this long is closed */
+#define METRICS_DEADLINE_S	5u	/* a request and its reply, whole, within */
+#define METRICS_SWEEP_MS	250	/* how often deadlines are looked at */
 #define METRICS_SAY_EVERY_S	60u	/* libmicrohttpd's errors: a line a minute */
+
+/* Where a connection comes from, as the limits count it: kind 0 for
+ * loopback (the address all zero), 4 an IPv4 address, 6 an IPv6 /64. */
+struct msrc {
+	uint8_t kind;
+	uint8_t addr[8];
+};
+
+/* A connection libmicrohttpd holds (its socket context), from its start
+ * to its close, on the thread that runs libmicrohttpd. */
+struct mconn {
+	struct mconn *prev, *next;
+	struct msrc src;
+	int fd;
+	uint64_t deadline_ns;	/* the request under way must be answered by */
+};
+
+/* What is logged a line a minute at most: when last, and what was not. */
+struct said {
+	uint64_t ns;
+	unsigned unsaid;
+};
 
 struct metrics {
 	struct loop *loop;
@@ -50,14 +85,23 @@ struct metrics {
 	struct loop_op read_op, cancel_op;
 	bool reading;
 
+	/* the HTTP thread's: libmicrohttpd run on its epoll fd, the
+	 * connections it holds, and their deadlines */
+	pthread_t thread;
+	bool thread_started;
+	int stopfd;		/* written to stop the thread */
+	struct mconn *conns;
+	unsigned nconns;
+
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	char *text;		/* the last snapshot, or NULL */
 	size_t len;
 	uint64_t asked, gen;	/* snapshots asked for, and the one text is */
 	bool stopping;
-	uint64_t said_ns;	/* libmicrohttpd's last error logged */
-	unsigned unsaid;	/* its errors since, not logged */
+	struct said said_mhd;	/* libmicrohttpd's errors */
+	struct said said_refused;	/* connections refused over the limits */
+	struct said said_cut;	/* connections closed at their deadline */
 };
 
 bool metrics_built(void)
@@ -68,30 +112,229 @@ bool metrics_built(void)
 static void metrics_post(struct metrics *m);
 
 /*
- * mhd_log() - libmicrohttpd's errors (a refused connection, a timeout)
- * go to the daemon's log, one line a minute at most with a count of the
- * others: a flood of connections must not flood the log too.
+ * vsay() - one line for the log at most every METRICS_SAY_EVERY_S of
+ * kind *k, with a count of the others: a flood of connections must not
+ * flood the log too. Any thread.
  */
-static void mhd_log(void *arg, const char *fmt, va_list ap)
+static void vsay(struct metrics *m, struct said *k, const char *fmt, va_list ap)
 {
-	struct metrics *m = arg;
 	char line[256];
 	unsigned unsaid;
 
 	pthread_mutex_lock(&m->mu);
-	if (!log_every(&m->said_ns, METRICS_SAY_EVERY_S)) {
-		m->unsaid++;
+	if (!log_every(&k->ns, METRICS_SAY_EVERY_S)) {
+		k->unsaid++;
 		pthread_mutex_unlock(&m->mu);
 		return;
 	}
-	unsaid = m->unsaid;
-	m->unsaid = 0;
+	unsaid = k->unsaid;
+	k->unsaid = 0;
 	pthread_mutex_unlock(&m->mu);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
 	log_warn("metrics: %s (%u more such in the last minute not logged; at most %u "
-		 "connections, %u from one address, closed after %u s idle)", line, unsaid,
-		 METRICS_CONNS, METRICS_CONNS_PER_IP, METRICS_IDLE_S);
+		 "connections, %u from one source (all of loopback is one), each request "
+		 "answered within %u s, closed after %u s idle)", line, unsaid, METRICS_CONNS,
+		 METRICS_CONNS_PER_SRC, METRICS_DEADLINE_S, METRICS_IDLE_S);
+}
+
+/* mhd_log() - libmicrohttpd's errors (a refused connection, a timeout). */
+static void mhd_log(void *arg, const char *fmt, va_list ap)
+{
+	struct metrics *m = arg;
+
+	vsay(m, &m->said_mhd, fmt, ap);
+}
+
+/* say() - what kvpoold itself refuses or cuts, a line a minute of each. */
+static void say(struct metrics *m, struct said *k, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void say(struct metrics *m, struct said *k, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsay(m, k, fmt, ap);
+	va_end(ap);
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* source_of() - the source address sa counts as (see struct msrc). */
+static void source_of(const struct sockaddr *sa, struct msrc *s)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t one[16] = { [15] = 1 };
+	const uint8_t *v4 = NULL, *v6;
+
+	memset(s, 0, sizeof(*s));
+	if (sa->sa_family == AF_INET) {
+		v4 = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+	} else if (sa->sa_family == AF_INET6) {
+		v6 = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+		if (!memcmp(v6, mapped, sizeof(mapped)))
+			v4 = v6 + 12;
+		else if (memcmp(v6, one, sizeof(one))) {
+			s->kind = 6;
+			memcpy(s->addr, v6, 8);
+		}
+	}
+	if (v4 && v4[0] != 127) {
+		s->kind = 4;
+		memcpy(s->addr, v4, 4);
+	}
+}
+
+/* source_text() - s for the log. */
+static const char *source_text(const struct msrc *s, char *buf, size_t len)
+{
+	uint8_t a[16] = { 0 };
+
+	if (s->kind == 0)
+		return "loopback";
+	memcpy(a, s->addr, s->kind == 4 ? 4 : 8);
+	inet_ntop(s->kind == 4 ? AF_INET : AF_INET6, a, buf, (socklen_t)len);
+	if (s->kind == 6)
+		strncat(buf, "/64", len - strlen(buf) - 1);
+	return buf;
+}
+
+/*
+ * accept_ok() - libmicrohttpd's accept policy: a connection is taken while
+ * fewer than METRICS_CONNS are open and fewer than METRICS_CONNS_PER_SRC
+ * from its source. Since all of loopback is one source, local users
+ * together hold a few slots at most, and the others stay for the
+ * scrapers elsewhere.
+ */
+static enum MHD_Result accept_ok(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+	struct metrics *m = cls;
+	unsigned same = 0;
+	struct mconn *c;
+	struct msrc s;
+	char b[64];
+
+	(void)len;
+	source_of(addr, &s);
+	for (c = m->conns; c; c = c->next)
+		same += !memcmp(&c->src, &s, sizeof(s));
+	if (m->nconns < METRICS_CONNS && same < METRICS_CONNS_PER_SRC)
+		return MHD_YES;
+	say(m, &m->said_refused, "refused a connection from %s: %u of %u from there, %u of %u in all",
+	    source_text(&s, b, sizeof(b)), same, METRICS_CONNS_PER_SRC, m->nconns, METRICS_CONNS);
+	return MHD_NO;
+}
+
+/* notify_conn() - a connection starts (it is counted, with the deadline of
+ * its first request) or ends. */
+static void notify_conn(void *cls, struct MHD_Connection *conn, void **ctx,
+			enum MHD_ConnectionNotificationCode toe)
+{
+	struct metrics *m = cls;
+	struct mconn *c = *ctx;
+	const union MHD_ConnectionInfo *fd, *addr;
+
+	if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+		fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+		c = fd && addr ? calloc(1, sizeof(*c)) : NULL;
+		*ctx = c;
+		if (!c)
+			return;	/* not counted: libmicrohttpd's own limit holds */
+		source_of(addr->client_addr, &c->src);
+		c->fd = fd->connect_fd;
+		c->deadline_ns = now_ns() + METRICS_DEADLINE_S * 1000000000ull;
+		c->next = m->conns;
+		if (m->conns)
+			m->conns->prev = c;
+		m->conns = c;
+		m->nconns++;
+		return;
+	}
+	if (!c)
+		return;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		m->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	m->nconns--;
+	free(c);
+	*ctx = NULL;
+}
+
+/* request_done() - a reply went out: the connection's next request has a
+ * deadline of its own. */
+static void request_done(void *cls, struct MHD_Connection *conn, void **state,
+			 enum MHD_RequestTerminationCode toe)
+{
+	const union MHD_ConnectionInfo *i =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct mconn *c = i ? i->socket_context : NULL;
+
+	(void)cls;
+	(void)state;
+	(void)toe;
+	if (c)
+		c->deadline_ns = now_ns() + METRICS_DEADLINE_S * 1000000000ull;
+}
+
+/*
+ * sweep() - a connection past its deadline (a request that crawls in a
+ * byte a second, a reply read as slowly) is shut down; libmicrohttpd
+ * sees it end and closes it. On the HTTP thread, between runs, so the
+ * descriptor is still the connection's.
+ */
+static void sweep(struct metrics *m)
+{
+	uint64_t now = now_ns();
+	const char *one = NULL;
+	unsigned cut = 0;
+	struct mconn *c;
+	char b[64];
+
+	for (c = m->conns; c; c = c->next) {
+		if (now < c->deadline_ns)
+			continue;
+		shutdown(c->fd, SHUT_RDWR);
+		c->deadline_ns = UINT64_MAX;
+		if (!cut++)
+			one = source_text(&c->src, b, sizeof(b));
+	}
+	if (cut)
+		say(m, &m->said_cut, "closed %u connections that sent no whole request and "
+		    "read no whole reply within %u s (one from %s)", cut, METRICS_DEADLINE_S,
+		    one);
+}
+
+/* serve() - the HTTP thread: libmicrohttpd on its epoll descriptor, and
+ * the deadlines, until stopfd is written. */
+static void *serve(void *arg)
+{
+	struct metrics *m = arg;
+	const union MHD_DaemonInfo *i = MHD_get_daemon_info(m->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	struct pollfd p[2] = { { .fd = i ? i->epoll_fd : -1, .events = POLLIN },
+			       { .fd = m->stopfd, .events = POLLIN } };
+	MHD_UNSIGNED_LONG_LONG to;
+	int ms;
+
+	while (!(p[1].revents & POLLIN)) {
+		ms = METRICS_SWEEP_MS;
+		if (MHD_get_timeout(m->mhd, &to) == MHD_YES && to < (MHD_UNSIGNED_LONG_LONG)ms)
+			ms = (int)to;
+		if (poll(p, 2, ms) < 0 && errno != EINTR)
+			break;
+		MHD_run(m->mhd);
+		sweep(m);
+	}
+	return NULL;
 }
 
 /* metrics_render() - the loop's side: STATS as text, swapped in. */
@@ -318,7 +561,7 @@ int metrics_start(struct metrics **out, const char *listen, struct loop *l, stru
 	}
 	m->loop = l;
 	m->srv = s;
-	m->efd = m->lfd = -1;
+	m->efd = m->lfd = m->stopfd = -1;
 	m->read_op.done = metrics_read_done;
 	m->cancel_op.done = cancel_done;
 	pthread_mutex_init(&m->mu, NULL);
@@ -340,12 +583,15 @@ int metrics_start(struct metrics **out, const char *listen, struct loop *l, stru
 		return rc;
 	}
 	metrics_render(m);	/* a first snapshot, before any scrape */
-	m->mhd = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
-				  NULL, handle, m, MHD_OPTION_LISTEN_SOCKET, m->lfd,
-				  MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNS,
-				  MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_CONNS_PER_IP,
+	m->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	m->mhd = m->stopfd < 0 ? NULL :
+		 MHD_start_daemon(MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0, accept_ok, m, handle, m,
+				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m,
+				  MHD_OPTION_LISTEN_SOCKET, m->lfd,
+				  MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNS + 1,
 				  MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_S,
-				  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, m, MHD_OPTION_END);
+				  MHD_OPTION_NOTIFY_CONNECTION, notify_conn, m,
+				  MHD_OPTION_NOTIFY_COMPLETED, request_done, m, MHD_OPTION_END);
 	if (!m->mhd) {
 		snprintf(err, errlen, "--metrics-listen: libmicrohttpd would not start on %s",
 			 listen);
@@ -353,6 +599,12 @@ int metrics_start(struct metrics **out, const char *listen, struct loop *l, stru
 		return -EIO;
 	}
 	m->lfd = -1;	/* libmicrohttpd's now */
+	if (pthread_create(&m->thread, NULL, serve, m) != 0) {
+		snprintf(err, errlen, "--metrics-listen: cannot start its thread");
+		metrics_free(m);
+		return -EAGAIN;
+	}
+	m->thread_started = true;
 	metrics_post(m);
 	log_info("metrics: Prometheus text at http://%s/metrics", where);
 	*out = m;
@@ -373,10 +625,18 @@ void metrics_stop(struct metrics *m)
 
 void metrics_free(struct metrics *m)
 {
+	uint64_t one = 1;
+
 	if (!m)
 		return;
+	if (m->thread_started) {
+		(void)!write(m->stopfd, &one, sizeof(one));
+		pthread_join(m->thread, NULL);
+	}
 	if (m->mhd)
 		MHD_stop_daemon(m->mhd);	/* closes the listening socket */
+	if (m->stopfd >= 0)
+		close(m->stopfd);
 	if (m->lfd >= 0)
 		close(m->lfd);
 	if (m->efd >= 0)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * metrics.h - kvpoold's Prometheus endpoint (--metrics-listen): GET
- * /metrics over HTTP, answered by libmicrohttpd's own thread with the
- * text `kvpool metrics` prints (client/stats_text.c). The text is a
+ * /metrics over HTTP, answered by a thread of its own that runs
+ * libmicrohttpd, with the text `kvpool metrics` prints (client/stats_text.c). The text is a
  * snapshot the event loop renders when a scrape asks for one (an eventfd
  * the loop reads), so that a scrape never blocks the loop and the loop
  * never waits for a scraper: they share a pointer swap under a mutex,
