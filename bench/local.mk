@@ -7,7 +7,7 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
-	bench/list bench/remote bench/seal bench/nschurn bench/slabs
+	bench/list bench/remote bench/seal bench/nschurn bench/slabs bench/prep
 bench_pyref_SOURCES = bench/pyref.c
 bench_pyref_LDADD = client/libkvpool.la
 bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -66,6 +66,11 @@ bench_list_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_nschurn_SOURCES = bench/nschurn.c bench/opt.c bench/opt.h
 bench_nschurn_LDADD = client/libkvpool.la
 bench_nschurn_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/prep: root's new namespace alone and behind another user's 16
+# queued tier files (run as root); bench/run-prep.sh starts its daemon.
+bench_prep_SOURCES = bench/prep.c bench/opt.c bench/opt.h
+bench_prep_LDADD = client/libkvpool.la
+bench_prep_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/slabs: leasing and first writing every page of a host pool with
 # and without --prefault, beside plain memfds; bench/run-slabs.sh starts
 # its daemons.
@@ -87,6 +92,7 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
+	bench/run-prep.sh \
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
@@ -163,6 +169,12 @@ BENCH_STALL_RUN = $(SHELL) $(top_srcdir)/bench/run-stall.sh \
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
+# run-prep.sh: root's new namespace (128 MiB tier file) alone and behind
+# nobody's 16 (a minute; needs root; PREP_REF=DIR runs DIR's kvpoold too,
+# SPILL_DIR=... picks the directory). `make bench-prep` runs it alone.
+BENCH_PREP_RUN = $(SHELL) $(top_srcdir)/bench/run-prep.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${PREP_REF:+--ref "$$PREP_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
 # run-slabs.sh: making a 1 GiB host pool's slabs with and without
 # --prefault, beside plain memfds (seconds). `make bench-slabs` runs it alone.
 BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
@@ -173,11 +185,12 @@ BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
 BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-slabs bench-ttft \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-slabs bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
-		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/slabs$(EXEEXT) bench/remote$(EXEEXT) \
+		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/prep$(EXEEXT) bench/slabs$(EXEEXT) \
+		bench/remote$(EXEEXT) \
 		daemon/kvpoold$(EXEEXT) client/kvpool$(EXEEXT) examples/kvpool-model-server$(EXEEXT)
 	bench/keys$(EXEEXT) --python $${PYTHON:-/usr/bin/python3} \
 		$${VLLM:+--vllm "$$VLLM"} --output $(abs_top_srcdir)/BENCHMARKS.md
@@ -190,6 +203,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_SERVE_RUN)
 	$(BENCH_LIST_RUN)
 	$(BENCH_NSCHURN_RUN)
+	$(BENCH_PREP_RUN)
 	$(BENCH_SLABS_RUN)
 	$(BENCH_PYTHON_RUN)
 	$(BENCH_CONNECTORS_RUN)
@@ -215,6 +229,9 @@ bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-nschurn: bench/nschurn$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_NSCHURN_RUN)
+
+bench-prep: bench/prep$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_PREP_RUN)
 
 bench-slabs: bench/slabs$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_SLABS_RUN)

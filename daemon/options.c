@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kvpool_wire.h"
 #include "client/size.h"
@@ -152,6 +154,10 @@ static const struct opt_def opt_table[] = {
 	  "DIR", "spill cold pages to a file per namespace in DIR (NVMe)", NULL },
 	{ "spill-size", 0, OPT_SIZE, OFF(spill_size), 0, 1u << 20, 1ull << 50,
 	  "SIZE", "bytes of spill file per namespace (default 1G)", NULL },
+	{ "max-spill-per-uid", 0, OPT_SIZE, OFF(max_spill_per_uid), 0, 0, 1ull << 50,
+	  "SIZE", "the most disk the tier files of one user's namespaces hold (each "
+	  "--spill-size); root and the daemon's user are not counted (default 0: no "
+	  "bound but --max-namespaces-per-uid)", NULL },
 	{ "save-on-stop", 0, OPT_UINT, OFF(save_on_stop), 0, 0, 3600,
 	  "SECONDS", "a clean stop writes the cached pool and host tier pages to the "
 	  "spill files for at most SECONDS (default 5; 0: not at all)", NULL },
@@ -568,6 +574,86 @@ static bool others_read(const char *path)
 	return stat(path, &st) == 0 && (st.st_mode & S_IROTH);
 }
 
+/* owner_ok() - uid is root or kvpoold's own user. */
+static bool owner_ok(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
+/* secret_dir_ok() - the directory of path (dir, written into buf) is one
+ * only root or kvpoold's user can change. */
+static int secret_dir_ok(const char *what, const char *path, char *err, size_t errlen)
+{
+	char dir[OPTIONS_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash == path ? 1 : slash - path), path);
+	if (stat(dir, &st) < 0) {
+		snprintf(err, errlen, "--%s %s: its directory %s: %s", what, path, dir,
+			 strerror(errno));
+		return -errno;
+	}
+	if (!owner_ok(st.st_uid)) {
+		snprintf(err, errlen, "--%s %s: its directory %s is owned by uid %u, who could "
+			 "put a key of their own in its place; keep secrets in a directory of "
+			 "root or kvpoold's user (chown root: %s)", what, path, dir,
+			 (unsigned)st.st_uid, dir);
+		return -EPERM;
+	}
+	if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX)) {
+		snprintf(err, errlen, "--%s %s: its directory %s may be written by others "
+			 "(mode %04o), who could put a file of their own in its place; chmod "
+			 "go-w %s", what, path, dir, (unsigned)(st.st_mode & 07777), dir);
+		return -EPERM;
+	}
+	return 0;
+}
+
+int options_secret_open(const char *what, const char *path, char *err, size_t errlen)
+{
+	char real[OPTIONS_PATH_MAX];
+	struct stat st;
+	int fd, rc;
+
+	rc = secret_dir_ok(what, path, err, errlen);
+	if (rc == 0 && realpath(path, real) && strcmp(real, path))
+		rc = secret_dir_ok(what, real, err, errlen);
+	if (rc < 0)
+		return rc;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "--%s %s: %s", what, path, strerror(-rc));
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "--%s %s: not a regular file", what, path);
+		rc = -EINVAL;
+	} else if (!owner_ok(st.st_uid)) {
+		snprintf(err, errlen, "--%s %s is owned by uid %u, who could change it to a "
+			 "secret they know; chown root: %s", what, path, (unsigned)st.st_uid,
+			 path);
+		rc = -EPERM;
+	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen, "--%s %s may be written by %s (mode %04o), who could "
+			 "change it to a secret they know; chmod go-w %s", what, path,
+			 st.st_mode & S_IWOTH ? "every user" : "its group",
+			 (unsigned)(st.st_mode & 07777), path);
+		rc = -EPERM;
+	}
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 /* url_has_password() - a --remote URL with PASSWORD@ in it. */
 static bool url_has_password(const char *url)
 {
@@ -587,16 +673,21 @@ static int options_secrets(struct options *o, bool argv_salt, bool argv_url, cha
 	if (o->key_salt_file[0]) {
 		FILE *f;
 		char line[sizeof(o->key_salt) + 2];
+		int fd;
 
 		if (o->key_salt[0]) {
 			snprintf(err, errlen, "give the key salt once: --key-salt or "
 				 "--key-salt-file, not both");
 			return -EINVAL;
 		}
-		f = fopen(o->key_salt_file, "re");
+		fd = options_secret_open("key-salt-file", o->key_salt_file, err, errlen);
+		if (fd < 0)
+			return -EINVAL;
+		f = fdopen(fd, "r");
 		if (!f) {
 			snprintf(err, errlen, "--key-salt-file %s: %s", o->key_salt_file,
 				 strerror(errno));
+			close(fd);
 			return -EINVAL;
 		}
 		if (!fgets(line, sizeof(line), f)) {

@@ -87,6 +87,9 @@ struct options {
 	uint64_t spill_rate;		/* bytes/s of spill writes; 0: no cap */
 	char spill_dir[OPTIONS_PATH_MAX];	/* "" : no NVMe tier */
 	uint64_t spill_size;		/* bytes of tier file per namespace */
+	uint64_t max_spill_per_uid;	/* bytes of tier files one uid's namespaces
+					 * hold (root and the daemon's user: any);
+					 * 0: no bound but --max-namespaces-per-uid */
 	uint64_t host_tier_size;	/* bytes of host tier per namespace; 0: none */
 	bool spill_discard;		/* cold start: ignore what the files hold */
 	bool prefault;			/* host: take a slab's memory when it is made */
@@ -138,6 +141,18 @@ int options_reload(const struct options *o, struct options *f, char *err, size_t
 
 /* options_access() - compile o's rules into rules[0..*n). */
 void options_access(const struct options *o, struct access_rule *rules, unsigned *n);
+
+/*
+ * options_secret_open() - open secret file path (what: the option's name,
+ * for messages) for reading, and check that no user but root and
+ * kvpoold's own may change it: a regular file owned by one of them that
+ * its group and others cannot write, in a directory (as written, and
+ * with links resolved) owned by one of them that its group and others
+ * cannot write unless it is sticky. Reading by others is the caller's to
+ * judge. Returns the descriptor, or -errno with err saying which file and
+ * the command that fixes it (nothing is opened then).
+ */
+int options_secret_open(const char *what, const char *path, char *err, size_t errlen);
 
 /* options_usage() - print --help text to stdout. */
 void options_usage(void);

@@ -13,6 +13,9 @@
 #                        processes of another uid, SIGHUP reloads
 #   tests/check_security integration: what a local user without rights
 #                        can do, tried by processes of another uid
+#   tests/check_tenants  integration: what one local user can do to
+#                        others, round two: tier-file preparations and
+#                        disk per user, secret files others may change
 #   tests/check_soak     16 random clients, one killed every 100 ms:
 #                        nothing leaks, no byte out of place
 #   tests/check_model    random steps against a reference model of pool,
@@ -45,12 +48,12 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model tests/check_systemd \
-	tests/check_events
+	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
+	tests/check_systemd tests/check_events
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_soak tests/check_model tests/check_systemd \
-	tests/check_events
+	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
+	tests/check_systemd tests/check_events
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -92,6 +95,10 @@ tests_check_access_SOURCES = tests/check_access.c \
 	tests/harness.c tests/harness.h
 tests_check_access_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_access_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_tenants_SOURCES = tests/check_tenants.c tests/harness.c tests/harness.h
+tests_check_tenants_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_check_tenants_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
 
 tests_check_security_SOURCES = tests/check_security.c \
 	tests/harness.c tests/harness.h

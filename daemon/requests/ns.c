@@ -18,6 +18,7 @@
 
 #include "kvpool.h"
 #include "client/keys.h"
+#include "client/size.h"
 #include "client/utf8.h"
 #include "client/wire.h"
 #include "daemon/log.h"
@@ -458,7 +459,8 @@ static int tier_start(struct ns_table *t, struct ns *n, const struct ns_config *
 	j->t = t;
 	j->k = k;
 	j->op.done = prep_done;
-	if (!wait && k->loop && k->wake && loop_work(k->loop, &j->op, prep_run) == 0) {
+	if (!wait && k->loop && k->wake && loop_work(k->loop, &j->op, prep_run,
+							  (uint32_t)n->creator) == 0) {
 		n->state = NS_PREPARING;
 		n->job = j;
 		return 0;
@@ -602,6 +604,19 @@ static int may_create(const struct ns_table *t, const struct ns_config *k,
 			 "namespaces, --max-namespaces-per-uid is %u; drop one (kvpool "
 			 "drop) or ask the daemon's admin to raise it", name,
 			 (unsigned)j->uid, mine, k->max_per_uid);
+		return -KVP_S_LIMIT;
+	}
+	if (!j->unlimited && k->spill_dir && k->spill_dir[0] && k->max_spill_per_uid &&
+	    (uint64_t)(mine + 1) * k->spill_bytes > k->max_spill_per_uid) {
+		char a[32], b[32], c[32];
+
+		snprintf(err, errlen, "cannot create namespace '%s': the tier files of uid "
+			 "%u's %u namespaces hold %s, and one more of %s (--spill-size) would "
+			 "pass --max-spill-per-uid %s; drop one (kvpool drop) or ask the "
+			 "daemon's admin to raise it", name, (unsigned)j->uid, mine,
+			 size_text((uint64_t)mine * k->spill_bytes, a, sizeof(a)),
+			 size_text(k->spill_bytes, b, sizeof(b)),
+			 size_text(k->max_spill_per_uid, c, sizeof(c)));
 		return -KVP_S_LIMIT;
 	}
 	return 0;
@@ -832,7 +847,7 @@ static void unlink_done(struct loop_op *op, int res)
  * thread; its stand-in (NS_GONE, on t->gone) holds the name meanwhile.
  * NULL when no thread can be had (the caller removes it itself). */
 static struct ns *gone_start(struct ns_table *t, const struct ns_config *k, const char *name,
-			     const char *path)
+			     const char *path, uid_t creator)
 {
 	struct ns_job *j = calloc(1, sizeof(*j));
 	struct ns *g = calloc(1, sizeof(*g));
@@ -847,7 +862,7 @@ static struct ns *gone_start(struct ns_table *t, const struct ns_config *k, cons
 	j->t = t;
 	j->k = k;
 	j->op.done = unlink_done;
-	if (loop_work(k->loop, &j->op, unlink_run) < 0)
+	if (loop_work(k->loop, &j->op, unlink_run, (uint32_t)creator) < 0)
 		goto out_free;
 	g->gone_next = t->gone;
 	t->gone = g;
@@ -863,6 +878,7 @@ int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struc
 {
 	struct spill_stats ss;
 	char path[4096], name[KVP_NAME_MAX];
+	uid_t creator;
 
 	*gone = NULL;
 	if (n->state == NS_PREPARING) {
@@ -887,6 +903,7 @@ int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struc
 		snprintf(path, sizeof(path), "%s", spill_path(n->tier));
 	}
 	memcpy(name, n->name, sizeof(name));
+	creator = n->creator;
 	/* told first, while the index is there (a failing destroy below is a
 	 * page still in use: not expected without clients) */
 	events_ns_gone(n->events, n, t);
@@ -895,7 +912,7 @@ int ns_drop(struct ns_table *t, struct pool *p, const struct ns_config *k, struc
 		return -EBUSY;
 	}
 	if (path[0]) {
-		*gone = gone_start(t, k, name, path);
+		*gone = gone_start(t, k, name, path, creator);
 		if (*gone) {
 			log_info("namespace '%s' dropped: its pages and slabs are gone; its "
 				 "tier file is being removed", name);

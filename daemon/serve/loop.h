@@ -135,14 +135,19 @@ int loop_cancel(struct loop *l, struct loop_op *op, struct loop_op *target);
  * fsync, reading a whole file's headers), which must never stall the
  * loop. fn may touch only what op's owner set aside for it, and nothing
  * the loop thread reads or writes until op->done runs; it must not log.
- * Jobs start in order of arrival. loop_fini() still runs the jobs queued
- * (a dropped namespace's unlink is not lost) but completes none: what
- * their fn made is for the owner to free. Returns 0, or -ENOMEM or
- * -EAGAIN (no thread could be started: the caller may run fn itself).
+ * Jobs are queued by whom they are for (who: a uid), each one's in order
+ * of arrival; the queues are served in turn, and at most
+ * LOOP_WORKERS_PER_WHO jobs of one who run at once, so that one user's
+ * many jobs never keep another's waiting behind them. loop_fini() still
+ * runs the jobs queued (a dropped namespace's unlink is not lost) but
+ * completes none: what their fn made is for the owner to free. Returns
+ * 0, or -ENOMEM or -EAGAIN (no thread could be started: the caller may
+ * run fn itself).
  */
 #define LOOP_WORKERS 4u
+#define LOOP_WORKERS_PER_WHO 2u
 typedef int (*loop_work_fn)(struct loop_op *op);
-int loop_work(struct loop *l, struct loop_op *op, loop_work_fn fn);
+int loop_work(struct loop *l, struct loop_op *op, loop_work_fn fn, uint32_t who);
 
 /* loop_work_turn() - for loop_run() and loop_turn(), after each turn: the
  * eventfd's poll is posted again if the ring could not take it before. */

@@ -64,18 +64,13 @@ static ssize_t read_key_file(const char *path, uint8_t *buf, size_t cap, char *e
 {
 	struct stat st;
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = options_secret_open("remote-key-file", path, err, errlen);
 
-	if (fd < 0 || fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "--remote-key-file %s: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	if (fd < 0)
 		return -EINVAL;
-	}
-	if (!S_ISREG(st.st_mode) || (st.st_mode & S_IROTH)) {
-		snprintf(err, errlen, "--remote-key-file %s: %s; chmod 600 it (or 640, "
-			 "group kvpool)", path, S_ISREG(st.st_mode) ? "other users can read "
-			 "the key" : "not a regular file");
+	if (fstat(fd, &st) < 0 || (st.st_mode & S_IROTH)) {
+		snprintf(err, errlen, "--remote-key-file %s: other users can read the key; "
+			 "chmod 600 it (or 640, group kvpool)", path);
 		close(fd);
 		return -EINVAL;
 	}
@@ -129,12 +124,18 @@ static int server_remote_open(struct server *s, const struct options *o, char *e
 	rc.key_len = (size_t)kl;
 	pw[0] = '\0';
 	if (o->remote_password_file[0]) {
-		f = fopen(o->remote_password_file, "re");
+		int fd = options_secret_open("remote-password-file", o->remote_password_file,
+					     err, errlen);
+
+		f = fd < 0 ? NULL : fdopen(fd, "r");
 		if (!f || !fgets(pw, sizeof(pw), f)) {
-			snprintf(err, errlen, "--remote-password-file %s: %s",
-				 o->remote_password_file, f ? "empty" : strerror(errno));
+			if (fd >= 0)
+				snprintf(err, errlen, "--remote-password-file %s: %s",
+					 o->remote_password_file, f ? "empty" : strerror(errno));
 			if (f)
 				fclose(f);
+			else if (fd >= 0)
+				close(fd);
 			explicit_bzero(key, sizeof(key));
 			return -EINVAL;
 		}
@@ -653,6 +654,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->keys.max_per_uid = (unsigned)o->max_ns_per_uid;
 	s->keys.spill_dir = o->spill_dir;
 	s->keys.spill_bytes = o->spill_size;
+	s->keys.max_spill_per_uid = o->max_spill_per_uid;
 	s->keys.host_bytes = o->host_tier_size;
 	s->keys.spill_discard = o->spill_discard;
 	s->keys.spill_rate = o->spill_rate;

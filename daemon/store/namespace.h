@@ -117,6 +117,8 @@ struct ns_config {
 	uint64_t host_bytes;	/* host tier per namespace; 0: none */
 	const char *spill_dir;	/* "" : no tier */
 	uint64_t spill_bytes;
+	uint64_t max_spill_per_uid;	/* bytes of tier files of one uid's
+					 * namespaces; 0: no bound */
 	uint64_t spill_rate;	/* bytes/s, 0: no cap */
 	bool spill_discard;
 	struct loop *loop;	/* for the tier's I/O */
