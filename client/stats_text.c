@@ -155,8 +155,8 @@ struct family {
 	{ "remote_skipped_total", "counter", \
 	  "GETs not sent: node down, --remote-max-inflight or --remote-rate (misses).", \
 	  R(skipped), 0, false }, \
-	{ "remote_puts_total", "counter", "SETs sent to the remote tier.", R(puts), 0, false }, \
-	{ "remote_put_errors_total", "counter", "SETs that failed.", R(put_errors), 0, false }, \
+	{ "remote_puts_total", "counter", "Pages sent to the remote tier, each once however often its SET went.", R(puts), 0, false }, \
+	{ "remote_put_errors_total", "counter", "Pages sent and never taken (given up).", R(put_errors), 0, false }, \
 	{ "remote_put_skipped_total", "counter", "SETs not sent: node down or a cap.", \
 	  R(put_skipped), 0, false }, \
 	{ "remote_received_bytes_total", "counter", "Bytes of values received.", \

@@ -472,8 +472,8 @@ struct kvp_wire_remote_stats {
 	uint64_t errors;	/* GETs lost to a dead node, a timeout or an error reply,
 				 * and connections dropped for breaking the protocol */
 	uint64_t skipped;	/* GETs not sent: node down, in-flight cap, rate cap */
-	uint64_t puts;		/* SETs sent */
-	uint64_t put_errors;	/* SETs that failed */
+	uint64_t puts;		/* pages sent, each once however often its SET went */
+	uint64_t put_errors;	/* pages sent and never taken (given up) */
 	uint64_t put_skipped;	/* SETs not sent: node down, caps */
 	uint64_t bytes_in;
 	uint64_t bytes_out;

@@ -72,6 +72,21 @@ static void turn_ms(uint64_t ms)
 	turn_until(NULL, ms);
 }
 
+/* settle_up() - turn the loop until every master r knows of answered (a
+ * node takes requests once it answered its PING), or ms passed. */
+static void settle_up(struct remote *r, uint64_t ms)
+{
+	uint64_t end = now_ms() + ms;
+	struct remote_stats st;
+
+	do {
+		remote_get_stats(r, &st);
+		if (st.nodes && st.nodes_up == st.nodes)
+			return;
+		loop_turn(&L, 10);
+	} while (now_ms() < end);
+}
+
 static struct remote *open_remote(const char *u, uint32_t timeout_ms)
 {
 	struct remote_config c = { .url = u, .timeout_ms = timeout_ms, .key = key_bytes,
@@ -81,6 +96,7 @@ static struct remote *open_remote(const char *u, uint32_t timeout_ms)
 	char err[512];
 
 	ck_assert_msg(remote_open(&r, &L, &c, &note, err, sizeof(err)) == 0, "%s", err);
+	settle_up(r, 1000);
 	return r;
 }
 

@@ -39,6 +39,10 @@
 #                        tier: a tenant's pages are never another
 #                        namespace's hits, --remote-share, on the same
 #                        cluster; 77 (SKIP) without redis-server
+#   tests/check_remote_faults  the remote tier in kvpoold when the cluster
+#                        misbehaves: a node stopped with SIGSTOP, the
+#                        backlog's memory, SETs during a reshard; 77
+#                        (SKIP) without redis-server
 #   tests/check_hostile  the remote tier's client against a scripted fake
 #                        node (tests/fake_redis.c) that lies: replies
 #                        nobody asked for, redirects anywhere, host names,
@@ -148,6 +152,13 @@ tests_check_remote_tenants_SOURCES = tests/check_remote_tenants.c tests/redis_fi
 tests_check_remote_tenants_CPPFLAGS = $(tests_check_remote_CPPFLAGS)
 tests_check_remote_tenants_CFLAGS = $(tests_check_remote_CFLAGS)
 tests_check_remote_tenants_LDADD = $(tests_check_remote_LDADD)
+check_PROGRAMS += tests/check_remote_faults
+TESTS += tests/check_remote_faults
+tests_check_remote_faults_SOURCES = tests/check_remote_faults.c tests/redis_fixture.c \
+	tests/redis_fixture.h tests/harness.c tests/harness.h
+tests_check_remote_faults_CPPFLAGS = $(tests_check_remote_CPPFLAGS)
+tests_check_remote_faults_CFLAGS = $(tests_check_remote_CFLAGS)
+tests_check_remote_faults_LDADD = $(tests_check_remote_LDADD)
 check_PROGRAMS += tests/check_hostile
 TESTS += tests/check_hostile
 tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h

@@ -209,14 +209,30 @@ static int put_send(struct rnode *nd, struct rreq *q)
 
 	if (!node_takes(nd) || !rate_take(r, q->cmdlen))
 		return -EAGAIN;
-	if (rreq_send(nd, q, q->cmd, q->cmdlen, false) < 0) {
+	if (rreq_send(nd, q, q->cmd, q->cmdlen, q->asking) < 0) {
 		rate_give(r, q->cmdlen);
 		return -EAGAIN;
 	}
-	q->tries++;
-	r->st.puts++;
+	r->st.puts += !q->tries++;	/* a page, once: not each time it is sent */
 	r->st.bytes_out += RPAGE_HDR + q->bytes;
 	return 0;
+}
+
+bool rreq_redirected(struct rreq *q, struct rnode *to, bool ask)
+{
+	struct remote *r = q->r;
+
+	q->asking = ask;
+	if (ask) {	/* the map still names the old master: wait for this one */
+		if (to->wait_head || put_send(to, q) < 0) {
+			wait_push(&to->wait_head, &to->wait_tail, q);
+			remote_tick_arm(r);
+		}
+		return true;
+	}
+	put_wait(r, q);		/* MOVED: the map names its master now */
+	rreq_pump(to);
+	return true;
 }
 
 /* rreq_pump() - nd's waiting SETs go while it takes them. */
@@ -260,8 +276,10 @@ void rreq_reroute(struct remote *r)
 	unsigned i;
 
 	waits_take(r, &h, &t);
-	while ((q = wait_pop(&h, &t)))
+	while ((q = wait_pop(&h, &t))) {
+		q->asking = false;	/* the map says where it goes now */
 		put_wait(r, q);
+	}
 	for (i = 0; i < r->nnodes; i++)
 		if (r->nodes[i])
 			rreq_pump(r->nodes[i]);
@@ -348,11 +366,30 @@ static void rate_give(struct remote *r, uint64_t bytes)
 		r->tokens = r->tokens + bytes > r->c.max_rate ? r->c.max_rate : r->tokens + bytes;
 }
 
-/* node_takes() - nd can take a request now: connected or connecting, under
- * its in-flight cap (checked before the rate cap's tokens are taken). */
+/* node_takes() - nd can take a request now: up (it answered since it
+ * connected), under its in-flight cap, and its connection's output buffer
+ * under OBUF_MAX (checked before the rate cap's tokens are taken). */
 static bool node_takes(const struct rnode *nd)
 {
-	return nd && nd->ac && nd->state != RN_DOWN && nd->inflight < nd->r->c.max_inflight;
+	return nd && nd->ac && nd->state == RN_UP && nd->inflight < nd->r->c.max_inflight &&
+	       sdslen(nd->ac->c.obuf) < OBUF_MAX;
+}
+
+/* obuf_bytes() - the memory hiredis holds for commands not yet written to
+ * the nodes' sockets: each a copy of a SET the backlog keeps too. */
+static uint64_t obuf_bytes(const struct remote *r)
+{
+	const struct rnode *nd;
+	uint64_t b = 0;
+	unsigned i;
+
+	for (i = 0; i < r->nnodes; i++)
+		if (r->nodes[i] && r->nodes[i]->ac)
+			b += sdsalloc(r->nodes[i]->ac->c.obuf);
+	for (nd = r->retired; nd; nd = nd->next_retired)
+		if (nd->ac)
+			b += sdsalloc(nd->ac->c.obuf);
+	return b;
 }
 
 /*
@@ -365,7 +402,7 @@ int rreq_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
 	struct remote *r = nd->r;
 	int rc;
 
-	if (!nd->ac || nd->state == RN_DOWN || nd->inflight >= r->c.max_inflight)
+	if (!node_takes(nd))
 		return -EAGAIN;
 	if (asking)
 		redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
@@ -418,8 +455,8 @@ static struct rnode *route(struct remote *r, const struct rreq *q)
 	if (owner == RC_NONE)
 		return NULL;
 	nd = rnode_of(r, owner);
-	if (!nd || nd->state == RN_DOWN)
-		return NULL;	/* the tick reconnects it */
+	if (!nd || nd->state != RN_UP)
+		return NULL;	/* the tick reconnects it; a GET would wait for it */
 	return nd;
 }
 
@@ -498,7 +535,9 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 		free(q);
 		return -ENOMEM;
 	}
-	if (r->backlog + q->cmdlen > r->c.max_backlog) {
+	/* the bound is the memory: SETs held, and hiredis' copies of those it
+	 * could not write yet */
+	if (r->backlog + obuf_bytes(r) + q->cmdlen > r->c.max_backlog) {
 		free(q->cmd);
 		free(q);
 		r->st.put_skipped++;
@@ -524,6 +563,7 @@ bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 {
 	char rkey[RPAGE_KEY_LEN];
 	uint32_t sec = (uint32_t)(now_ns() / 1000000000u), h;
+	struct rtouch *t;
 	uint16_t o;
 	struct rnode *nd;
 	unsigned slot;
@@ -539,9 +579,15 @@ bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	nd = o == RC_NONE || o >= r->nnodes ? NULL : r->nodes[o];
 	if (!nd || !nd->ac || nd->state != RN_UP || nd->inflight >= r->c.max_inflight)
 		return false;
-	if (redisAsyncCommand(nd->ac, NULL, NULL, "TOUCH %b", rkey, (size_t)RPAGE_KEY_LEN) !=
-	    REDIS_OK)
+	t = calloc(1, sizeof(*t));	/* for its answer: an ASK is followed */
+	if (!t)
 		return false;
+	memcpy(t->rkey, rkey, sizeof(rkey));
+	if (redisAsyncCommand(nd->ac, rnode_touch_reply, t, "TOUCH %b", rkey,
+			      (size_t)RPAGE_KEY_LEN) != REDIS_OK) {
+		free(t);
+		return false;
+	}
 	r->touched[slot].tag = h;
 	r->touched[slot].sec = sec;
 	return false;
@@ -587,7 +633,7 @@ static void tick_done(struct loop_op *op, int res)
 			rnode_fail(nd, "did not answer in time (--remote-timeout)");
 		} else if (nd->state == RN_CONNECTING && now - nd->since_ns > limit) {
 			nd->timed_out = true;
-			rnode_fail(nd, "did not accept the connection in time");
+			rnode_fail(nd, "did not answer in time after connecting");
 		}
 		if (nd->state == RN_DOWN && master && i < nmap && master[i]) {
 			if (now >= nd->retry_ns)

@@ -34,11 +34,15 @@
 #define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
 #define SAY_EVERY_S	60u	/* a line that may flood is said once a minute */
 #define TOUCH_SLOTS	4096u	/* keys touched this second, remembered */
+#define OBUF_MAX	(1u << 20)	/* bytes a connection's output buffer takes
+					 * more commands at: a node that does not
+					 * read holds this much of our memory, not
+					 * every SET that waits for it */
 
 enum rnode_state {
 	RN_DOWN,		/* no connection; the next try at retry_at */
-	RN_CONNECTING,		/* connect (and AUTH) under way; requests queue */
-	RN_UP,			/* connected */
+	RN_CONNECTING,		/* connect, AUTH and PING under way; SETs wait */
+	RN_UP,			/* it answered: takes requests */
 };
 
 struct rnode;
@@ -63,8 +67,16 @@ struct rreq {
 	char *cmd;			/* SET: its RESP, kept until Redis answers */
 	size_t cmdlen;			/* (counted in the backlog) */
 	unsigned tries;			/* SET: sends so far */
+	bool asking;			/* SET: its next send goes after ASKING
+					 * (an ASK sent it to the node it waits for) */
 	unsigned errs;			/* SET: error replies so far */
 	uint64_t born_ns;		/* SET: when remote_put() took it */
+};
+
+/* A TOUCH on its way, for the redirect it may get (rnode_touch_reply()). */
+struct rtouch {
+	char rkey[RPAGE_KEY_LEN];
+	unsigned hops;
 };
 
 struct rnode {
@@ -81,6 +93,7 @@ struct rnode {
 	uint32_t backoff_ms;
 	bool timed_out;			/* it is being dropped for silence */
 	bool auth_refused;
+	bool hello_refused;		/* it answered the PING with an error */
 	bool was_up;			/* connected; for one log line per change */
 	bool lost;			/* was up, then lost: say so when it is back */
 	bool failed;			/* its last connect failed or it was lost */
@@ -159,6 +172,10 @@ void rnode_refused(struct remote *r, const struct rc_addr *a, const struct rnode
 /* rnode_got_reply() - hiredis' callback for every request: a GET's value, a SET's answer, a redirect, an error. */
 void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv);
 
+/* rnode_touch_reply() - a TOUCH's answer (priv: its struct rtouch, freed): an
+ * ASK or MOVED sends it once more, to that node, if it takes it now. */
+void rnode_touch_reply(redisAsyncContext *ac, void *reply, void *priv);
+
 /* --- rmap.c: the cluster's map and seeds ------------------------------- */
 
 /* rmap_is_seed() - a is one of the URL's seeds. */
@@ -198,6 +215,11 @@ void rreq_retry(struct rreq *q, const char *why);
 
 /* rreq_pump() - send the SETs waiting for nd while it takes more. */
 void rreq_pump(struct rnode *nd);
+
+/* rreq_redirected() - SET q was redirected to node to (ask: for this send
+ * alone, after ASKING; else MOVED, and the map says so now): it is sent
+ * there now, or waits for that node. True (it went on). */
+bool rreq_redirected(struct rreq *q, struct rnode *to, bool ask);
 
 /* rreq_reroute() - after a new map: every waiting SET to its slot's master. */
 void rreq_reroute(struct remote *r);

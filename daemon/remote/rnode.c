@@ -221,6 +221,52 @@ static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
 	rd->maxbuf = 0;		/* keep the buffer: every page needs it again */
 }
 
+/*
+ * node_up() - nd answered on its new connection: it is up, its back-off
+ * starts over, and the SETs that waited for it go. A connect alone is no
+ * proof: a stopped server (SIGSTOP) still completes TCP connects, and
+ * taking that for "back" once made the node flap between back and lost
+ * every few hundred milliseconds, re-sending its SETs into a socket
+ * nobody read.
+ */
+static void node_up(struct rnode *nd)
+{
+	nd->state = RN_UP;
+	nd->failed = false;
+	nd->backoff_ms = BACKOFF_MIN_MS;
+	if (nd->lost)
+		log_info("remote tier %s: %s:%u is back", nd->r->desc, nd->addr.host,
+			 nd->addr.port);
+	nd->lost = false;
+	nd->was_up = true;
+	rnode_count(nd->r);
+	remote_note_state(nd->r);
+	rreq_pump(nd);		/* the SETs that waited for it */
+}
+
+/* hello_reply() - the answer to the PING that ends a connect: the node is
+ * up, or (an error: a server that wants a password, one still loading)
+ * dropped, to be tried again after its back-off. */
+static void hello_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct rnode *nd = priv;
+	redisReply *rep = reply;
+
+	if (!rep || nd->ac != ac || nd->state != RN_CONNECTING)
+		return;
+	if (rep->type == REDIS_REPLY_ERROR) {
+		if (!nd->hello_refused)
+			log_warn("remote tier %s: %s:%u answered PING with %.*s; trying it again "
+				 "with back-off", nd->r->desc, nd->addr.host, nd->addr.port,
+				 (int)rep->len, rep->str);
+		nd->hello_refused = true;
+		rnode_fail(nd, NULL);
+		return;
+	}
+	nd->hello_refused = false;
+	node_up(nd);
+}
+
 static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
 	struct rnode *nd = priv;
@@ -237,7 +283,8 @@ static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 	rnode_fail(nd, NULL);
 }
 
-/* rnode_connect() - start connecting nd; requests queue until it is up. */
+/* rnode_connect() - start connecting nd; it is up once it answered a PING
+ * (after AUTH), and takes requests then. */
 void rnode_connect(struct rnode *nd)
 {
 	struct remote *r = nd->r;
@@ -280,6 +327,7 @@ void rnode_connect(struct rnode *nd)
 		redisAsyncCommand(ac, auth_reply, nd, "AUTH %s", pw);
 	if (r->url.db)
 		redisAsyncCommand(ac, NULL, NULL, "SELECT %u", r->url.db);
+	redisAsyncCommand(ac, hello_reply, nd, "PING");	/* up once it answers */
 	rnode_count(r);
 	remote_tick_arm(r);
 }
@@ -319,21 +367,9 @@ static void on_connect(const redisAsyncContext *ac, int status)
 
 	if (!nd || nd->ac != ac)
 		return;
-	if (status != REDIS_OK) {
+	if (status != REDIS_OK)
 		node_down(nd);	/* hiredis frees ac after this */
-		return;
-	}
-	nd->state = RN_UP;
-	nd->failed = false;
-	nd->backoff_ms = BACKOFF_MIN_MS;
-	if (nd->lost)
-		log_info("remote tier %s: %s:%u is back", nd->r->desc, nd->addr.host,
-			 nd->addr.port);
-	nd->lost = false;
-	nd->was_up = true;
-	rnode_count(nd->r);
-	remote_note_state(nd->r);
-	rreq_pump(nd);		/* the SETs that waited for it */
+	/* else connected: up once the PING is answered (hello_reply()) */
 }
 
 /* broke_protocol() - say (at most once a minute) that nd sent what no
@@ -446,20 +482,22 @@ static bool cluster_trouble(const redisReply *rep)
 	return false;
 }
 
-/* redirect() - follow MOVED or ASK for q to a node of the map or a seed;
- * true when q went on. */
-static bool redirect(struct rreq *q, const redisReply *rep)
+/*
+ * redirect_to() - the node a MOVED or ASK that nd answered names, by map
+ * index, when it is a node of the map or a seed; -1 otherwise (another
+ * error, or an address only the reply named: not followed, and the map is
+ * read again). A MOVED updates the map for its slot. *kind says which.
+ */
+static int redirect_to(struct rnode *nd, const redisReply *rep, enum rc_redirect *kind)
 {
-	struct remote *r = q->r;
-	struct rnode *nd = q->node, *to;
+	struct remote *r = nd->r;
 	struct rc_addr a;
-	enum rc_redirect kind;
 	uint16_t slot;
 	int idx;
 
-	kind = rc_redirect_parse(rep->str, rep->len, &nd->addr, &slot, &a);
-	if (kind == RC_NO_REDIRECT)
-		return false;
+	*kind = rc_redirect_parse(rep->str, rep->len, &nd->addr, &slot, &a);
+	if (*kind == RC_NO_REDIRECT)
+		return -1;
 	idx = rc_map_find(&r->map, a.host, a.port);
 	if (idx < 0 && rmap_is_seed(r, &a))
 		idx = rc_map_node(&r->map, a.host, a.port);
@@ -468,24 +506,63 @@ static bool redirect(struct rreq *q, const redisReply *rep)
 		 * map, read again from the cluster, says which */
 		rnode_refused(r, &a, nd);
 		rmap_want(r);
-		return false;
+		return -1;
 	}
 	r->st.redirects++;
-	if (kind == RC_MOVED) {
+	if (*kind == RC_MOVED) {
 		if (r->map.owner[slot] == RC_NONE)
 			r->map.covered++;
 		r->map.owner[slot] = (uint16_t)idx;
 		r->map_wanted = true;	/* more slots have probably moved */
 		remote_tick_arm(r);
 	}
-	if (!q->get || ++q->hops > MAX_HOPS)
-		return false;	/* a SET goes again from its backlog (rreq_retry) */
+	return idx;
+}
+
+/* redirect() - follow MOVED or ASK for q to a node of the map or a seed:
+ * a GET is sent there now (after ASKING for an ASK), a SET too or, when
+ * that node cannot take it now, waits for it (rreq_redirected()). True
+ * when q went on. */
+static bool redirect(struct rreq *q, const redisReply *rep)
+{
+	struct remote *r = q->r;
+	enum rc_redirect kind;
+	struct rnode *to;
+	int idx = redirect_to(q->node, rep, &kind);
+
+	if (idx < 0 || ++q->hops > MAX_HOPS)
+		return false;
 	to = rnode_of(r, (unsigned)idx);
 	if (!to)
 		return false;
 	if (to->state == RN_DOWN && !r->closing)
 		rnode_connect(to);
+	if (!q->get)
+		return rreq_redirected(q, to, kind == RC_ASK);
 	return rreq_send(to, q, NULL, 0, kind == RC_ASK) == 0;
+}
+
+void rnode_touch_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+	struct rtouch *t = priv;
+	redisReply *rep = reply;
+	struct rnode *nd = ac->data, *to;
+	enum rc_redirect kind;
+	int idx;
+
+	if (!rep || !nd || nd->r->closing || rep->type != REDIS_REPLY_ERROR ||
+	    (idx = redirect_to(nd, rep, &kind)) < 0 || ++t->hops > MAX_HOPS) {
+		free(t);
+		return;
+	}
+	/* a TOUCH is never queued: the node it is sent to now takes it, or
+	 * it is let go */
+	to = rnode_of(nd->r, (unsigned)idx);
+	if (!to || !to->ac || to->state != RN_UP || to->inflight >= to->r->c.max_inflight ||
+	    (kind == RC_ASK && redisAsyncCommand(to->ac, NULL, NULL, "ASKING") != REDIS_OK) ||
+	    redisAsyncCommand(to->ac, rnode_touch_reply, t, "TOUCH %b", t->rkey,
+			      (size_t)RPAGE_KEY_LEN) != REDIS_OK)
+		free(t);
 }
 
 /* put_answer() - what Redis said to SET q: done, or sent again later
@@ -494,20 +571,20 @@ static void put_answer(struct rreq *q, const redisReply *rep)
 {
 	struct remote *r = q->r;
 
+	q->asking = false;	/* an ASK is for one send */
 	if (rep && rep->type == REDIS_REPLY_STATUS) {
 		q->node->erred = false;
 		rreq_forget(r, q);
 		rreq_finish(q, 0);
 		return;
 	}
+	if (rep && rep->type == REDIS_REPLY_ERROR && redirect(q, rep))
+		return;		/* MOVED or ASK: sent there, or waits for it */
 	if (rep)
 		q->errs++;	/* a node that went away is not the SET's fault */
-	if (rep && rep->type == REDIS_REPLY_ERROR) {
-		redirect(q, rep);	/* MOVED: the map says where it goes now */
-		if (cluster_trouble(rep)) {
-			q->node->erred = true;
-			rmap_want(r);
-		}
+	if (rep && rep->type == REDIS_REPLY_ERROR && cluster_trouble(rep)) {
+		q->node->erred = true;
+		rmap_want(r);
 	}
 	rreq_retry(q, !rep ? "its master went away" : rep->type == REDIS_REPLY_ERROR ?
 		  "Redis answered an error" : "Redis answered what SET does not");
