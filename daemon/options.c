@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -580,22 +581,20 @@ static bool owner_ok(uid_t uid)
 	return uid == 0 || uid == geteuid();
 }
 
-/* secret_dir_ok() - the directory of path (dir, written into buf) is one
- * only root or kvpoold's user can change. */
-static int secret_dir_ok(const char *what, const char *path, char *err, size_t errlen)
+/* secret_dir_ok() - directory dir, on the way to secret file path, is one
+ * only root or kvpoold's user can change (others may write a sticky one:
+ * they cannot replace what is ours in it). */
+static int secret_dir_ok(const char *what, const char *path, const char *dir, char *err,
+			 size_t errlen)
 {
-	char dir[OPTIONS_PATH_MAX];
-	const char *slash = strrchr(path, '/');
 	struct stat st;
 
-	if (!slash)
-		snprintf(dir, sizeof(dir), ".");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", (int)(slash == path ? 1 : slash - path), path);
 	if (stat(dir, &st) < 0) {
+		int e = errno;
+
 		snprintf(err, errlen, "--%s %s: its directory %s: %s", what, path, dir,
-			 strerror(errno));
-		return -errno;
+			 strerror(e));
+		return -e;
 	}
 	if (!owner_ok(st.st_uid)) {
 		snprintf(err, errlen, "--%s %s: its directory %s is owned by uid %u, who could "
@@ -613,18 +612,51 @@ static int secret_dir_ok(const char *what, const char *path, char *err, size_t e
 	return 0;
 }
 
+/* secret_path_ok() - the directory path is named in (a link in it is a
+ * name too), and every directory from / down to the file it resolves to
+ * (real), are secret_dir_ok(); a link there is no one else's. */
+static int secret_path_ok(const char *what, const char *path, const char *real, char *err,
+			  size_t errlen)
+{
+	char dir[OPTIONS_PATH_MAX];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	size_t i;
+	int rc;
+
+	if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && !owner_ok(st.st_uid)) {
+		snprintf(err, errlen, "--%s %s is a link of uid %u, who could point it at a "
+			 "secret they know; name the file itself", what, path,
+			 (unsigned)st.st_uid);
+		return -EPERM;
+	}
+	snprintf(dir, sizeof(dir), "%.*s", !slash ? 1 : (int)(slash == path ? 1 : slash - path),
+		 !slash ? "." : path);
+	rc = secret_dir_ok(what, path, dir, err, errlen);
+	for (i = 1; rc == 0 && real[i]; i++) {	/* real is absolute */
+		if (real[i] != '/')
+			continue;
+		snprintf(dir, sizeof(dir), "%.*s", (int)i, real);
+		rc = secret_dir_ok(what, path, dir, err, errlen);
+	}
+	return rc == 0 ? secret_dir_ok(what, path, "/", err, errlen) : rc;
+}
+
 int options_secret_open(const char *what, const char *path, char *err, size_t errlen)
 {
-	char real[OPTIONS_PATH_MAX];
+	char real[PATH_MAX];
 	struct stat st;
 	int fd, rc;
 
-	rc = secret_dir_ok(what, path, err, errlen);
-	if (rc == 0 && realpath(path, real) && strcmp(real, path))
-		rc = secret_dir_ok(what, real, err, errlen);
+	if (!realpath(path, real)) {
+		rc = -errno;
+		snprintf(err, errlen, "--%s %s: %s", what, path, strerror(-rc));
+		return rc;
+	}
+	rc = secret_path_ok(what, path, real, err, errlen);
 	if (rc < 0)
 		return rc;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);	/* what was checked */
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		rc = -errno;
 		snprintf(err, errlen, "--%s %s: %s", what, path, strerror(-rc));

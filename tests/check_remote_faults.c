@@ -102,6 +102,17 @@ static long keys(unsigned n)
 	return k;
 }
 
+/* cluster_keys() - the keys the cluster's masters hold now. */
+static long cluster_keys(void)
+{
+	char line[64];
+
+	sh_line(line, sizeof(line), "for p in $(redis-cli -p %u cluster nodes | awk "
+		"'/master/ && !/fail/ { split($2, a, \"[:@]\"); print a[2] }'); do "
+		"redis-cli -p $p dbsize; done | awk '{ s += $1 } END { print s + 0 }'", port);
+	return strtol(line, NULL, 10);
+}
+
 /* signal_node() - send sig to the Redis server on port p. */
 static void signal_node(unsigned p, const char *sig)
 {
@@ -182,6 +193,54 @@ START_TEST(test_faults_a_frozen_node_is_not_back_until_it_answers)
 END_TEST
 
 /*
+ * The same in a cluster: a master stopped with SIGSTOP (no replica takes
+ * over; the others go on, cluster-require-full-coverage no). Every map
+ * read after it was lost named it again, and that once put it back to a
+ * 100 ms back-off: a try every few hundred milliseconds for as long as it
+ * was stopped. Now a map that names a master it named before is no news:
+ * the back-off grows, and the map is read at its usual pace.
+ */
+START_TEST(test_faults_a_frozen_master_backs_off_in_a_cluster)
+{
+	const char *args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+			       "--remote-key-file", keyfile, "--remote-write", "through",
+			       "--remote-timeout", "200", NULL };
+	struct kvp_wire_stats st0, st;
+	struct daemon d;
+	unsigned i;
+
+	cluster("start", "3 0");
+	ck_assert_int_eq(sh("for p in %u %u %u; do redis-cli -p $p config set "
+			    "cluster-require-full-coverage no >/dev/null || exit 1; done", port,
+			    port + 1, port + 2), 0);
+	cluster_url();
+	daemon_start(&d, args);
+	publish(d.sock, 0, 50);
+	settled(d.sock, &st0);
+	signal_node(port, "STOP");
+	publish(d.sock, 1, 50);
+	sleep(8);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(log_count(&d, " is back"), 0);
+	ck_assert_msg(st.remote.connects - st0.remote.connects <= 9, "%llu connects in 8 s",
+		      (unsigned long long)(st.remote.connects - st0.remote.connects));
+	ck_assert_msg(st.remote.map_loads - st0.remote.map_loads <= 12, "%llu map reads in 8 s",
+		      (unsigned long long)(st.remote.map_loads - st0.remote.map_loads));
+	signal_node(port, "CONT");
+	publish(d.sock, 2, 50);
+	for (i = 0; i < 200 && cluster_keys() < 150; i++)
+		usleep(50 * 1000);	/* SETs queued behind a back-off go */
+	ck_assert_int_eq(cluster_keys(), 150);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(log_count(&d, " is back"), 1);
+	ck_assert_uint_eq(st.remote.puts, 150);
+	ck_assert_uint_eq(st.remote.put_errors, 0);
+	check_conservation(d.sock);
+	daemon_stop(&d);
+}
+END_TEST
+
+/*
  * With --remote-backlog 8M and every master stopped, kvpoold's memory
  * grew by 12.6 to 13 MiB (1.6 times the bound) and stayed there: hiredis'
  * output buffers held copies of the SETs the backlog held. Now what
@@ -224,17 +283,6 @@ START_TEST(test_faults_the_backlog_bounds_the_memory_it_names)
 	daemon_stop(&d);
 }
 END_TEST
-
-/* cluster_keys() - the keys the cluster's masters hold now. */
-static long cluster_keys(void)
-{
-	char line[64];
-
-	sh_line(line, sizeof(line), "for p in $(redis-cli -p %u cluster nodes | awk "
-		"'/master/ && !/fail/ { split($2, a, \"[:@]\"); print a[2] }'); do "
-		"redis-cli -p $p dbsize; done | awk '{ s += $1 } END { print s + 0 }'", port);
-	return strtol(line, NULL, 10);
-}
 
 /*
  * During a reshard a SET of a key in a slot being migrated gets ASK: it
@@ -319,6 +367,7 @@ static Suite *faults_suite(void)
 	tcase_add_checked_fixture(tc, rf_setup, rf_teardown);
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_faults_a_frozen_node_is_not_back_until_it_answers);
+	tcase_add_test(tc, test_faults_a_frozen_master_backs_off_in_a_cluster);
 	tcase_add_test(tc, test_faults_the_backlog_bounds_the_memory_it_names);
 	tcase_add_test(tc, test_faults_sets_follow_ask_during_a_reshard);
 	suite_add_tcase(s, tc);

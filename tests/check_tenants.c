@@ -102,7 +102,7 @@ START_TEST(test_tenants_one_user_s_tier_files_do_not_hold_up_another_s)
 		snprintf(ns, sizeof(ns), "u%u", i);
 		pids[i] = join_as_nobody(d.sock, ns, &ready[i]);
 	}
-	for (i = 0; i < 500; i++) {	/* every one of them asked for */
+	for (i = 0; i < 2500; i++) {	/* every one of them asked for */
 		stats_of(d.sock, &st);
 		if (st.namespaces >= QUEUED)
 			break;
@@ -216,8 +216,9 @@ static void secret(const char *path)
  * plants a secret that user knows: a key file of mode 0602 was taken
  * silently, so after the next restart forgery worked again. Now a key,
  * password or salt file that others may write, that another user owns,
- * or that sits in a directory others may write (not sticky) or own stops
- * the start, saying which and the command that fixes it.
+ * or that sits in a directory others may write (not sticky) or own, or a
+ * link to it that another user owns, stops the start, saying which and
+ * the command that fixes it.
  */
 START_TEST(test_tenants_secret_files_others_may_change_are_refused)
 {
@@ -284,6 +285,18 @@ START_TEST(test_tenants_secret_files_others_may_change_are_refused)
 		kvpoold_refuses(args, text);
 		ck_assert_int_eq(unlink(link), 0);
 		ck_assert_int_eq(chown(sub, 0, (gid_t)-1), 0);
+		/* a link of nobody's in a sticky directory anyone may write */
+		ck_assert_int_eq(chmod(dir, 01777), 0);
+		snprintf(link, sizeof(link), "%s/theirs-link", dir);
+		ck_assert_int_eq(symlink(file, link), 0);
+		ck_assert_int_eq(lchown(link, harness_nobody_uid, (gid_t)-1), 0);
+		args[at + 1] = link;
+		snprintf(text, sizeof(text), "%s %s is a link of uid %u, who could point it at a "
+			 "secret they know", opts[i], link, (unsigned)harness_nobody_uid);
+		kvpoold_refuses(args, text);
+		ck_assert_int_eq(unlink(link), 0);
+		ck_assert_int_eq(chmod(dir, 0700), 0);
+		snprintf(link, sizeof(link), "%s/link", sub);
 		ck_assert_int_eq(unlink(file), 0);
 	}
 	ck_assert_int_eq(unlink(key), 0);

@@ -336,7 +336,7 @@ check-deb: all
 # tagged no-valgrind are left out (see tests/check_daemon.c).
 VALGRIND_TESTS = tests/check_daemon tests/check_core tests/check_share \
 	tests/check_spill tests/check_cli tests/check_access tests/check_security \
-	tests/check_demo tests/check_soak tests/check_events
+	tests/check_tenants tests/check_demo tests/check_soak tests/check_events
 dist_check_SCRIPTS += tests/valgrind-kvpoold.sh
 check-valgrind:
 	@command -v valgrind >/dev/null || { echo "check-valgrind: install valgrind" >&2; exit 1; }

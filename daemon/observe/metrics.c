@@ -16,6 +16,7 @@
  */
 #include <errno.h>
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -44,21 +45,25 @@
 #define METRICS_WAIT_MS 2000
 /* A scrape takes milliseconds: connections are few, short and per source,
  * so that idle or slow connections from one place cannot take every slot
- * and blind the alerts of the others. A source is the whole of loopback
- * (127.0.0.0/8, ::1: every local user shares it, from any of its
- * addresses), one IPv4 address, or one IPv6 /64 (what one host has). */
+ * and blind the alerts of the others. A source is this machine (loopback,
+ * 127.0.0.0/8 and ::1, and every address of its own: every local user
+ * shares them), one IPv4 address, or one IPv6 address, and an IPv6 /64
+ * (one network, or one host's many addresses) holds a few sources. */
 #define METRICS_CONNS		64u	/* connections in all */
 #define METRICS_CONNS_PER_SRC	4u	/* from one source (Prometheus: 1 each) */
+#define METRICS_CONNS_PER_NET	16u	/* from one IPv6 /64 */
+#define METRICS_ADDRS_EVERY_NS	1000000000ull	/* the machine's addresses, read again */
 #define METRICS_IDLE_S		3u	/* a connection silent this long is closed */
 #define METRICS_DEADLINE_S	5u	/* a request and its reply, whole, within */
 #define METRICS_SWEEP_MS	250	/* how often deadlines are looked at */
 #define METRICS_SAY_EVERY_S	60u	/* libmicrohttpd's errors: a line a minute */
 
-/* Where a connection comes from, as the limits count it: kind 0 for
- * loopback (the address all zero), 4 an IPv4 address, 6 an IPv6 /64. */
+/* Where a connection comes from, as the limits count it: kind 0 for this
+ * machine (the address all zero), 4 an IPv4 address (as ::ffff:a.b.c.d),
+ * 6 an IPv6 address. */
 struct msrc {
 	uint8_t kind;
-	uint8_t addr[8];
+	uint8_t addr[16];
 };
 
 /* A connection libmicrohttpd holds (its socket context), from its start
@@ -92,6 +97,9 @@ struct metrics {
 	int stopfd;		/* written to stop the thread */
 	struct mconn *conns;
 	unsigned nconns;
+	uint8_t (*mine)[16];	/* the machine's addresses (as in struct msrc) */
+	unsigned nmine;
+	uint64_t mine_ns;	/* when they were read */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -133,7 +141,7 @@ static void vsay(struct metrics *m, struct said *k, const char *fmt, va_list ap)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	line[strcspn(line, "\n")] = '\0';
 	log_warn("metrics: %s (%u more such in the last minute not logged; at most %u "
-		 "connections, %u from one source (all of loopback is one), each request "
+		 "connections, %u from one source (this machine is one), each request "
 		 "answered within %u s, closed after %u s idle)", line, unsaid, METRICS_CONNS,
 		 METRICS_CONNS_PER_SRC, METRICS_DEADLINE_S, METRICS_IDLE_S);
 }
@@ -166,68 +174,109 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* mine_read() - the machine's own addresses, read again once a second at
+ * most (a flood of connections costs one read a second). */
+static void mine_read(struct metrics *m)
+{
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	struct ifaddrs *ifs, *i;
+	uint8_t (*v)[16];
+	unsigned n = 0;
+
+	if (m->mine_ns && now_ns() - m->mine_ns < METRICS_ADDRS_EVERY_NS)
+		return;
+	m->mine_ns = now_ns();
+	if (getifaddrs(&ifs) < 0)
+		return;		/* the last ones stay */
+	for (i = ifs; i; i = i->ifa_next)
+		n += i->ifa_addr && (i->ifa_addr->sa_family == AF_INET ||
+				     i->ifa_addr->sa_family == AF_INET6);
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (v) {
+		n = 0;
+		for (i = ifs; i; i = i->ifa_next) {
+			if (!i->ifa_addr)
+				continue;
+			if (i->ifa_addr->sa_family == AF_INET) {
+				memcpy(v[n], mapped, sizeof(mapped));
+				memcpy(v[n++] + 12, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, 4);
+			} else if (i->ifa_addr->sa_family == AF_INET6) {
+				memcpy(v[n++], &((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, 16);
+			}
+		}
+		free(m->mine);
+		m->mine = v;
+		m->nmine = n;
+	}
+	freeifaddrs(ifs);
+}
+
 /* source_of() - the source address sa counts as (see struct msrc). */
-static void source_of(const struct sockaddr *sa, struct msrc *s)
+static void source_of(struct metrics *m, const struct sockaddr *sa, struct msrc *s)
 {
 	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	static const uint8_t one[16] = { [15] = 1 };
-	const uint8_t *v4 = NULL, *v6;
+	unsigned i;
 
 	memset(s, 0, sizeof(*s));
 	if (sa->sa_family == AF_INET) {
-		v4 = (const uint8_t *)&((const struct sockaddr_in *)sa)->sin_addr;
+		memcpy(s->addr, mapped, sizeof(mapped));
+		memcpy(s->addr + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
 	} else if (sa->sa_family == AF_INET6) {
-		v6 = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
-		if (!memcmp(v6, mapped, sizeof(mapped)))
-			v4 = v6 + 12;
-		else if (memcmp(v6, one, sizeof(one))) {
-			s->kind = 6;
-			memcpy(s->addr, v6, 8);
-		}
+		memcpy(s->addr, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+	} else {
+		return;		/* not an IP: this machine's */
 	}
-	if (v4 && v4[0] != 127) {
-		s->kind = 4;
-		memcpy(s->addr, v4, 4);
-	}
+	s->kind = memcmp(s->addr, mapped, sizeof(mapped)) ? 6 : 4;
+	if ((s->kind == 4 && s->addr[12] == 127) || !memcmp(s->addr, one, sizeof(one)))
+		goto mine;
+	mine_read(m);
+	for (i = 0; i < m->nmine; i++)
+		if (!memcmp(m->mine[i], s->addr, 16))
+			goto mine;
+	return;
+mine:
+	memset(s, 0, sizeof(*s));
 }
 
 /* source_text() - s for the log. */
 static const char *source_text(const struct msrc *s, char *buf, size_t len)
 {
-	uint8_t a[16] = { 0 };
-
 	if (s->kind == 0)
-		return "loopback";
-	memcpy(a, s->addr, s->kind == 4 ? 4 : 8);
-	inet_ntop(s->kind == 4 ? AF_INET : AF_INET6, a, buf, (socklen_t)len);
-	if (s->kind == 6)
-		strncat(buf, "/64", len - strlen(buf) - 1);
+		return "this machine";
+	inet_ntop(s->kind == 4 ? AF_INET : AF_INET6, s->kind == 4 ? s->addr + 12 : s->addr,
+		  buf, (socklen_t)len);
 	return buf;
 }
 
 /*
  * accept_ok() - libmicrohttpd's accept policy: a connection is taken while
- * fewer than METRICS_CONNS are open and fewer than METRICS_CONNS_PER_SRC
- * from its source. Since all of loopback is one source, local users
+ * fewer than METRICS_CONNS are open, fewer than METRICS_CONNS_PER_SRC
+ * from its source and METRICS_CONNS_PER_NET from its IPv6 /64. Since this
+ * machine (loopback and its own addresses) is one source, local users
  * together hold a few slots at most, and the others stay for the
  * scrapers elsewhere.
  */
 static enum MHD_Result accept_ok(void *cls, const struct sockaddr *addr, socklen_t len)
 {
 	struct metrics *m = cls;
-	unsigned same = 0;
+	unsigned same = 0, net = 0;
 	struct mconn *c;
 	struct msrc s;
 	char b[64];
 
 	(void)len;
-	source_of(addr, &s);
-	for (c = m->conns; c; c = c->next)
+	source_of(m, addr, &s);
+	for (c = m->conns; c; c = c->next) {
 		same += !memcmp(&c->src, &s, sizeof(s));
-	if (m->nconns < METRICS_CONNS && same < METRICS_CONNS_PER_SRC)
+		net += s.kind == 6 && c->src.kind == 6 && !memcmp(c->src.addr, s.addr, 8);
+	}
+	if (m->nconns < METRICS_CONNS && same < METRICS_CONNS_PER_SRC &&
+	    net < METRICS_CONNS_PER_NET)
 		return MHD_YES;
-	say(m, &m->said_refused, "refused a connection from %s: %u of %u from there, %u of %u in all",
-	    source_text(&s, b, sizeof(b)), same, METRICS_CONNS_PER_SRC, m->nconns, METRICS_CONNS);
+	say(m, &m->said_refused, "refused a connection from %s: %u of %u from there (%u of "
+	    "%u from its /64), %u of %u in all", source_text(&s, b, sizeof(b)), same,
+	    METRICS_CONNS_PER_SRC, net, METRICS_CONNS_PER_NET, m->nconns, METRICS_CONNS);
 	return MHD_NO;
 }
 
@@ -247,7 +296,7 @@ static void notify_conn(void *cls, struct MHD_Connection *conn, void **ctx,
 		*ctx = c;
 		if (!c)
 			return;	/* not counted: libmicrohttpd's own limit holds */
-		source_of(addr->client_addr, &c->src);
+		source_of(m, addr->client_addr, &c->src);
 		c->fd = fd->connect_fd;
 		c->deadline_ns = now_ns() + METRICS_DEADLINE_S * 1000000000ull;
 		c->next = m->conns;
@@ -644,6 +693,7 @@ void metrics_free(struct metrics *m)
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 	free(m->text);
+	free(m->mine);
 	free(m);
 }
 

@@ -33,7 +33,6 @@
 static void remote_free(struct remote *r);
 static bool rate_take(struct remote *r, uint64_t bytes);
 static void rate_give(struct remote *r, uint64_t bytes);
-static bool node_takes(const struct rnode *nd);
 
 /* --- the state log: one line per change ------------------------------ */
 
@@ -117,6 +116,19 @@ static void wait_unshift(struct rreq **head, struct rreq **tail, struct rreq *q)
 	*head = q;
 }
 
+static void wait_del(struct rreq **head, struct rreq **tail, struct rreq *q)
+{
+	if (q->prev)
+		q->prev->next = q->next;
+	else
+		*head = q->next;
+	if (q->next)
+		q->next->prev = q->prev;
+	else
+		*tail = q->prev;
+	q->next = q->prev = NULL;
+}
+
 static struct rreq *wait_pop(struct rreq **head, struct rreq **tail)
 {
 	struct rreq *q = *head;
@@ -196,10 +208,12 @@ void rreq_retry(struct rreq *q, const char *why)
 {
 	struct remote *r = q->r;
 
-	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS)
+	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS) {
 		put_give_up(q, true, why);
-	else
+	} else {
+		q->hops = 0;	/* MAX_HOPS bounds one chain of redirects */
 		put_wait(r, q);
+	}
 }
 
 /* put_send() - q to nd, now. 0, or -EAGAIN. */
@@ -207,7 +221,7 @@ static int put_send(struct rnode *nd, struct rreq *q)
 {
 	struct remote *r = nd->r;
 
-	if (!node_takes(nd) || !rate_take(r, q->cmdlen))
+	if (!remote_node_takes(nd) || !rate_take(r, q->cmdlen))
 		return -EAGAIN;
 	if (rreq_send(nd, q, q->cmd, q->cmdlen, q->asking) < 0) {
 		rate_give(r, q->cmdlen);
@@ -240,7 +254,7 @@ void rreq_pump(struct rnode *nd)
 {
 	struct rreq *q;
 
-	while (nd->wait_head && node_takes(nd) && !nd->r->closing) {
+	while (nd->wait_head && remote_node_takes(nd) && !nd->r->closing) {
 		q = wait_pop(&nd->wait_head, &nd->wait_tail);
 		if (put_send(nd, q) < 0) {
 			wait_unshift(&nd->wait_head, &nd->wait_tail, q);
@@ -278,6 +292,7 @@ void rreq_reroute(struct remote *r)
 	waits_take(r, &h, &t);
 	while ((q = wait_pop(&h, &t))) {
 		q->asking = false;	/* the map says where it goes now */
+		q->hops = 0;
 		put_wait(r, q);
 	}
 	for (i = 0; i < r->nnodes; i++)
@@ -304,11 +319,12 @@ static void waits_expire(struct remote *r, uint64_t now)
 			h = &r->lost_head;
 			t = &r->lost_tail;
 		}
-		for (q = *h; q; q = next) {
+		for (q = *h; q; q = next) {	/* not in age order: retries and
+						 * redirects wait behind younger */
 			next = q->next;
 			if (now - q->born_ns <= PUT_MAX_AGE_NS)
-				break;	/* oldest first */
-			wait_pop(h, t);
+				continue;
+			wait_del(h, t, q);
 			put_give_up(q, q->tries > 0, "it waited 30 s for its master");
 		}
 	}
@@ -366,10 +382,10 @@ static void rate_give(struct remote *r, uint64_t bytes)
 		r->tokens = r->tokens + bytes > r->c.max_rate ? r->c.max_rate : r->tokens + bytes;
 }
 
-/* node_takes() - nd can take a request now: up (it answered since it
+/* remote_node_takes() - nd can take a request now: up (it answered since it
  * connected), under its in-flight cap, and its connection's output buffer
  * under OBUF_MAX (checked before the rate cap's tokens are taken). */
-static bool node_takes(const struct rnode *nd)
+bool remote_node_takes(const struct rnode *nd)
 {
 	return nd && nd->ac && nd->state == RN_UP && nd->inflight < nd->r->c.max_inflight &&
 	       sdslen(nd->ac->c.obuf) < OBUF_MAX;
@@ -402,7 +418,7 @@ int rreq_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
 	struct remote *r = nd->r;
 	int rc;
 
-	if (!node_takes(nd))
+	if (!remote_node_takes(nd))
 		return -EAGAIN;
 	if (asking)
 		redisAsyncCommand(nd->ac, NULL, NULL, "ASKING");
@@ -472,7 +488,7 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	q->dst = dst;
 	q->be = be;
 	nd = route(r, q);
-	if (!node_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
+	if (!remote_node_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
 		free(q);
 		r->st.skipped++;
 		return -EAGAIN;
@@ -577,7 +593,7 @@ bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 	rpage_key(id, key, rkey);
 	o = rc_map_owner(&r->map, rc_slot(rkey, sizeof(rkey)));
 	nd = o == RC_NONE || o >= r->nnodes ? NULL : r->nodes[o];
-	if (!nd || !nd->ac || nd->state != RN_UP || nd->inflight >= r->c.max_inflight)
+	if (!remote_node_takes(nd))
 		return false;
 	t = calloc(1, sizeof(*t));	/* for its answer: an ASK is followed */
 	if (!t)

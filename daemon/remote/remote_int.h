@@ -94,6 +94,7 @@ struct rnode {
 	bool timed_out;			/* it is being dropped for silence */
 	bool auth_refused;
 	bool hello_refused;		/* it answered the PING with an error */
+	bool owned;			/* it served slots in the map before the last */
 	bool was_up;			/* connected; for one log line per change */
 	bool lost;			/* was up, then lost: say so when it is back */
 	bool failed;			/* its last connect failed or it was lost */
@@ -134,7 +135,7 @@ struct remote {
 	uint64_t map_ns;		/* the next map read */
 	unsigned seed_next;		/* round-robin over seeds for the map */
 	bool was_up;
-	unsigned avail;			/* masters connected or connecting */
+	unsigned avail;			/* masters up (they answered): requests go */
 	uint64_t tokens, refill_ns;	/* the rate cap's bucket */
 	struct remote_stats st;
 	char desc[96];
@@ -169,11 +170,17 @@ void rnode_fail(struct rnode *nd, const char *why);
 /* rnode_refused() - say (once a minute) that nd redirected to a, which no map names. */
 void rnode_refused(struct remote *r, const struct rc_addr *a, const struct rnode *nd);
 
+/* rnode_clean() - at most len bytes of s, a peer's text, for a message:
+ * anything but printable ASCII as '?', so that no reply writes lines of
+ * its own or drives a terminal. In a static buffer: the next call's. */
+const char *rnode_clean(const char *s, size_t len);
+
 /* rnode_got_reply() - hiredis' callback for every request: a GET's value, a SET's answer, a redirect, an error. */
 void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv);
 
 /* rnode_touch_reply() - a TOUCH's answer (priv: its struct rtouch, freed): an
- * ASK or MOVED sends it once more, to that node, if it takes it now. */
+ * ASK or MOVED sends it on to that node if it takes it now (MAX_HOPS at
+ * most). */
 void rnode_touch_reply(redisAsyncContext *ac, void *reply, void *priv);
 
 /* --- rmap.c: the cluster's map and seeds ------------------------------- */
@@ -227,6 +234,10 @@ void rreq_reroute(struct remote *r);
 /* rreq_send() - send q's command (cmd, len bytes; ASKING first when asking) on nd. 0 or -errno. */
 int rreq_send(struct rnode *nd, struct rreq *q, const char *cmd, size_t len,
 		     bool asking);
+
+/* remote_node_takes() - nd takes a request now: up, under its in-flight cap,
+ * its output buffer under OBUF_MAX. */
+bool remote_node_takes(const struct rnode *nd);
 
 /* remote_tick_arm() - the tick runs while anything is in flight or a node is down. */
 void remote_tick_arm(struct remote *r);

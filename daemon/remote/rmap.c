@@ -150,7 +150,7 @@ static void say_named(const struct remote *r, const struct rc_map *m, const stru
 		log_warn("remote tier %s: the slot map from %s:%u names %u masters by host "
 			 "name (such as '%s'), not by address; their slots are misses (set "
 			 "cluster-preferred-endpoint-type ip on the cluster)", r->desc,
-			 a->host, a->port, m->nnamed, m->named);
+			 a->host, a->port, m->nnamed, rnode_clean(m->named, strlen(m->named)));
 }
 
 static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
@@ -159,6 +159,7 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 	struct rnode *nd = ac->data, **was;
 	struct rc_map *nm;
 	char err[256];
+	unsigned i, s;
 	int rc;
 
 	r->map_inflight = false;
@@ -179,7 +180,7 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 		free(nm);
 		free(was);
 		log_warn("remote tier %s: slot map from %s:%u: %s", r->desc, nd->addr.host,
-			 nd->addr.port, err);
+			 nd->addr.port, rnode_clean(err, strlen(err)));
 		return;
 	}
 	say_named(r, nm, &nd->addr);
@@ -196,6 +197,13 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 	}
 	keep_live_owners(r, nm, was);
 	free(was);
+	for (i = 0; i < r->nnodes; i++)		/* who served before this map */
+		if (r->nodes[i])
+			r->nodes[i]->owned = false;
+	for (s = 0; s < RC_SLOTS; s++)
+		if (r->map.owner[s] != RC_NONE && r->map.owner[s] < r->nnodes &&
+		    r->nodes[r->map.owner[s]])
+			r->nodes[r->map.owner[s]]->owned = true;
 	if (map_replace(r, nm) < 0) {
 		rc_map_fini(nm);
 		free(nm);
@@ -205,11 +213,13 @@ static void slots_reply(redisAsyncContext *ac, void *reply, void *priv)
 	rreq_reroute(r);	/* waiting SETs go where the map says now */
 	r->st.map_loads++;
 	r->map_wanted = r->map.covered < RC_SLOTS;	/* keep reading until whole */
-	/* the map says who serves: a master in back-off is tried at once */
-	for (unsigned s = 0; s < RC_SLOTS; s++) {
+	/* a master this map names and the last did not (a promoted replica)
+	 * is tried at once; one that served before keeps its back-off: a map
+	 * that still names a node that does not answer is no news */
+	for (s = 0; s < RC_SLOTS; s++) {
 		struct rnode *m = r->map.owner[s] == RC_NONE ? NULL : rnode_of(r, r->map.owner[s]);
 
-		if (m && m->state == RN_DOWN && !m->auth_refused && m->retry_ns) {
+		if (m && !m->owned && m->state == RN_DOWN && !m->auth_refused && m->retry_ns) {
 			m->retry_ns = 0;
 			m->backoff_ms = BACKOFF_MIN_MS;
 		}
@@ -293,7 +303,8 @@ int rmap_check_seed(struct remote *r, const struct rc_addr *a, char *err, size_t
 			goto out;
 		if (rep->type == REDIS_REPLY_ERROR) {
 			snprintf(err, errlen, "remote tier: %s:%u refused AUTH: %s; check the "
-				 "password and the user's ACL", a->host, a->port, rep->str);
+				 "password and the user's ACL", a->host, a->port,
+				 rnode_clean(rep->str, rep->len));
 			rc = -EACCES;
 			goto out;
 		}
@@ -305,12 +316,12 @@ int rmap_check_seed(struct remote *r, const struct rc_addr *a, char *err, size_t
 	if (rep->type == REDIS_REPLY_ERROR && (strstr(rep->str, "NOAUTH") ||
 					       strstr(rep->str, "NOPERM"))) {
 		snprintf(err, errlen, "remote tier: %s:%u wants a password or a user with "
-			 "more rights: %s", a->host, a->port, rep->str);
+			 "more rights: %s", a->host, a->port, rnode_clean(rep->str, rep->len));
 		rc = -EACCES;
 	} else if (r->url.cluster && rep->type == REDIS_REPLY_ERROR) {
 		snprintf(err, errlen, "remote tier: %s:%u is not a Redis Cluster node (%s); "
 			 "give a cluster's nodes, or redis://%s:%u for one server",
-			 a->host, a->port, rep->str, a->host, a->port);
+			 a->host, a->port, rnode_clean(rep->str, rep->len), a->host, a->port);
 		rc = -EPROTO;
 	} else if (r->url.cluster) {
 		rc = rc_map_load(&r->map, rep, a, err, errlen);

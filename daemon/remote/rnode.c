@@ -61,7 +61,7 @@ void rnode_count(struct remote *r)
 			continue;
 		masters++;
 		up += i < r->nnodes && r->nodes[i] && r->nodes[i]->state == RN_UP;
-		avail += i < r->nnodes && r->nodes[i] && r->nodes[i]->state != RN_DOWN;
+		avail += i < r->nnodes && r->nodes[i] && r->nodes[i]->state == RN_UP;
 	}
 	free(is);
 	r->st.nodes = masters;
@@ -221,6 +221,17 @@ static void direct_attach(redisAsyncContext *ac, struct rnode *nd)
 	rd->maxbuf = 0;		/* keep the buffer: every page needs it again */
 }
 
+const char *rnode_clean(const char *s, size_t len)
+{
+	static char out[200];
+	size_t i;
+
+	for (i = 0; i < len && i + 1 < sizeof(out); i++)
+		out[i] = s[i] >= 0x20 && s[i] < 0x7f ? s[i] : '?';
+	out[i] = '\0';
+	return out;
+}
+
 /*
  * node_up() - nd answered on its new connection: it is up, its back-off
  * starts over, and the SETs that waited for it go. A connect alone is no
@@ -233,6 +244,7 @@ static void node_up(struct rnode *nd)
 {
 	nd->state = RN_UP;
 	nd->failed = false;
+	nd->auth_refused = false;
 	nd->backoff_ms = BACKOFF_MIN_MS;
 	if (nd->lost)
 		log_info("remote tier %s: %s:%u is back", nd->r->desc, nd->addr.host,
@@ -256,9 +268,9 @@ static void hello_reply(redisAsyncContext *ac, void *reply, void *priv)
 		return;
 	if (rep->type == REDIS_REPLY_ERROR) {
 		if (!nd->hello_refused)
-			log_warn("remote tier %s: %s:%u answered PING with %.*s; trying it again "
-				 "with back-off", nd->r->desc, nd->addr.host, nd->addr.port,
-				 (int)rep->len, rep->str);
+			log_warn("remote tier %s: %s:%u answered PING with '%s'; trying it "
+				 "again with back-off", nd->r->desc, nd->addr.host, nd->addr.port,
+				 rnode_clean(rep->str, rep->len));
 		nd->hello_refused = true;
 		rnode_fail(nd, NULL);
 		return;
@@ -275,10 +287,10 @@ static void auth_reply(redisAsyncContext *ac, void *reply, void *priv)
 	if (!rep || nd->ac != ac || rep->type != REDIS_REPLY_ERROR)
 		return;
 	if (!nd->auth_refused)
-		log_error("remote tier %s: %s:%u refused AUTH: %.*s; check the password "
+		log_error("remote tier %s: %s:%u refused AUTH: '%s'; check the password "
 			  "(--remote-password-file, KVPOOL_REMOTE_PASSWORD or the URL) "
 			  "and the user's ACL", nd->r->desc, nd->addr.host, nd->addr.port,
-			  (int)rep->len, rep->str);
+			  rnode_clean(rep->str, rep->len));
 	nd->auth_refused = true;
 	rnode_fail(nd, NULL);
 }
@@ -336,8 +348,9 @@ void rnode_connect(struct rnode *nd)
 static void node_down(struct rnode *nd)
 {
 	struct remote *r = nd->r;
+	bool served = nd->state == RN_UP;
 
-	if (nd->state == RN_UP)
+	if (served)
 		r->st.disconnects++;
 	nd->ac = NULL;
 	nd->state = RN_DOWN;
@@ -351,11 +364,14 @@ static void node_down(struct rnode *nd)
 			 "slot map is read again", r->desc, nd->addr.host, nd->addr.port);
 		nd->lost = true;
 	}
-	nd->was_up = false;
 	if (r->url.cluster && !r->closing) {
+		/* a master lost: its slots may have moved (read the map at once);
+		 * one that never came up is read about at the usual pace */
 		r->map_wanted = true;
-		r->map_ns = 0;
+		if (served)
+			r->map_ns = 0;
 	}
+	nd->was_up = false;
 	rnode_count(r);
 	remote_note_state(r);
 	remote_tick_arm(r);
@@ -519,11 +535,17 @@ static int redirect_to(struct rnode *nd, const redisReply *rep, enum rc_redirect
 	return idx;
 }
 
+/* What became of a redirect. */
+enum redir {
+	REDIR_NONE,	/* not one, or not followed (another error, a stranger, too many) */
+	REDIR_WENT,	/* followed: q is on its way (or waits, a SET) */
+	REDIR_BUSY,	/* a GET for a node that cannot take it now: a miss */
+};
+
 /* redirect() - follow MOVED or ASK for q to a node of the map or a seed:
  * a GET is sent there now (after ASKING for an ASK), a SET too or, when
- * that node cannot take it now, waits for it (rreq_redirected()). True
- * when q went on. */
-static bool redirect(struct rreq *q, const redisReply *rep)
+ * that node cannot take it now, waits for it (rreq_redirected()). */
+static enum redir redirect(struct rreq *q, const redisReply *rep)
 {
 	struct remote *r = q->r;
 	enum rc_redirect kind;
@@ -531,15 +553,15 @@ static bool redirect(struct rreq *q, const redisReply *rep)
 	int idx = redirect_to(q->node, rep, &kind);
 
 	if (idx < 0 || ++q->hops > MAX_HOPS)
-		return false;
+		return REDIR_NONE;
 	to = rnode_of(r, (unsigned)idx);
 	if (!to)
-		return false;
+		return REDIR_NONE;
 	if (to->state == RN_DOWN && !r->closing)
 		rnode_connect(to);
 	if (!q->get)
-		return rreq_redirected(q, to, kind == RC_ASK);
-	return rreq_send(to, q, NULL, 0, kind == RC_ASK) == 0;
+		return rreq_redirected(q, to, kind == RC_ASK) ? REDIR_WENT : REDIR_NONE;
+	return rreq_send(to, q, NULL, 0, kind == RC_ASK) == 0 ? REDIR_WENT : REDIR_BUSY;
 }
 
 void rnode_touch_reply(redisAsyncContext *ac, void *reply, void *priv)
@@ -558,7 +580,7 @@ void rnode_touch_reply(redisAsyncContext *ac, void *reply, void *priv)
 	/* a TOUCH is never queued: the node it is sent to now takes it, or
 	 * it is let go */
 	to = rnode_of(nd->r, (unsigned)idx);
-	if (!to || !to->ac || to->state != RN_UP || to->inflight >= to->r->c.max_inflight ||
+	if (!to || !remote_node_takes(to) ||
 	    (kind == RC_ASK && redisAsyncCommand(to->ac, NULL, NULL, "ASKING") != REDIS_OK) ||
 	    redisAsyncCommand(to->ac, rnode_touch_reply, t, "TOUCH %b", t->rkey,
 			      (size_t)RPAGE_KEY_LEN) != REDIS_OK)
@@ -578,7 +600,7 @@ static void put_answer(struct rreq *q, const redisReply *rep)
 		rreq_finish(q, 0);
 		return;
 	}
-	if (rep && rep->type == REDIS_REPLY_ERROR && redirect(q, rep))
+	if (rep && rep->type == REDIS_REPLY_ERROR && redirect(q, rep) == REDIR_WENT)
 		return;		/* MOVED or ASK: sent there, or waits for it */
 	if (rep)
 		q->errs++;	/* a node that went away is not the SET's fault */
@@ -607,8 +629,16 @@ void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		rreq_finish(q, r->closing ? -ECANCELED :
 			      q->node->timed_out ? -ETIMEDOUT : -EHOSTDOWN);
 	} else if (rep->type == REDIS_REPLY_ERROR) {
-		if (redirect(q, rep))
+		switch (redirect(q, rep)) {
+		case REDIR_WENT:
 			return;
+		case REDIR_BUSY:	/* as a GET routed to a node that is not up */
+			r->st.skipped++;
+			rreq_finish(q, -EAGAIN);
+			goto pump;
+		case REDIR_NONE:
+			break;
+		}
 		if (cluster_trouble(rep)) {	/* read the map from another node */
 			q->node->erred = true;
 			rmap_want(r);
@@ -623,6 +653,7 @@ void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		res = get_value(q, rep);
 		rreq_finish(q, res);
 	}
+pump:
 	if (!r->closing && nd->ac == ac)	/* room on its connection: its SETs go */
 		rreq_pump(nd);
 }

@@ -218,9 +218,10 @@ def test_local_users_cannot_blind_a_scraper_elsewhere(scraper_host):
     """One local user held every slot from many loopback addresses (4 from
     each of 16 in 127.0.0.0/8 fill the 64), and a byte a second beat the
     3 s idle timeout: a Prometheus on another host failed every scrape (0
-    of 15). Now all of loopback is one source (4 slots), a request and its
-    reply must be whole within 5 s, and a scraper elsewhere gets every
-    scrape while 80 such connections from 20 loopback addresses try."""
+    of 15). Now this machine, loopback and its own addresses, is one source
+    (4 slots), a request and its reply must be whole within 5 s, and a
+    scraper elsewhere gets every scrape while 80 such connections from 20
+    loopback addresses and 8 from the machine's own address try."""
     import threading
     there, here, in_ns = scraper_host
     port = free_port()
@@ -232,6 +233,11 @@ def test_local_users_cannot_blind_a_scraper_elsewhere(scraper_host):
                 s.bind(("127.0.0.%d" % a, 0))
                 s.connect(("127.0.0.1", port))
                 slow.append(s)
+        for _ in range(8):   # and from an address of the machine's own
+            s = socket.socket()
+            s.bind((here, 0))
+            s.connect((here, port))
+            slow.append(s)
         stop = threading.Event()
 
         def crawl():   # a byte a second on each, as slowloris sends
@@ -273,7 +279,7 @@ def test_local_users_cannot_blind_a_scraper_elsewhere(scraper_host):
             for s in slow:
                 s.close()
         log = d.read_log()
-        assert "refused a connection from loopback: 4 of 4 from there" in log
+        assert "refused a connection from this machine: 4 of 4 from there" in log
         assert "that sent no whole request and read no whole reply within 5 s" in log
         lines = [ln for ln in log.splitlines() if "metrics:" in ln and "warn" in ln]
         assert 1 <= len(lines) <= 3, lines    # a line a minute, not one a refusal
