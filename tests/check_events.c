@@ -498,23 +498,6 @@ static void publish_one(const char *sock, const char *ns, const char *model, uin
 	kvp_close(c);
 }
 
-/* rss_kib() - the resident memory of process pid, in KiB. */
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
 /* Replay peers that ask and never read once grew kvpoold by peers x ring
  * (60 peers: +1.5 GiB with a 13 MB ring). Batches now go out as
  * references, one replay per peer, and all replays hold the ring's budget
@@ -549,7 +532,7 @@ START_TEST(test_events_replay_peers_that_never_read_leave_kvpoold_bounded)
 	}
 	kvp_close(c);
 	settle(e.d.sock);
-	before = rss_kib(e.d.pid);
+	before = proc_kib(e.d.pid, "VmRSS");
 	for (i = 0; i < PEERS; i++) {	/* ask, and never read */
 		uint8_t req[8] = { 0 };
 
@@ -561,7 +544,7 @@ START_TEST(test_events_replay_peers_that_never_read_leave_kvpoold_bounded)
 		zmq_send(peer[i], req, 8, 0);
 	}
 	sleep(3);
-	after = rss_kib(e.d.pid);
+	after = proc_kib(e.d.pid, "VmRSS");
 	if (getenv("KVP_TEST_VERBOSE"))
 		fprintf(stderr, "kvpoold RSS %ld KiB, %ld KiB with %d replay peers\n", before,
 			after, PEERS);

@@ -73,21 +73,6 @@ static void settled(const char *sock, struct kvp_wire_stats *st)
 		     (unsigned long long)st->remote.inflight, (unsigned long long)st->remote.up);
 }
 
-/* log_count() - how many times d's log says text. */
-static unsigned log_count(const struct daemon *d, const char *text)
-{
-	static char log[1 << 17];
-	const char *at = log;
-	unsigned n = 0;
-
-	read_file(d->log, log, sizeof(log));
-	while ((at = strstr(at, text)) != NULL) {
-		n++;
-		at += strlen(text);
-	}
-	return n;
-}
-
 /* keys() - the keys the masters on ports port..port+n-1 hold. */
 static long keys(unsigned n)
 {
@@ -119,21 +104,14 @@ static void signal_node(unsigned p, const char *sig)
 	ck_assert_int_eq(sh("kill -%s $(cat %s/%u/pid)", sig, dir, p), 0);
 }
 
-/* rss_anon_kib() - the private memory of process pid, in KiB. */
-static long rss_anon_kib(pid_t pid)
+/* under_asan() - process pid runs with AddressSanitizer, whose allocator
+ * keeps freed memory in quarantine: its memory says nothing of ours. */
+static bool under_asan(pid_t pid)
 {
-	char path[64], line[256];
-	long kib = -1;
-	FILE *f;
+	char cmd[96];
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	ck_assert_ptr_nonnull(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "RssAnon: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	snprintf(cmd, sizeof(cmd), "grep -q libasan /proc/%d/maps", (int)pid);
+	return sh("%s", cmd) == 0;
 }
 
 /*
@@ -264,17 +242,21 @@ START_TEST(test_faults_the_backlog_bounds_the_memory_it_names)
 	daemon_start(&d, args);
 	publish(d.sock, 0, 64);		/* what a first round of SETs allocates */
 	settled(d.sock, &st);
-	before = rss_anon_kib(d.pid);
+	before = proc_kib(d.pid, "RssAnon");
 	signal_node(port, "STOP");
 	for (p = 1; p <= 12; p++)	/* 48 MiB of pages: 3 backlogs */
 		publish(d.sock, p, 64);
 	sleep(3);			/* reconnects, back-off */
-	after = rss_anon_kib(d.pid);
+	after = proc_kib(d.pid, "RssAnon");
 	if (getenv("KVP_TEST_VERBOSE"))
 		fprintf(stderr, "kvpoold's private memory grew %ld KiB with a 16 MiB backlog\n",
 			after - before);
-	ck_assert_msg(after - before <= 16 * 1024 + 4 * 1024, "kvpoold grew %ld KiB with "
-		      "--remote-backlog 16M and its master stopped", after - before);
+	if (under_asan(d.pid))
+		fprintf(stderr, "check_remote_faults: kvpoold runs under AddressSanitizer, whose "
+			"quarantine keeps what is freed: its memory is not checked\n");
+	else
+		ck_assert_msg(after - before <= 16 * 1024 + 4 * 1024, "kvpoold grew %ld KiB "
+			      "with --remote-backlog 16M and its master stopped", after - before);
 	signal_node(port, "CONT");
 	settled(d.sock, &st);
 	ck_assert_uint_gt(st.remote.put_skipped, 0);	/* past the bound: counted */

@@ -349,21 +349,6 @@ START_TEST(test_remote_client_policy_skips_a_slower_fetch)
 }
 END_TEST
 
-/* log_count() - how many times d's log says text. */
-static unsigned log_count(const struct daemon *d, const char *text)
-{
-	static char log[1 << 16];
-	const char *at = log;
-	unsigned n = 0;
-
-	read_file(d->log, log, sizeof(log));
-	while ((at = strstr(at, text)) != NULL) {
-		n++;
-		at += strlen(text);
-	}
-	return n;
-}
-
 START_TEST(test_remote_daemon_reads_through_a_failover)
 {
 	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,

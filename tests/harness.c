@@ -350,6 +350,37 @@ int harness_run(Suite *s)
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+unsigned log_count(const struct daemon *d, const char *text)
+{
+	static char log[1 << 17];
+	const char *at = log;
+	unsigned n = 0;
+
+	read_file(d->log, log, sizeof(log));
+	while ((at = strstr(at, text)) != NULL) {
+		n++;
+		at += strlen(text);
+	}
+	return n;
+}
+
+long proc_kib(pid_t pid, const char *field)
+{
+	char path[64], line[256], name[64];
+	long kib = -1, v;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	while (kib < 0 && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%63[^:]: %ld kB", name, &v) == 2 && !strcmp(name, field))
+			kib = v;
+	fclose(f);
+	ck_assert_msg(kib >= 0, "%s has no %s", path, field);
+	return kib;
+}
+
 void wait_log(const struct daemon *d, const char *text)
 {
 	static char log[1 << 16];

@@ -104,6 +104,13 @@ int harness_run(Suite *s);
 /* read_file() - the start of a file into buf, NUL-terminated. */
 void read_file(const char *path, char *buf, size_t len);
 
+/* log_count() - how many times d's log (its first 128 KiB) says text. */
+unsigned log_count(const struct daemon *d, const char *text);
+
+/* proc_kib() - field (e.g. "VmRSS", "RssAnon") of /proc/PID/status, in
+ * KiB; fails the test when there is none. */
+long proc_kib(pid_t pid, const char *field);
+
 /* wait_log() - until d's log holds text (the daemon acted on something a
  * test cannot otherwise see, such as a signal); fails the test after 5 s. */
 void wait_log(const struct daemon *d, const char *text);

@@ -295,7 +295,8 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         ve.start([a])
         p = Prompts(5)
         assert a.complete(p.next()).cached_tokens == 0
-        assert d.stats()["pages_cached"] >= PREFIX_BLOCKS
+        # saves run off the step: they may end after the answer
+        d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves")
         d.stop()
         d.discard()
         # no daemon: the engine serves, computing, and says so once
