@@ -174,11 +174,14 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The start of an IPv4 address in IPv6 (::ffff:a.b.c.d), as struct msrc
+ * holds one. */
+static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+
 /* mine_read() - the machine's own addresses, read again once a second at
  * most (a flood of connections costs one read a second). */
 static void mine_read(struct metrics *m)
 {
-	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	struct ifaddrs *ifs, *i;
 	uint8_t (*v)[16];
 	unsigned n = 0;
@@ -214,7 +217,6 @@ static void mine_read(struct metrics *m)
 /* source_of() - the source address sa counts as (see struct msrc). */
 static void source_of(struct metrics *m, const struct sockaddr *sa, struct msrc *s)
 {
-	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	static const uint8_t one[16] = { [15] = 1 };
 	unsigned i;
 

@@ -9,11 +9,11 @@
  * by the first idle thread (up to LOOP_WORKERS, started when first
  * needed). The threads serve the queues in turn, one job each time round,
  * passing over a queue with LOOP_WORKERS_PER_WHO jobs running: one uid's
- * sixteen tier files wait for each other, not another uid's one. A thread that finishes a job
- * puts it on the done list and counts it on an eventfd; the loop polls
- * the eventfd (with its own operations, io_uring or epoll) only while a
- * job is out, and completes each finished job's operation on the loop
- * thread, oldest first. A job counts as in flight, so loop_drain() waits
+ * sixteen tier files wait for each other, not another uid's one. A thread
+ * that finishes a job puts it on the done list and counts it on an
+ * eventfd; the loop polls the eventfd (with its own operations, io_uring
+ * or epoll) only while a job is out, and completes each finished job's
+ * operation on the loop thread, oldest first. A job counts as in flight, so loop_drain() waits
  * for it. io_uring would run FALLOCATE and UNLINKAT in its own worker
  * threads too (neither call has an asynchronous path in the file
  * systems), and a tier file's preparation is a sequence of dependent
