@@ -80,14 +80,17 @@ const char *cluster_url(void)
 	return url;
 }
 
-/* setrange_one() - overwrite one byte of key's value at offset 5000, following
- * a redirect; retried for up to 5 s while the cluster answers with an error
- * (a failover under load), since redis-cli exits 0 on an error reply. */
+/* setrange_one() - change one byte of key's value at offset 5000 (to 'Z',
+ * or to 'Y' where it is 'Z' already: the value is ciphertext, so 1 in 256
+ * holds 'Z' there), following a redirect; retried for up to 5 s while the
+ * cluster answers with an error (a failover under load), since redis-cli
+ * exits 0 on an error reply. */
 void setrange_one(const char *k)
 {
-	ck_assert_msg(sh("for i in $(seq 50); do r=$(redis-cli -c -p %u setrange %s 5000 Z); "
+	ck_assert_msg(sh("for i in $(seq 50); do b=$(redis-cli -c -p %u getrange %s 5000 5000); "
+			 "c=Z; [ \"$b\" = Z ] && c=Y; r=$(redis-cli -c -p %u setrange %s 5000 $c); "
 			 "case \"$r\" in ''|*[!0-9]*) sleep 0.1;; *) exit 0;; esac; done; "
-			 "echo \"setrange: $r\" >&2; exit 1", port, k) == 0,
+			 "echo \"setrange: $r\" >&2; exit 1", port, k, port, k) == 0,
 		      "SETRANGE %s failed: see the test's stderr", k);
 }
 

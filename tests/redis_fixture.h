@@ -36,8 +36,8 @@ uint64_t now_ms(void);
 /* cluster_url() - the --remote URL of this test's cluster (two seeds). */
 const char *cluster_url(void);
 
-/* setrange_one() - overwrite one byte of key k's value, following a
- * redirect, retried while the cluster answers with an error. */
+/* setrange_one() - change one byte of key k's value (to another byte),
+ * following a redirect, retried while the cluster answers with an error. */
 void setrange_one(const char *k);
 
 /* kill_first_master() - SIGKILL the cluster's first master. */

@@ -458,8 +458,8 @@ static struct rreq *req_new(struct remote *r, bool get, const uint8_t id[RPAGE_I
 	return q;
 }
 
-/* route() - the node that serves q, connected or connecting; NULL when
- * none can take a request now. */
+/* route() - the node that serves q, up or connecting; NULL when none
+ * can take a request now. */
 static struct rnode *route(struct remote *r, const struct rreq *q)
 {
 	uint16_t owner;
@@ -471,9 +471,23 @@ static struct rnode *route(struct remote *r, const struct rreq *q)
 	if (owner == RC_NONE)
 		return NULL;
 	nd = rnode_of(r, owner);
-	if (!nd || nd->state != RN_UP)
-		return NULL;	/* the tick reconnects it; a GET would wait for it */
+	if (!nd || nd->state == RN_DOWN)
+		return NULL;	/* the tick reconnects it */
 	return nd;
+}
+
+/* get_takes() - nd can take a GET now: it takes requests, or it is on its
+ * first connect since it was named (a daemon that just started), which
+ * has not failed yet: the GET waits behind the PING, and ends as a miss
+ * with it at --remote-timeout. A node that failed since (a stopped
+ * server that still completes TCP connects) takes none until it
+ * answered. */
+static bool get_takes(const struct rnode *nd)
+{
+	if (remote_node_takes(nd))
+		return true;
+	return nd && nd->ac && nd->state == RN_CONNECTING && !nd->failed &&
+	       nd->inflight < nd->r->c.max_inflight;
 }
 
 int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
@@ -488,7 +502,7 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	q->dst = dst;
 	q->be = be;
 	nd = route(r, q);
-	if (!remote_node_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
+	if (!get_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
 		free(q);
 		r->st.skipped++;
 		return -EAGAIN;
