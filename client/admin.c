@@ -158,7 +158,7 @@ KVP_API int kvp_disconnect(kvp_client *c, uint64_t id)
 	return rc;
 }
 
-KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns)
+static int drop_ns(kvp_client *c, const char *ns, uint32_t flags)
 {
 	struct kvp_wire_drop_ns d;
 	size_t len = 0;
@@ -169,8 +169,19 @@ KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns)
 	memset(&d, 0, sizeof(d));
 	if (ns_copy(d.ns, ns) < 0)
 		return -ENAMETOOLONG;
+	d.flags = flags;
 	pthread_mutex_lock(&c->mu);
 	rc = client_call(c, KVP_OP_DROP_NS, &d, sizeof(d), NULL, 0, &len, NULL);
 	pthread_mutex_unlock(&c->mu);
 	return rc;
+}
+
+KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns)
+{
+	return drop_ns(c, ns, KVP_WIRE_DROP_FORCE);
+}
+
+KVP_API int kvp_drop_unused_namespace(kvp_client *c, const char *ns)
+{
+	return drop_ns(c, ns, 0);
 }

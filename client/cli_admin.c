@@ -5,7 +5,9 @@
  * namespace). The daemon allows them to root, its own user and its
  * --admin-group; anyone else gets its refusal, word for word.
  */
+#include <getopt.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "client/cli.h"
@@ -125,21 +127,48 @@ int cmd_disconnect(struct cli *cli, int argc, char **argv)
 	return CLI_OK;
 }
 
+static const char drop_help[] =
+	"Usage: kvpool [OPTIONS] drop [--force] NAMESPACE\n"
+	"Forget a namespace that no client uses: its pages, slabs and tier file.\n"
+	"A namespace with clients is refused (kvpool clients lists them). Needs\n"
+	"admin rights.\n"
+	"  -f, --force     drop it even so: its clients are disconnected, each told\n"
+	"                  that its namespace was dropped\n";
+
 int cmd_drop(struct cli *cli, int argc, char **argv)
 {
+	static const struct option longopts[] = {
+		CLI_COMMON_LONGOPTS,
+		{ "force", no_argument, NULL, 'f' },
+		{ NULL, 0, NULL, 0 },
+	};
 	const char *ns = NULL;
+	bool force = false;
 	kvp_client *c;
-	int rc;
+	int o, rc;
 
-	rc = one_arg(cli, argc, argv, "namespace (kvpool namespaces lists them)",
-		     "Usage: kvpool [OPTIONS] drop NAMESPACE\n"
-		     "Forget a namespace that no client uses: its pages, slabs and tier\n"
-		     "file. Needs admin rights.\n", &ns);
-	if (rc >= 0)
-		return rc;
+	optind = 0;
+	while ((o = getopt_long(argc, argv, CLI_COMMON_SHORTOPTS "f", longopts, NULL)) != -1) {
+		if (o == 'f') {
+			force = true;
+			continue;
+		}
+		switch (cli_common_opt(cli, o, optarg)) {
+		case 1:
+			fputs(drop_help, stdout);
+			return CLI_OK;
+		case -1:
+			return cli_usage_error(argv[0], "bad option");
+		}
+	}
+	if (optind >= argc)
+		return cli_usage_error(argv[0], "which namespace (kvpool namespaces lists them)?");
+	if (optind + 1 < argc)
+		return cli_usage_error(argv[0], "unexpected argument '%s'", argv[optind + 1]);
+	ns = argv[optind];
 	if (cli_connect(cli, &c) < 0)
 		return CLI_ERR;
-	rc = kvp_drop_namespace(c, ns);
+	rc = force ? kvp_drop_namespace(c, ns) : kvp_drop_unused_namespace(c, ns);
 	kvp_close(c);
 	if (rc < 0) {
 		char what[96];

@@ -147,17 +147,46 @@ static void forget_gens(struct kvp_client *c)
  * (kvp_page_ptr() answers NULL: the pages may belong to others now).
  * Returns -EPIPE for a reset or a close, else err.
  */
+/* notice() - keep the text of a notice (KVP_WIRE_NOTICE_ID) in c->bye:
+ * true when the message at c->buf (n bytes, header rh) is one. */
+static bool notice(struct kvp_client *c, const struct kvp_wire_hdr *rh, ssize_t n)
+{
+	size_t tl;
+
+	if (rh->req_id != KVP_WIRE_NOTICE_ID || rh->status == KVP_S_OK)
+		return false;
+	tl = rh->len < KVP_WIRE_ERRMSG_MAX ? rh->len : KVP_WIRE_ERRMSG_MAX;
+	if (KVP_WIRE_HDR_SIZE + tl > (size_t)n)
+		tl = (size_t)n - KVP_WIRE_HDR_SIZE;
+	memcpy(c->bye, c->buf + KVP_WIRE_HDR_SIZE, tl);
+	c->bye[tl] = '\0';
+	return true;
+}
+
+/* lost() - the daemon closed the connection: the leases are gone; say why
+ * when it said so (a notice, perhaps still queued behind a send that
+ * failed). */
 static int lost(struct kvp_client *c, int err)
 {
+	struct kvp_wire_hdr rh;
+	ssize_t n;
+
 	if (err == -ECONNRESET)
 		err = -EPIPE;
 	hset_fini(&c->held);
 	hset_init(&c->held);
 	forget_gens(c);
-	client_set_error("the connection to kvpoold is gone (%s): the daemon exited or "
-		  "disconnected this client (see its log: idle, unread replies, an "
-		  "admin); its leases are released. Connect again with kvp_connect()",
-		  strerror(-err));
+	while (!c->bye[0] && (n = recv(c->fd, c->buf, c->buf_size, MSG_DONTWAIT)) > 0)
+		if (wire_hdr_decode(c->buf, (size_t)n, &rh) == 0 && notice(c, &rh, n))
+			break;
+	if (c->bye[0])
+		client_set_error("kvpoold closed this connection: %s; its leases are released. "
+				 "Connect again with kvp_connect()", c->bye);
+	else
+		client_set_error("the connection to kvpoold is gone (%s): the daemon exited or "
+				 "disconnected this client (see its log: idle, unread replies, "
+				 "an admin); its leases are released. Connect again with "
+				 "kvp_connect()", strerror(-err));
 	return err;
 }
 
@@ -210,8 +239,9 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 		}
 		if (rh.req_id == hdr.req_id)
 			break;
-		if (rfd >= 0)	/* a stale reply: not ours to keep */
+		if (rfd >= 0)	/* a stale reply or a notice: not ours to keep */
 			close(rfd);
+		notice(c, &rh, n);	/* the close follows it */
 	}
 	if (rh.status != KVP_S_OK) {
 		size_t tl = rh.len < KVP_WIRE_ERRMSG_MAX ? rh.len : KVP_WIRE_ERRMSG_MAX;
@@ -235,7 +265,8 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 	return 0;
 }
 
-static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
+static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g,
+		 const char *name)
 {
 	struct kvp_wire_hello h;
 	size_t len = 0;
@@ -260,8 +291,14 @@ static int hello(struct kvp_client *c, const char *ns, const kvp_geometry *g)
 		if (g->key_seed)
 			keys_seed_id(g->key_seed, h.key_seed_id);
 	}
-	snprintf(h.client_name, sizeof(h.client_name), "%s",
-		 program_invocation_short_name);
+	/* a program that rewrites its argv (vLLM's setproctitle) leaves its
+	 * invocation name empty: the pid then, never nothing */
+	if (!name || !*name)
+		name = program_invocation_short_name;
+	if (name && *name)
+		snprintf(h.client_name, sizeof(h.client_name), "%s", name);
+	else
+		snprintf(h.client_name, sizeof(h.client_name), "pid %ld", (long)getpid());
 	rc = client_call(c, KVP_OP_HELLO, &h, sizeof(h), NULL, 0, &len, NULL);
 	if (rc == -EBADE && g && g->key_seed && strstr(last_error, "key_seed")) {
 		size_t at = strlen(last_error);
@@ -417,8 +454,19 @@ static void connect_error(int rc, const char *path)
 	}
 }
 
+KVP_API int kvp_fd(const kvp_client *c)
+{
+	return c ? c->fd : -EINVAL;
+}
+
 KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out)
+{
+	return kvp_connect_as(socket_path, ns, g, NULL, out);
+}
+
+KVP_API int kvp_connect_as(const char *socket_path, const char *ns,
+			   const kvp_geometry *g, const char *name, kvp_client **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kvp_client *c;
@@ -427,6 +475,11 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 	last_error[0] = '\0';
 	if (!out || (ns && (!*ns || !g)))
 		return -EINVAL;
+	if (name && strlen(name) >= KVP_CLIENT_NAME_MAX) {
+		client_set_error("client name '%.64s' is %zu bytes; at most %u", name,
+				 strlen(name), KVP_CLIENT_NAME_MAX - 1);
+		return -ENAMETOOLONG;
+	}
 	if (!socket_path)
 		socket_path = getenv("KVPOOL_SOCKET");
 	if (!socket_path || !*socket_path)
@@ -457,7 +510,7 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 		connect_error(rc, socket_path);
 		goto out_free;
 	}
-	rc = hello(c, ns, g);
+	rc = hello(c, ns, g, name);
 	if (rc == -EPROTO && !last_error[0])
 		client_set_error("%s answered with a message that is not kvpool protocol version "
 			  "%u: a kvpoold of another release, or not a kvpoold socket",

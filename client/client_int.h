@@ -51,6 +51,8 @@ struct kvp_client {
 				 * each index, 0 none; a slab's row made with
 				 * its first lease */
 	uint32_t prefill_rate, remote_max_us;	/* kvp_set_remote_policy() */
+	uint32_t acquire_flags;	/* KVP_WIRE_ACQ_LOAD: kvp_set_lookups_counted() */
+	char bye[KVP_WIRE_ERRMSG_MAX + 1];	/* the daemon's notice before it closed */
 };
 
 /* client_held_add() / client_held_sub() - one lease more or fewer on h (client.c). */

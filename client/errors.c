@@ -24,6 +24,7 @@ static const int status_errno[KVP_S__COUNT] = {
 	[KVP_S_MISMATCH] = EBADE,
 	[KVP_S_INTERNAL] = EIO,
 	[KVP_S_STATE] = ENOTCONN,
+	[KVP_S_BUSY] = EBUSY,
 };
 
 int errors_from_status(uint32_t status)

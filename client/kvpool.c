@@ -26,7 +26,7 @@ static const struct command {
 	{ "prefixes", cmd_prefixes, " [--top K] [--ns N]", "the most hit prefix blocks" },
 	{ "evict", cmd_evict, " [--ns N] [--max K]", "admin: push cached pages out of the pool" },
 	{ "disconnect", cmd_disconnect, " CLIENT", "admin: close a client's connection" },
-	{ "drop", cmd_drop, " NAMESPACE", "admin: forget an unused namespace" },
+	{ "drop", cmd_drop, " [--force] NAMESPACE", "admin: forget an unused namespace" },
 	{ "metrics", cmd_metrics, "", "Prometheus text exposition of every counter" },
 	{ "top", cmd_top, " [--count N]", "live view, every second until q or Ctrl-C" },
 	{ "plan", cmd_plan, " --model M | --list ...", "KV-cache capacity planner (no daemon)" },

@@ -107,7 +107,8 @@ static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 {
 	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens,
 				      .prefill_rate = c->prefill_rate,
-				      .remote_max_us = c->remote_max_us };
+				      .remote_max_us = c->remote_max_us,
+				      .flags = c->acquire_flags };
 	struct kvp_wire_acquire_reply rep;
 	size_t len = 0, i, klen = n * KVP_KEY_BYTES, tlen = ntokens * sizeof(*tokens);
 	uint8_t *tmp;
@@ -200,6 +201,64 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 	} while (done < n);
 	if (rc < 0 && done)	/* give back the earlier batches' pages */
 		client_release_batch(c, pages, done);
+	pthread_mutex_unlock(&c->mu);
+	return rc < 0 ? rc : (int)done;
+}
+
+KVP_API int kvp_set_lookups_counted(kvp_client *c, int counted)
+{
+	if (!c)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	c->acquire_flags = counted ? 0 : KVP_WIRE_ACQ_LOAD;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/* probe_batch() - one ACQUIRE PROBE of n keys after parent. */
+static int probe_batch(struct kvp_client *c, const uint8_t *parent, const kvp_key *keys,
+		       size_t n)
+{
+	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .flags = KVP_WIRE_ACQ_PROBE };
+	struct kvp_wire_acquire_reply rep;
+	size_t len = 0;
+	int rc;
+
+	memcpy(a.parent, parent, sizeof(a.parent));
+	rc = client_call(c, KVP_OP_ACQUIRE, &a, sizeof(a), keys, n * KVP_KEY_BYTES, &len, NULL);
+	if (rc < 0)
+		return rc;
+	if (len != sizeof(rep))
+		return -EPROTO;
+	memcpy(&rep, c->buf + KVP_WIRE_HDR_SIZE, sizeof(rep));
+	if (rep.hits > n || rep.partial_tokens || rep.partial_page)
+		return -EPROTO;
+	return (int)rep.hits;
+}
+
+KVP_API int kvp_contains(kvp_client *c, const kvp_key *parent, const kvp_key *keys, size_t n)
+{
+	size_t per, done = 0, k;
+	const uint8_t *par;
+	int rc = 0;
+
+	if (!c || (n && !keys) || n > INT32_MAX)
+		return -EINVAL;
+	if (!c->has_ns)
+		return -ENOTCONN;
+	pthread_mutex_lock(&c->mu);
+	per = (c->buf_size - KVP_WIRE_HDR_SIZE - sizeof(struct kvp_wire_acquire)) / KVP_KEY_BYTES;
+	par = parent_or_root(c, parent);
+	while (done < n) {
+		k = n - done < per ? n - done : per;
+		rc = probe_batch(c, par, keys + done, k);
+		if (rc < 0)
+			break;
+		done += (size_t)rc;
+		if ((size_t)rc < k)
+			break;
+		par = keys[done - 1].b;
+	}
 	pthread_mutex_unlock(&c->mu);
 	return rc < 0 ? rc : (int)done;
 }

@@ -85,7 +85,8 @@ struct family {
 
 /* The prefix-sharing and tier figures, where both structs hold them. */
 #define PREFIX_FAMILIES(S) \
-	{ "prefix_acquires_total", "counter", "ACQUIRE requests.", \
+	{ "prefix_acquires_total", "counter", "ACQUIRE requests that look up (not the LOADs " \
+	  "of what was looked up, nor PROBEs).", \
 	  U64(S, prefix.acquires), 0, false }, \
 	{ "prefix_hit_blocks_total", "counter", "Blocks found in the cache (full and partial).", \
 	  U64(S, prefix.hits), 0, false }, \

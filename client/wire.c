@@ -202,6 +202,7 @@ static const char *const status_str[KVP_S__COUNT] = {
 	[KVP_S_MISMATCH] = "namespace geometry mismatch",
 	[KVP_S_INTERNAL] = "internal daemon error (see the kvpoold log)",
 	[KVP_S_STATE] = "not allowed in this state of the session",
+	[KVP_S_BUSY] = "in use",
 };
 
 const char *wire_status_str(uint32_t status)

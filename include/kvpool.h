@@ -311,6 +311,15 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out);
 
 /*
+ * kvp_connect_as() - kvp_connect() under a name of the client's own (at
+ * most 31 bytes; NULL: the program's name), which `kvpool clients` and
+ * kvpoold's log show: an engine says what it is (engine, role, rank).
+ * -ENAMETOOLONG for a longer name.
+ */
+KVP_API int kvp_connect_as(const char *socket_path, const char *ns,
+			   const kvp_geometry *g, const char *name, kvp_client **out);
+
+/*
  * kvp_close() - close the connection and unmap the pool. The daemon drops
  * every lease the client held. c may be NULL; it is invalid afterwards.
  *
@@ -322,6 +331,15 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
  * a new session, in which page handles of the old one mean nothing.
  */
 KVP_API void kvp_close(kvp_client *c);
+
+/*
+ * kvp_fd() - the connection's socket, for poll(2) alone: it reports
+ * POLLRDHUP/POLLHUP once the daemon has closed the connection (it exited,
+ * or disconnected this client), so that a program can notice at once and
+ * connect again before its next request. Never read, write or close it.
+ * -EINVAL when c is NULL.
+ */
+KVP_API int kvp_fd(const kvp_client *c);
 
 /* kvp_page_bytes() - bytes of one page in the client's namespace (0 for an
  * inspection session). */
@@ -464,6 +482,26 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 			kvp_page *pages, kvp_partial *partial);
 
 /*
+ * kvp_contains() - how many leading keys of keys[0..n) (the blocks after
+ * parent; NULL: the root) the daemon holds, in its pool or a local tier:
+ * a block a client is about to save that the pool has already need not
+ * be copied again. Leases nothing, counts no lookup, asks no remote tier,
+ * moves nothing. One round trip per about 8,000 keys. Returns 0..n, or
+ * -EINVAL, -ENOTCONN (no namespace joined), -EPIPE, -ENOMEM.
+ */
+KVP_API int kvp_contains(kvp_client *c, const kvp_key *parent, const kvp_key *keys, size_t n);
+
+/*
+ * kvp_set_lookups_counted() - counted 0: this client's kvp_acquire() calls
+ * lease what another client of the same engine looked up already (vLLM's
+ * workers load what its scheduler found), so kvpoold does not count them
+ * as lookups (its acquires, hits and misses count each block an engine
+ * looks up once). 1 (the default): they are lookups. Returns 0, or
+ * -EINVAL when c is NULL.
+ */
+KVP_API int kvp_set_lookups_counted(kvp_client *c, int counted);
+
+/*
  * kvp_set_remote_policy() - when this client's kvp_acquire() calls let the
  * daemon ask its remote tier (kvpoold --remote) for the blocks this
  * machine lacks. prefill_rate: the tokens per second this client computes
@@ -597,10 +635,16 @@ KVP_API int kvp_evict(kvp_client *c, const char *ns, uint64_t max);
 KVP_API int kvp_disconnect(kvp_client *c, uint64_t id);
 
 /* kvp_drop_namespace() - forget namespace ns: its pages, slabs and tier
- * file. Its clients are disconnected first; returns once they are gone
- * and the tier's writes are done. -ENOTCONN when c is a client of ns,
- * -ENOENT when there is no such namespace. */
+ * file. Its clients are disconnected first, each told why (their next
+ * call fails with -EPIPE, kvp_last_error() naming the drop); returns once
+ * they are gone and the tier's writes are done. -ENOTCONN when c is a
+ * client of ns, -ENOENT when there is no such namespace. */
 KVP_API int kvp_drop_namespace(kvp_client *c, const char *ns);
+
+/* kvp_drop_unused_namespace() - kvp_drop_namespace() of a namespace no
+ * client uses: -EBUSY (nothing changed, kvp_last_error() says how many
+ * clients) when it has any. `kvpool drop` without --force. */
+KVP_API int kvp_drop_unused_namespace(kvp_client *c, const char *ns);
 
 #ifdef __cplusplus
 }

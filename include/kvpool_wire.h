@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	6u
+#define KVP_WIRE_VERSION	7u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -113,6 +113,7 @@ enum kvp_status {
 	KVP_S_MISMATCH = 10,	/* namespace geometry differs */
 	KVP_S_INTERNAL = 11,	/* the daemon failed; see its log */
 	KVP_S_STATE = 12,	/* not now: e.g. ALLOC before HELLO */
+	KVP_S_BUSY = 13,	/* in use: e.g. DROP_NS of a namespace with clients */
 	KVP_S__COUNT
 };
 
@@ -253,9 +254,22 @@ struct kvp_wire_acquire {
 	 * cut-off, KVP_REMOTE_NEVER never to ask it. */
 	uint32_t prefill_rate;
 	uint32_t remote_max_us;
+	/* Since version 7: KVP_WIRE_ACQ_*; reserved must be 0. */
+	uint32_t flags;
+	uint32_t reserved;
 };
-KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 48, "kvp_wire_acquire is 48 bytes");
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 56, "kvp_wire_acquire is 56 bytes");
 #define KVP_REMOTE_NEVER	0xffffffffu
+/* ACQUIRE flags. LOAD: the keys were looked up already, by another client
+ * of the same engine (vLLM's scheduler looks up, its workers lease and
+ * copy): the request is not counted as a lookup (acquires, hits, misses,
+ * hit tokens). PROBE: lease nothing and count nothing; the reply's hits
+ * is how many leading keys the daemon holds, in the pool or a local tier
+ * (the remote tier is not asked, no partial page is looked for), with no
+ * handles after it. */
+#define KVP_WIRE_ACQ_LOAD	0x1u
+#define KVP_WIRE_ACQ_PROBE	0x2u
+#define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE)
 
 /* ACQUIRE reply: this struct, then hits page handles. */
 struct kvp_wire_acquire_reply {
@@ -394,13 +408,30 @@ struct kvp_wire_evict {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_evict) == 72, "kvp_wire_evict is 72 bytes");
 
-/* DISCONNECT request: the client's id. DROP_NS request: the name. */
+/* DISCONNECT request: the client's id. DROP_NS request: the name, and
+ * (since version 7) flags: KVP_WIRE_DROP_FORCE disconnects the
+ * namespace's clients (each told why) where without it a namespace that
+ * has clients is refused (BUSY); reserved is 0. */
 struct kvp_wire_disconnect {
 	uint64_t client;
 };
 struct kvp_wire_drop_ns {
 	char ns[KVP_NAME_MAX];
+	uint32_t flags;
+	uint32_t reserved;
 };
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_drop_ns) == 72, "kvp_wire_drop_ns is 72 bytes");
+#define KVP_WIRE_DROP_FORCE	0x1u
+
+/*
+ * A notice: a message with KVP_WIRE_F_REPLY, req_id 0 and a status other
+ * than OK that no request asked for. The daemon sends one just before it
+ * closes a client's connection for a reason the client should hear (an
+ * admin disconnected it, its namespace was dropped); its text says which.
+ * libkvpool keeps it for the kvp_last_error() of the call that finds the
+ * connection gone.
+ */
+#define KVP_WIRE_NOTICE_ID	0u
 
 /*
  * STATS reply: struct kvp_wire_stats, then `namespaces` records of

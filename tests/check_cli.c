@@ -511,7 +511,7 @@ START_TEST(test_cli_disconnect_closes_a_client_and_refuses_unknown_ids)
 }
 END_TEST
 
-START_TEST(test_cli_drop_disconnects_the_clients_and_refuses_unknown_namespaces)
+START_TEST(test_cli_drop_refuses_a_used_namespace_unless_forced)
 {
 	struct world w;
 	kvp_stats_t st;
@@ -520,10 +520,17 @@ START_TEST(test_cli_drop_disconnects_the_clients_and_refuses_unknown_namespaces)
 	ck_assert_int_eq(cli("-s", w.d.sock, "drop", "nope"), 1);
 	ck_assert_msg(strstr(out, "kvpool: drop nope: ") && strstr(out, "no namespace 'nope'"),
 		      "%s", out);
-	/* qwen's client holds pages: it is disconnected, its leases go */
-	cli_json("-s", w.d.sock, "--json", "drop", "qwen");
+	/* qwen has a client: refused, nothing changed (before: dropped) */
+	ck_assert_int_eq(cli("-s", w.d.sock, "drop", "qwen"), 1);
+	ck_assert_msg(strstr(out, "namespace 'qwen' has 1 client") &&
+		      strstr(out, "kvpool drop --force qwen"), "%s", out);
+	ck_assert_int_eq(kvp_stats(w.q, &st, NULL, 0), 2);	/* still connected */
+	/* forced: its client is disconnected, told why, its leases go */
+	cli_json("-s", w.d.sock, "--json", "drop", "--force", "qwen");
 	ck_assert(json_str_is(out, "dropped", "qwen"));
 	ck_assert_int_eq(kvp_stats(w.q, &st, NULL, 0), -EPIPE);
+	ck_assert_msg(strstr(kvp_last_error(), "namespace 'qwen' was dropped by an admin"),
+		      "%s", kvp_last_error());
 	cli_json("-s", w.d.sock, "--json", "namespaces");
 	ck_assert_int_eq(json_len(out, "namespaces"), 1);
 	ck_assert(json_str_is(out, "namespaces[0].name", "llama"));
@@ -959,7 +966,7 @@ static Suite *cli_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cli_evict_pushes_cached_pages_out);
 	tcase_add_test(tc, test_cli_disconnect_closes_a_client_and_refuses_unknown_ids);
-	tcase_add_test(tc, test_cli_drop_disconnects_the_clients_and_refuses_unknown_namespaces);
+	tcase_add_test(tc, test_cli_drop_refuses_a_used_namespace_unless_forced);
 	tcase_add_test(tc, test_cli_admin_commands_refused_without_admin_rights);
 	suite_add_tcase(s, tc);
 

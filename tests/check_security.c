@@ -343,7 +343,7 @@ START_TEST(test_security_drop_disconnects_the_namespace_clients)
 	ck_assert_uint_eq(nns, 0);
 	ck_assert_int_eq(write(go[1], "g", 1), 1);
 	child_wait(pid);
-	wait_log(&d, "disconnected by an admin");
+	wait_log(&d, "was dropped by an admin");
 	daemon_stop(&d);
 }
 END_TEST

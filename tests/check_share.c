@@ -20,6 +20,7 @@
 #include <check.h>
 
 #include "harness.h"
+#include "kvpool_wire.h"
 
 #define BT 16u			/* tokens per page */
 #define PAGE_BYTES 16384u	/* 2 x 2 layers x 2 heads x 64 dims x 16 tokens x 2 bytes */
@@ -505,6 +506,92 @@ START_TEST(test_share_retain_takes_a_second_lease)
 }
 END_TEST
 
+/* acquire_raw() - one ACQUIRE of nkeys keys (and ntokens tokens of 0)
+ * with flags and reserved, through fd: its status, its text into why. */
+static int acquire_raw(int fd, const kvp_key *keys, uint32_t nkeys, uint32_t ntokens,
+		       uint32_t flags, uint32_t reserved, char *why, size_t whylen)
+{
+	static uint8_t msg[sizeof(struct kvp_wire_acquire) + 8 * KVP_KEY_BYTES + 64];
+	struct kvp_wire_acquire a = { .nkeys = nkeys, .ntokens = ntokens, .flags = flags,
+				      .reserved = reserved };
+	size_t len = sizeof(a) + (size_t)nkeys * KVP_KEY_BYTES + ntokens * sizeof(uint32_t);
+
+	ck_assert_uint_le(len, sizeof(msg));
+	memset(msg, 0, sizeof(msg));
+	memcpy(msg, &a, sizeof(a));
+	memcpy(msg + sizeof(a), keys, (size_t)nkeys * KVP_KEY_BYTES);
+	ck_assert_int_eq(raw_send(fd, KVP_OP_ACQUIRE, 2, msg, len), 0);
+	return raw_recv(fd, 2, why, whylen, NULL);
+}
+
+START_TEST(test_share_a_probe_leases_nothing_and_a_load_is_not_a_second_lookup)
+{
+	kvp_page pg[4], canon[4], got[5], mine[5];
+	kvp_key keys[5];
+	uint32_t t[5 * BT];
+	kvp_stats_t st0, st;
+	struct daemon d;
+	kvp_client *a, *b;
+	char why[600];
+	int fd;
+
+	daemon_start(&d, small_pool);
+	a = join(d.sock);
+	b = join(d.sock);
+	tokens_of(t, 5 * BT, 5 * BT, 0);
+	ck_assert_int_eq(kvp_block_keys(a, NULL, t, 5 * BT, NULL, 0, keys), 5);
+	ck_assert_int_eq(kvp_alloc(a, 4, pg), 0);
+	ck_assert_int_eq(kvp_publish(a, NULL, pg, keys, 4, KVP_PRIO_NORMAL, canon), 0);
+	ck_assert_int_eq(kvp_release(a, pg, 4), 0);
+	stats_of(d.sock, &st0);
+	/* a probe: how much is there, nothing leased, nothing counted */
+	ck_assert_int_eq(kvp_contains(b, NULL, keys, 5), 4);
+	ck_assert_int_eq(kvp_contains(b, &keys[1], &keys[2], 3), 2);
+	ck_assert_int_eq(kvp_contains(b, NULL, &keys[4], 1), 0);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_shared + st.pages_private, 0);
+	ck_assert_uint_eq(st.pages_cached, 4);
+	ck_assert_uint_eq(st.prefix.acquires, st0.prefix.acquires);
+	ck_assert_uint_eq(st.prefix.hits, st0.prefix.hits);
+	ck_assert_uint_eq(st.prefix.misses, st0.prefix.misses);
+	/* a LOAD of what a lookup found: leased, not counted again */
+	ck_assert_int_eq(kvp_acquire(a, NULL, keys, 5, NULL, 0, mine, NULL), 4);	/* lookup */
+	ck_assert_int_eq(kvp_set_lookups_counted(b, 0), 0);
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 4, NULL, 0, got, NULL), 4);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.prefix.acquires, st0.prefix.acquires + 1);
+	ck_assert_uint_eq(st.prefix.hits, st0.prefix.hits + 4);
+	ck_assert_uint_eq(st.prefix.misses, st0.prefix.misses + 1);
+	ck_assert_uint_eq(st.pages_shared, 4);
+	ck_assert_int_eq(kvp_release(b, got, 4), 0);
+	ck_assert_int_eq(kvp_set_lookups_counted(b, 1), 0);
+	ck_assert_int_eq(kvp_acquire(b, NULL, keys, 4, NULL, 0, got, NULL), 4);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.prefix.hits, st0.prefix.hits + 8);
+	ck_assert_int_eq(kvp_release(b, got, 4), 0);
+	/* flags it does not know, a reserved word, a probe with tokens: INVAL,
+	 * said, and nothing leased */
+	fd = raw_connect(d.sock);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(raw_hello(fd, "share", &geo, why, sizeof(why)), KVP_S_OK);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0x4, 0, why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "ACQUIRE flags 0x4"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0, 1, why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 3, KVP_WIRE_ACQ_PROBE, 0, why, sizeof(why)),
+			 KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "PROBE with 3 tokens"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_PROBE, 0, why, sizeof(why)),
+			 KVP_S_OK);
+	close(fd);
+	ck_assert_int_eq(kvp_release(a, mine, 4), 0);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.pages_shared + st.pages_private, 0);
+	kvp_close(a);
+	kvp_close(b);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_share_publish_refuses_what_it_must)
 {
 	static const char *const args[] = {
@@ -772,7 +859,14 @@ START_TEST(test_share_a_client_keyed_from_another_seed_or_scheme_is_refused)
 	ck_assert_int_eq(kvp_connect(d.sock, "share", &g, &c), -EBADE);
 	ck_assert_msg(strstr(kvp_last_error(), "key_scheme 3, this client sent 4"), "%s",
 		      kvp_last_error());
+	/* the daemon's log says each refusal, under the client's name, once
+	 * per cause however often it tries (before: a counter alone) */
+	ck_assert_int_eq(kvp_connect_as(d.sock, "share", &g, "engine 7", &c), -EBADE);
+	ck_assert_int_eq(kvp_connect(d.sock, "share", &g, &c), -EBADE);
 	kvp_close(probe);
+	ck_assert_uint_eq(log_count(&d, "refused the HELLO"), 2);	/* seed, scheme */
+	ck_assert_uint_eq(log_count(&d, "key_scheme 3, this client sent 4"), 1);
+	ck_assert_uint_eq(log_count(&d, "'check_share'): namespace 'share' has key_scheme"), 1);
 	daemon_stop(&d);
 
 	/* salted roots never equal H(seed): a seeded client cannot match */
@@ -806,6 +900,7 @@ static Suite *share_suite(void)
 	tcase_add_test(tc, test_share_cow_copies_exactly_and_independently);
 	tcase_add_test(tc, test_share_turn_two_extends_turn_one_partial_page);
 	tcase_add_test(tc, test_share_retain_takes_a_second_lease);
+	tcase_add_test(tc, test_share_a_probe_leases_nothing_and_a_load_is_not_a_second_lookup);
 	tcase_add_test(tc, test_share_publish_refuses_what_it_must);
 	tcase_add_test(tc, test_share_prefix_listing_ranks_by_hits_and_keeps_order_in_ties);
 	tcase_add_test(tc, test_share_info_gives_the_namespace_facts_and_alloc_splits_big_batches);

@@ -514,7 +514,8 @@ void admin_disconnect(struct conn *c, const struct kvp_wire_hdr *req,
 		conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
 		return;
 	}
-	conn_kick(o);
+	conn_kick(o, "an admin (uid %u, pid %d) disconnected this client (kvpool disconnect)",
+		  (unsigned)c->cred.uid, (int)c->cred.pid);
 	conn_reply(c, req, KVP_S_OK, NULL, 0, -1);
 }
 
@@ -525,10 +526,17 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 	char err[KVP_WIRE_ERRMSG_MAX];
 	struct conn *o, *next;
 	struct ns *n, *gone;
+	unsigned users = 0;
 	bool bad;
 
 	if (wire_fixed_decode(payload, req->len, &d, sizeof(d)) < 0) {
-		conn_fatal(c, req, KVP_S_PROTO, "DROP_NS payload is not 64 bytes");
+		conn_fatal(c, req, KVP_S_PROTO, "DROP_NS payload is not 72 bytes");
+		return;
+	}
+	if ((d.flags & ~KVP_WIRE_DROP_FORCE) || d.reserved) {
+		conn_error(c, req, KVP_S_INVAL, "DROP_NS flags 0x%x (reserved %u): the flag this "
+			   "daemon knows is FORCE (0x%x), and reserved is 0", d.flags, d.reserved,
+			   KVP_WIRE_DROP_FORCE);
 		return;
 	}
 	if (!name_field(c, req, d.ns, sizeof(d.ns)) ||
@@ -551,13 +559,24 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req,
 			   "'%s'; drop it from another one (kvpool drop %s)", n->name, n->name);
 		return;
 	}
-	/* Its clients go first (their leases with them); the drop waits for
-	 * the last of them, and for the tier's writes, on n's queue. New
-	 * clients are refused meanwhile (wait_drop_ahead()). */
+	for (o = c->srv->conns; o; o = o->next)
+		users += o->ns == n && !conn_closing(o);
+	if (users && !(d.flags & KVP_WIRE_DROP_FORCE)) {
+		conn_error(c, req, KVP_S_BUSY, "namespace '%s' has %u client%s (kvpool clients "
+			   "lists them): dropping it would take their cache away; stop them "
+			   "first, or kvpool drop --force %s disconnects them", n->name, users,
+			   users == 1 ? "" : "s", n->name);
+		return;
+	}
+	/* Its clients go first (their leases with them), told why; the drop
+	 * waits for the last of them, and for the tier's writes, on n's
+	 * queue. New clients are refused meanwhile (wait_drop_ahead()). */
 	for (o = c->srv->conns; o; o = next) {
 		next = o->next;
 		if (o->ns == n && !conn_closing(o))
-			conn_kick(o);
+			conn_kick(o, "namespace '%s' was dropped by an admin (uid %u, pid %d: "
+				  "kvpool drop --force); its pages are gone", n->name,
+				  (unsigned)c->cred.uid, (int)c->cred.pid);
 	}
 	if (ns_drop(&c->srv->nst, c->srv->pool, &c->srv->keys, n, &gone, err,
 		    sizeof(err)) < 0) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client/wire.h"
@@ -150,6 +151,44 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 
 /* --- HELLO, STATS, MAP_SLAB -------------------------------------------------- */
 
+#define REFUSALS_PER_MIN 10u
+
+/*
+ * say_refused() - log a refused HELLO (err: what the client is told) once
+ * per cause: an engine that tries again every few seconds with a seed or
+ * geometry the namespace refuses is said once, not at every try (before,
+ * only a counter of /metrics moved). At most REFUSALS_PER_MIN new causes
+ * a minute, so that no client floods the log with values of its choice.
+ */
+static void say_refused(struct server *s, const struct conn *c, const char *name,
+			const char *err)
+{
+	uint64_t h = 1469598103934665603ull, now;
+	struct timespec ts;
+	const char *p;
+	unsigned i;
+
+	for (p = err; *p; p++)
+		h = (h ^ (uint8_t)*p) * 1099511628211ull;
+	h |= 1;	/* 0 is an empty slot */
+	for (i = 0; i < sizeof(s->refusals_said) / sizeof(s->refusals_said[0]); i++)
+		if (s->refusals_said[i] == h)
+			return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	if (now - s->refusals_min_ns >= 60000000000ull) {
+		s->refusals_min_ns = now;
+		s->refusals_in_min = 0;
+	}
+	if (s->refusals_in_min >= REFUSALS_PER_MIN)
+		return;
+	s->refusals_in_min++;
+	s->refusals_said[s->refusals_next++ % (sizeof(s->refusals_said) /
+					       sizeof(s->refusals_said[0]))] = h;
+	log_warn("refused the HELLO of pid %d (uid %u, '%.31s'): %s (said once per cause)",
+		 (int)c->cred.pid, (unsigned)c->cred.uid, name[0] ? name : "-", err);
+}
+
 static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 			 const uint8_t *payload)
 {
@@ -209,6 +248,7 @@ static void handle_hello(struct conn *c, const struct kvp_wire_hdr *req,
 			return;
 		}
 		if (rc < 0) {
+			say_refused(s, c, h.client_name, err);
 			conn_error(c, req, (uint32_t)-rc, "%s", err);
 			return;
 		}

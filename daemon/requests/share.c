@@ -38,6 +38,7 @@ struct pending {
 	uint32_t hits;			/* lowest failed restore, else planned */
 	uint32_t outstanding;		/* reads in flight */
 	uint32_t partial_tokens;	/* of the partial page, when planned > nfull */
+	bool counted;			/* a lookup, not a LOAD (KVP_WIRE_ACQ_LOAD) */
 	uint64_t *pages;		/* [planned] */
 	uint8_t *restored;		/* [planned]: read from the tier */
 	struct pread {			/* [planned]: the reads in flight */
@@ -62,7 +63,7 @@ struct plan {
  * past them; count it. */
 static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hdr *req,
 			  uint32_t nkeys, const uint64_t *pages, uint32_t got, uint32_t nfull,
-			  uint32_t partial_tokens)
+			  uint32_t partial_tokens, bool counted)
 {
 	struct kvp_wire_acquire_reply *rep;
 	uint32_t hits = got < nfull ? got : nfull;
@@ -79,10 +80,12 @@ static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hd
 		rep->partial_tokens = partial_tokens;
 	}
 	memcpy(rep + 1, pages, (size_t)hits * sizeof(uint64_t));
-	n->st.acquires++;
-	n->st.hits += hits + (got > nfull);
-	n->st.misses += nkeys - hits;
-	n->st.hit_tokens += (uint64_t)hits * n->block_tokens + rep->partial_tokens;
+	if (counted) {	/* not a LOAD of what the engine looked up already */
+		n->st.acquires++;
+		n->st.hits += hits + (got > nfull);
+		n->st.misses += nkeys - hits;
+		n->st.hit_tokens += (uint64_t)hits * n->block_tokens + rep->partial_tokens;
+	}
 	conn_reply(c, req, KVP_S_OK, rep, len, -1);
 	free(rep);
 }
@@ -114,7 +117,7 @@ static void pending_finish(struct pending *pd)
 	}
 	if (!gone) {
 		acquire_reply(c, n, &pd->req, pd->nkeys, pd->pages, pd->hits, pd->nfull,
-			      pd->partial_tokens);
+			      pd->partial_tokens, pd->counted);
 		conn_resume(c);
 	}
 	free(pd->pages);
@@ -449,6 +452,27 @@ out_free:
 }
 
 /*
+ * probe_reply() - a PROBE: how many leading keys this daemon holds, in the
+ * pool or a local tier, whatever their state; nothing leased, counted,
+ * touched or fetched.
+ */
+static void probe_reply(struct conn *c, struct ns *n, const struct kvp_wire_hdr *req,
+			const struct kvp_wire_acquire *a, const uint8_t *keys)
+{
+	struct kvp_wire_acquire_reply rep = { 0 };
+
+	if (a->ntokens) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE PROBE with %u tokens: a probe "
+			   "looks for full blocks alone; send no tokens", a->ntokens);
+		return;
+	}
+	while (rep.hits < a->nkeys &&
+	       prefix_find(n->idx, keys + (size_t)rep.hits * KVP_KEY_BYTES) != PREFIX_NIL)
+		rep.hits++;
+	conn_reply(c, req, KVP_S_OK, &rep, sizeof(rep), -1);
+}
+
+/*
  * share_acquire() - the longest cached prefix of the keys, then the
  * partial page after it that the request's tokens continue into,
  * wherever each is (pool, host tier, NVMe tier): one entry list for
@@ -476,6 +500,17 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!requests_need_ns(c, req))
 		return;
 	n = c->ns;
+	if ((a.flags & ~KVP_WIRE_ACQ_ALL) || a.reserved) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x (reserved %u): the flags "
+			   "this daemon knows are LOAD (0x%x) and PROBE (0x%x), and reserved "
+			   "is 0; is the client newer than kvpoold?", a.flags, a.reserved,
+			   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE);
+		return;
+	}
+	if (a.flags & KVP_WIRE_ACQ_PROBE) {
+		probe_reply(c, n, req, &a, keys);
+		return;
+	}
 	if ((uint64_t)a.ntokens >= ((uint64_t)a.nkeys + 1) * n->block_tokens) {
 		conn_error(c, req, KVP_S_INVAL, "ACQUIRE of %u keys with %u tokens: the "
 			   "tokens run from the first key's block to before the end of "
@@ -539,6 +574,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		pd->req = *req;
 		pd->nkeys = a.nkeys;
 		pd->nfull = hits;
+		pd->counted = !(a.flags & KVP_WIRE_ACQ_LOAD);
 		pd->partial_tokens = tokens;
 		c->deferred = true;
 		conn_hold(c);
@@ -547,7 +583,8 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 			pending_finish(pd);
 		goto out;
 	}
-	acquire_reply(c, n, req, a.nkeys, pages, got, hits, tokens);
+	acquire_reply(c, n, req, a.nkeys, pages, got, hits, tokens,
+		      !(a.flags & KVP_WIRE_ACQ_LOAD));
 out:
 	free(ents);
 	free(tail);

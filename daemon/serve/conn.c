@@ -232,10 +232,29 @@ bool conn_closing(const struct conn *c)
 	return c->state == CONN_CLOSING;
 }
 
-void conn_kick(struct conn *c)
+void conn_kick(struct conn *c, const char *fmt, ...)
 {
-	log_info("client %llu (%s, pid %d) disconnected by an admin",
-		 (unsigned long long)c->id, c->name, (int)c->cred.pid);
+	struct kvp_wire_hdr h = { .op = KVP_OP_DISCONNECT, .flags = KVP_WIRE_F_REPLY,
+				  .status = KVP_S_STATE, .req_id = KVP_WIRE_NOTICE_ID };
+	uint8_t msg[KVP_WIRE_HDR_SIZE + KVP_WIRE_ERRMSG_MAX];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf((char *)msg + KVP_WIRE_HDR_SIZE, KVP_WIRE_ERRMSG_MAX, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		n = 0;
+	if (n >= (int)KVP_WIRE_ERRMSG_MAX)
+		n = KVP_WIRE_ERRMSG_MAX - 1;
+	log_info("client %llu (%s, pid %d) disconnected: %s", (unsigned long long)c->id, c->name,
+		 (int)c->cred.pid, (char *)msg + KVP_WIRE_HDR_SIZE);
+	/* the notice goes ahead of the close, without waiting: a client whose
+	 * socket buffer is full learns only that the connection is gone */
+	h.len = (uint32_t)n;
+	wire_hdr_encode(msg, &h);
+	if (c->state != CONN_CLOSING)
+		(void)send(c->fd, msg, KVP_WIRE_HDR_SIZE + (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
 	conn_close(c);
 }
 

@@ -142,6 +142,11 @@ struct server {
 	uint32_t nrefused;		/* CONN_REFUSED or closing after it */
 	uint64_t next_conn_id;
 	uint64_t start_ms;
+	/* refused HELLOs said in the log: each cause (its text) once, and at
+	 * most REFUSALS_PER_MIN new ones a minute (requests.c) */
+	uint64_t refusals_said[64];
+	unsigned refusals_next, refusals_in_min;
+	uint64_t refusals_min_ns;
 	struct server_counters n;
 	/* dispatch() - serve one request of c (requests_handle(), set by
 	 * server.c): the continuation a request that waited is served
@@ -195,7 +200,8 @@ void conn_resume(struct conn *c);
  */
 void conn_close(struct conn *c);
 
-/* conn_kick() - close c (an admin's DISCONNECT); its leases go back. */
-void conn_kick(struct conn *c);
+/* conn_kick() - close c (an admin's DISCONNECT, a dropped namespace),
+ * telling it why (a notice, KVP_WIRE_NOTICE_ID); its leases go back. */
+void conn_kick(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif /* KVP_CONN_H */
