@@ -165,7 +165,9 @@ class Client(_kvpool.Client):
     namespace's pages live when this client creates it (Memory.HOST: host
     memory even beside kvpoold's cuda backend, for view() and DMA copies);
     joining a namespace of GPU pages with Memory.HOST fails with Mismatch.
-    info()["backend"] says which memory the namespace has.
+    info()["backend"] says which memory the namespace has. name: what
+    `kvpool clients` and kvpoold's log call this client (at most 31 bytes;
+    default the program's name).
 
     When the daemon goes away (it exits, is killed, or disconnects this
     client), every call raises DaemonGone and the client's leases are gone
@@ -184,7 +186,7 @@ class Client(_kvpool.Client):
                  geometry: Optional[Geometry] = None, *, key_scheme: int = 0,
                  key_seed: Optional[str] = None, readonly: bool = False,
                  memory: int = Memory.DEFAULT, reconnect: bool = False,
-                 retry: float = 1.0) -> None:
+                 retry: float = 1.0, name: Optional[str] = None) -> None:
         if namespace is not None and geometry is None:
             raise TypeError("Client(namespace=%r) needs geometry=kvpool.Geometry(...)"
                             % namespace)
@@ -192,14 +194,15 @@ class Client(_kvpool.Client):
         self._auto, self._retry, self._next, self._lost = bool(reconnect), retry, 0.0, False
         self._relock = threading.Lock()
         if geometry is None:
-            self._conn: Tuple[tuple, Dict[str, Any]] = ((socket, None), {"readonly": readonly})
+            self._conn: Tuple[tuple, Dict[str, Any]] = ((socket, None), {"readonly": readonly,
+                                                                         "name": name})
         else:
             self._conn = ((socket, namespace), dict(
                 layers=geometry.layers, kv_heads=geometry.kv_heads,
                 head_dim=geometry.head_dim, block_tokens=geometry.block_tokens,
                 head_dim_v=int(geometry.head_dim_v),
                 dtype=int(geometry.dtype), model=geometry.model, key_scheme=int(key_scheme),
-                key_seed=key_seed, readonly=readonly, memory=int(memory)))
+                key_seed=key_seed, readonly=readonly, memory=int(memory), name=name))
         super().__init__(*self._conn[0], **self._conn[1])
 
     def reconnect(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import select
 import threading
 import time
 from typing import Any, Dict, List, Optional, Set, Tuple
@@ -25,8 +26,13 @@ class Pool:
 
     def __init__(self, log: logging.Logger, role: str, socket: Optional[str],
                  namespace: str, geometry: kvpool.Geometry, scheme: int = 0,
-                 seed: Optional[str] = None, retry: float = 5.0, hint: str = "") -> None:
+                 seed: Optional[str] = None, retry: float = 5.0, hint: str = "",
+                 lookups: bool = True, name: Optional[str] = None) -> None:
         self.log, self.role, self.socket = log, role, socket
+        self.name = name[:31] if name else None  # the client's name at HELLO
+        # False: this side's acquires lease what another side of the engine
+        # looked up (vLLM's workers): kvpoold counts them as no lookup
+        self.lookups = lookups
         self.hint = hint  # what to change when the daemon refuses the identity
         self.namespace, self.geometry, self.scheme, self.seed = namespace, geometry, scheme, seed
         self.retry = retry
@@ -36,6 +42,13 @@ class Pool:
         self._next = 0.0
         self._warned: Set[str] = set()
         self.lock = threading.RLock()
+        self._watcher: Optional[threading.Thread] = None
+        self._watcher_pid = 0
+        self._closed = False
+        # where this side stands: "connected", "daemon_gone", "refused" (the
+        # namespace refused its identity), "dropped" (an admin dropped the
+        # namespace); None until it first tried
+        self.state: Optional[str] = None
         self.counters: Dict[str, int] = {}
         self._counting = threading.Lock()  # engines count from several threads
 
@@ -72,23 +85,81 @@ class Pool:
             # through the namespace's view (a GPU engine by DMA from it)
             c = kvpool.Client(self.socket, self.namespace, self.geometry,
                               key_scheme=self.scheme, key_seed=self.seed,
-                              memory=kvpool.Memory.HOST)
+                              memory=kvpool.Memory.HOST, name=self.name)
         except kvpool.Mismatch as e:
+            self.state = "refused"
             self._next = time.monotonic() + max(self.retry, 60.0)
             self.warn("mismatch", "namespace '%s' refused this instance: %s%s; serving "
                       "without the shared KV cache", self.namespace, e,
                       "; " + self.hint if self.hint else "")
             return None
         except OSError as e:
+            self.state = "daemon_gone"
             self._next = time.monotonic() + self.retry
             self.warn("gone", "cannot use kvpoold at %s (%s); serving without the shared "
                       "KV cache, trying again every %gs",
                       self.socket or os.environ.get("KVPOOL_SOCKET", "the default socket"),
                       e, self.retry)
             return None
+        if not self.lookups:
+            c.set_lookups_counted(False)
         self._client = c
+        self.state = "connected"
         self.clear("gone", "connected to kvpoold, namespace '%s'", self.namespace)
+        self._watch()
         return c
+
+    def _watch(self) -> None:
+        """Start this process's watcher of the connection (lock held): a
+        daemon that goes away is noticed at once, from the socket's
+        hang-up, not at the next request, and connected to again in the
+        background, so that the first request after a restart finds it."""
+        w = self._watcher
+        if w is not None and w.is_alive() and self._watcher_pid == os.getpid():
+            return
+        self._watcher_pid = os.getpid()
+        self._watcher = threading.Thread(target=self._watching, name="kvpool-watch",
+                                         daemon=True)
+        self._watcher.start()
+
+    def _watching(self) -> None:
+        pid = os.getpid()
+        wait = 0.1
+        while not self._closed and os.getpid() == pid:
+            c = self._client
+            if c is None or c.closed:
+                # gone: try again soon (0.1 s, doubling to retry seconds)
+                time.sleep(wait)
+                wait = min(wait * 2, max(self.retry, 0.1))
+                with self.lock:
+                    if self._closed or self.state in ("refused",):
+                        return
+                    if self._client is None:
+                        self._next = 0.0
+                        self.client()
+                continue
+            wait = 0.1
+            try:
+                fd = c.fileno()
+                p = select.poll()
+                p.register(fd, select.POLLRDHUP)
+                hung = p.poll(1000)
+            except (OSError, ValueError):
+                hung = [(0, select.POLLHUP)]
+            if not hung:
+                continue
+            with self.lock:
+                if self._client is c:  # not replaced meanwhile
+                    self.drop()
+                    self.state = "daemon_gone"
+                    self.warn("gone", "kvpoold closed the connection; serving without the "
+                              "shared KV cache, connecting again in the background")
+
+    def close(self) -> None:
+        """Stop watching and close the connection (the engine shuts down)."""
+        self._closed = True
+        with self.lock:
+            self.drop()
 
     def client_view(self) -> Tuple[Optional[kvpool.Client], Optional[tuple]]:
         """The client and its namespace's view (Client.view()), or (None, None)."""
@@ -104,16 +175,35 @@ class Pool:
         return c, self._view
 
     def stored(self, c: kvpool.Client, keys: List[bytes]) -> int:
-        """How many leading keys are stored (their leases dropped at once)."""
+        """How many leading keys the pool (or a local tier) holds: leases
+        nothing and counts no lookup (a save asks it, not to copy again)."""
+        return c.contains(keys)
+
+    def looked_up(self, c: kvpool.Client, keys: List[bytes]) -> int:
+        """How many leading keys are stored, as a lookup kvpoold counts
+        (their leases dropped at once)."""
         have, _ = c.acquire(keys)
         if have:
             c.release(have)
         return len(have)
 
+    def load(self, c: kvpool.Client, keys: List[bytes],
+             parent: Optional[bytes] = None) -> List[int]:
+        """Lease the pages of keys an earlier lookup found: kvpoold does not
+        count the acquire again (lock held)."""
+        c.set_lookups_counted(False)
+        try:
+            pages, _ = c.acquire(keys, parent=parent)
+        finally:
+            c.set_lookups_counted(self.lookups)
+        return pages
+
     def failed(self, what: str, e: BaseException) -> None:
         """A call on the client failed: a lost daemon drops the client."""
         if isinstance(e, (kvpool.DaemonGone, kvpool.NotConnected, ConnectionError)):
             self.drop()
+            # kvpoold's notice says why it closed the connection
+            self.state = "dropped" if "was dropped by an admin" in str(e) else "daemon_gone"
             self._next = time.monotonic() + self.retry
             self.warn("gone", "kvpoold went away during %s (%s); serving without the "
                       "shared KV cache, trying again every %gs", what, e, self.retry)

@@ -2,7 +2,9 @@
 """The vLLM connector's counters in vLLM's own metrics: KVPoolStats travels
 from the workers and the scheduler to vLLM's loggers (the "KV Transfer
 metrics" log line), and KVPoolPromMetrics adds them to `vllm serve`'s
-/metrics as vllm:kvpool_* counters (docs/vllm.md)."""
+/metrics as vllm:kvpool_* counters, and as gauges of whether each side of
+the connector (the scheduler, each worker) uses kvpoold now and, when it
+does not, why (docs/vllm.md)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorStats,
 )
 
-__all__ = ["COUNTERS", "KVPoolStats", "KVPoolPromMetrics"]
+__all__ = ["COUNTERS", "STATES", "KVPoolStats", "KVPoolPromMetrics"]
 
 # counter -> its help text; the names are those of KVPoolConnector.stats()
 COUNTERS = {
@@ -29,16 +31,34 @@ COUNTERS = {
 }
 
 
+# a side's state -> what it means (vllm:kvpool_sides{state=...})
+STATES = {
+    "connected": "uses kvpoold",
+    "daemon_gone": "no kvpoold answers at the socket, or it went away: tried again every "
+                   "retry_seconds",
+    "refused": "kvpoold's namespace refused this engine's identity (hash seed, geometry): "
+               "see the engine's log",
+    "dropped": "an admin dropped the namespace (kvpool drop --force): made again at the "
+               "next try",
+    "unsupported": "the model's KV cache is not one kvpool pages hold: see the engine's log",
+}
+
+
 @dataclass
 class KVPoolStats(KVConnectorStats):
-    """Counts since the last report, by COUNTERS name (sums across workers)."""
+    """Counts since the last report, by COUNTERS name (sums across workers),
+    and under "states" the state of each side whose state changed since
+    its last report ({side: state})."""
 
     def reset(self) -> None:
         self.data = {}
 
     def aggregate(self, other: KVConnectorStats) -> "KVPoolStats":
         for k, v in (other.data or {}).items():
-            self.data[k] = self.data.get(k, 0) + v
+            if k == "states":
+                self.data["states"] = dict(self.data.get("states") or {}, **v)
+            else:
+                self.data[k] = self.data.get(k, 0) + v
         return self
 
     def reduce(self) -> Dict[str, int]:
@@ -49,7 +69,10 @@ class KVPoolStats(KVConnectorStats):
 
 
 class KVPoolPromMetrics(KVConnectorPromMetrics):
-    """vllm:kvpool_<counter>_total, one child per engine."""
+    """vllm:kvpool_<counter>_total, one child per engine;
+    vllm:kvpool_connected (1 when every side of the connector that has
+    tried uses kvpoold, else 0) and vllm:kvpool_sides{state=...} (how many
+    sides are in each of STATES)."""
 
     def __init__(self, vllm_config: Any, metric_types: Any, labelnames: Any,
                  per_engine_labelvalues: Dict[int, list]) -> None:
@@ -59,6 +82,18 @@ class KVPoolPromMetrics(KVConnectorPromMetrics):
             c = self._counter_cls(name="vllm:kvpool_" + name, documentation=doc,
                                   labelnames=labelnames)
             self.counters[name] = {i: c.labels(*v) for i, v in per_engine_labelvalues.items()}
+        g = self._gauge_cls(name="vllm:kvpool_connected", documentation=(
+            "1 when the kvpool connector's scheduler and workers use kvpoold, 0 when one "
+            "serves without the shared KV cache (vllm:kvpool_sides says why)."),
+            labelnames=labelnames, multiprocess_mode="mostrecent")
+        self.connected = {i: g.labels(*v) for i, v in per_engine_labelvalues.items()}
+        s = self._gauge_cls(name="vllm:kvpool_sides", documentation=(
+            "Sides of the kvpool connector (the scheduler, each worker) in each state: "
+            + "; ".join("%s: %s" % kv for kv in STATES.items()) + "."),
+            labelnames=list(labelnames) + ["state"], multiprocess_mode="mostrecent")
+        self.sides = {i: {st: s.labels(*v, st) for st in STATES}
+                      for i, v in per_engine_labelvalues.items()}
+        self.where: Dict[int, Dict[str, str]] = {}  # engine -> side -> state
 
     def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
         data = getattr(transfer_stats_data, "data", transfer_stats_data) or {}
@@ -66,3 +101,10 @@ class KVPoolPromMetrics(KVConnectorPromMetrics):
             per = self.counters.get(name)
             if per is not None and v and engine_idx in per:
                 per[engine_idx].inc(v)
+        states = data.get("states")
+        if states and engine_idx in self.connected:
+            where = self.where.setdefault(engine_idx, {})
+            where.update(states)
+            for st, child in self.sides[engine_idx].items():
+                child.set(sum(1 for w in where.values() if w == st))
+            self.connected[engine_idx].set(int(all(w == "connected" for w in where.values())))

@@ -115,7 +115,7 @@ class KVPoolStorage(HiCacheStorage):
                                         dtype=_DTYPES[h.dtype], model=ident)
         self.layout = layout
         self.pool = Pool(logger, "sglang tp%d" % cfg.tp_rank, self.socket, ns, self.geometry,
-                         retry=self.retry)
+                         retry=self.retry, name="sglang tp%d" % cfg.tp_rank)
 
     # -- the host pool's side of copy_blocks ------------------------------------
 
@@ -181,7 +181,7 @@ class KVPoolStorage(HiCacheStorage):
             if c is None:
                 return 0
             try:
-                hit = self.pool.stored(c, [key_bytes(k) for k in keys])
+                hit = self.pool.looked_up(c, [key_bytes(k) for k in keys])
             except OSError as e:
                 self.pool.failed("exists", e)
                 return 0
@@ -204,7 +204,7 @@ class KVPoolStorage(HiCacheStorage):
             if c is None:
                 return [False] * n
             try:
-                pages, _ = c.acquire([key_bytes(k) for k in keys])
+                pages = self.pool.load(c, [key_bytes(k) for k in keys])
             except OSError as e:
                 self.pool.failed("get", e)
                 return [False] * n
@@ -295,7 +295,7 @@ class KVPoolStorage(HiCacheStorage):
             if c is None:
                 return out
             try:
-                pages, _ = c.acquire([key_bytes(k) for k in keys])
+                pages = self.pool.load(c, [key_bytes(k) for k in keys])
                 for i, p in enumerate(pages):
                     dst = target_locations[i]
                     self._canonical(dst).copy_(c.page_tensor(p).view(dst.dtype))
@@ -358,4 +358,4 @@ class KVPoolStorage(HiCacheStorage):
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.drop()
+            self.pool.close()

@@ -35,18 +35,9 @@ it at its next step).
 The counters (stats()) reach vLLM's own metrics: the "KV Transfer metrics"
 log line and vllm:kvpool_*_total on `vllm serve`'s /metrics.
 
-kv_connector_extra_config keys: "socket" (kvpoold's socket; default
-$KVPOOL_SOCKET, else /run/kvpool/kvpool.sock), "namespace" (default: one
-derived from the identity below), "model" (the model name in the identity;
-default vLLM's model), "retry_seconds" (how often to try a daemon that is
-gone, default 5), "copy_threads" (host copies; default torch's thread
-count), "priority" (0..2, default 1), "async_load_blocks" (default 8; 0:
-every load in the step), "async_save" (default true; false: saves in the
-step), "layerwise_load" (default false; true: loads in the step copy layer
-by layer beside the forward, wait_for_layer_load), "save_queue_blocks"
-(default a quarter of vLLM's blocks, at least 64), "copy_cpus" (the CPUs
-of the connector's thread, such as "1" or "8-15"; default: those of the
-model runner).
+kv_connector_extra_config's keys are _vllm_settings.SETTINGS (docs/vllm.md
+lists them): an unknown key, a wrong type or a value out of range stops
+the engine at start, naming the key.
 
 The namespace's identity (the geometry's model string) is vLLM, the model,
 the KV dtype, the hash algorithm, the block size and the tensor-parallel
@@ -91,6 +82,7 @@ from vllm.logger import init_logger
 import kvpool
 from kvpool._connector import Pool
 from kvpool._vllm_io import DTYPES, Copier, LayerLoader, Mover, Unsupported, cpu_list
+from kvpool._vllm_settings import check_settings
 from kvpool._vllm_stats import KVPoolPromMetrics, KVPoolStats
 
 if TYPE_CHECKING:
@@ -271,19 +263,6 @@ def _seed_hint(seed: str) -> str:
             "vLLM's default seed '%s': set PYTHONHASHSEED to kvpoold's --key-seed" % seed)
 
 
-def _flag(extra: Dict[str, Any], key: str, default: bool) -> bool:
-    """A true/false setting of kv_connector_extra_config (JSON's, or a string)."""
-    v = extra.get(key, default)
-    if isinstance(v, str):
-        if v.strip().lower() in ("0", "false", "no", "off"):
-            return False
-        if v.strip().lower() in ("1", "true", "yes", "on"):
-            return True
-        logger.warning("kvpool: %s %r is not true or false; using %s", key, v, default)
-        return default
-    return bool(v)
-
-
 def _extra(vllm_config: "VllmConfig") -> Dict[str, Any]:
     return dict(vllm_config.kv_transfer_config.kv_connector_extra_config or {})
 
@@ -355,28 +334,19 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
                  kv_cache_config: "KVCacheConfig") -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
-        extra = _extra(vllm_config)
+        # a typo or a wrong value stops the engine here, naming the key
+        extra = check_settings(_extra(vllm_config))
         self._block = vllm_config.cache_config.block_size
-        self._socket = extra.get("socket")
-        self._retry = float(extra.get("retry_seconds", 5.0))
-        self._prio = int(extra.get("priority", kvpool.PRIO_NORMAL))
-        self._threads = int(extra.get("copy_threads", 0)) or torch.get_num_threads()
-        self._copy_torch = bool(extra.get("copy_with_torch", False))
-        self._async_load = max(0, int(extra.get("async_load_blocks", 8)))
-        self._async_save = _flag(extra, "async_save", True)
-        self._layerwise = _flag(extra, "layerwise_load", False)
-        self._save_queue = extra.get("save_queue_blocks")
-        if self._save_queue is not None and int(self._save_queue) < 1:
-            logger.warning("kvpool: save_queue_blocks %r is not a count of blocks (1 or "
-                           "more); using the default", self._save_queue)
-            self._save_queue = None
-        try:
-            self._copy_cpus = cpu_list(extra.get("copy_cpus"))
-        except (ValueError, TypeError):
-            logger.warning("kvpool: copy_cpus %r is not a CPU list such as \"1\" or \"8-15\"; "
-                           "the connector's thread runs where the model runner does",
-                           extra.get("copy_cpus"))
-            self._copy_cpus = None
+        self._socket = extra["socket"]
+        self._retry = extra["retry_seconds"]
+        self._prio = extra["priority"]
+        self._threads = extra["copy_threads"] or torch.get_num_threads()
+        self._copy_torch = extra["copy_with_torch"]
+        self._async_load = extra["async_load_blocks"]
+        self._async_save = extra["async_save"]
+        self._layerwise = extra["layerwise_load"]
+        self._save_queue = extra["save_queue_blocks"]
+        self._copy_cpus = cpu_list(extra["copy_cpus"])
         rank = 0
         if role == KVConnectorRole.WORKER:
             try:
@@ -400,9 +370,14 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             self._ident = None
         else:
             name = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker %d" % rank
+            # the scheduler's ACQUIRE is the lookup kvpoold counts; the
+            # workers' lease what it found (LOAD), counted no more
             self._pool = Pool(logger, name, self._socket, self._ident.namespace,
                               self._ident.geometry, self._ident.scheme, self._ident.seed,
-                              self._retry, _seed_hint(self._ident.seed))
+                              self._retry, _seed_hint(self._ident.seed),
+                              lookups=role == KVConnectorRole.SCHEDULER,
+                              name=("vllm scheduler" if role == KVConnectorRole.SCHEDULER
+                                    else "vllm worker %d" % rank))
             if role == KVConnectorRole.SCHEDULER:
                 i = self._ident
                 logger.info("kvpool: namespace '%s', pages of %d layers%s", i.namespace,
@@ -419,6 +394,8 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                 with self._pool.lock:
                     self._pool.client()
         self._reported: Dict[str, int] = {}  # counters as get_kv_connector_stats() last gave them
+        self._reported_state: Optional[str] = None  # this side's state, as last given
+        self._side = "scheduler" if role == KVConnectorRole.SCHEDULER else "worker %d" % rank
         # scheduler side
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
@@ -461,8 +438,12 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         """What the counters gained since the last call, for vLLM's loggers
         and its /metrics (both sides: vLLM asks its scheduler and workers)."""
         now = self.stats()
-        delta = {k: v - self._reported.get(k, 0) for k, v in now.items()
-                 if v != self._reported.get(k, 0)}
+        delta: Dict[str, Any] = {k: v - self._reported.get(k, 0) for k, v in now.items()
+                                 if v != self._reported.get(k, 0)}
+        state = "unsupported" if self._pool is None else self._pool.state
+        if state is not None and state != self._reported_state:
+            delta["states"] = {self._side: state}  # vllm:kvpool_connected, _sides
+            self._reported_state = state
         if not delta:
             return None
         self._reported = now
@@ -506,15 +487,16 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._release(rid)  # asked again (not scheduled last time): look again
         if self._pool is None:
             return 0, False
-        if rid in self._no_load:  # computed, and saved again from its first block
-            self._saved[rid] = 0
-            return 0, False
         hashes = request.block_hashes
+        if rid in self._no_load:  # computed, and saved past what the pool holds
+            self._saved[rid] = self._pool_holds(hashes, 0)
+            return 0, False
         # leave vLLM at least one token to compute
         n = min(len(hashes), (request.num_tokens - 1) // self._block)
         start = num_computed_tokens // self._block
         if n <= start:
-            self._saved.setdefault(rid, 0)
+            # vLLM has it all: what the pool holds too is not copied again
+            self._saved[rid] = max(self._saved.get(rid, 0), self._pool_holds(hashes, 0))
             return 0, False
         with self._pool.lock:
             c = self._pool.client()
@@ -531,7 +513,9 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._pool.count("lookups")
         hit = len(pages)
         self._pool.count("hit_blocks", hit)
-        self._saved[rid] = max(self._saved.get(rid, 0), hit)
+        # the block left to vLLM to compute may be in the pool too
+        have = hit if hit < n else self._pool_holds(hashes, n)
+        self._saved[rid] = max(self._saved.get(rid, 0), have)
         if hit <= start:  # nothing past vLLM's own hit: no lease to hold
             if pages:
                 with self._pool.lock:
@@ -547,6 +531,23 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         background = self._hybrid or 0 < self._async_load <= hit - start
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
+
+    def _pool_holds(self, hashes: Sequence[Any], first: int) -> int:
+        """How many leading blocks of a request the pool holds, knowing
+        that it holds the first ones: its saves start past them. An
+        ACQUIRE PROBE: nothing leased or counted. first on failure."""
+        if len(hashes) <= first:
+            return first
+        with self._pool.lock:
+            c = self._pool.client()
+            if c is None:
+                return first
+            try:
+                return first + c.contains([bytes(h) for h in hashes[first:]],
+                                          parent=bytes(hashes[first - 1]) if first else None)
+            except OSError as e:
+                self._pool.failed("lookup", e)
+                return first
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
@@ -726,7 +727,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         if self._copier is not None:
             self._copier.close()
         if self._pool is not None:
-            self._pool.drop()
+            self._pool.close()
 
     # ============================= worker side =============================
 
@@ -876,7 +877,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         for t in loads:
             got: List[int] = []
             if c is not None:
-                try:
+                try:  # the scheduler's lookup was counted: a LOAD (Pool(lookups=False))
                     got, _ = c.acquire(t.keys, parent=t.parent)
                 except OSError as e:
                     pool.failed("load", e)

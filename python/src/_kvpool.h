@@ -111,7 +111,7 @@ PyObject *Client_list_clients(ClientObject *self, PyObject *unused);
 PyObject *Client_list_pages(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_list_prefixes(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_disconnect(ClientObject *self, PyObject *arg);
-PyObject *Client_drop_namespace(ClientObject *self, PyObject *arg);
+PyObject *Client_drop_namespace(ClientObject *self, PyObject *args, PyObject *kw);
 
 /* --- views.c: PageView and DLPack ------------------------------------------ */
 PyObject *Client_page(ClientObject *self, PyObject *arg);

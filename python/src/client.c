@@ -53,8 +53,8 @@ int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "namespace", "layers", "kv_heads", "head_dim",
 				  "block_tokens", "dtype", "model", "key_scheme", "key_seed",
-				  "readonly", "memory", "head_dim_v", NULL };
-	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL;
+				  "readonly", "memory", "head_dim_v", "name", NULL };
+	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL, *name = NULL;
 	unsigned int layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, dtype = 0,
 		     scheme = 0, memory = 0, head_dim_v = 0;
 	int readonly = 0, rc;
@@ -62,9 +62,10 @@ int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	kvp_geometry g;
 	kvp_client *c = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpII", kwlist, &sock, &ns,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpIIz", kwlist, &sock, &ns,
 					 &layers, &kv_heads, &head_dim, &block_tokens, &dtype,
-					 &model, &scheme, &seed, &readonly, &memory, &head_dim_v))
+					 &model, &scheme, &seed, &readonly, &memory, &head_dim_v,
+					 &name))
 		return -1;
 	if (self->c) {
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
@@ -87,7 +88,7 @@ int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	g.memory = memory;
 	g.head_dim_v = head_dim_v;
 	Py_BEGIN_ALLOW_THREADS
-	rc = kvp_connect(sock, ns, ns ? &g : NULL, &c);
+	rc = kvp_connect_as(sock, ns, ns ? &g : NULL, name, &c);
 	if (rc < 0)
 		SAVE_ERROR(err);
 	Py_END_ALLOW_THREADS
@@ -291,6 +292,48 @@ done:
 	PyMem_Free(keys);
 	tokens_release(&t);
 	return res;
+}
+
+static PyObject *Client_contains(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "keys", "parent", NULL };
+	PyObject *okeys, *oparent = NULL;
+	const kvp_key *parent;
+	char err[ERRBUF];
+	kvp_key pk, *keys;
+	Py_ssize_t n;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &okeys, &oparent))
+		return NULL;
+	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0)
+		return NULL;
+	keys = keys_from(okeys, &n);
+	if (!keys)
+		return NULL;
+	CALL(rc, kvp_contains(self->c, parent, keys, (size_t)n));
+	PyMem_Free(keys);
+	if (rc < 0)
+		return raise_kvp(rc, "contains", err);
+	return PyLong_FromLong(rc);
+}
+
+static PyObject *Client_fileno(ClientObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	return PyLong_FromLong(kvp_fd(self->c));
+}
+
+static PyObject *Client_set_lookups_counted(ClientObject *self, PyObject *arg)
+{
+	int counted = PyObject_IsTrue(arg);
+
+	if (counted < 0 || !client_ok(self))
+		return NULL;
+	kvp_set_lookups_counted(self->c, counted);
+	Py_RETURN_NONE;
 }
 
 static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw)
@@ -546,6 +589,15 @@ static PyMethodDef Client_methods[] = {
 	  "block_keys(tokens, parent=None) -> keys (32 bytes each) of the full blocks." },
 	{ "info", (PyCFunction)Client_info, METH_NOARGS, "info() -> the session's facts." },
 	{ "stats", (PyCFunction)Client_stats, METH_NOARGS, "stats() -> the daemon's counters." },
+	{ "contains", (PyCFunction)(void (*)(void))Client_contains, METH_VARARGS | METH_KEYWORDS,
+	  "contains(keys, parent=None) -> how many leading keys the daemon holds (pool or "
+	  "local tier): nothing leased, no lookup counted." },
+	{ "fileno", (PyCFunction)Client_fileno, METH_NOARGS,
+	  "fileno() -> the connection's socket, for poll() alone: POLLRDHUP/POLLHUP once "
+	  "the daemon closed the connection. Never read, write or close it." },
+	{ "set_lookups_counted", (PyCFunction)Client_set_lookups_counted, METH_O,
+	  "set_lookups_counted(counted) - False: acquire() leases what another client of "
+	  "the engine looked up already, and is not counted as a lookup." },
 	{ "set_remote_policy", (PyCFunction)(void (*)(void))Client_set_remote_policy,
 	  METH_VARARGS | METH_KEYWORDS,
 	  "set_remote_policy(prefill_rate=0, max_us=0) - when acquire() lets the daemon ask "
@@ -563,8 +615,10 @@ static PyMethodDef Client_methods[] = {
 	  "list_prefixes(namespace=None, top=0) -> indexed blocks, most hits first." },
 	{ "disconnect", (PyCFunction)Client_disconnect, METH_O,
 	  "disconnect(client_id) - close another client's connection (admin)." },
-	{ "drop_namespace", (PyCFunction)Client_drop_namespace, METH_O,
-	  "drop_namespace(name) - forget a namespace (admin)." },
+	{ "drop_namespace", (PyCFunction)(void (*)(void))Client_drop_namespace,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "drop_namespace(name, *, force=False) - forget a namespace no client uses (admin); "
+	  "force: disconnect its clients first, each told why." },
 	{ "page", (PyCFunction)Client_page, METH_O,
 	  "page(handle) -> PageView: the page's bytes in place (buffer protocol)." },
 	{ "view", (PyCFunction)Client_view, METH_NOARGS,

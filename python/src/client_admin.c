@@ -404,17 +404,18 @@ PyObject *Client_disconnect(ClientObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
-PyObject *Client_drop_namespace(ClientObject *self, PyObject *arg)
+PyObject *Client_drop_namespace(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	const char *ns = PyUnicode_AsUTF8(arg);
+	static char *kwlist[] = { "name", "force", NULL };
+	const char *ns;
+	int force = 0, rc;
 	char err[ERRBUF];
-	int rc;
 
-	if (!ns)
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$p", kwlist, &ns, &force))
 		return NULL;
 	if (!client_ok(self))
 		return NULL;
-	CALL(rc, kvp_drop_namespace(self->c, ns));
+	CALL(rc, force ? kvp_drop_namespace(self->c, ns) : kvp_drop_unused_namespace(self->c, ns));
 	if (rc < 0)
 		return raise_kvp(rc, "drop_namespace", err);
 	Py_RETURN_NONE;

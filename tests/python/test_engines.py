@@ -147,6 +147,21 @@ def gauge_reaches(e, name, value, timeout=20):
         time.sleep(0.2)
 
 
+def sides_reach(e, state, n, timeout=20):
+    """vllm:kvpool_sides{state=...} of the engine's /metrics once it is n
+    (or the last seen), with vllm:kvpool_connected then."""
+    end = time.monotonic() + timeout
+    while True:
+        text = e.metrics()
+        got = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:kvpool_sides{") and 'state="%s"' % state in line]
+        conn = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("vllm:kvpool_connected{")]
+        if got and got[0] == n or time.monotonic() > end:
+            return (got[0] if got else None), (conn[0] if conn else None)
+        time.sleep(0.2)
+
+
 def saved(d, pages, timeout=30):
     """The engines save off their step: wait until the pool holds pages."""
     d.wait_for(lambda st: st["pages_cached"] >= pages, "%d pages saved" % pages, timeout)
@@ -295,6 +310,8 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         ve.start([a])
         p = Prompts(5)
         assert a.complete(p.next()).cached_tokens == 0
+        # vLLM's /metrics shows where the connector stands
+        assert sides_reach(a, "connected", 2) == (2, 1)
         # saves run off the step: they may end after the answer
         d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves")
         d.stop()
@@ -304,7 +321,9 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         for _ in range(2):
             r = a.complete(q.next())
             assert len(r.tokens) == NEW
-        assert a.log_lines("kvpoold went away") or a.log_lines("cannot use kvpoold")
+        assert a.log_lines("kvpoold went away") or a.log_lines("cannot use kvpoold") or \
+            a.log_lines("kvpoold closed the connection")
+        assert sides_reach(a, "daemon_gone", 2) == (2, 0)
         d = Daemon(["--key-seed", "0"] + POOL, sock=sock)
         time.sleep(1.0)  # retry_seconds: the connector tries again
         s = Prompts(7)
@@ -314,6 +333,20 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         ve.start([b])
         assert b.complete(s.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
         assert len(a.log_lines("went away")) <= 2  # scheduler and worker, once each
+        # restarted again, with no request meanwhile: both engines notice
+        # the hang-up and connect again by themselves (before: each one's
+        # next request found the dead connection and ran without the cache)
+        d.stop()
+        d.discard()
+        d = Daemon(["--key-seed", "0"] + POOL, sock=sock)
+        d.wait_for(lambda st: len(kvpool.Client(d.sock).list_clients()) >= 5,
+                   "both engines' scheduler and worker to connect again", 20)
+        u = Prompts(10)
+        assert b.complete(u.next()).cached_tokens == 0
+        saved(d, PREFIX_BLOCKS)
+        assert a.complete(u.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
+        assert sides_reach(a, "connected", 2) == (2, 1)
+        assert len(a.log_lines("closed the connection")) <= 4  # 2 sides, 2 restarts
         stop_all(a, b)
         nothing_held(d)
         d.stop()
@@ -339,6 +372,82 @@ def test_a_full_pool_leaves_the_engine_serving_and_says_so_once(models):
             assert leased(d) == 0
         finally:
             a.stop()
+        nothing_held(d)
+
+
+def test_a_repeated_prompt_is_copied_into_the_pool_once_and_a_load_counts_once(models):
+    """vLLM's own prefix cache serves a repeated prompt: the connector
+    learns that the pool holds its blocks and copies none of them again
+    (before: every block of the prompt, each time, deduplicated by
+    kvpoold). A second engine's load counts once in kvpoold and in vLLM's
+    /metrics (before: the scheduler's lookup and the worker's lease,
+    twice)."""
+    model = models[0]
+    # a tail such that the 16 new tokens complete no block: 2,021 tokens of
+    # prompt (63 full blocks), 2,037 with the answer
+    prompt = Prompts(9).next(tail=20)
+    with running(["--key-seed", "0"] + POOL) as d:
+        a = engine(d, model, "a", kvpool_socket=d.sock, cpus="0")
+        b = None
+        ve.start([a])
+        try:
+            first = a.complete(prompt)
+            assert first.cached_tokens == 0
+            blocks = (first.prompt_tokens - 1) // ve.BLOCK
+            saved(d, blocks)
+            settled(d)
+            st0 = d.stats()
+            assert st0["publishes"] == blocks and st0["dedups"] == 0, st0
+            for _ in range(4):  # vLLM's own prefix cache has it all
+                assert a.complete(prompt).cached_tokens >= blocks * ve.BLOCK
+            settled(d)
+            st1 = d.stats()
+            assert st1["allocs"] == st0["allocs"], "pages copied again: %d" % (
+                st1["allocs"] - st0["allocs"])
+            assert st1["dedups"] == 0 and st1["publishes"] == blocks
+            assert kvpool_metric(a, "dedups") in (None, 0.0)
+            # the engine says what it is (before: name "-", "client 4 (, pid ...)")
+            names = sorted(cl["name"] for cl in kvpool.Client(d.sock).list_clients()
+                           if cl.get("namespace"))
+            assert names == ["vllm scheduler", "vllm worker 0"], names
+            b = engine(d, model, "b", kvpool_socket=d.sock, cpus="1")
+            ve.start([b])
+            r = b.complete(prompt)
+            assert r.cached_tokens >= blocks * ve.BLOCK and r.tokens == first.tokens
+            st2 = d.stats()
+            # b's scheduler looked them up once; its worker leased them (LOAD)
+            assert st2["hits"] - st1["hits"] == blocks, (st1["hits"], st2["hits"])
+            assert st2["acquires"] - st1["acquires"] == 1
+            assert metric_reaches(b, "loaded_blocks", blocks) == blocks
+            assert kvpool_metric(b, "hit_blocks") == blocks
+            assert kvpool_metric(b, "lookups") == 1
+            out = subprocess.run([tool("client/kvpool"), "--socket", d.sock, "status"],
+                                 capture_output=True, text=True, check=True).stdout
+            assert "(%d of %d blocks" % (st2["hits"], st2["hits"] + st2["misses"]) in out, out
+            settled(d)
+            assert d.stats()["allocs"] == st0["allocs"]  # b saved nothing it loaded
+        finally:
+            stop_all(a, b)
+        nothing_held(d)
+
+
+def test_a_misspelt_or_wrong_setting_stops_the_engine_at_start_naming_it(models):
+    """kv_connector_extra_config with a typo, or a value out of range, stops
+    `vllm serve` at start with one line that names the key (before: it
+    served with the defaults, without a word)."""
+    model = models[0]
+    with running(["--key-seed", "0"] + POOL) as d:
+        for extra, line in (({"retry_secs": 1, "priorty": 2},
+                             'unknown key "retry_secs" (did you mean "retry_seconds"?)'),
+                            ({"priority": 7}, '"priority": 7 is not a whole number from 0 '
+                                              'to 2')):
+            e = engine(d, model, "bad", kvpool_socket=d.sock, extra=extra)
+            try:
+                with pytest.raises(RuntimeError, match="exited"):
+                    e.wait_ready()
+                assert e.log_lines(line), e.log()[-3000:]
+            finally:
+                e.kill()
         nothing_held(d)
 
 

@@ -389,7 +389,8 @@ def test_a_hybrid_model_whose_load_fails_computes_the_request_whole():
         b.call(op="drain")
         assert b.call(op="left")["left"] == 0
         assert b.call(op="stats")["worker"]["load_errors"] == 12
-        assert b.warnings("went away") == 2, b.stderr()  # its scheduler, its worker
+        # its scheduler, its worker: the call that failed, or the watcher
+        assert b.warnings("went away") + b.warnings("closed the connection") == 2, b.stderr()
         c = Engine(d.sock, "--kv-kind", "swa").ready()  # no daemon: computes alone
         rc = c.call(op="run", prompts=[PROMPT], max_tokens=4)
         assert rc["cached"] == [0]
@@ -517,8 +518,8 @@ def test_a_stopped_daemon_leaves_the_engine_serving_until_it_returns():
             r = a.call(op="run", prompts=[p], max_tokens=4)
             assert len(r["outputs"][0]) == 4
         assert r["outputs"] == base["outputs"]  # served without the cache, same answer
-        assert a.warnings("went away") + a.warnings("cannot use") <= 2, a.stderr()
-        assert a.warnings("went away") + a.warnings("cannot use") >= 1, a.stderr()
+        gone = sum(a.warnings(w) for w in ("went away", "cannot use", "closed the connection"))
+        assert 1 <= gone <= 2, a.stderr()
         # it comes back on the same socket: the connector uses it again
         sock, old = d.sock, d
         d = Daemon(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"], sock=sock)
@@ -640,3 +641,26 @@ def test_kvpool_events_for_an_engine_are_the_events_vllm_sends(tmp_path):
     (kind, medium, hashes, parent, tokens), = mine
     assert (kind, medium, parent) == ("stored", "CPU", None)
     assert hashes == v_hashes and tokens == v_tokens == PROMPT[:12 * BLOCK]
+
+
+def test_the_settings_docs_vllm_md_lists_are_the_ones_the_connector_checks():
+    from kvpool._vllm_settings import SETTINGS, check_settings, settings_table
+    with open(os.path.join(TOP, "docs", "vllm.md")) as f:
+        assert settings_table() in f.read(), "docs/vllm.md's table differs from SETTINGS"
+    got = check_settings({"retry_seconds": 1, "priority": 2,
+                          "async_save": "false", "copy_cpus": "1,3-4"})
+    assert got["retry_seconds"] == 1.0 and got["priority"] == 2
+    assert got["async_save"] is False and got["async_load_blocks"] == 8
+    assert set(got) == {s.name for s in SETTINGS}
+    for bad, says in (({"priorty": 2}, 'unknown key "priorty" (did you mean "priority"?)'),
+                      ({"priority": 3}, '"priority": 3 is not a whole number from 0 to 2'),
+                      ({"priority": True}, '"priority": True is not a whole number'),
+                      ({"copy_threads": 1.5}, '"copy_threads": 1.5 is not a whole number'),
+                      ({"retry_seconds": "5"}, '"retry_seconds": \'5\' is not a number'),
+                      ({"async_save": "maybe"}, '"async_save": \'maybe\' is not true or false'),
+                      ({"copy_cpus": "2-1"}, '"copy_cpus": \'2-1\' is not a CPU list'),
+                      ({"socket": ""}, '"socket": \'\' is not a non-empty string'),
+                      ({"save_queue_blocks": 0}, '"save_queue_blocks": 0 is not a whole')):
+        with pytest.raises(ValueError) as e:
+            check_settings(bad)
+        assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
