@@ -74,7 +74,7 @@ bench_prep_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/slabs: leasing and first writing every page of a host pool with
 # and without --prefault, beside plain memfds; bench/run-slabs.sh starts
 # its daemons.
-bench_slabs_SOURCES = bench/slabs.c
+bench_slabs_SOURCES = bench/slabs.c bench/opt.c bench/opt.h
 bench_slabs_LDADD = client/libkvpool.la
 bench_slabs_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/remote: restores from the remote tier through two kvpoolds on one
@@ -182,7 +182,8 @@ BENCH_PREP_RUN = $(SHELL) $(top_srcdir)/bench/run-prep.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${PREP_REF:+--ref "$$PREP_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
 # run-slabs.sh: making a 1 GiB host pool's slabs with and without
-# --prefault, beside plain memfds (seconds). `make bench-slabs` runs it alone.
+# --prefault, beside plain memfds, and a client's STATS while another grows the
+# pool with and without --slab-ahead (a minute). `make bench-slabs` runs it alone.
 BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 # run-nschurn.sh: STATS round trips while namespaces with 1 GiB tier files

@@ -13,15 +13,25 @@
  *
  * One line of key=value pairs, seconds.
  *
+ * With --grow BATCH, instead: what growing the pool costs the daemon's
+ * other clients. One client, joined to a namespace of its own, times STATS
+ * round trips alone (the reference), then while a second process grows
+ * the pool as an engine does: BATCH pages at a time, each written once
+ * before the next batch, until every slab is made. One line: the round
+ * trips' medians, 99th percentiles and maxima in microseconds, alone and
+ * while the pool grows, and the slabs made.
+ *
  * This is a benchmark, not a test: bench/run-slabs.sh runs it.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -85,14 +95,100 @@ static double plain(size_t nslabs, size_t bytes, int touch)
 	return t;
 }
 
+#define GROW_SAMPLES 1000000
+
+/* grower() - a child: lease the pool's pages batch at a time, writing
+ * each batch once, until none is left; exit 0, or 1 saying why. */
+static void grower(const char *sock, size_t batch)
+{
+	kvp_page *pages = calloc(batch, sizeof(*pages));
+	kvp_client *c;
+	size_t i, pb;
+	int rc;
+
+	rc = kvp_connect(sock, "bench-slabs", &geo, &c);
+	if (rc < 0 || !pages) {
+		fprintf(stderr, "slabs: %s (%s)\n", kvp_strerror(rc), kvp_last_error());
+		_exit(1);
+	}
+	pb = kvp_page_bytes(c);
+	while ((rc = kvp_alloc(c, batch, pages)) == 0)
+		for (i = 0; i < batch; i++)
+			memset(kvp_page_ptr(c, pages[i]), 1, pb);
+	if (rc != -ENOSPC) {
+		fprintf(stderr, "slabs: kvp_alloc(%zu): %s (%s)\n", batch, kvp_strerror(rc),
+			kvp_last_error());
+		_exit(1);
+	}
+	kvp_close(c);
+	_exit(0);
+}
+
+/* grow() - --grow: STATS round trips alone, then while grower() runs. */
+static int grow(const char *sock, size_t batch)
+{
+	static uint64_t quiet[GROW_SAMPLES], busy[GROW_SAMPLES];
+	static const kvp_geometry small = {
+		.layers = 1, .kv_heads = 1, .head_dim = 64, .block_tokens = 16,
+		.dtype = KVP_DTYPE_F16, .model = "bench/slabs-steady",
+	};
+	size_t nq = 0, nb = 0, i, slow = 0;
+	kvp_stats_t st;
+	kvp_client *c;
+	uint64_t t0;
+	pid_t pid;
+	int rc, status;
+
+	rc = kvp_connect(sock, "bench-steady", &small, &c);
+	for (; rc >= 0 && nq < 3000; nq++) {
+		t0 = bench_now_ns();
+		rc = kvp_stats(c, &st, NULL, 0);
+		quiet[nq] = bench_now_ns() - t0;
+	}
+	if (rc < 0) {
+		fprintf(stderr, "slabs: %s (%s)\n", kvp_strerror(rc), kvp_last_error());
+		return 1;
+	}
+	pid = fork();
+	if (pid == 0)
+		grower(sock, batch);
+	while (rc >= 0 && nb < GROW_SAMPLES && waitpid(pid, &status, WNOHANG) == 0) {
+		t0 = bench_now_ns();
+		rc = kvp_stats(c, &st, NULL, 0);
+		busy[nb++] = bench_now_ns() - t0;
+	}
+	if (nb == GROW_SAMPLES || rc < 0)
+		waitpid(pid, &status, 0);
+	if (rc >= 0)
+		rc = kvp_stats(c, &st, NULL, 0);
+	if (rc < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+		fprintf(stderr, "slabs: --grow failed\n");
+		return 1;
+	}
+	for (i = 0; i < nb; i++)	/* as long as making a slab of 64 MiB takes */
+		slow += busy[i] > 5000000u;
+	printf("grow batch=%zu slabs=%" PRIu64 " samples_quiet=%zu samples_grow=%zu "
+	       "grow_over_5ms=%zu "
+	       "stats_quiet_p50_us=%.1f stats_quiet_p99_us=%.1f stats_quiet_max_us=%.1f "
+	       "stats_grow_p50_us=%.1f stats_grow_p99_us=%.1f stats_grow_max_us=%.1f\n",
+	       batch, (uint64_t)st.slabs, nq, nb, slow, bench_pct_us(quiet, nq, 50),
+	       bench_pct_us(quiet, nq, 99), bench_pct_us(quiet, nq, 100),
+	       bench_pct_us(busy, nb, 50), bench_pct_us(busy, nb, 99),
+	       bench_pct_us(busy, nb, 100));
+	kvp_close(c);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "socket", required_argument, NULL, 's' },
+		{ "grow", required_argument, NULL, 'g' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *sock = NULL;
+	size_t batch = 0;
 	double t0, alloc_s, touch1_s, touch2_s, fall_s, mem_s;
 	kvp_stats_t st;
 	kvp_info_t info;
@@ -101,16 +197,22 @@ int main(int argc, char **argv)
 	size_t n, i, pb, slab;
 	int o, rc;
 
-	while ((o = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "s:g:h", longopts, NULL)) != -1) {
 		if (o == 's') {
 			sock = optarg;
 			continue;
 		}
-		fprintf(o == 'h' ? stdout : stderr, "Usage: slabs [--socket PATH]\n"
+		if (o == 'g' && bench_count("slabs", "--grow", optarg, 1, 4096, &batch) == 0)
+			continue;
+		fprintf(o == 'h' ? stdout : stderr, "Usage: slabs [--socket PATH] [--grow BATCH]\n"
 			"Lease every page of a running kvpoold's pool (host backend, 2 MiB\n"
-			"pages), write them twice, and time it beside plain memfds.\n");
+			"pages), write them twice, and time it beside plain memfds. With\n"
+			"--grow, time another client's STATS while the pool grows BATCH pages\n"
+			"at a time instead.\n");
 		return o == 'h' ? 0 : 2;
 	}
+	if (batch)
+		return grow(sock, batch);
 	rc = kvp_connect(sock, "bench-slabs", &geo, &c);
 	if (rc == 0)
 		rc = kvp_info(c, &info);

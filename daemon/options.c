@@ -99,6 +99,13 @@ static const struct opt_def opt_table[] = {
 	  NULL, "host backend: take a slab's memory only as clients write its pages "
 	  "(a client that writes past the memory left may be killed by the OOM killer)",
 	  NULL },
+	{ "slab-ahead", 0, OPT_BOOL, OFF(slab_ahead), 0, 0, 0,
+	  NULL, "host memory: make the pool's next slab ahead, on a worker thread, so that "
+	  "no client waits while the pool grows (the default; one slab more of memory "
+	  "while the budget has room)", NULL },
+	{ "no-slab-ahead", 0, OPT_NOT, OFF(slab_ahead), 0, 0, 0,
+	  NULL, "make each slab when the pool needs it, on the loop: every client waits "
+	  "while it is made (about 16 ms for 64 MiB with --prefault)", NULL },
 	{ "io", 0, OPT_CHOICE, OFF(io), 0, 0, 0,
 	  "HOW", "auto, uring or sync (default auto: io_uring, else epoll and I/O "
 	  "threads; KVPOOL_IO=sync forces the latter)", io_names },
@@ -257,6 +264,7 @@ void options_defaults(struct options *o)
 	o->host_pool_size = OPTIONS_AS_POOL;
 	o->backend = BACKEND_AUTO;
 	o->prefault = true;	/* a refusal, not the OOM killer (--no-prefault) */
+	o->slab_ahead = true;	/* no client waits for a slab (--no-slab-ahead) */
 	o->max_clients = 256;
 	o->max_ns_per_uid = 16;
 	o->max_leases = 1u << 20;

@@ -93,6 +93,7 @@ struct options {
 	uint64_t host_tier_size;	/* bytes of host tier per namespace; 0: none */
 	bool spill_discard;		/* cold start: ignore what the files hold */
 	bool prefault;			/* host: take a slab's memory when it is made */
+	bool slab_ahead;		/* make the next slab off the loop (pool_set_spare_hook) */
 	uint64_t save_on_stop;		/* seconds a stop may spend saving pages */
 	enum log_level log_level;
 	bool foreground;

@@ -10,6 +10,7 @@
  * dozen lines.
  */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -590,6 +591,82 @@ static const kvp_geometry small_geo = {
 	.dtype = KVP_DTYPE_F16, .model = "test/limits",
 };
 
+/* slab_fds() - the daemon's slab memfds (each slab has two: read-write
+ * and read-only), over 2: slabs that exist, live or made ahead. */
+static unsigned slab_fds(pid_t pid)
+{
+	char dir[64], path[384], link[256];
+	unsigned n = 0;
+	struct dirent *e;
+	ssize_t len;
+	DIR *d;
+
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)pid);
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
+	while ((e = readdir(d))) {
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len > 0) {
+			link[len] = '\0';
+			n += strstr(link, "memfd:kvpool-slab") != NULL;
+		}
+	}
+	closedir(d);
+	return n / 2;
+}
+
+/* slabs_become() - wait (5 s at most) until the daemon holds n slabs. */
+static void slabs_become(pid_t pid, unsigned n)
+{
+	unsigned i;
+
+	for (i = 0; i < 500 && slab_fds(pid) != n; i++)
+		usleep(10000);
+	ck_assert_uint_eq(slab_fds(pid), n);
+}
+
+START_TEST(test_daemon_makes_the_next_slab_ahead_within_the_budget)
+{
+	static const char *const ahead[] = { "--pool-size", "4M", "--slab-size", "1M",
+					     "--free-watermark", "0", NULL };
+	static const char *const onloop[] = { "--pool-size", "4M", "--slab-size", "1M",
+					      "--free-watermark", "0", "--no-slab-ahead", NULL };
+	static kvp_page pg[256];
+	kvp_stats_t st;
+	struct daemon d;
+	kvp_client *c;
+	size_t per;
+
+	daemon_start(&d, ahead);
+	slabs_become(d.pid, 1);		/* the first slab, made before any client asked */
+	ck_assert_int_eq(kvp_connect(d.sock, "ahead", &small_geo, &c), 0);
+	per = (1u << 20) / kvp_page_bytes(c);
+	ck_assert_uint_le(per, 256);
+	ck_assert_int_eq(kvp_alloc(c, 1, pg), 0);	/* takes it; the next is made */
+	slabs_become(d.pid, 2);
+	stats_of(d.sock, &st);
+	ck_assert_uint_eq(st.slabs, 1);			/* the one made ahead is no slab yet */
+	ck_assert_uint_eq(st.pages_total, per);
+	ck_assert_int_eq(kvp_alloc(c, per, pg), 0);	/* into the second */
+	slabs_become(d.pid, 3);
+	ck_assert_int_eq(kvp_alloc(c, per, pg), 0);	/* the third: the budget's last */
+	slabs_become(d.pid, 3);
+	ck_assert_int_eq(kvp_alloc(c, per, pg), 0);	/* the fourth, made on the spot */
+	slabs_become(d.pid, 4);				/* none past the budget */
+	kvp_close(c);
+	daemon_stop(&d);
+
+	daemon_start(&d, onloop);
+	ck_assert_int_eq(kvp_connect(d.sock, "onloop", &small_geo, &c), 0);
+	ck_assert_int_eq(kvp_alloc(c, 1, pg), 0);
+	usleep(200000);
+	ck_assert_uint_eq(slab_fds(d.pid), 1);
+	kvp_close(c);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_pipelined_requests_are_answered_in_order)
 {
 	struct kvp_wire_hdr req = { .op = KVP_OP_STATS }, h;
@@ -823,6 +900,7 @@ static Suite *daemon_suite(void)
 	tc = tcase_create("protocol");
 	tcase_set_timeout(tc, 30);
 	tcase_add_test(tc, test_daemon_stats_over_the_socket);
+	tcase_add_test(tc, test_daemon_makes_the_next_slab_ahead_within_the_budget);
 	tcase_add_test(tc, test_daemon_garbage_gets_error_then_close_others_unaffected);
 	tcase_add_test(tc, test_daemon_other_version_is_refused_with_request_id);
 	tcase_add_test(tc, test_daemon_unknown_op_keeps_the_connection);

@@ -147,6 +147,7 @@ struct server {
 	uint64_t refusals_said[64];
 	unsigned refusals_next, refusals_in_min;
 	uint64_t refusals_min_ns;
+	struct spare_job *spare_jobs[2];	/* [POOL_MAX_MEM]: slabs being made ahead */
 	struct server_counters n;
 	/* dispatch() - serve one request of c (requests_handle(), set by
 	 * server.c): the continuation a request that waited is served

@@ -591,6 +591,61 @@ static int lock_spill_dir(const char *dir, char *err, size_t errlen)
 	return -EADDRINUSE;
 }
 
+/* A slab made ahead, off the loop (pool_set_spare_hook()). */
+struct spare_job {
+	struct loop_op op;		/* first: loop_work()'s */
+	struct server *s;
+	struct backend *be;
+	size_t bytes;
+	uint32_t mem;
+	int rc;				/* fn's: the slab is made when 0 */
+	struct backend_slab slab;
+	char err[256];
+};
+
+static int spare_run(struct loop_op *op)
+{
+	struct spare_job *j = (struct spare_job *)op;
+
+	j->rc = j->be->ops->slab_create(j->be, j->bytes, &j->slab, j->err, sizeof(j->err));
+	return j->rc;
+}
+
+static void spare_done(struct loop_op *op, int res)
+{
+	struct spare_job *j = (struct spare_job *)op;
+	struct server *s = j->s;
+
+	s->spare_jobs[j->mem] = NULL;
+	pool_spare_made(s->pool, j->mem, &j->slab, res);
+	free(j);
+}
+
+/* spare_make() - the pool's hook: make its next slab on a worker. */
+static int spare_make(void *arg, struct backend *be, size_t bytes, uint32_t mem)
+{
+	struct server *s = arg;
+	struct spare_job *j;
+	int rc;
+
+	if (mem >= POOL_MAX_MEM || s->spare_jobs[mem])
+		return -EBUSY;
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	*j = (struct spare_job){ .op.done = spare_done, .s = s, .be = be, .bytes = bytes,
+				 .mem = mem, .rc = -ECANCELED };
+	/* a queue of its own (no uid is -1): it waits behind no user's
+	 * tier files, and none waits behind it */
+	rc = loop_work(s->loop, &j->op, spare_run, UINT32_MAX);
+	if (rc < 0) {
+		free(j);
+		return rc;
+	}
+	s->spare_jobs[mem] = j;
+	return 0;
+}
+
 int server_init(struct server **out, struct loop *l, const struct options *o,
 		struct backend *be, struct pool *pool, int listen_fd, char *err,
 		size_t errlen)
@@ -721,6 +776,8 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->accept_op.done = server_accept_done;
 	s->cancel_op.done = server_cancel_done;
 	server_post_accept(s);
+	if (o->slab_ahead)
+		pool_set_spare_hook(pool, spare_make, s);
 	*out = s;
 	return 0;
 out_events:
@@ -871,6 +928,14 @@ void server_free(struct server *s)
 	}
 	ns_table_fini(&s->nst);
 	remote_close(s->remote);
+	for (unsigned i = 0; i < POOL_MAX_MEM; i++) {
+		struct spare_job *j = s->spare_jobs[i];
+
+		/* made by a worker after the loop stopped: never completed */
+		if (j && j->rc == 0)
+			j->be->ops->slab_destroy(j->be, &j->slab);
+		free(j);
+	}
 	free(s->uids);
 	free(s);
 }

@@ -33,6 +33,10 @@ struct backend;
 struct backend_ops {
 	const char *name;		/* "host", "cuda" */
 	enum kvp_backend_kind kind;
+	/* slab_create() may run on another thread than the loop's (it
+	 * touches nothing the loop does): the pool's next slab is then made
+	 * ahead, off the loop (pool_set_spare_hook()) */
+	bool slabs_off_loop;
 	/*
 	 * slab_create() - allocate bytes of slab memory into *s.
 	 * Returns 0, or -errno with a message naming the cause in err.

@@ -292,6 +292,7 @@ static void host_mem_free(struct backend *be, void *mem, size_t bytes)
 static const struct backend_ops host_ops = {
 	.name = "host",
 	.kind = KVP_BACKEND_HOST,
+	.slabs_off_loop = true,		/* memfd, fallocate, mmap: no shared state */
 	.slab_create = host_slab_create,
 	.slab_destroy = host_slab_destroy,
 	.page_copy = host_page_copy,

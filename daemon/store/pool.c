@@ -72,6 +72,11 @@ struct pool_mem {
 	uint64_t bytes;
 	uint32_t max_slabs;		/* min(bytes / slab_bytes, KVP_MAX_SLABS) */
 	uint32_t live;			/* its slabs that exist now */
+	/* the next slab, made ahead off the loop (pool_set_spare_hook()):
+	 * memory of one more slab, within max_slabs with the live ones */
+	struct backend_slab spare;
+	bool spare_ready;		/* spare holds a slab */
+	bool spare_asked;		/* the hook is making one */
 };
 
 struct pool {
@@ -85,6 +90,9 @@ struct pool {
 	uint32_t nns;
 	struct pool_counts counts;	/* the whole pool */
 	struct pool_ns ns[POOL_MAX_NS];
+	pool_spare_fn spare_fn;		/* pool_set_spare_hook() */
+	void *spare_arg;
+	uint64_t spares_used;		/* slabs that were ready when wanted */
 };
 
 static void pool_err(char *err, size_t errlen, const char *fmt, ...)
@@ -183,6 +191,53 @@ static struct pool_page *free_pop(struct pool *p, struct pool_ns *n,
 }
 
 /*
+ * spare_want() - ask the hook for memory mem's next slab, made ahead off
+ * the loop, unless one is ready or being made, or the budget has no room
+ * for it beside the live slabs and the one it will be.
+ */
+static void spare_want(struct pool *p, uint32_t mem)
+{
+	struct pool_mem *m = &p->mem[mem];
+
+	if (!p->spare_fn || !m->be->ops->slabs_off_loop || m->spare_ready || m->spare_asked ||
+	    m->live + 1 >= m->max_slabs)
+		return;
+	m->spare_asked = true;
+	if (p->spare_fn(p->spare_arg, m->be, (size_t)p->slab_bytes, mem) < 0)
+		m->spare_asked = false;	/* the next slab is made on the spot */
+}
+
+void pool_set_spare_hook(struct pool *p, pool_spare_fn fn, void *arg)
+{
+	uint32_t i;
+
+	p->spare_fn = fn;
+	p->spare_arg = arg;
+	for (i = 0; i < p->nmem; i++)
+		spare_want(p, i);
+}
+
+void pool_spare_made(struct pool *p, uint32_t mem, struct backend_slab *s, int rc)
+{
+	struct pool_mem *m = &p->mem[mem];
+
+	m->spare_asked = false;
+	if (rc < 0)
+		return;		/* the slab is made when wanted, and says why not */
+	if (m->spare_ready || m->live >= m->max_slabs) {
+		m->be->ops->slab_destroy(m->be, s);
+		return;
+	}
+	m->spare = *s;
+	m->spare_ready = true;
+}
+
+uint64_t pool_spares_used(const struct pool *p)
+{
+	return p->spares_used;
+}
+
+/*
  * slab_add() - create slab number p->nslabs for namespace ns: backend
  * memory of slab_bytes and pages_per_slab FREE pages of generation 1,
  * pushed so that index 0 is allocated first. The caller checked the
@@ -208,10 +263,17 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 	}
 	s = &p->slabs[slab];
 
-	rc = m->be->ops->slab_create(m->be, (size_t)p->slab_bytes, &s->mem,
-				     err, errlen);
-	if (rc < 0)
-		return rc;
+	if (m->spare_ready) {	/* made ahead: nothing to wait for */
+		s->mem = m->spare;
+		memset(&m->spare, 0, sizeof(m->spare));
+		m->spare_ready = false;
+		p->spares_used++;
+	} else {
+		rc = m->be->ops->slab_create(m->be, (size_t)p->slab_bytes, &s->mem,
+					     err, errlen);
+		if (rc < 0)
+			return rc;
+	}
 	s->memory = n->memory;
 	s->pages = calloc(n->pages_per_slab, sizeof(*s->pages));
 	if (!s->pages) {
@@ -238,6 +300,7 @@ static int slab_add(struct pool *p, int ns, char *err, size_t errlen)
 		p->nslabs++;
 	else
 		p->released--;
+	spare_want(p, n->memory);	/* the next one, off the loop */
 	return 0;
 
 out_destroy_slab:
@@ -324,6 +387,9 @@ void pool_free(struct pool *p)
 			be->ops->slab_destroy(be, &p->slabs[i].mem);
 		free(p->slabs[i].pages);
 	}
+	for (i = 0; i < p->nmem; i++)
+		if (p->mem[i].spare_ready)
+			p->mem[i].be->ops->slab_destroy(p->mem[i].be, &p->mem[i].spare);
 	free(p->slabs);
 	free(p);
 }

@@ -67,6 +67,27 @@ int pool_init(struct pool **out, struct backend *be, uint64_t pool_bytes,
 void pool_free(struct pool *p);
 
 /*
+ * The next slab, made ahead: making a slab (with --prefault, taking its
+ * memory) takes milliseconds (about 16 ms for 64 MiB), and the pool grows
+ * while the loop serves every client. A backend whose slab_create() may
+ * run on another thread (ops->slabs_off_loop) gets its next slab made
+ * ahead by fn (the server: a job of loop_work()), which calls
+ * be->ops->slab_create(be, bytes, ...) off the loop and then, on the loop
+ * thread, pool_spare_made(p, mem, &slab, rc). When the pool grows it
+ * takes that slab at once, and asks for the next; only when none is ready
+ * (the pool grows faster than one slab is made) is a slab made on the
+ * spot, as without a hook. The spare counts against the budget with the
+ * live slabs: one is made only while the budget has room for it beside
+ * them and the slab it will be. fn returns 0, or -errno (none is made).
+ */
+typedef int (*pool_spare_fn)(void *arg, struct backend *be, size_t bytes, uint32_t mem);
+void pool_set_spare_hook(struct pool *p, pool_spare_fn fn, void *arg);
+void pool_spare_made(struct pool *p, uint32_t mem, struct backend_slab *s, int rc);
+
+/* pool_spares_used() - slabs that were made ahead when the pool grew. */
+uint64_t pool_spares_used(const struct pool *p);
+
+/*
  * pool_mem_add() - a second memory: slabs from be (borrowed; must outlive
  * the pool), at most bytes of them, beside the first memory's budget.
  * Only before the first slab is made. Returns the memory's number (1), or
