@@ -100,9 +100,9 @@ static const struct opt_def opt_table[] = {
 	  "(a client that writes past the memory left may be killed by the OOM killer)",
 	  NULL },
 	{ "slab-ahead", 0, OPT_BOOL, OFF(slab_ahead), 0, 0, 0,
-	  NULL, "host memory: make the pool's next slab ahead, on a worker thread, so that "
-	  "no client waits while the pool grows (the default; one slab more of memory "
-	  "while the budget has room)", NULL },
+	  NULL, "host memory with --prefault: make the pool's next slab ahead, on a "
+	  "worker thread, so that no client waits while the pool grows (the default; "
+	  "one slab more of memory while the budget has room)", NULL },
 	{ "no-slab-ahead", 0, OPT_NOT, OFF(slab_ahead), 0, 0, 0,
 	  NULL, "make each slab when the pool needs it, on the loop: every client waits "
 	  "while it is made (about 16 ms for 64 MiB with --prefault)", NULL },

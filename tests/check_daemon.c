@@ -639,11 +639,12 @@ START_TEST(test_daemon_makes_the_next_slab_ahead_within_the_budget)
 	size_t per;
 
 	daemon_start(&d, ahead);
-	slabs_become(d.pid, 1);		/* the first slab, made before any client asked */
 	ck_assert_int_eq(kvp_connect(d.sock, "ahead", &small_geo, &c), 0);
 	per = (1u << 20) / kvp_page_bytes(c);
 	ck_assert_uint_le(per, 256);
-	ck_assert_int_eq(kvp_alloc(c, 1, pg), 0);	/* takes it; the next is made */
+	usleep(200000);
+	ck_assert_uint_eq(slab_fds(d.pid), 0);		/* nothing before the pool grows */
+	ck_assert_int_eq(kvp_alloc(c, 1, pg), 0);	/* the first; the next is made */
 	slabs_become(d.pid, 2);
 	stats_of(d.sock, &st);
 	ck_assert_uint_eq(st.slabs, 1);			/* the one made ahead is no slab yet */

@@ -776,7 +776,7 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->accept_op.done = server_accept_done;
 	s->cancel_op.done = server_cancel_done;
 	server_post_accept(s);
-	if (o->slab_ahead)
+	if (o->slab_ahead && o->prefault)	/* without prefault a slab costs nothing */
 		pool_set_spare_hook(pool, spare_make, s);
 	*out = s;
 	return 0;

@@ -209,12 +209,9 @@ static void spare_want(struct pool *p, uint32_t mem)
 
 void pool_set_spare_hook(struct pool *p, pool_spare_fn fn, void *arg)
 {
-	uint32_t i;
-
-	p->spare_fn = fn;
+	p->spare_fn = fn;	/* the first spare once the pool first grows: a
+				 * daemon nobody uses takes no memory */
 	p->spare_arg = arg;
-	for (i = 0; i < p->nmem; i++)
-		spare_want(p, i);
 }
 
 void pool_spare_made(struct pool *p, uint32_t mem, struct backend_slab *s, int rc)
