@@ -50,11 +50,26 @@ class Pool:
         # namespace); None until it first tried
         self.state: Optional[str] = None
         self.counters: Dict[str, int] = {}
+        self.samples: Dict[str, List[float]] = {}  # observe()
         self._counting = threading.Lock()  # engines count from several threads
 
     def count(self, what: str, n: int = 1) -> None:
         with self._counting:
             self.counters[what] = self.counters.get(what, 0) + n
+
+    def observe(self, what: str, seconds: float) -> None:
+        """A duration for a histogram (vLLM's /metrics), kept until
+        take_samples(); at most 4,096 of one kind wait (the rest dropped)."""
+        with self._counting:
+            v = self.samples.setdefault(what, [])
+            if len(v) < 4096:
+                v.append(seconds)
+
+    def take_samples(self) -> Dict[str, List[float]]:
+        """The durations observed since the last call."""
+        with self._counting:
+            out, self.samples = self.samples, {}
+            return out
 
     def snapshot(self) -> Dict[str, int]:
         """The counters now (a copy)."""

@@ -15,7 +15,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorStats,
 )
 
-__all__ = ["COUNTERS", "STATES", "KVPoolStats", "KVPoolPromMetrics"]
+__all__ = ["COUNTERS", "HISTOGRAMS", "STATES", "KVPoolStats", "KVPoolPromMetrics"]
 
 # counter -> its help text; the names are those of KVPoolConnector.stats()
 COUNTERS = {
@@ -30,6 +30,20 @@ COUNTERS = {
               "stored first (not stored twice).",
 }
 
+
+# duration -> its help text and buckets (seconds): a load or a save of a
+# step's blocks takes from well under a millisecond (a few blocks of a small
+# model) to seconds (thousands of blocks of a 70B model)
+HISTOGRAMS = {
+    "load_seconds": ("Loads of the kvpool connector: the time from leasing a step's pages "
+                     "to releasing them, copied into vLLM's KV cache (a worker's).",
+                     (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                      2.5, 5.0)),
+    "save_seconds": ("Saves of the kvpool connector: the time to copy a batch of blocks "
+                     "into fresh pages and publish them (a worker's).",
+                     (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                      2.5, 5.0)),
+}
 
 # a side's state -> what it means (vllm:kvpool_sides{state=...})
 STATES = {
@@ -57,6 +71,8 @@ class KVPoolStats(KVConnectorStats):
         for k, v in (other.data or {}).items():
             if k == "states":
                 self.data["states"] = dict(self.data.get("states") or {}, **v)
+            elif k in HISTOGRAMS:
+                self.data[k] = list(self.data.get(k) or []) + list(v)
             else:
                 self.data[k] = self.data.get(k, 0) + v
         return self
@@ -94,6 +110,11 @@ class KVPoolPromMetrics(KVConnectorPromMetrics):
         self.sides = {i: {st: s.labels(*v, st) for st in STATES}
                       for i, v in per_engine_labelvalues.items()}
         self.where: Dict[int, Dict[str, str]] = {}  # engine -> side -> state
+        self.histograms = {}
+        for name, (doc, buckets) in HISTOGRAMS.items():
+            h = self._histogram_cls(name="vllm:kvpool_" + name, documentation=doc,
+                                    buckets=list(buckets), labelnames=labelnames)
+            self.histograms[name] = {i: h.labels(*v) for i, v in per_engine_labelvalues.items()}
 
     def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
         data = getattr(transfer_stats_data, "data", transfer_stats_data) or {}
@@ -101,6 +122,10 @@ class KVPoolPromMetrics(KVConnectorPromMetrics):
             per = self.counters.get(name)
             if per is not None and v and engine_idx in per:
                 per[engine_idx].inc(v)
+            hist = self.histograms.get(name)
+            if hist is not None and engine_idx in hist:
+                for seconds in v or ():
+                    hist[engine_idx].observe(seconds)
         states = data.get("states")
         if states and engine_idx in self.connected:
             where = self.where.setdefault(engine_idx, {})

@@ -57,6 +57,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -440,6 +441,8 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         now = self.stats()
         delta: Dict[str, Any] = {k: v - self._reported.get(k, 0) for k, v in now.items()
                                  if v != self._reported.get(k, 0)}
+        if self._pool is not None:
+            delta.update(self._pool.take_samples())  # vllm:kvpool_*_seconds
         state = "unsupported" if self._pool is None else self._pool.state
         if state is not None and state != self._reported_state:
             delta["states"] = {self._side: state}  # vllm:kvpool_connected, _sides
@@ -850,10 +853,19 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _load(self, loads: List[_Transfer]) -> List[int]:
         """Copy the loads' pages into their vLLM blocks; the blocks that did
-        not get theirs (evicted or gone since the lookup: vLLM recomputes)."""
+        not get theirs (evicted or gone since the lookup: vLLM recomputes).
+        Its duration, lease to release, goes to vllm:kvpool_load_seconds."""
         pool = self._pool
         if pool is None or self._copier is None:
             return [b for t in loads for b in t.block_ids]
+        t0 = time.monotonic()
+        try:
+            return self._load_now(loads)
+        finally:
+            pool.observe("load_seconds", time.monotonic() - t0)
+
+    def _load_now(self, loads: List[_Transfer]) -> List[int]:
+        pool = self._pool
         with pool.lock:
             c, view, pairs, held, failed = self._acquire(loads)
             err = None
@@ -1004,7 +1016,16 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     def _save(self, saves: List[_Transfer]) -> List[str]:
         """Copy the saves' blocks into fresh pages and publish them under
         their keys (a page some other instance published first is let go);
-        the requests whose save failed (their later blocks cannot chain)."""
+        the requests whose save failed (their later blocks cannot chain).
+        Its duration goes to vllm:kvpool_save_seconds."""
+        t0 = time.monotonic()
+        try:
+            return self._save_now(saves)
+        finally:
+            if saves:
+                self._pool.observe("save_seconds", time.monotonic() - t0)
+
+    def _save_now(self, saves: List[_Transfer]) -> List[str]:
         pool = self._pool
         total = sum(len(t.keys) for t in saves)
         failed: List[str] = []

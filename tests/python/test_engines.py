@@ -421,6 +421,11 @@ def test_a_repeated_prompt_is_copied_into_the_pool_once_and_a_load_counts_once(m
             assert metric_reaches(b, "loaded_blocks", blocks) == blocks
             assert kvpool_metric(b, "hit_blocks") == blocks
             assert kvpool_metric(b, "lookups") == 1
+            # and how long loads and saves took, as histograms
+            for e, name in ((b, "load"), (a, "save")):
+                n = [float(line.rsplit(" ", 1)[1]) for line in e.metrics().splitlines()
+                     if line.startswith("vllm:kvpool_%s_seconds_count{" % name)]
+                assert n and n[0] >= 1, (name, n)
             out = subprocess.run([tool("client/kvpool"), "--socket", d.sock, "status"],
                                  capture_output=True, text=True, check=True).stdout
             assert "(%d of %d blocks" % (st2["hits"], st2["hits"] + st2["misses"]) in out, out
