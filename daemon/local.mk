@@ -14,7 +14,8 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c \
 	daemon/serve/server.c daemon/serve/conn.c daemon/serve/sockfile.c \
 	daemon/requests/requests.c daemon/requests/share.c daemon/requests/admin.c \
 	daemon/requests/wait.c daemon/requests/ns.c daemon/requests/access.c \
-	daemon/observe/events.c daemon/observe/events_pub.c daemon/observe/topic.c
+	daemon/observe/events.c daemon/observe/events_pub.c daemon/observe/topic.c \
+	daemon/observe/hist.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h \
 	daemon/store/pool.h daemon/store/namespace.h daemon/store/lease.h daemon/store/prefix.h \
 	daemon/store/siphash.h daemon/store/backend.h \
@@ -23,7 +24,8 @@ noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h \
 	daemon/serve/sockfile.h daemon/serve/conn.h \
 	daemon/requests/requests.h daemon/requests/wait.h daemon/requests/ns.h \
 	daemon/requests/access.h \
-	daemon/observe/events.h daemon/observe/events_int.h daemon/observe/topic.h
+	daemon/observe/events.h daemon/observe/events_int.h daemon/observe/topic.h \
+	daemon/observe/hist.h
 
 noinst_LTLIBRARIES += daemon/libkvpoold.la
 daemon_libkvpoold_la_SOURCES = $(KVPOOLD_SRCS)

@@ -33,8 +33,12 @@
 
 #include "client/stats_text.h"
 #include "daemon/log.h"
+#include "client/wire.h"
+#include "daemon/observe/hist.h"
 #include "daemon/observe/metrics.h"
+#include "daemon/remote/remote.h"
 #include "daemon/requests/requests.h"
+#include "daemon/serve/conn.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -388,6 +392,33 @@ static void *serve(void *arg)
 	return NULL;
 }
 
+/* histograms() - the latency histograms, after STATS' figures. */
+static void histograms(FILE *f, const struct server *s)
+{
+	struct remote_stats rs;
+	char label[64];
+	unsigned op;
+
+	fputs("# HELP kvpool_request_seconds Requests, from arrival to reply, by operation "
+	      "(one that waits, for a tier, the remote tier or a namespace being made, with "
+	      "its wait).\n# TYPE kvpool_request_seconds histogram\n", f);
+	for (op = 1; op < sizeof(s->n.rt) / sizeof(s->n.rt[0]); op++) {
+		snprintf(label, sizeof(label), "op=\"%s\"", wire_op_str(op));
+		hist_print(f, "kvpool_request_seconds", label, &s->n.rt[op]);
+	}
+	fputs("# HELP kvpool_tier_restore_seconds Blocks read back from a local tier (host "
+	      "or NVMe) for an ACQUIRE, from the read's start to the page in the pool.\n"
+	      "# TYPE kvpool_tier_restore_seconds histogram\n", f);
+	hist_print(f, "kvpool_tier_restore_seconds", "", &s->n.restores);
+	if (s->remote) {
+		remote_get_stats(s->remote, &rs);
+		fputs("# HELP kvpool_remote_get_seconds GETs of the remote tier that Redis "
+		      "answered, from sending to the answer.\n"
+		      "# TYPE kvpool_remote_get_seconds histogram\n", f);
+		hist_print(f, "kvpool_remote_get_seconds", "", &rs.gets_hist);
+	}
+}
+
 /* metrics_render() - the loop's side: STATS as text, swapped in. */
 static void metrics_render(struct metrics *m)
 {
@@ -403,6 +434,7 @@ static void metrics_render(struct metrics *m)
 
 		stats_metrics(f, st, (const void *)(buf + sizeof(*st)),
 			      (int)((len - sizeof(*st)) / sizeof(struct kvp_wire_ns_stats)));
+		histograms(f, m->srv);
 		if (fclose(f) != 0) {
 			free(text);
 			text = NULL;

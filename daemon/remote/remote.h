@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "kvpool_wire.h"
+#include "daemon/observe/hist.h"
 #include "daemon/remote/rpage.h"
 #include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
@@ -54,6 +55,7 @@ struct remote_stats {
 	uint64_t bandwidth;		/* measured: bytes/s received while busy */
 	uint32_t nodes, nodes_up;	/* masters in the slot map; connected */
 	uint32_t slots;			/* slots with a master */
+	struct hist gets_hist;		/* GETs Redis answered: sent to answer */
 };
 
 struct remote;

@@ -647,6 +647,7 @@ void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		rreq_finish(q, -EIO);
 	} else {
 		q->node->erred = false;
+		hist_add(&r->st.gets_hist, rtt);
 		if (q->idle_sent)	/* nothing queued before it: a latency sample */
 			r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8
 							     : rtt;

@@ -45,6 +45,7 @@ struct pending {
 		struct tier_read r;
 		struct pending *pd;
 		uint32_t i;
+		uint64_t t0;		/* started (/metrics' restore histogram) */
 	} *reads;
 };
 
@@ -137,6 +138,7 @@ static void restore_done(struct tier_read *r, int res)
 	uint32_t i = rd->i;
 
 	if (res == 0) {
+		hist_add(&pd->c->srv->n.restores, hist_now_ns() - rd->t0);
 		pool_restored(p, pd->pages[i]);
 		prefix_restored(pd->n->idx, r->e);
 		/* a block before it was lost meanwhile: it is served to nobody,
@@ -262,6 +264,7 @@ static bool restore_one(struct conn *c, struct pending *pd, const struct tier_op
 	rd->r = (struct tier_read){ restore_done, n, e };
 	rd->pd = pd;
 	rd->i = i;
+	rd->t0 = hist_now_ns();
 	rc = t->read(n, e, pool_page_addr(p, page), &rd->r);
 	if (rc > 0) {		/* restore_done() follows */
 		pd->restored[i] = 1;
@@ -273,6 +276,7 @@ static bool restore_one(struct conn *c, struct pending *pd, const struct tier_op
 		pool_unref(p, page);	/* INFLIGHT: free again */
 		return false;
 	}
+	hist_add(&c->srv->n.restores, hist_now_ns() - rd->t0);	/* copied at once */
 	pool_restored(p, page);
 	prefix_restored(n->idx, e);
 	if (lease_add(&c->leases, p, page) < 0) {

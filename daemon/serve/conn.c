@@ -183,6 +183,12 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	};
 	struct outbuf *o;
 
+	/* one reply per request: arrival to reply (a deferred one's too: the
+	 * connection reads no other request meanwhile) */
+	if (c->req_ns && req->op < sizeof(c->srv->n.rt) / sizeof(c->srv->n.rt[0])) {
+		hist_add(&c->srv->n.rt[req->op], hist_now_ns() - c->req_ns);
+		c->req_ns = 0;
+	}
 	o = malloc(sizeof(*o) + KVP_WIRE_HDR_SIZE + len);
 	if (!o) {
 		log_error("client %llu: out of memory for a %zu-byte reply; closing it",

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "client/hset.h"
+#include "daemon/observe/hist.h"
 #include "daemon/options.h"
 #include "daemon/requests/access.h"
 #include "daemon/serve/loop.h"
@@ -70,6 +71,7 @@ struct conn {
 	struct outbuf *out_head, *out_tail;
 	size_t out_bytes;		/* queued, not yet sent (--max-output) */
 	uint64_t last_ms;		/* last request received (--idle-timeout) */
+	uint64_t req_ns;		/* when the request being served arrived */
 	bool sending;
 	bool close_after_send;		/* a fatal error reply is queued */
 	bool refused;			/* counted in nrefused, not nconns */
@@ -103,6 +105,11 @@ struct server_counters {
 	uint64_t closed_output;		/* disconnected at --max-output */
 	uint64_t closed_idle;		/* disconnected at --idle-timeout */
 	uint64_t errors_by_status[KVP_S__COUNT];
+	/* /metrics' latency histograms: each request, arrival to reply (a
+	 * request that waits, for a tier, the remote tier or a namespace, with
+	 * its wait), by op; each block read back from a tier, read to lease */
+	struct hist rt[KVP_OP_DROP_NS + 1];
+	struct hist restores;
 };
 
 struct server {

@@ -358,6 +358,7 @@ static void handle_message(struct conn *c, size_t n)
 	}
 	c->srv->n.requests_total++;
 	c->last_ms = loop_now_ms();
+	c->req_ns = hist_now_ns();
 	requests_handle(c, &req, c->rbuf + KVP_WIRE_HDR_SIZE);
 }
 

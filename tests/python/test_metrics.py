@@ -128,8 +128,9 @@ def test_the_endpoint_serves_the_text_kvpool_metrics_prints(metrics_daemon):
               "kvpool_clients ", "kvpool_namespace_clients", "kvpool_lease_releases_total",
               "kvpool_page_allocations_total")
 
-    def steady(text):
-        return [line for line in text.splitlines() if not line.startswith(moving)]
+    def steady(text):  # the latency histograms are the endpoint's alone
+        return [line for line in text.splitlines() if not line.startswith(moving)
+                and "_seconds" not in line.split(" ")[0 if line[0] != "#" else 2]]
     assert steady(body) == steady(cli)
     promtool = shutil.which("promtool")
     if promtool:
@@ -144,6 +145,39 @@ def test_the_endpoint_serves_the_text_kvpool_metrics_prints(metrics_daemon):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=5)
     assert e.value.code == 405
+
+
+def test_latency_histograms_count_each_request_and_each_restore_once():
+    port = free_port()
+    url = "http://127.0.0.1:%d/metrics" % port
+    with running(["--metrics-listen", "127.0.0.1:%d" % port, "--host-tier-size", "4M"]) as d:
+        with kvpool.Client(d.sock, "hist", GEO) as c:
+            keys = c.block_keys(list(range(2 * GEO.block_tokens)))
+            pages = c.alloc(2)
+            c.publish(pages, keys)
+            c.release(pages)
+            assert c.evict(namespace="hist") == 2  # to the host tier
+            got, _ = c.acquire(keys)  # read back: two restores
+            assert len(got) == 2
+            c.release(got)
+            for _ in range(5):
+                c.stats()
+        _, _, body = get(url)
+    rows = {}
+    for line in body.splitlines():
+        if not line.startswith("#") and "_seconds" in line:
+            name, v = line.rsplit(" ", 1)
+            rows[name] = float(v)
+    assert "# TYPE kvpool_request_seconds histogram" in body
+    assert rows['kvpool_request_seconds_count{op="STATS"}'] >= 5
+    assert rows['kvpool_request_seconds_count{op="ACQUIRE"}'] == 1
+    assert rows['kvpool_request_seconds_count{op="ALLOC"}'] == 1
+    assert rows['kvpool_request_seconds_bucket{op="ACQUIRE",le="+Inf"}'] == 1
+    assert rows["kvpool_tier_restore_seconds_count"] == 2
+    assert 0 < rows["kvpool_tier_restore_seconds_sum"] < 10
+    # cumulative buckets, ending at the count
+    acq = [v for k, v in rows.items() if k.startswith('kvpool_request_seconds_bucket{op="STATS"')]
+    assert acq == sorted(acq) and acq[-1] == rows['kvpool_request_seconds_count{op="STATS"}']
 
 
 def test_a_port_in_use_or_a_bad_address_stops_start_up_with_the_reason():
