@@ -207,6 +207,18 @@ static void spare_want(struct pool *p, uint32_t mem)
 		m->spare_asked = false;	/* the next slab is made on the spot */
 }
 
+/* spare_drop() - let memory mem's spare go (its pool has no slab left). */
+static void spare_drop(struct pool *p, uint32_t mem)
+{
+	struct pool_mem *m = &p->mem[mem];
+
+	if (!m->spare_ready)
+		return;
+	m->be->ops->slab_destroy(m->be, &m->spare);
+	memset(&m->spare, 0, sizeof(m->spare));
+	m->spare_ready = false;
+}
+
 void pool_set_spare_hook(struct pool *p, pool_spare_fn fn, void *arg)
 {
 	p->spare_fn = fn;	/* the first spare once the pool first grows: a
@@ -221,7 +233,7 @@ void pool_spare_made(struct pool *p, uint32_t mem, struct backend_slab *s, int r
 	m->spare_asked = false;
 	if (rc < 0)
 		return;		/* the slab is made when wanted, and says why not */
-	if (m->spare_ready || m->live >= m->max_slabs) {
+	if (m->spare_ready || m->live >= m->max_slabs || m->live == 0) {
 		m->be->ops->slab_destroy(m->be, s);
 		return;
 	}
@@ -812,7 +824,8 @@ int pool_ns_release(struct pool *p, int ns)
 			if (sl->pages[i].gen > maxgen)
 				maxgen = sl->pages[i].gen;
 		p->mem[sl->memory].be->ops->slab_destroy(p->mem[sl->memory].be, &sl->mem);
-		p->mem[sl->memory].live--;
+		if (--p->mem[sl->memory].live == 0)
+			spare_drop(p, sl->memory);	/* nobody uses the pool: no memory */
 		p->counts.total -= sl->npages;
 		p->counts.by_state[PAGE_FREE] -= sl->npages;
 		p->counts.slabs--;

@@ -77,7 +77,7 @@ void pool_free(struct pool *p);
  * takes that slab at once, and asks for the next; only when none is ready
  * (the pool grows faster than one slab is made) is a slab made on the
  * spot, as without a hook. The first is asked for when the pool first
- * grows. The spare counts against the budget with the
+ * grows; it goes when the pool has no slab left. The spare counts against the budget with the
  * live slabs: one is made only while the budget has room for it beside
  * them and the slab it will be. fn returns 0, or -errno (none is made).
  */
