@@ -97,6 +97,7 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
 	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py \
+	bench/run-hit.sh bench/hit.py \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -172,6 +173,11 @@ BENCH_ENGINES_RUN = $(SHELL) $(top_srcdir)/bench/run-engines.sh \
 # does not, as it is long.
 BENCH_STALL_RUN = $(SHELL) $(top_srcdir)/bench/run-stall.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-hit.sh: a pooled hit's time to first token in real vLLM engines
+# against the engine's own prefix-cache hit and a recompute (about 5
+# minutes). `make bench-hit` runs it alone; `make bench` does not.
+BENCH_HIT_RUN = $(SHELL) $(top_srcdir)/bench/run-hit.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
@@ -193,7 +199,7 @@ BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-outage bench-slabs bench-ttft \
-	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall
+	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall bench-hit
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/prep$(EXEEXT) bench/slabs$(EXEEXT) \
@@ -270,3 +276,6 @@ bench-engines: daemon/kvpoold$(EXEEXT)
 
 bench-stall: daemon/kvpoold$(EXEEXT)
 	$(BENCH_STALL_RUN)
+
+bench-hit: daemon/kvpoold$(EXEEXT)
+	$(BENCH_HIT_RUN)

@@ -6,7 +6,10 @@ usage: stall.py --socket PATH --work DIR [--config NAME]... [--reps N]
        stall.py report RAW   (the Markdown tables of a run's output: a JSON
                               line of the goals' figures, then them)
 
-One `vllm serve` (examples/vllm_engines.py) per configuration: alone
+One `vllm serve` (examples/vllm_engines.py) per configuration, all started
+together and asked in turn (the repetitions interleaved, the order rotated
+each time, PAUSE_S between two engines: vLLM's model runner spins for a
+second after its last step, on the core the next one's runner uses): alone
 (vLLM without a connector), sync (kvpool's connector with async_load_blocks
 0 and async_save false: every load and save inside the engine's step, as
 before they ran off it), sync-layers (the same with layerwise_load: the
@@ -103,57 +106,76 @@ def with_decoders(eng, rng, long_prompt):
     return got, gaps
 
 
-def run_config(name, a, model, rng, out):
-    extra = None
-    if CONFIGS[name] is not None:  # a namespace each: the same prompts find nothing
-        extra = dict(CONFIGS[name], namespace="bench-stall-" + name)
-    eng = ve.Engine(model, os.path.join(a.work, name + ".log"), cpus="0",
-                    kvpool_socket=a.socket if extra is not None else None,
-                    extra=extra, env={"VLLM_SERVER_DEV_MODE": "1"})
-    try:
-        ve.start([eng], timeout=600)
-    except Exception as ex:  # noqa: BLE001 (the row says why)
-        print("failed config=%s error=%s" % (name, json.dumps(str(ex)[-300:])), flush=True)
-        return
-    try:
-        eng.complete(" ".join(ve.words(64, rng)), 1)  # a server has had traffic before
-        for r in range(a.reps):
-            prefix = ve.words(PREFIX, rng)
-            eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
-            time.sleep(0.5)
-            reset_prefix_cache(eng)
-            got, gaps = with_decoders(eng, rng, " ".join(prefix + ve.words(TAIL, rng)))
-            emit(out, name, "load", r, got, gaps)
-            got, gaps = with_decoders(eng, rng, " ".join(ve.words(PREFIX + TAIL, rng)))
-            emit(out, name, "save", r, got, gaps)
-            # mixed: pooled prefixes and unrelated prompts
-            shared = [ve.words(PREFIX, rng) for _ in range(2)]
-            for p in shared:
-                eng.complete(" ".join(p + ve.words(TAIL, rng)), 1)
-            time.sleep(0.5)
-            reset_prefix_cache(eng)
-            prompts = [" ".join((shared[i % 2] if i % 2 == 0 else ve.words(PREFIX, rng)) +
-                                ve.words(TAIL, rng)) for i in range(16)]
-            t0 = time.monotonic()
-            done = []
-            lock = threading.Lock()
+PAUSE_S = 1.5
 
-            def worker(ps):
-                for p in ps:
-                    c = eng.complete(p, 8)
-                    with lock:
-                        done.append(c.prompt_tokens + len(c.tokens))
-            ts = [threading.Thread(target=worker, args=(prompts[i::8],)) for i in range(8)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
-            print("mixed config=%s rep=%d seconds=%.3f tokens=%d" %
-                  (name, r, time.monotonic() - t0, sum(done)), file=out, flush=True)
-        for line in eng.log_lines("kvpool ("):
-            print("log config=%s %s" % (name, json.dumps(line)), file=out, flush=True)
+
+def run_configs(names, a, model, rng, out):
+    engs = {}
+    for name in names:
+        extra = None
+        if CONFIGS[name] is not None:  # a namespace each: the same prompts find nothing
+            extra = dict(CONFIGS[name], namespace="bench-stall-" + name)
+        engs[name] = ve.Engine(model, os.path.join(a.work, name + ".log"), cpus="0",
+                               kvpool_socket=a.socket if extra is not None else None,
+                               extra=extra, env={"VLLM_SERVER_DEV_MODE": "1"})
+    for name, eng in list(engs.items()):
+        try:
+            eng.wait_ready(900)
+        except Exception as ex:  # noqa: BLE001 (the row says why)
+            print("failed config=%s error=%s" % (name, json.dumps(str(ex)[-300:])),
+                  flush=True)
+            del engs[name]
+    try:
+        for eng in engs.values():
+            eng.complete(" ".join(ve.words(64, rng)), 1)  # a server has had traffic before
+            time.sleep(PAUSE_S)
+        order = list(engs)
+        for r in range(a.reps):
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                run_rep(engs[name], name, r, rng, out)
+                time.sleep(PAUSE_S)
+        for name, eng in engs.items():
+            for line in eng.log_lines("kvpool ("):
+                print("log config=%s %s" % (name, json.dumps(line)), file=out, flush=True)
     finally:
-        eng.stop()
+        for eng in engs.values():
+            eng.stop()
+
+
+def run_rep(eng, name, r, rng, out):
+    """One repetition of the three scenarios on one engine."""
+    prefix = ve.words(PREFIX, rng)
+    eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
+    time.sleep(0.5)
+    reset_prefix_cache(eng)
+    got, gaps = with_decoders(eng, rng, " ".join(prefix + ve.words(TAIL, rng)))
+    emit(out, name, "load", r, got, gaps)
+    got, gaps = with_decoders(eng, rng, " ".join(ve.words(PREFIX + TAIL, rng)))
+    emit(out, name, "save", r, got, gaps)
+    # mixed: pooled prefixes and unrelated prompts
+    shared = [ve.words(PREFIX, rng) for _ in range(2)]
+    for p in shared:
+        eng.complete(" ".join(p + ve.words(TAIL, rng)), 1)
+    time.sleep(0.5)
+    reset_prefix_cache(eng)
+    prompts = [" ".join((shared[i % 2] if i % 2 == 0 else ve.words(PREFIX, rng)) +
+                        ve.words(TAIL, rng)) for i in range(16)]
+    t0 = time.monotonic()
+    done = []
+    lock = threading.Lock()
+
+    def worker(ps):
+        for p in ps:
+            c = eng.complete(p, 8)
+            with lock:
+                done.append(c.prompt_tokens + len(c.tokens))
+    ts = [threading.Thread(target=worker, args=(prompts[i::8],)) for i in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    print("mixed config=%s rep=%d seconds=%.3f tokens=%d" %
+          (name, r, time.monotonic() - t0, sum(done)), file=out, flush=True)
 
 
 def emit(out, name, scenario, r, got, gaps):
@@ -171,7 +193,7 @@ def pct(v, p):
 
 
 def report(raw):
-    ttft, itl, mixed, cached, failed, order = {}, {}, {}, {}, {}, []
+    ttft, itl, mixed, cached, failed, order, per = {}, {}, {}, {}, {}, [], {}
     for line in open(raw):
         kind, _, rest = line.partition(" ")
         if kind == "failed":
@@ -189,28 +211,40 @@ def report(raw):
             cached.setdefault((c, f["scenario"]), []).append(int(f["cached"]))
         elif kind == "itl":
             itl.setdefault((c, f["scenario"]), []).append(float(f["ms"]))
+            per.setdefault((c, f["scenario"], f["rep"]), []).append(float(f["ms"]))
         else:
             mixed.setdefault(c, []).append(int(f["tokens"]) / float(f["seconds"]))
     out = []
     goal = {}
     out.append("| scenario | configuration | long request's time to first token "
                "(prompt tokens cached) | decoders' inter-token gap: mean | p50 | p90 | "
-               "max | mean ÷ vLLM alone's |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+               "p99 | max | mean ÷ vLLM alone's in the same repetition: median "
+               "(min .. max) | p90 ÷ vLLM alone's: median (min .. max) |")
+    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for sc in ("load", "save"):
         for c in order:
             g = itl.get((c, sc))
             t = ttft.get((c, sc))
             if not g or not t:
                 continue
-            ref = itl.get(("alone", sc))
-            ratio = statistics.mean(g) / statistics.mean(ref) if ref else None
-            if sc == "save" and ratio is not None and c != "alone":
-                goal["save_" + c] = ratio
-            out.append("| %s | %s | %.0f ms (%d) | %.1f ms | %.1f ms | %.1f ms | %.1f ms | %s |"
+            # each repetition against vLLM alone's of the same repetition
+            reps = sorted({r for (cc, ss, r) in per if cc == c and ss == sc} &
+                          {r for (cc, ss, r) in per if cc == "alone" and ss == sc})
+            means = [statistics.mean(per[c, sc, r]) / statistics.mean(per["alone", sc, r])
+                     for r in reps]
+            p90s = [pct(per[c, sc, r], 0.9) / pct(per["alone", sc, r], 0.9) for r in reps]
+
+            def spread(v):
+                return "%.3fx (%.3f .. %.3f)" % (statistics.median(v), min(v), max(v)) \
+                    if v else "-"
+            if sc == "save" and means and c != "alone":
+                goal["save_" + c] = statistics.median(means)
+                goal["save_p90_" + c] = statistics.median(p90s)
+            out.append("| %s | %s | %.0f ms (%d) | %.1f ms | %.1f ms | %.1f ms | %.1f ms | "
+                       "%.1f ms | %s | %s |"
                        % (sc, LABELS.get(c, c), statistics.median(t),
                           statistics.median(cached[c, sc]), statistics.mean(g), pct(g, 0.5),
-                          pct(g, 0.9), max(g), "%.3fx" % ratio if ratio else "-"))
+                          pct(g, 0.9), pct(g, 0.99), max(g), spread(means), spread(p90s)))
     for c in ("sync", "sync-layers", "async"):
         if ttft.get((c, "load")):
             goal["ttft_" + c] = statistics.median(ttft[c, "load"])
@@ -245,8 +279,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     model = ve.make_model_in_venv(os.path.join(a.work, "model"))
-    for name in a.config or list(CONFIGS):
-        run_config(name, a, model, random.Random(42), sys.stdout)
+    run_configs(a.config or list(CONFIGS), a, model, random.Random(42), sys.stdout)
     return 0
 
 

@@ -49,6 +49,7 @@ else:
 
 setup(ext_modules=[Extension(
     "kvpool._kvpool", ["src/_kvpool.c", "src/client.c", "src/client_admin.c", "src/args.c",
-                        "src/views.c", "src/kernels.c", "src/keys.c", "src/blockcopy.c"], include_dirs=include_dirs,
+                        "src/views.c", "src/kernels.c", "src/keys.c", "src/blockcopy.c",
+                        "src/transfer.c"], include_dirs=include_dirs,
     library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
     extra_compile_args=cflags, extra_link_args=extra_link)])

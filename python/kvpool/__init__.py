@@ -381,7 +381,7 @@ def _session_call(name: str) -> Callable[..., Any]:
 for _name in ("alloc", "release", "retain", "cow", "acquire", "publish", "publish_partial",
               "block_keys", "info", "stats", "set_remote_policy", "evict", "list_clients",
               "list_pages", "list_prefixes", "disconnect", "drop_namespace", "page", "view",
-              "page_index", "page_address", "page_at"):
+              "page_index", "page_address", "page_at", "load_blocks", "save_blocks"):
     setattr(Client, _name, _session_call(_name))
 del _name
 

@@ -84,6 +84,8 @@ class Copier:
         self.device = t0.device
         self.threads = max(1, min(16, threads))
         self.use_torch = use_torch or self.device.type != "cpu"
+        self._vside = None  # _vllm_side(), computed once (vLLM's tensors stay put)
+        self._pside: Tuple = (None, None)  # pool_side() of the view last used
         self.registered: Dict[int, int] = {}  # slab -> its address, 0: not ours
         self.reg_base: Optional[int] = None
         self.slab_pages = 0
@@ -112,6 +114,56 @@ class Copier:
         """Order the current stream's next copies after ready (step_done())."""
         if ready is not None:
             torch.cuda.current_stream(self.device).wait_event(ready)
+
+    @property
+    def whole(self) -> bool:
+        """Loads and saves run as one C call each (load() and save()): the
+        daemon's round trips and the copy without the GIL in between (host
+        tensors and kvpool's copier)."""
+        return not self.use_torch
+
+    def _sides(self, view, to_pool: bool) -> tuple:
+        """copy_blocks()'s (dst_layers, dst_strides, src_layers, src_strides,
+        heads, tokens, run) of every layer, the pool one side."""
+        if self._vside is None:
+            self._vside = self._vllm_side()
+        vl, vs = self._vside
+        pv, stride, pages, _ = view
+        key = (pv.address, pages, stride)
+        if self._pside[0] != key:
+            self._pside = (key, pool_side(self.g, pv.address, pages, stride))
+        pl, ps = self._pside[1]
+        geo = (self.g.kv_heads, self.g.block_tokens, self.g.head_dim * self.es)
+        return (pl, ps, vl, vs) + geo if to_pool else (vl, vs, pl, ps) + geo
+
+    def load(self, client: kvpool.Client, view, keys: List[bytes], parent: Optional[bytes],
+             blocks: List[int]) -> Tuple[int, Optional[BaseException]]:
+        """Lease keys' pages, copy those found into vLLM's blocks (every
+        layer), let them go: one C call, the GIL released once. How many
+        leading blocks got their KV, and the release's error if it failed
+        (the copies are done then). OSError: nothing leased; ValueError: a
+        block outside vLLM's tensors, nothing copied."""
+        for b in blocks:
+            if not 0 <= b < self.num_blocks:
+                raise ValueError("vLLM block %d is not one of the %d blocks" %
+                                 (b, self.num_blocks))
+        return client.load_blocks(keys, parent, blocks, *self._sides(view, False),
+                                  self.threads, self.g.v_dim * self.es)
+
+    def save(self, client: kvpool.Client, view, jobs: List[tuple], priority: int):
+        """jobs: (chain, keys, parent, vLLM blocks, token ids); allocate
+        their pages, copy the blocks in, publish each job (a job after a
+        failed one of its chain is skipped), release: one C call, the GIL
+        released once. ([(saved, deduplicated) | its exception | None], the
+        release's error or None); OSError (the allocation) or ValueError:
+        nothing published."""
+        for job in jobs:
+            for b in job[3]:
+                if not 0 <= b < self.num_blocks:
+                    raise ValueError("vLLM block %d is not one of the %d blocks" %
+                                     (b, self.num_blocks))
+        return client.save_blocks(jobs, *self._sides(view, True), self.threads,
+                                  self.g.v_dim * self.es, priority)
 
     def _vllm_side(self):
         es = self.es
@@ -444,6 +496,11 @@ class Mover:
             for rid in rids:
                 self._rids.pop(rid, None)
         return dropped
+
+    def wait_loads(self, timeout: float) -> None:
+        """Until no load is queued or running, or timeout seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._loads and not self._running, timeout)
 
     def drain(self) -> None:
         """Until nothing is queued or running."""

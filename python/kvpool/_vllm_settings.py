@@ -42,13 +42,15 @@ SETTINGS: Tuple[Setting, ...] = (
             "comparisons)"),
     Setting("priority", "int", 1, "1",
             "eviction priority of saved pages (0 low .. 2 high)", 0, 2),
-    Setting("async_load_blocks", "int", 8, "8",
+    Setting("async_load_blocks", "int", None, "measured",
             "loads of this many blocks or more run off the engine's step (0: every load "
-            "in the step)", 0, 1 << 31),
+            "in the step); unset, a load runs in the step when the workers' measured copy "
+            "time for its blocks is at most a tenth of the engine's recent step (50 ms "
+            "when no other request runs), else off it", 0, 1 << 31),
     Setting("async_save", "bool", True, "true",
             "saves run off the engine's step (false: in it, after the forward)"),
     Setting("layerwise_load", "bool", False, "false",
-            "loads in the step (shorter than `async_load_blocks`) copy layer by layer on a "
+            "loads in the step copy layer by layer on a "
             "thread beside the forward, each attention layer waiting for its own layer "
             "only (host tensors; BENCHMARKS.md has the measurement)"),
     Setting("save_queue_blocks", "int", None, "a quarter of vLLM's blocks, at least 64",

@@ -28,6 +28,10 @@ COUNTERS = {
                     "had no room, or the daemon was gone.",
     "dedups": "KV blocks another engine, or for an MLA model another rank, had "
               "stored first (not stored twice).",
+    "loads_in_step": "Requests whose pooled blocks the kvpool connector loaded inside the "
+                     "engine's step (before its forward).",
+    "loads_off_step": "Requests whose pooled blocks the kvpool connector loaded off the "
+                      "engine's step (the request waited, the others went on).",
 }
 
 

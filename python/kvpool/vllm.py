@@ -14,10 +14,15 @@ blocks and full computed blocks into fresh pool pages, published under
 their hashes (a block some other instance published first is dropped, not
 stored twice), both off the engine's step where vLLM allows it:
 
-- A load of async_load_blocks blocks or more runs on the worker's thread:
+- A load longer than the step can absorb (_off_step(): its predicted time
+  from the workers' measured seconds per block against a tenth of the
+  engine's recent step, or 50 ms in an engine with no other request; or
+  async_load_blocks blocks or more when set) runs on the worker's thread:
   the request waits in vLLM's WAITING_FOR_REMOTE_KVS, the other requests
-  go on, and get_finished() lets it run once its blocks are in. A shorter
-  load is copied before the forward, in the step.
+  go on, and get_finished() lets it run once its blocks are in (a step
+  with nothing else to compute waits for it). A shorter load is copied
+  before the forward, in the step. A load or save is one C call (lease,
+  copy, release) that lets the GIL go once.
 - New full blocks are handed to the same thread after the forward (at most
   save_queue_blocks wait; past that they are skipped and counted, never
   waited for). vLLM keeps a finished request's blocks until its saves have
@@ -57,6 +62,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -97,6 +103,20 @@ if TYPE_CHECKING:
     from vllm.v1.request import Request
 
 logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVEL
+
+# Where a load runs when async_load_blocks is not set: in the step when its
+# predicted time (the workers' measured seconds per block, times its
+# blocks) is at most what the step absorbs, STEP_SHARE of the engine's
+# recent busy step or, with no other request in the engine, IDLE_LOAD_S;
+# off the step otherwise. Before any load is measured a block is taken to
+# copy at GUESS_BYTES_PER_S.
+STEP_SHARE = 0.1
+IDLE_LOAD_S = 0.05
+GUESS_BYTES_PER_S = 2e9
+# A step that computes nothing waits at most this long for the loads off
+# the step, so that it reports them (the scheduler runs their requests in
+# the next step) rather than leaving them to later empty steps to poll.
+EMPTY_STEP_WAIT_S = 0.01
 
 __all__ = ["KVPoolConnector", "KVPoolMetadata", "KVPoolWorkerMetadata", "Identity",
            "identity_of", "key_seed_of"]
@@ -295,6 +315,7 @@ class KVPoolMetadata(KVConnectorMetadata):
     finished: Set[str] = field(default_factory=set)
     preempted: Set[str] = field(default_factory=set)
     hold: Set[str] = field(default_factory=set)
+    empty: bool = False  # the step computes nothing: its end may wait for loads
 
 
 @dataclass
@@ -305,6 +326,9 @@ class KVPoolWorkerMetadata(KVConnectorWorkerMetadata):
     loaded: Set[str] = field(default_factory=set)
     ended: Dict[int, int] = field(default_factory=dict)
     failed: Set[str] = field(default_factory=set)  # requests some of whose load failed
+    # the loads' measured cost: seconds over blocks (the in-step choice)
+    load_seconds: float = 0.0
+    load_blocks: int = 0
 
     def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
         if isinstance(other, KVPoolWorkerMetadata):
@@ -312,7 +336,9 @@ class KVPoolWorkerMetadata(KVConnectorWorkerMetadata):
             for job, n in other.ended.items():
                 ended[job] = ended.get(job, 0) + n
             return KVPoolWorkerMetadata(self.loaded | other.loaded, ended,
-                                        self.failed | other.failed)
+                                        self.failed | other.failed,
+                                        self.load_seconds + other.load_seconds,
+                                        self.load_blocks + other.load_blocks)
         return self
 
 
@@ -410,6 +436,10 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._pins: Dict[int, list] = {}
         self._acks: Dict[int, int] = {}
         self._jobs = 0
+        self._step_at: Optional[float] = None  # when the last step was scheduled
+        self._step_busy = False  # it computed tokens
+        self._step_s: Optional[float] = None  # a busy step's duration (moving average)
+        self._block_s: Optional[float] = None  # a block's load time, as the workers measure
         # requests a worker failed to load: vLLM asks for them again, and
         # they are computed rather than sent to fail again
         self._no_load: Set[str] = set()
@@ -427,12 +457,15 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._failed_any: Set[str] = set()  # requests some of whose load failed
         self._ended: Dict[int, int] = {}  # pinned saves ended, for the scheduler
         self._layer_at: Dict[str, int] = {}  # a layer's place in the page, by vLLM's name
+        self._cost_lock = threading.Lock()
+        self._cost = (0.0, 0)  # loads' seconds and blocks since the last report
 
     # -- counters (tests, logs, vLLM's metrics) --
 
     def stats(self) -> Dict[str, int]:
         """This side's counters: lookups, hit_blocks, loaded_blocks,
-        load_errors, saved_blocks, save_skipped, dedups."""
+        load_errors, saved_blocks, save_skipped, dedups, loads_in_step,
+        loads_off_step."""
         return self._pool.snapshot() if self._pool else {}
 
     def get_kv_connector_stats(self) -> Optional[KVPoolStats]:
@@ -529,11 +562,26 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             return 0, False
         # a long load runs off the step: the request waits for it, the
         # others go on
-        # (a hybrid model's too: vLLM takes its failed loads per request
-        # alone, for the requests that wait)
-        background = self._hybrid or 0 < self._async_load <= hit - start
+        background = self._off_step(hit - start, rid)
+        self._pool.count("loads_off_step" if background else "loads_in_step")
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
+
+    def _off_step(self, blocks: int, rid: str) -> bool:
+        """Whether a load of blocks runs off the step (its request waits in
+        WAITING_FOR_REMOTE_KVS, the others go on) rather than in it."""
+        if self._hybrid:  # vLLM takes a hybrid model's failed loads per request alone
+            return True
+        if self._async_load is not None:
+            return 0 < self._async_load <= blocks
+        per = self._block_s
+        if per is None:
+            g = self._ident.geometry
+            per = (g.layers * g.kv_heads * g.block_tokens * (g.head_dim + g.v_dim) *
+                   kvpool.DType(g.dtype).size / GUESS_BYTES_PER_S)
+        others = len(self._requests) - (rid in self._requests)
+        absorb = IDLE_LOAD_S if others <= 0 else STEP_SHARE * (self._step_s or 0.0)
+        return blocks * per > absorb
 
     def _pool_holds(self, hashes: Sequence[Any], first: int) -> int:
         """How many leading blocks of a request the pool holds, knowing
@@ -581,6 +629,14 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                                                     None) or ()),
                               hold=self._hold)
         self._hold = set()
+        # the engine's busy steps, for the in-step choice (_off_step())
+        now = time.monotonic()
+        if self._step_at is not None and self._step_busy and now - self._step_at < 1.0:
+            d = now - self._step_at
+            self._step_s = d if self._step_s is None else 0.8 * self._step_s + 0.2 * d
+        self._step_busy = scheduler_output.total_num_scheduled_tokens > 0
+        self._step_at = now
+        meta.empty = not self._step_busy
         for rid in meta.preempted:
             # its saves not started were dropped (handle_preemptions): once
             # resumed, its blocks are sent again from the first
@@ -673,6 +729,9 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                     if pinned is not None:  # the last block evicted first, as vLLM frees
                         self._kv_cache_manager.block_pool.free_blocks(reversed(pinned))
             self._no_load |= wm.failed
+            if wm.load_blocks:
+                per = wm.load_seconds / wm.load_blocks
+                self._block_s = per if self._block_s is None else 0.7 * self._block_s + 0.3 * per
         self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
         # vLLM passes these on once every worker reported them
         self._loading -= set(connector_output.finished_recving or ())
@@ -860,9 +919,40 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             return [b for t in loads for b in t.block_ids]
         t0 = time.monotonic()
         try:
+            if self._copier.whole and all(t.groups is None for t in loads):
+                return self._load_whole(loads)
             return self._load_now(loads)
         finally:
-            pool.observe("load_seconds", time.monotonic() - t0)
+            dt = time.monotonic() - t0
+            pool.observe("load_seconds", dt)
+            with self._cost_lock:
+                self._cost = (self._cost[0] + dt,
+                              self._cost[1] + sum(len(t.keys) for t in loads))
+
+    def _load_whole(self, loads: List[_Transfer]) -> List[int]:
+        """_load_now() of a model with one KV cache group, each load one C
+        call (lease, copy, release) that lets the GIL go once."""
+        pool = self._pool
+        failed: List[int] = []
+        with pool.lock:
+            c, view = pool.client_view()
+            for t in loads:
+                got = 0
+                if c is not None:
+                    try:  # the scheduler's lookup was counted: a LOAD (Pool(lookups=False))
+                        got, err = self._copier.load(c, view, t.keys, t.parent, t.block_ids)
+                    except (OSError, ValueError) as e:
+                        pool.failed("load", e)
+                        if isinstance(e, OSError):
+                            c = None
+                    else:
+                        if err is not None:
+                            pool.failed("release", err)
+                        pool.count("loaded_blocks", got)
+                if got < len(t.keys):
+                    failed += t.block_ids[got:]
+                    pool.count("load_errors", len(t.keys) - got)
+        return failed
 
     def _load_now(self, loads: List[_Transfer]) -> List[int]:
         pool = self._pool
@@ -1020,10 +1110,48 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         Its duration goes to vllm:kvpool_save_seconds."""
         t0 = time.monotonic()
         try:
+            if self._copier.whole and all(t.groups is None for t in saves):
+                return self._save_whole(saves)
             return self._save_now(saves)
         finally:
             if saves:
                 self._pool.observe("save_seconds", time.monotonic() - t0)
+
+    def _save_whole(self, saves: List[_Transfer]) -> List[str]:
+        """_save_now() of a model with one KV cache group: one C call
+        (alloc, copy, publish each request's blocks, release) that lets
+        the GIL go once."""
+        pool = self._pool
+        total = sum(len(t.keys) for t in saves)
+        chains: Dict[str, int] = {}
+        jobs = [(chains.setdefault(t.req_id, len(chains)), t.keys, t.parent, t.block_ids,
+                 t.tokens) for t in saves]
+        failed: List[str] = []
+        with pool.lock:
+            c, view = pool.client_view()
+            if c is None:
+                pool.count("save_skipped", total)
+                return [t.req_id for t in saves]
+            try:
+                results, err = self._copier.save(c, view, jobs, self._prio)
+            except (OSError, ValueError) as e:
+                pool.failed("save", e)
+                pool.count("save_skipped", total)
+                return [t.req_id for t in saves]
+            pool.clear("full", "the pool has room again; saving")
+            for t, r in zip(saves, results):
+                if isinstance(r, tuple):
+                    pool.count("saved_blocks", r[0])
+                    pool.count("dedups", r[1])
+                    continue
+                pool.count("save_skipped", len(t.keys))
+                if t.req_id not in failed:
+                    failed.append(t.req_id)
+                if r is not None:  # its publish failed (None: an earlier one of its request)
+                    pool.failed("publish", r)
+            if err is not None:
+                pool.failed("release", err)
+        return failed
 
     def _save_now(self, saves: List[_Transfer]) -> List[str]:
         pool = self._pool
@@ -1087,6 +1215,11 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         finished requests whose blocks vLLM kept until their saves ended."""
         self._finish_by_layer()  # vLLM may ask before wait_for_save (speculative decoding)
         recving, self._recving = self._recving, set()
+        meta = self._meta()
+        if meta is not None and meta.empty and self._mover is not None:
+            # nothing else to compute: the loads off the step are reported
+            # in this step, not polled by the next ones
+            self._mover.wait_loads(EMPTY_STEP_WAIT_S)
         if self._mover is not None:
             for t, failed in self._mover.loaded():
                 recving.add(t.req_id)
@@ -1112,9 +1245,11 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         return errors
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
-        if not self._loaded and not self._ended and not self._failed_any:
+        with self._cost_lock:
+            cost, self._cost = self._cost, (0.0, 0)
+        if not self._loaded and not self._ended and not self._failed_any and not cost[1]:
             return None
         loaded, self._loaded = self._loaded, set()
         ended, self._ended = self._ended, {}
         failed, self._failed_any = self._failed_any, set()
-        return KVPoolWorkerMetadata(loaded, ended, failed)
+        return KVPoolWorkerMetadata(loaded, ended, failed, cost[0], cost[1])

@@ -115,6 +115,8 @@ PyObject *Client_drop_namespace(ClientObject *self, PyObject *args, PyObject *kw
 
 /* --- views.c: PageView and DLPack ------------------------------------------ */
 PyObject *Client_page(ClientObject *self, PyObject *arg);
+PyObject *Client_load_blocks(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *Client_save_blocks(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_t len);
 PyObject *mod_dlpack(PyObject *mod, PyObject *args);
 

@@ -19,6 +19,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "blockcopy.h"
@@ -29,16 +30,6 @@
 
 #define BC_MAX_LAYERS	1024u
 #define BC_MAX_THREADS	16u
-
-struct bc_layer {
-	uintptr_t base, lo, hi;	/* block 0's address; the bytes it may touch */
-};
-
-struct bc_side {
-	struct bc_layer *layer;
-	Py_ssize_t sblock, skv, shead, stoken;	/* byte strides; skv: V from K */
-	Py_ssize_t shead_v, stoken_v;		/* V's, where they differ from K's */
-};
 
 struct bc_job {
 	const struct bc_side *dst, *src;
@@ -236,89 +227,100 @@ static bool side_span(const struct bc_side *s, size_t heads, size_t tokens, size
 	return true;
 }
 
-/* side_check() - block b of every layer of s lies inside that layer's
- * range, every sum and product computed without wrapping. */
-static int side_check(const struct bc_side *s, size_t layers, size_t span, int64_t b,
-		      size_t pair, const char *what)
+/* side_check() - whether block b of some layer of s lies outside that
+ * layer's range (or its address wraps). Needs no GIL. */
+static bool side_check(const struct bc_side *s, size_t layers, size_t span, int64_t b)
 {
 	uintptr_t off, a, end;
 	size_t l;
 
 	if (b < 0 || __builtin_mul_overflow((uintptr_t)b, (uintptr_t)s->sblock, &off))
-		goto bad;
+		return true;
 	for (l = 0; l < layers; l++) {
 		if (__builtin_add_overflow(s->layer[l].base, off, &a) ||
 		    __builtin_add_overflow(a, span, &end) || a < s->layer[l].lo ||
 		    end > s->layer[l].hi)
-			goto bad;
+			return true;
 	}
-	return 0;
-bad:
-	PyErr_Format(PyExc_ValueError, "copy_blocks: %s block %lld (pair %zu) is outside the "
-		     "%s's memory; nothing was copied", what, (long long)b, pair, what);
-	return -1;
+	return false;
 }
 
-PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
+void bc_plan_free(struct bc_plan *p)
 {
-	static char *kwlist[] = { "dst_layers", "dst_strides", "src_layers", "src_strides",
-				  "pairs", "heads", "tokens", "run", "threads", "run_v", NULL };
-	PyObject *odl, *ods, *osl, *oss, *opairs, *ret = NULL;
-	struct bc_side dst = { 0 }, src = { 0 };
-	struct bc_job job[BC_MAX_THREADS];
-	pthread_t tid[BC_MAX_THREADS];
-	size_t layers = 0, heads, tokens, run, n, i, nt, started = 0, dspan, sspan;
-	Py_ssize_t run_v = -1;
-	unsigned int threads = 1;
-	bool stream;
-	Py_buffer pb;
+	PyMem_Free(p->dst.layer);
+	PyMem_Free(p->src.layer);
+	p->dst.layer = p->src.layer = NULL;
+}
 
-	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnn|In", kwlist, &odl, &ods, &osl,
-					 &oss, &opairs, &heads, &tokens, &run, &threads, &run_v))
-		return NULL;
+int bc_plan_parse(struct bc_plan *p, PyObject *dl, PyObject *ds, PyObject *sl, PyObject *ss,
+		  size_t heads, size_t tokens, size_t run, Py_ssize_t run_v, unsigned int threads)
+{
+	*p = (struct bc_plan){ .threads = threads };
 	if (run_v == -1)
 		run_v = (Py_ssize_t)run;	/* V as big as K */
 	if ((Py_ssize_t)heads < 1 || (Py_ssize_t)tokens < 1 || (Py_ssize_t)run < 1 ||
 	    run_v < 0) {
 		PyErr_SetString(PyExc_ValueError, "copy_blocks: heads, tokens and run must be "
 				"positive, run_v positive or 0 (no V)");
-		return NULL;
+		return -1;
 	}
-	if (PyObject_GetBuffer(opairs, &pb, PyBUF_C_CONTIGUOUS) < 0)
-		return NULL;
-	if (pb.len % 16 || (pb.itemsize != 8 && pb.itemsize != 1)) {
-		PyErr_Format(PyExc_ValueError, "copy_blocks: pairs must be int64 (dst, src) "
-			     "pairs, got %zd bytes of %zd-byte items", pb.len, pb.itemsize);
-		goto out;
-	}
-	if (side_parse(odl, ods, "destination", &dst, &layers) < 0 ||
-	    side_parse(osl, oss, "source", &src, &layers) < 0)
-		goto out;
-	if (!side_span(&dst, heads, tokens, run, (size_t)run_v, &dspan) ||
-	    !side_span(&src, heads, tokens, run, (size_t)run_v, &sspan)) {
+	p->heads = heads;
+	p->tokens = tokens;
+	p->run = run;
+	p->run_v = (size_t)run_v;
+	if (side_parse(dl, ds, "destination", &p->dst, &p->layers) < 0 ||
+	    side_parse(sl, ss, "source", &p->src, &p->layers) < 0)
+		goto bad;
+	if (!side_span(&p->dst, heads, tokens, run, p->run_v, &p->dspan) ||
+	    !side_span(&p->src, heads, tokens, run, p->run_v, &p->sspan)) {
 		PyErr_Format(PyExc_ValueError, "copy_blocks: strides x (heads %zu, tokens %zu) "
 			     "+ run %zu overflow the address space; nothing was copied", heads,
 			     tokens, run);
-		goto out;
+		goto bad;
 	}
-	n = (size_t)pb.len / 16;
-	for (i = 0; i < n; i++) {
-		const int64_t *pr = (const int64_t *)pb.buf + 2 * i;
+	return 0;
+bad:
+	bc_plan_free(p);
+	return -1;
+}
 
-		if (side_check(&dst, layers, dspan, pr[0], i, "destination") < 0 ||
-		    side_check(&src, layers, sspan, pr[1], i, "source") < 0)
-			goto out;
+int bc_plan_check(const struct bc_plan *p, const int64_t *pairs, size_t n, char *err,
+		  size_t len)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		const char *what = side_check(&p->dst, p->layers, p->dspan, pairs[2 * i]) ?
+				   "destination" :
+				   side_check(&p->src, p->layers, p->sspan, pairs[2 * i + 1]) ?
+				   "source" : NULL;
+
+		if (what) {
+			snprintf(err, len, "copy_blocks: %s block %lld (pair %zu) is outside the "
+				 "%s's memory; nothing was copied", what,
+				 (long long)pairs[2 * i + (what[0] == 's')], i, what);
+			return -1;
+		}
 	}
-	nt = threads < 1 ? 1 : threads > BC_MAX_THREADS ? BC_MAX_THREADS : threads;
+	return 0;
+}
+
+void bc_plan_copy(const struct bc_plan *p, const int64_t *pairs, size_t n)
+{
+	struct bc_job job[BC_MAX_THREADS];
+	pthread_t tid[BC_MAX_THREADS];
+	size_t i, nt, started = 0;
+	bool stream;
+
+	nt = p->threads < 1 ? 1 : p->threads > BC_MAX_THREADS ? BC_MAX_THREADS : p->threads;
 	if (nt > n)
 		nt = n ? n : 1;
-	stream = (double)n * (double)layers * (double)heads * (double)tokens *
-		 (double)(run + (size_t)run_v) >= (double)BC_STREAM_BYTES;
+	stream = (double)n * (double)p->layers * (double)p->heads * (double)p->tokens *
+		 (double)(p->run + p->run_v) >= (double)BC_STREAM_BYTES;
 	for (i = 0; i < nt; i++)
-		job[i] = (struct bc_job){ &dst, &src, pb.buf, n * i / nt, n * (i + 1) / nt,
-					  layers, heads, tokens, run, (size_t)run_v, stream };
-	Py_BEGIN_ALLOW_THREADS
+		job[i] = (struct bc_job){ &p->dst, &p->src, pairs, n * i / nt, n * (i + 1) / nt,
+					  p->layers, p->heads, p->tokens, p->run, p->run_v,
+					  stream };
 	for (i = 1; i < nt; i++) {
 		if (pthread_create(&tid[i], NULL, bc_thread, &job[i]) != 0)
 			break;
@@ -330,11 +332,45 @@ PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	bc_thread(&job[0]);
 	for (i = 1; i <= started; i++)
 		pthread_join(tid[i], NULL);
+}
+
+PyObject *kvp_py_copy_blocks(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "dst_layers", "dst_strides", "src_layers", "src_strides",
+				  "pairs", "heads", "tokens", "run", "threads", "run_v", NULL };
+	PyObject *odl, *ods, *osl, *oss, *opairs, *ret = NULL;
+	struct bc_plan plan;
+	size_t heads, tokens, run, n;
+	Py_ssize_t run_v = -1;
+	unsigned int threads = 1;
+	char err[256];
+	Py_buffer pb;
+
+	(void)mod;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOOOnnn|In", kwlist, &odl, &ods, &osl,
+					 &oss, &opairs, &heads, &tokens, &run, &threads, &run_v))
+		return NULL;
+	if (bc_plan_parse(&plan, odl, ods, osl, oss, heads, tokens, run, run_v, threads) < 0)
+		return NULL;
+	if (PyObject_GetBuffer(opairs, &pb, PyBUF_C_CONTIGUOUS) < 0)
+		goto out_plan;
+	if (pb.len % 16 || (pb.itemsize != 8 && pb.itemsize != 1)) {
+		PyErr_Format(PyExc_ValueError, "copy_blocks: pairs must be int64 (dst, src) "
+			     "pairs, got %zd bytes of %zd-byte items", pb.len, pb.itemsize);
+		goto out;
+	}
+	n = (size_t)pb.len / 16;
+	if (bc_plan_check(&plan, pb.buf, n, err, sizeof(err)) < 0) {
+		PyErr_SetString(PyExc_ValueError, err);
+		goto out;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	bc_plan_copy(&plan, pb.buf, n);
 	Py_END_ALLOW_THREADS
 	ret = PyLong_FromSize_t(n);
 out:
-	PyMem_Free(dst.layer);
-	PyMem_Free(src.layer);
 	PyBuffer_Release(&pb);
+out_plan:
+	bc_plan_free(&plan);
 	return ret;
 }

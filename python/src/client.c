@@ -595,6 +595,19 @@ static PyMethodDef Client_methods[] = {
 	{ "fileno", (PyCFunction)Client_fileno, METH_NOARGS,
 	  "fileno() -> the connection's socket, for poll() alone: POLLRDHUP/POLLHUP once "
 	  "the daemon closed the connection. Never read, write or close it." },
+	{ "load_blocks", (PyCFunction)(void (*)(void))Client_load_blocks,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "load_blocks(keys, parent, blocks, dst_layers, dst_strides, src_layers, src_strides, "
+	  "heads, tokens, run, threads=1, run_v=-1) -> (loaded, release_error): acquire keys, "
+	  "copy the pages found into blocks (copy_blocks()'s layouts, the pool the source), "
+	  "release them, all without the GIL." },
+	{ "save_blocks", (PyCFunction)(void (*)(void))Client_save_blocks,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "save_blocks(jobs, dst_layers, dst_strides, src_layers, src_strides, heads, tokens, "
+	  "run, threads=1, run_v=-1, priority=1) -> (results, release_error): alloc pages, copy "
+	  "each job's (chain, keys, parent, blocks, tokens) blocks into them, publish each "
+	  "job, release, all without the GIL; a result is (saved, deduplicated), the "
+	  "publish's exception, or None (skipped: an earlier job of its chain failed)." },
 	{ "set_lookups_counted", (PyCFunction)Client_set_lookups_counted, METH_O,
 	  "set_lookups_counted(counted) - False: acquire() leases what another client of "
 	  "the engine looked up already, and is not counted as a lookup." },

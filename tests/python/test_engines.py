@@ -381,7 +381,10 @@ def test_a_repeated_prompt_is_copied_into_the_pool_once_and_a_load_counts_once(m
     (before: every block of the prompt, each time, deduplicated by
     kvpoold). A second engine's load counts once in kvpoold and in vLLM's
     /metrics (before: the scheduler's lookup and the worker's lease,
-    twice)."""
+    twice). Where a load runs is chosen from its measured cost: in the
+    step of an engine with nothing else to do (before: off it from 8
+    blocks, an empty step and a poll later), off the step while streams
+    decode."""
     model = models[0]
     # a tail such that the 16 new tokens complete no block: 2,021 tokens of
     # prompt (63 full blocks), 2,037 with the answer
@@ -421,6 +424,9 @@ def test_a_repeated_prompt_is_copied_into_the_pool_once_and_a_load_counts_once(m
             assert metric_reaches(b, "loaded_blocks", blocks) == blocks
             assert kvpool_metric(b, "hit_blocks") == blocks
             assert kvpool_metric(b, "lookups") == 1
+            # b ran nothing else: its load ran in the step, no empty step before
+            assert kvpool_metric(b, "loads_in_step") == 1
+            assert kvpool_metric(b, "loads_off_step") in (None, 0.0)
             # and how long loads and saves took, as histograms
             for e, name in ((b, "load"), (a, "save")):
                 n = [float(line.rsplit(" ", 1)[1]) for line in e.metrics().splitlines()
@@ -431,6 +437,32 @@ def test_a_repeated_prompt_is_copied_into_the_pool_once_and_a_load_counts_once(m
             assert "(%d of %d blocks" % (st2["hits"], st2["hits"] + st2["misses"]) in out, out
             settled(d)
             assert d.stats()["allocs"] == st0["allocs"]  # b saved nothing it loaded
+            # with 8 streams decoding, a load longer than a tenth of b's step
+            # runs off the step: the decoders' steps do not wait for it
+            other = Prompts(10).next(tail=20)
+            a.complete(other)
+            saved(d, 2 * blocks)
+            first_tokens = threading.Barrier(9)
+            rng = random.Random(3)
+
+            def decode():
+                fired = []
+
+                def once():
+                    if not fired:
+                        fired.append(1)
+                        first_tokens.wait()
+                b.complete(" ".join(ve.words(64, rng)), 96, on_first_token=once)
+            streams = [threading.Thread(target=decode) for _ in range(8)]
+            for t in streams:
+                t.start()
+            first_tokens.wait()
+            r2 = b.complete(other)
+            for t in streams:
+                t.join()
+            assert r2.cached_tokens >= blocks * ve.BLOCK
+            assert metric_reaches(b, "loads_off_step", 1) == 1
+            assert kvpool_metric(b, "loads_in_step") == 1
         finally:
             stop_all(a, b)
         nothing_held(d)

@@ -145,7 +145,11 @@ def _failing_loads():
         if not to_pool:
             raise ValueError("loads fail in this test")
         return copy(self, client, view, to_pool, pairs, *a, **kw)
+
+    def failing_load(self, *a, **kw):  # the one-call load's copy
+        raise ValueError("loads fail in this test")
     _vllm_io.Copier.copy = failing
+    _vllm_io.Copier.load = failing_load
 
 
 class Worker(KVConnectorModelRunnerMixin):
@@ -261,13 +265,23 @@ def _worker_main(conn, args):
                 def hang(self, pages):  # the test kills this process here, leases held
                     send("hung", os.getpid())
                     time.sleep(3600)
+
+                def hang_load(self, keys, parent, *a, **kw):  # the same in the one-call load
+                    self.acquire(keys, parent=parent)
+                    hang(self, None)
                 kvpool.Client.release = hang
+                kvpool.Client.load_blocks = hang_load
             if os.environ.get("KVPOOL_TEST_HANG_SAVE") and out.kv_connector_metadata.saves:
                 import kvpool
                 def hang_publish(self, *a, **kw):  # killed here, fresh pages held
                     send("hung", os.getpid())
                     time.sleep(3600)
+
+                def hang_save(self, jobs, *a, **kw):  # the same in the one-call save
+                    self.alloc(sum(len(j[1]) for j in jobs))
+                    hang_publish(self)
                 kvpool.Client.publish = hang_publish
+                kvpool.Client.save_blocks = hang_save
             sampled, kvo = w.step(out, lambda r: tokens[r])
             send("ok", sampled, kvo)
         elif msg[0] == "blocks":

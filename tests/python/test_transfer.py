@@ -1,0 +1,119 @@
+# SPDX-License-Identifier: MIT
+"""Client.save_blocks() and Client.load_blocks(), the vLLM connector's
+whole save and load in one call each (the GIL let go once), against a
+real kvpoold: blocks saved from vLLM-shaped tensors come back bit for bit
+into others, a block another client stored first is deduplicated, a job
+whose publish fails skips its chain's later jobs and leaks no page, and a
+load that cannot be copied leaves no lease."""
+import pytest
+
+import kvpool
+from kvpool._connector import pool_side
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this venv")
+
+# 2 layers, 2 KV heads of 8, 4-token blocks, fp16: vLLM's [block, head,
+# token, K|V] per layer
+GEO = kvpool.Geometry(layers=2, kv_heads=2, head_dim=8, block_tokens=4,
+                      dtype=kvpool.DType.F16, model="transfer-test")
+BLOCKS = 16
+ES = 2
+
+
+def engine_kv(fill=True):
+    raw = torch.zeros(GEO.layers, BLOCKS, GEO.kv_heads, GEO.block_tokens, 2 * GEO.head_dim,
+                      dtype=torch.float16)
+    if fill:
+        raw.view(torch.int16).random_()
+    return [raw[l] for l in range(GEO.layers)]
+
+
+def sides(c, kv, to_pool):
+    """save_blocks()/load_blocks()'s layout arguments for the pool of c and kv."""
+    vl = []
+    for t in kv:
+        st = t.untyped_storage()
+        vl.append((t.data_ptr(), st.data_ptr(), st.data_ptr() + st.nbytes()))
+    t = kv[0]
+    vs = (t.stride(0) * ES, GEO.head_dim * ES, t.stride(1) * ES, t.stride(2) * ES)
+    pv, stride, pages, _ = c.view()
+    pl, ps = pool_side(GEO, pv.address, pages, stride)
+    geo = (GEO.kv_heads, GEO.block_tokens, GEO.head_dim * ES)
+    return (pl, ps, vl, vs) + geo if to_pool else (vl, vs, pl, ps) + geo
+
+
+def keys(tag, n):
+    return [bytes([tag, i]) * 16 for i in range(n)]
+
+
+def held(daemon):
+    st = daemon.stats()
+    return st["pages_private"] + st["pages_shared"]
+
+
+def bits(t):
+    return t.contiguous().view(torch.int16)
+
+
+def test_blocks_saved_in_one_call_load_back_bit_for_bit(daemon):
+    src, dst = engine_kv(), engine_kv(fill=False)
+    a, b = keys(1, 3), keys(2, 2)
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        jobs = [(0, a, None, [3, 7, 1], None), (1, b, None, [9, 2], None),
+                (0, keys(3, 1), a[-1], [5], None)]  # request 0's next block chains on a
+        res, err = c.save_blocks(jobs, *sides(c, src, True))
+        assert err is None and res == [(3, 0), (2, 0), (1, 0)]
+        assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 6
+        got, err = c.load_blocks(a + keys(3, 1), None, [0, 4, 6, 8], *sides(c, dst, False))
+        assert (got, err) == (4, None)
+        for here, there in ((0, 3), (4, 7), (6, 1), (8, 5)):
+            for l in range(GEO.layers):
+                assert torch.equal(bits(dst[l][here]), bits(src[l][there])), (here, l)
+        untouched = [i for i in range(BLOCKS) if i not in (0, 4, 6, 8)]
+        assert all(not dst[l][untouched].any() for l in range(GEO.layers))
+        # the second chain from its parent; a prefix the pool lacks finds nothing
+        assert c.load_blocks(b, None, [10, 11], *sides(c, dst, False)) == (2, None)
+        assert c.load_blocks(keys(4, 2), None, [12, 13], *sides(c, dst, False)) == (0, None)
+        assert held(daemon) == 0
+
+
+def test_a_block_another_client_stored_is_deduplicated_not_stored_twice(daemon):
+    src = engine_kv()
+    a = keys(1, 4)
+    with kvpool.Client(daemon.sock, "ns", GEO) as c, kvpool.Client(daemon.sock, "ns", GEO) as d:
+        assert c.save_blocks([(0, a[:2], None, [0, 1], None)], *sides(c, src, True))[0] == \
+            [(2, 0)]
+        assert d.save_blocks([(0, a, None, [0, 1, 2, 3], None)], *sides(d, src, True))[0] == \
+            [(2, 2)]
+    assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 4
+
+
+def test_a_failed_publish_skips_its_requests_later_blocks_and_keeps_no_page(daemon):
+    src = engine_kv()
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        jobs = [(0, keys(1, 2), None, [0, 1], None), (0, keys(2, 1), keys(1, 2)[-1], [2], None),
+                (1, keys(3, 1), None, [3], None)]
+        # a priority the daemon refuses: every publish fails, the chain's
+        # second job is not even tried
+        res, err = c.save_blocks(jobs, *sides(c, src, True), priority=9)
+        assert err is None
+        assert isinstance(res[0], kvpool.InvalidArgument) and "publish" in str(res[0])
+        assert res[1] is None and isinstance(res[2], kvpool.InvalidArgument)
+        st = daemon.stats()
+        assert held(daemon) == 0 and st["pages_cached"] == 0
+        assert st["pages_free"] == st["pages_total"] > 0
+
+
+def test_a_load_into_a_block_outside_the_engines_tensors_copies_nothing(daemon):
+    src, dst = engine_kv(), engine_kv(fill=False)
+    a = keys(1, 2)
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        c.save_blocks([(0, a, None, [0, 1], None)], *sides(c, src, True))
+        with pytest.raises(ValueError, match="outside"):
+            c.load_blocks(a, None, [0, BLOCKS], *sides(c, dst, False))
+        assert not any(t.any() for t in dst)
+        with pytest.raises(ValueError, match="2 of them for 1 keys"):
+            c.load_blocks(a[:1], None, [0, 1], *sides(c, dst, False))
+        with pytest.raises(ValueError, match="token ids"):
+            c.save_blocks([(0, keys(5, 1), None, [2], [1, 2])], *sides(c, src, True))
+        assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 2
