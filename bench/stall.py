@@ -127,7 +127,10 @@ def run_configs(names, a, model, rng, out):
             del engs[name]
     try:
         for eng in engs.values():
-            eng.complete(" ".join(ve.words(64, rng)), 1)  # a server has had traffic before
+            # a server has had traffic before, long prompts too (the first
+            # prefill of a length builds its kernels)
+            eng.complete(" ".join(ve.words(64, rng)), 1)
+            eng.complete(" ".join(ve.words(PREFIX + TAIL, rng)), 1)
             time.sleep(PAUSE_S)
         order = list(engs)
         for r in range(a.reps):

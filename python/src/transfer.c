@@ -179,8 +179,8 @@ static int save_jobs_parse(PyObject *fast, Py_ssize_t njobs, struct save_job *j,
 	for (i = 0; i < njobs; i++) {
 		PyObject *okeys, *oparent, *oblocks, *otok;
 		Py_ssize_t n;
-		kvp_key *k;
-		int64_t *b;
+		kvp_key *k, *nk;
+		int64_t *b, *nb;
 
 		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i), "lOOOO;save_blocks: a job "
 				      "is (chain, keys, parent, blocks, tokens)", &j[i].chain,
@@ -188,8 +188,6 @@ static int save_jobs_parse(PyObject *fast, Py_ssize_t njobs, struct save_job *j,
 			return -1;
 		if (opt_key(oparent, &j[i].parent_key, &j[i].parent, "parent") < 0)
 			return -1;
-		if (j[i].parent)
-			j[i].parent = &j[i].parent_key;
 		k = keys_from(okeys, &n);
 		if (!k)
 			return -1;
@@ -198,9 +196,14 @@ static int save_jobs_parse(PyObject *fast, Py_ssize_t njobs, struct save_job *j,
 			PyMem_Free(k);
 			return -1;
 		}
-		*keys = PyMem_Realloc(*keys, (*total + (size_t)n + 1) * sizeof(**keys));
-		*blocks = PyMem_Realloc(*blocks, (*total + (size_t)n + 1) * sizeof(**blocks));
-		if (!*keys || !*blocks) {
+		nk = PyMem_Realloc(*keys, (*total + (size_t)n + 1) * sizeof(**keys));
+		if (nk)
+			*keys = nk;
+		nb = nk ? PyMem_Realloc(*blocks, (*total + (size_t)n + 1) * sizeof(**blocks)) :
+			  NULL;
+		if (nb)
+			*blocks = nb;
+		if (!nk || !nb) {
 			PyMem_Free(k);
 			PyMem_Free(b);
 			PyErr_NoMemory();
@@ -341,7 +344,8 @@ PyObject *Client_save_blocks(ClientObject *self, PyObject *args, PyObject *kw)
 		PyObject *r;
 
 		if (j[k].rc == 1) {
-			r = Py_NewRef(Py_None);
+			Py_INCREF(Py_None);
+			r = Py_None;
 		} else if (j[k].rc < 0) {
 			r = error_object(j[k].rc, "save_blocks: publish", j[k].err);
 		} else {
