@@ -45,8 +45,12 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("async_load_blocks", "int", None, "measured",
             "loads of this many blocks or more run off the engine's step (0: every load "
             "in the step); unset, a load runs in the step when the workers' measured copy "
-            "time for its blocks is at most a tenth of the engine's recent step (50 ms "
-            "when no other request runs), else off it", 0, 1 << 31),
+            "time for its blocks is at most `load_step_share` of the engine's recent "
+            "step (50 ms when no other request runs), else off it", 0, 1 << 31),
+    Setting("load_step_share", "float", 0.1, "0.1",
+            "with `async_load_blocks` unset and other requests running, the share of the "
+            "engine's recent step a load may take inside it (0: such loads always run off "
+            "the step)", 0, 1),
     Setting("async_save", "bool", True, "true",
             "saves run off the engine's step (false: in it, after the forward)"),
     Setting("layerwise_load", "bool", False, "false",

@@ -106,11 +106,10 @@ logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVE
 
 # Where a load runs when async_load_blocks is not set: in the step when its
 # predicted time (the workers' measured seconds per block, times its
-# blocks) is at most what the step absorbs, STEP_SHARE of the engine's
-# recent busy step or, with no other request in the engine, IDLE_LOAD_S;
-# off the step otherwise. Before any load is measured a block is taken to
-# copy at GUESS_BYTES_PER_S.
-STEP_SHARE = 0.1
+# blocks) is at most what the step absorbs, load_step_share of the
+# engine's recent busy step or, with no other request in the engine,
+# IDLE_LOAD_S; off the step otherwise. Before any load is measured a block
+# is taken to copy at GUESS_BYTES_PER_S.
 IDLE_LOAD_S = 0.05
 GUESS_BYTES_PER_S = 2e9
 # A step that computes nothing waits at most this long for the loads off
@@ -370,6 +369,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._threads = extra["copy_threads"] or torch.get_num_threads()
         self._copy_torch = extra["copy_with_torch"]
         self._async_load = extra["async_load_blocks"]
+        self._step_share = extra["load_step_share"]
         self._async_save = extra["async_save"]
         self._layerwise = extra["layerwise_load"]
         self._save_queue = extra["save_queue_blocks"]
@@ -580,7 +580,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             per = (g.layers * g.kv_heads * g.block_tokens * (g.head_dim + g.v_dim) *
                    kvpool.DType(g.dtype).size / GUESS_BYTES_PER_S)
         others = len(self._requests) - (rid in self._requests)
-        absorb = IDLE_LOAD_S if others <= 0 else STEP_SHARE * (self._step_s or 0.0)
+        absorb = IDLE_LOAD_S if others <= 0 else self._step_share * (self._step_s or 0.0)
         return blocks * per > absorb
 
     def _pool_holds(self, hashes: Sequence[Any], first: int) -> int:
