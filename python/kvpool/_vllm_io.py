@@ -125,9 +125,7 @@ class Copier:
     def _sides(self, view, to_pool: bool) -> tuple:
         """copy_blocks()'s (dst_layers, dst_strides, src_layers, src_strides,
         heads, tokens, run) of every layer, the pool one side."""
-        if self._vside is None:
-            self._vside = self._vllm_side()
-        vl, vs = self._vside
+        vl, vs = self._vllm_side()
         pv, stride, pages, _ = view
         key = (pv.address, pages, stride)
         if self._pside[0] != key:
@@ -166,6 +164,13 @@ class Copier:
                                   self.g.v_dim * self.es, priority)
 
     def _vllm_side(self):
+        """copy_blocks()'s (layers, strides) of vLLM's tensors, computed
+        once (they stay put until a new Copier is made)."""
+        if self._vside is None:
+            self._vside = self._vllm_layout()
+        return self._vside
+
+    def _vllm_layout(self):
         es = self.es
         out = []
         for t in self.layers:

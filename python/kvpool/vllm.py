@@ -576,9 +576,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             return 0 < self._async_load <= blocks
         per = self._block_s
         if per is None:
-            g = self._ident.geometry
-            per = (g.layers * g.kv_heads * g.block_tokens * (g.head_dim + g.v_dim) *
-                   kvpool.DType(g.dtype).size / GUESS_BYTES_PER_S)
+            per = self._ident.geometry.page_bytes / GUESS_BYTES_PER_S
         others = len(self._requests) - (rid in self._requests)
         absorb = IDLE_LOAD_S if others <= 0 else self._step_share * (self._step_s or 0.0)
         return blocks * per > absorb
