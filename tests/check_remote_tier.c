@@ -335,7 +335,7 @@ START_TEST(test_remote_client_policy_skips_a_slower_fetch)
 	kvp_client *c;
 
 	a_published();
-	daemon_start(&b, b_args);
+	b_ready(&b, b_args);
 	c = join(b.sock);
 	/* never: the pool has nothing, so nothing */
 	ck_assert_int_eq(kvp_set_remote_policy(c, 0, KVP_REMOTE_NEVER), 0);
@@ -381,7 +381,7 @@ START_TEST(test_remote_daemon_reads_through_a_failover)
 
 	a_published();
 	replica_in_sync();
-	daemon_start(&b, b_args);
+	b_ready(&b, b_args);
 	c = join(b.sock);
 	/* a master dies halfway: right bytes or misses (acquire_prompt()
 	 * checks every page), never a wait past the timeout */
@@ -484,7 +484,7 @@ START_TEST(test_remote_daemons_share_through_a_full_server)
 	usleep(1100 * 1000);
 	serve_prompts(a.sock, PROMPTS - 1, PROMPTS);
 	daemon_stop(&a);
-	daemon_start(&b, b_args);
+	b_ready(&b, b_args);
 	hits = acquire_newest(b.sock);	/* right bytes or misses (it checks) */
 	ck_assert_uint_ge(hits, BLOCKS);
 	ck_assert_uint_lt(hits, PROMPTS * BLOCKS);	/* the oldest were evicted */
@@ -563,7 +563,7 @@ START_TEST(test_remote_a_shared_head_outlives_its_tails_in_a_full_server)
 			(unsigned long long)st.remote.put_skipped);
 	daemon_stop(&a);
 	used = used_memory(port);
-	daemon_start(&b, b_args);
+	b_ready(&b, b_args);
 	c = join(b.sock);
 	for (p = SHARERS; p-- > 0;) {		/* newest first */
 		shared_prompt(t, p);
@@ -759,7 +759,7 @@ START_TEST(test_remote_a_forger_without_the_key_gets_no_hit)
 	daemon_start(&f, f_args);
 	machine_a(f.sock);	/* its pages hold the right bytes: sealed otherwise */
 	daemon_stop(&f);
-	daemon_start(&b, b_args);
+	b_ready(&b, b_args);
 	hits = machine_b(b.sock);
 	ck_assert_uint_eq(hits, 0);
 	stats_of(b.sock, &st);
