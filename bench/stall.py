@@ -2,7 +2,8 @@
 """stall.py - what the vLLM connector's loads and saves cost the engine's
 step, in real vLLM engines, for `make bench-stall` (bench/run-stall.sh).
 
-usage: stall.py --socket PATH --work DIR [--config NAME]... [--reps N]
+usage: stall.py --socket PATH --work DIR [--config NAME]... [--scenario S]...
+                [--reps N]
        stall.py report RAW   (the Markdown tables of a run's output: a JSON
                               line of the goals' figures, then them)
 
@@ -26,6 +27,9 @@ repetition, three scenarios, each while 8 streams of short prompts decode:
   mixed  16 requests, 8 at a time, half a pooled 2,048-token prefix and a
          tail, half unrelated prompts of the same length, after a reset of
          vLLM's prefix cache: their wall time.
+
+--scenario picks scenarios (default all three): a run of save alone
+takes more repetitions in the same time.
 
 Prints "ttft config=C scenario=S rep=R ms=T" (the long request's time to
 first token), "itl config=C scenario=S rep=R ms=G" (each gap between two
@@ -117,6 +121,7 @@ def with_decoders(eng, rng, long_prompt):
 
 
 PAUSE_S = 1.5
+SCENARIOS = ("load", "save", "mixed")
 
 
 def run_configs(names, a, model, rng, out):
@@ -145,7 +150,7 @@ def run_configs(names, a, model, rng, out):
         order = list(engs)
         for r in range(a.reps):
             for name in order[r % len(order):] + order[:r % len(order)]:
-                run_rep(engs[name], name, r, rng, out)
+                run_rep(engs[name], name, r, rng, out, a.scenario or SCENARIOS)
                 time.sleep(PAUSE_S)
         for name, eng in engs.items():
             for line in eng.log_lines("kvpool ("):
@@ -155,16 +160,20 @@ def run_configs(names, a, model, rng, out):
             eng.stop()
 
 
-def run_rep(eng, name, r, rng, out):
-    """One repetition of the three scenarios on one engine."""
-    prefix = ve.words(PREFIX, rng)
-    eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
-    time.sleep(0.5)
-    reset_prefix_cache(eng)
-    got, gaps = with_decoders(eng, rng, " ".join(prefix + ve.words(TAIL, rng)))
-    emit(out, name, "load", r, got, gaps)
-    got, gaps = with_decoders(eng, rng, " ".join(ve.words(PREFIX + TAIL, rng)))
-    emit(out, name, "save", r, got, gaps)
+def run_rep(eng, name, r, rng, out, scenarios=SCENARIOS):
+    """One repetition of the scenarios on one engine."""
+    if "load" in scenarios:
+        prefix = ve.words(PREFIX, rng)
+        eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
+        time.sleep(0.5)
+        reset_prefix_cache(eng)
+        got, gaps = with_decoders(eng, rng, " ".join(prefix + ve.words(TAIL, rng)))
+        emit(out, name, "load", r, got, gaps)
+    if "save" in scenarios:
+        got, gaps = with_decoders(eng, rng, " ".join(ve.words(PREFIX + TAIL, rng)))
+        emit(out, name, "save", r, got, gaps)
+    if "mixed" not in scenarios:
+        return
     # mixed: pooled prefixes and unrelated prompts
     shared = [ve.words(PREFIX, rng) for _ in range(2)]
     for p in shared:
@@ -289,6 +298,7 @@ def main():
     ap.add_argument("--socket", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--config", action="append", default=[])
+    ap.add_argument("--scenario", action="append", default=[], choices=SCENARIOS)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
     model = ve.make_model_in_venv(os.path.join(a.work, "model"))
