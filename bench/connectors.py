@@ -40,7 +40,8 @@ from vllm.v1.request import Request
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.worker.utils import allocate_kv_cache
 
-from kvpool.vllm import KVPoolConnector, KVPoolMetadata, _Transfer
+from kvpool.vllm import KVPoolConnector, KVPoolMetadata
+from kvpool.vllm.metadata import Transfer
 
 LAYERS, KV_HEADS, HEAD, BLOCK, N = 32, 8, 128, 16, 256
 NAMES = ["model.layers.%d.self_attn.attn" % i for i in range(LAYERS)]
@@ -119,7 +120,7 @@ def main():
 
     def save(req):
         keys = [bytes(h) for h in req.block_hashes[:N]]
-        worker.bind_connector_metadata(KVPoolMetadata(saves=[_Transfer(req.request_id, keys,
+        worker.bind_connector_metadata(KVPoolMetadata(saves=[Transfer(req.request_id, keys,
                                                                        None, ids)]))
         ns = timed(worker.wait_for_save)
         worker.clear_connector_metadata()
@@ -127,7 +128,7 @@ def main():
 
     def load(req):
         keys = [bytes(h) for h in req.block_hashes[:N]]
-        worker.bind_connector_metadata(KVPoolMetadata(loads=[_Transfer(req.request_id, keys,
+        worker.bind_connector_metadata(KVPoolMetadata(loads=[Transfer(req.request_id, keys,
                                                                        None, ids)]))
         ns = timed(lambda: worker.start_load_kv(None))
         worker.clear_connector_metadata()
@@ -152,7 +153,7 @@ def main():
 
     def save_off(req):
         keys = [bytes(h) for h in req.block_hashes[:N]]
-        step, total = off_step(KVPoolMetadata(saves=[_Transfer(req.request_id, keys, None, ids)],
+        step, total = off_step(KVPoolMetadata(saves=[Transfer(req.request_id, keys, None, ids)],
                                               hold={req.request_id}), off.wait_for_save)
         off.bind_connector_metadata(KVPoolMetadata(finished={req.request_id}))
         off.wait_for_save()  # vLLM's next step: the request is finished
@@ -161,7 +162,7 @@ def main():
 
     def load_off(req):
         keys = [bytes(h) for h in req.block_hashes[:N]]
-        return off_step(KVPoolMetadata(loads=[_Transfer(req.request_id, keys, None, ids,
+        return off_step(KVPoolMetadata(loads=[Transfer(req.request_id, keys, None, ids,
                                                         background=True)]),
                         lambda: off.start_load_kv(None))
 

@@ -135,6 +135,13 @@ case $py in
 "$root"/usr/lib/python3/dist-packages/kvpool/__init__.py\ "$version") ;;
 *) fail "python3-kvpool: $py" ;;
 esac
+# every module of the source tree's package is in it (kvpool.vllm imports
+# them all when vLLM loads the connector)
+pyfiles() { (cd "$1" && find kvpool -name '*.py' -o -name '*.pyi' -o -name py.typed | sort); }
+pyfiles "$(dirname "$0")/../python" >"$work/py-src.txt"
+pyfiles "$root/usr/lib/python3/dist-packages" >"$work/py-deb.txt"
+missing=$(comm -23 "$work/py-src.txt" "$work/py-deb.txt" | tr '\n' ' ')
+[ -z "$missing" ] || fail "python3-kvpool lacks $missing(debian/rules; make dist: tests/local.mk)"
 kill "$pid"
 wait "$pid" || fail "kvpoold exited with $?"
 pid=

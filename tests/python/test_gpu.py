@@ -84,7 +84,7 @@ def test_the_vllm_connector_copies_between_device_blocks_and_the_host_pool():
         pytest.skip("no CUDA device answers torch.cuda.is_available()")
     try:
         from kvpool.vllm import Identity
-        from kvpool._vllm_io import Copier
+        from kvpool.vllm.copier import Copier
     except Exception as e:  # noqa: BLE001 (any import failure is a reason to skip)
         pytest.skip("kvpool.vllm cannot be imported (vLLM: %s)" % e)
     g = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,

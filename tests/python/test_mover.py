@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""kvpool._vllm_io.Mover, the vLLM connector's thread that runs loads and
+"""kvpool.vllm.mover.Mover, the vLLM connector's thread that runs loads and
 saves off the engine's step: the order and the bookkeeping the connector's
 promises to vLLM rest on (tests/python/test_vllm.py runs it inside vLLM)."""
 import logging
@@ -10,7 +10,7 @@ from typing import List
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed in this venv")
-from kvpool._vllm_io import Mover  # noqa: E402
+from kvpool.vllm.mover import Mover  # noqa: E402
 
 
 @dataclass
@@ -155,7 +155,7 @@ class Layers:
 
 
 def test_layers_load_in_order_and_a_failure_or_a_bad_cpu_list_never_hangs():
-    from kvpool._vllm_io import LayerLoader
+    from kvpool.vllm.mover import LayerLoader
     ok = Layers()
     ld = LayerLoader(ok)
     ld.start("view", [(1, 0)])

@@ -205,6 +205,41 @@ def test_tensor_parallel_ranks_share_one_namespace_only_for_mla(pool, kind, name
     assert leased(pool) == 0
 
 
+def test_a_producer_saves_and_never_loads_a_consumer_loads_and_never_saves(pool):
+    # vLLM's kv_role: a prefill engine (kv_producer) stores what it
+    # computes and never looks the pool up; a decode engine (kv_consumer)
+    # loads what the pool has and stores nothing of its own
+    p, c, p2 = engines(pool.sock, 1, "--role", "kv_producer") + \
+        engines(pool.sock, 1, "--role", "kv_consumer") + \
+        engines(pool.sock, 1, "--role", "kv_producer")
+    other = [(i * 11) % 900 + 5 for i in range(200)]
+    try:
+        assert c.call(op="run", prompts=[other], max_tokens=2)["cached"] == [0]
+        assert c.call(op="stats")["worker"].get("saved_blocks", 0) == 0
+        assert pool.stats()["pages_cached"] == 0
+        assert p.call(op="run", prompts=[PROMPT], max_tokens=2)["cached"] == [0]
+        sp = p.call(op="stats")
+        assert sp["worker"]["saved_blocks"] == 12
+        assert sp["scheduler"].get("lookups", 0) == 0
+        assert pool.stats()["pages_cached"] == 12
+        assert c.call(op="run", prompts=[PROMPT], max_tokens=2)["cached"] == [12 * BLOCK]
+        sc = c.call(op="stats")
+        assert sc["worker"]["loaded_blocks"] == 12
+        assert sc["worker"].get("saved_blocks", 0) == 0
+        # another producer computes the prompt the pool holds, and copies
+        # none of it again (it asks which blocks the pool has, not for them)
+        assert p2.call(op="run", prompts=[PROMPT], max_tokens=2)["cached"] == [0]
+        s2 = p2.call(op="stats")
+        assert s2["scheduler"].get("lookups", 0) == 0
+        assert s2["worker"].get("saved_blocks", 0) == 0 and s2["worker"].get("dedups", 0) == 0
+        assert "kv_role kv_producer: saves, never loads" in p.stderr()
+        assert "kv_role kv_consumer: loads, never saves" in c.stderr()
+    finally:
+        for e in (p, c, p2):
+            e.close()
+    assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+
+
 def test_instances_of_another_model_share_nothing(pool):
     a, b = engines(pool.sock, 2, extra={"model": "some/other-model"})
     b.close()
@@ -545,7 +580,7 @@ def test_the_torch_copy_path_moves_the_bytes_the_c_one_does(pool, heads, k, v, f
     # vLLM CPU_ATTN's blocks (each head's tokens' K rows, then their V rows)
     import torch
     from kvpool.vllm import Identity
-    from kvpool._vllm_io import Copier
+    from kvpool.vllm.copier import Copier
     g = kvpool.Geometry(layers=2, kv_heads=heads, head_dim=k, block_tokens=16,
                         dtype=kvpool.DType.F16, model="test/copier%d-%d" % (k, v),
                         head_dim_v=v if v else kvpool.K_ONLY)
@@ -644,7 +679,7 @@ def test_kvpool_events_for_an_engine_are_the_events_vllm_sends(tmp_path):
 
 
 def test_the_settings_docs_vllm_md_lists_are_the_ones_the_connector_checks():
-    from kvpool._vllm_settings import SETTINGS, check_settings, settings_table
+    from kvpool.vllm.settings import SETTINGS, check_settings, settings_table
     with open(os.path.join(TOP, "docs", "vllm.md")) as f:
         assert settings_table() in f.read(), "docs/vllm.md's table differs from SETTINGS"
     got = check_settings({"retry_seconds": 1, "priority": 2,

@@ -72,7 +72,7 @@ def write_model(path):
                    "torch_dtype": "float16", "eos_token_id": EOS}, f)
 
 
-def make_config(model, extra, block, algo, policy, kv_events=None):
+def make_config(model, extra, block, algo, policy, kv_events=None, role="kv_both"):
     mc = ModelConfig(model=model, dtype="float16", seed=42, skip_tokenizer_init=True)
     sc = SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=1024, max_model_len=8192,
                          enable_chunked_prefill=True, is_encoder_decoder=False)
@@ -80,7 +80,7 @@ def make_config(model, extra, block, algo, policy, kv_events=None):
                      enable_prefix_caching=True, prefix_caching_hash_algo=algo)
     cc.kv_cache_layout = "LBNHC"
     kt = KVTransferConfig(kv_connector="KVPoolConnector", kv_connector_module_path="kvpool.vllm",
-                          kv_role="kv_both", kv_connector_extra_config=extra,
+                          kv_role=role, kv_connector_extra_config=extra,
                           kv_load_failure_policy=policy)
     ev = None
     if kv_events:  # vLLM's own KV events: PUB at kv_events, replay at kv_events-replay
@@ -126,20 +126,20 @@ def make_kv_cache_config(block, num_blocks, kind="mha"):
 def _slow_saves(seconds):
     """Saves off the step start seconds late (a busy disk or pool): a test
     of what must wait for them."""
-    from kvpool import vllm as kv
-    save = kv.KVPoolConnector._save_off_step
+    from kvpool.vllm.worker import WorkerSide
+    save = WorkerSide._save_off_step
 
     def slow(self, jobs):
         time.sleep(seconds)
         return save(self, jobs)
-    kv.KVPoolConnector._save_off_step = slow
+    WorkerSide._save_off_step = slow
 
 
 def _failing_loads():
     """Every copy into vLLM's blocks fails (a device copy that cannot run):
     a test of what vLLM is told, and asks next."""
-    from kvpool import _vllm_io
-    copy = _vllm_io.Copier.copy
+    from kvpool.vllm.copier import Copier
+    copy = Copier.copy
 
     def failing(self, client, view, to_pool, pairs, *a, **kw):
         if not to_pool:
@@ -148,8 +148,8 @@ def _failing_loads():
 
     def failing_load(self, *a, **kw):  # the one-call load's copy
         raise ValueError("loads fail in this test")
-    _vllm_io.Copier.copy = failing
-    _vllm_io.Copier.load = failing_load
+    Copier.copy = failing
+    Copier.load = failing_load
 
 
 class Worker(KVConnectorModelRunnerMixin):
@@ -246,7 +246,8 @@ class Worker(KVConnectorModelRunnerMixin):
 def _worker_main(conn, args):
     """--worker-process: the worker side in its own process."""
     import threading
-    vc = make_config(args.model, json.loads(args.extra), args.block, args.algo, args.policy)
+    vc = make_config(args.model, json.loads(args.extra), args.block, args.algo, args.policy,
+                     role=args.role)
     w = Worker(vc, make_kv_cache_config(args.block, args.blocks, args.kv_kind), args.block,
                args.kv_kind)
     tokens = {}
@@ -295,7 +296,7 @@ class Engine:
         self.args = args
         extra = json.loads(args.extra)
         self.vc = make_config(args.model, extra, args.block, args.algo, args.policy,
-                              args.kv_events)
+                              args.kv_events, args.role)
         kvc = make_kv_cache_config(args.block, args.blocks, args.kv_kind)
         self.vc.cache_config.num_gpu_blocks = args.blocks
         self.hash_fn = get_hash_fn_by_name(args.algo)
@@ -425,6 +426,8 @@ def serve():
     p.add_argument("--worker-process", action="store_true")
     p.add_argument("--kv-kind", choices=sorted(KINDS), default="mha")
     p.add_argument("--kv-events", help="vLLM publishes its own KV events on this endpoint")
+    p.add_argument("--role", choices=("kv_both", "kv_producer", "kv_consumer"),
+                   default="kv_both", help="kv_transfer_config's kv_role")
     args = p.parse_args()
     write_model(args.model)
     eng = Engine(args)
@@ -468,7 +471,7 @@ def serve():
                 eng.child.join()
                 r = {"killed": True}
             elif op == "leases":
-                r = {"scheduler": sum(len(l.pages) for l in eng.sched.connector._leases.values())}
+                r = {"scheduler": sum(len(l.pages) for l in eng.sched.connector._sched._leases.values())}
             else:
                 r = {"error": "unknown op %r" % op}
         except Exception:  # the test shows it

@@ -1,0 +1,237 @@
+# SPDX-License-Identifier: MIT
+"""KVPoolConnector, the class vLLM loads by module path for both of its
+roles: it checks the settings, derives the instance's identity and opens
+the Pool, then hands each of vLLM's calls to its scheduler side
+(kvpool.vllm.scheduler) or its worker side (kvpool.vllm.worker); its
+counters reach vLLM's metrics (kvpool.vllm.stats)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+
+import torch
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    KVConnectorWorkerMetadata,
+)
+try:  # vLLM's hybrid memory allocator (a KV cache group per attention kind)
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import SupportsHMA
+except ImportError:  # an older vLLM: one group
+    class SupportsHMA:  # type: ignore[no-redef]
+        pass
+from vllm.logger import init_logger
+
+from kvpool._connector import Pool
+from kvpool.vllm.copier import Unsupported
+from kvpool.vllm.identity import extra_of, identity_of, seed_hint
+from kvpool.vllm.scheduler import SchedulerSide
+from kvpool.vllm.settings import check_settings
+from kvpool.vllm.stats import KVPoolPromMetrics, KVPoolStats
+from kvpool.vllm.worker import WorkerSide
+
+if TYPE_CHECKING:
+    from vllm.config import VllmConfig
+    from vllm.forward_context import ForwardContext
+    from vllm.v1.attention.backend import AttentionMetadata
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVEL
+
+__all__ = ["KVPoolConnector"]
+
+
+class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
+    """vLLM's V1 KV connector over kvpoold (kvpool.vllm's docstring)."""
+
+    def __init__(self, vllm_config: "VllmConfig", role: KVConnectorRole,
+                 kv_cache_config: "KVCacheConfig") -> None:
+        super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
+        # a typo or a wrong value stops the engine here, naming the key
+        settings = check_settings(extra_of(vllm_config))
+        scheduler = role == KVConnectorRole.SCHEDULER
+        rank = 0
+        if not scheduler:
+            try:
+                from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+                rank = get_tensor_model_parallel_rank()
+            except (AssertionError, RuntimeError, ImportError, AttributeError):
+                rank = 0
+        pool: Optional[Pool] = None
+        # vLLM's hybrid allocator gives each attention kind a KV cache group
+        # of its own, with blocks of its own
+        hybrid = len(kv_cache_config.kv_cache_groups) > 1
+        try:
+            ident = identity_of(vllm_config, kv_cache_config, rank)
+        except Unsupported as e:
+            logger.warning("kvpool: %s; this instance runs without the kvpool connector", e)
+            ident = None
+        else:
+            name = "scheduler" if scheduler else "worker %d" % rank
+            # the scheduler's ACQUIRE is the lookup kvpoold counts; the
+            # workers' lease what it found (LOAD), counted no more
+            pool = Pool(logger, name, settings["socket"], ident.namespace, ident.geometry,
+                        ident.scheme, ident.seed, settings["retry_seconds"],
+                        seed_hint(ident.seed), lookups=scheduler,
+                        name="vllm scheduler" if scheduler else "vllm worker %d" % rank)
+            if scheduler:
+                logger.info("kvpool: namespace '%s', pages of %d layers%s", ident.namespace,
+                            ident.geometry.layers, "" if not hybrid else
+                            "; %d KV cache groups (vLLM's hybrid allocator): %s"
+                            % (len(ident.groups), ", ".join(
+                                "%s of layers %s" % (type(g.kv_cache_spec).__name__,
+                                                     ",".join(map(str, places)))
+                                for g, places in zip(kv_cache_config.kv_cache_groups,
+                                                     ident.groups))))
+                # connect now, not on the first request's lookup (which
+                # would wait for it); a daemon that is not there is said
+                # once, and tried again every retry_seconds
+                with pool.lock:
+                    pool.client()
+        self._reported: Dict[str, int] = {}  # counters as get_kv_connector_stats() last gave them
+        self._reported_state: Optional[str] = None  # this side's state, as last given
+        self._side = "scheduler" if scheduler else "worker %d" % rank
+        self._sched: Optional[SchedulerSide] = None
+        self._worker: Optional[WorkerSide] = None
+        if scheduler:
+            # the workers whose metadata vLLM sums (aggregate()) for the
+            # scheduler: all of them, but under torchrun each engine has one
+            par = vllm_config.parallel_config
+            workers = 1 if getattr(par, "distributed_executor_backend", None) == \
+                "external_launcher" else max(1, int(getattr(par, "world_size", 1)))
+            kv = vllm_config.kv_transfer_config
+            role_name = getattr(kv, "kv_role", None) or "kv_both"
+            loads = role_name != "kv_producer"
+            saves = role_name != "kv_consumer"
+            if ident is not None and role_name != "kv_both":
+                logger.info("kvpool: kv_role %s: %s", role_name,
+                            "saves, never loads" if saves else "loads, never saves")
+            self._sched = SchedulerSide(self, pool, ident, settings,
+                                        vllm_config.cache_config.block_size, hybrid, workers,
+                                        loads=loads, saves=saves)
+        else:
+            self._worker = WorkerSide(self, pool, ident, settings, hybrid, logger)
+
+    @property
+    def _pool(self) -> Optional[Pool]:
+        """This side's Pool (None: it runs without the cache)."""
+        side = self._sched if self._sched is not None else self._worker
+        return side._pool if side is not None else None
+
+    # -- counters (tests, logs, vLLM's metrics) --
+
+    def stats(self) -> Dict[str, int]:
+        """This side's counters: lookups, hit_blocks, loaded_blocks,
+        load_errors, saved_blocks, save_skipped, dedups, loads_in_step,
+        loads_off_step."""
+        return self._pool.snapshot() if self._pool else {}
+
+    def get_kv_connector_stats(self) -> Optional[KVPoolStats]:
+        """What the counters gained since the last call, for vLLM's loggers
+        and its /metrics (both sides: vLLM asks its scheduler and workers)."""
+        now = self.stats()
+        delta: Dict[str, Any] = {k: v - self._reported.get(k, 0) for k, v in now.items()
+                                 if v != self._reported.get(k, 0)}
+        if self._pool is not None:
+            delta.update(self._pool.take_samples())  # vllm:kvpool_*_seconds
+        state = "unsupported" if self._pool is None else self._pool.state
+        if state is not None and state != self._reported_state:
+            delta["states"] = {self._side: state}  # vllm:kvpool_connected, _sides
+            self._reported_state = state
+        if not delta:
+            return None
+        self._reported = now
+        return KVPoolStats(data=delta)
+
+    @classmethod
+    def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
+                                 ) -> Optional[KVPoolStats]:
+        return KVPoolStats(data=dict(data or {}))
+
+    @classmethod
+    def build_prom_metrics(cls, vllm_config: "VllmConfig", metric_types: Any, labelnames: Any,
+                           per_engine_labelvalues: Dict[int, list]) -> KVPoolPromMetrics:
+        return KVPoolPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        return False  # a load that fails is recomputed, not an error
+
+    # -- scheduler side (kvpool.vllm.scheduler) --
+
+    def on_new_request(self, request: "Request") -> None:
+        self._sched.on_new_request(request)
+
+    def get_num_new_matched_tokens(self, request: "Request",
+                                   num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+                                 num_external_tokens: int) -> None:
+        self._sched.update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        return self._sched.build_connector_meta(scheduler_output)
+
+    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+        self._sched.update_connector_output(connector_output)
+
+    def has_pending_block_frees(self) -> bool:
+        return self._sched.has_pending_block_frees()
+
+    def has_pending_push_work(self) -> bool:
+        return self._sched.has_pending_push_work()
+
+    def request_finished(self, request: "Request",
+                         block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        return self._sched.request_finished(request, block_ids)
+
+    def request_finished_all_groups(self, request: "Request",
+                                    block_ids: Tuple[List[int], ...]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        return self._sched.request_finished_all_groups(request, block_ids)
+
+    # -- worker side (kvpool.vllm.worker) --
+
+    def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
+        self._worker.register_kv_caches(kv_caches)
+
+    def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
+        self._worker.handle_preemptions(kv_connector_metadata)
+
+    def unregister_kv_caches(self) -> None:
+        self._worker.unregister_kv_caches()
+
+    def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        self._worker.start_load_kv(forward_context)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        self._worker.wait_for_layer_load(layer_name)
+
+    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor,
+                      attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
+        return  # all layers of a block are saved together, after the forward
+
+    def wait_for_save(self) -> None:
+        self._worker.wait_for_save()
+
+    def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        return self._worker.get_finished(finished_req_ids)
+
+    def get_transfer_results(self, finished_req_ids: Set[str]) -> Any:
+        return self._worker.get_transfer_results(finished_req_ids)
+
+    def get_block_ids_with_load_errors(self) -> Set[int]:
+        return self._worker.get_block_ids_with_load_errors()
+
+    def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
+        return self._worker.build_connector_worker_meta()
+
+    def shutdown(self) -> None:
+        side = self._sched if self._sched is not None else self._worker
+        if side is not None:
+            side.shutdown()

@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: MIT
+"""The vLLM connector's threads beside the engine's: the Mover runs a
+worker's loads and saves off the engine's step, the LayerLoader a load in
+the step layer by layer beside the forward (layerwise_load)."""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
+
+from kvpool.vllm.copier import Copier
+
+__all__ = ["Mover", "LayerLoader"]
+
+class _Rid:
+    __slots__ = ("busy", "broken", "finished")
+
+    def __init__(self) -> None:
+        self.busy = 0  # save jobs queued or running
+        self.broken = False  # a save failed or was skipped: later blocks cannot chain
+        self.finished = False  # vLLM finished the request
+
+
+class LayerLoader:
+    """Loads in the step, layer by layer (layerwise_load): a thread of its
+    own copies one layer's blocks after another while the forward runs,
+    and the forward's attention of a layer waits for that layer only."""
+
+    def __init__(self, copier: Copier, cpus: Optional[Set[int]] = None) -> None:
+        self.copier, self.cpus = copier, cpus
+        self._cond = threading.Condition()
+        self._job: Optional[tuple] = None
+        self._done = -1  # the layers of the current job copied: 0 .. _done
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def start(self, view, pairs: List[Tuple[int, int]]) -> None:
+        """Begin copying pairs (vLLM block, page index in view) into
+        vLLM's blocks."""
+        with self._cond:
+            if self._thread is not None and not self._thread.is_alive():
+                self._thread = None  # a thread that died is replaced
+            self._job, self._done, self._error = (view, pairs), -1, None
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kvpool-layers",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def wait(self, layer: int) -> None:
+        """Until layer is copied (or the copy failed)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None or self._done >= layer or
+                                self._error is not None)
+
+    def finish(self) -> Optional[BaseException]:
+        """Until every layer is copied: the copy's error, if one failed."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None)
+            err, self._error = self._error, None
+            return err
+
+    def _run(self) -> None:
+        if self.cpus:
+            try:
+                os.sched_setaffinity(0, self.cpus)
+            except (OSError, ValueError, OverflowError):
+                pass  # where the model runner runs
+        layers = len(self.copier.layers)
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._job is not None or self._closed)
+                if self._closed:
+                    return
+                view, pairs = self._job
+            try:
+                for l in range(layers):
+                    self.copier.copy(None, view, False, pairs, layer=l, indexed=True)
+                    with self._cond:
+                        self._done = l
+                        self._cond.notify_all()
+            except BaseException as e:  # noqa: BLE001 (reported by finish())
+                with self._cond:
+                    self._error = e
+            finally:
+                view = pairs = None  # the job's view is not kept alive here
+                with self._cond:
+                    self._job = None
+                    self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._job is None)
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(10)
+
+
+class Mover:
+    """A worker's transfers off the engine's thread: one thread runs the
+    queued loads first (a request waits for each) and then the queued saves,
+    up to save_batch blocks at a time (the pool's lock is let go between
+    batches, so a load in the step waits for one batch at most).
+    load_fn(job) returns the vLLM blocks that did not get their KV;
+    save_fn(jobs) the request ids whose save failed; skip_fn(blocks) counts
+    blocks not saved. Saves of a request run in the order they were queued,
+    and after one fails or is skipped the request's later ones are skipped
+    (the pool would hold blocks whose parent it lacks). At most cap blocks
+    wait to be saved (or one save of more, alone): past that, save()
+    refuses and the engine goes on. ended() gives the save jobs that left
+    the queue since it was last asked, saved or not."""
+
+    def __init__(self, load_fn: Callable[[object], List[int]],
+                 save_fn: Callable[[list], Sequence[str]], skip_fn: Callable[[int], None],
+                 log, cap: int, save_batch: int = 32, cpus: Optional[Set[int]] = None) -> None:
+        self._load_fn, self._save_fn, self._skip_fn, self._log = load_fn, save_fn, skip_fn, log
+        self._cpus = cpus  # where the thread runs (None: where it was started)
+        self.cap, self._batch = max(1, cap), max(1, save_batch)
+        self._cond = threading.Condition()
+        self._loads: Deque = collections.deque()
+        self._saves: Deque[Tuple[str, object, int]] = collections.deque()
+        self.queued = 0  # blocks waiting to be saved
+        self._rids: Dict[str, _Rid] = {}
+        self._loaded: List[Tuple[object, List[int]]] = []
+        self._ended: List[object] = []
+        self._thread: Optional[threading.Thread] = None
+        self._stop = False
+        self._running = False  # a load is out of the queue and not done
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kvpool-mover", daemon=True)
+            self._thread.start()
+
+    def load(self, job) -> None:
+        with self._cond:
+            self._loads.append(job)
+            self._start()
+            self._cond.notify_all()
+
+    def save(self, rid: str, job, blocks: int) -> str:
+        """Queue a save of rid's next blocks: "queued", or "broken" (an
+        earlier one of rid failed or was skipped), or "full"."""
+        with self._cond:
+            r = self._rids.setdefault(rid, _Rid())
+            if r.broken:
+                return "broken"
+            if self.queued and self.queued + blocks > self.cap:
+                r.broken = True
+                return "full"
+            r.busy += 1
+            self.queued += blocks
+            self._saves.append((rid, job, blocks))
+            self._start()
+            self._cond.notify_all()
+            return "queued"
+
+    def busy(self, rid: str) -> bool:
+        with self._cond:
+            r = self._rids.get(rid)
+            return r is not None and r.busy > 0
+
+    def finish(self, rids) -> None:
+        """vLLM finished these requests: forget them once their saves end."""
+        with self._cond:
+            for rid in rids:
+                r = self._rids.get(rid)
+                if r is not None:
+                    r.finished = True
+                    if not r.busy:
+                        del self._rids[rid]
+
+    def preempted(self, rids) -> int:
+        """vLLM reuses these requests' blocks now: their saves that have not
+        started are dropped (how many blocks), and this waits for the batch
+        that is running, if it holds some of them. Then they are forgotten,
+        a failed save too: the scheduler sends a resumed request's blocks
+        again from its first (those in the pool are deduplicated)."""
+        rids = set(rids)
+        dropped = 0
+        with self._cond:
+            keep: Deque[Tuple[str, object, int]] = collections.deque()
+            for rid, job, k in self._saves:
+                if rid in rids:
+                    dropped += k
+                    self.queued -= k
+                    self._ended.append(job)
+                    r = self._rids[rid]
+                    r.busy -= 1
+                    r.broken = True
+                else:
+                    keep.append((rid, job, k))
+            self._saves = keep
+            self._cond.wait_for(lambda: not any(
+                self._rids.get(r) is not None and self._rids[r].busy for r in rids))
+            for rid in rids:
+                self._rids.pop(rid, None)
+        return dropped
+
+    def wait_loads(self, timeout: float) -> None:
+        """Until no load is queued or running, or timeout seconds."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._loads and not self._running, timeout)
+
+    def drain(self) -> None:
+        """Until nothing is queued or running."""
+        with self._cond:
+            self._cond.wait_for(lambda: not self._loads and not self._saves and
+                                not any(r.busy for r in self._rids.values()) and
+                                not self._running)
+
+    def loaded(self) -> List[Tuple[object, List[int]]]:
+        """The loads done since the last call: (job, vLLM blocks that failed)."""
+        with self._cond:
+            out, self._loaded = self._loaded, []
+            return out
+
+    def ended(self) -> List[object]:
+        """The save jobs that ended since the last call (saved, failed,
+        skipped or dropped)."""
+        with self._cond:
+            out, self._ended = self._ended, []
+            return out
+
+    def _take(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._loads or self._saves or self._stop)
+            if self._loads:
+                self._running = True
+                return "load", self._loads.popleft()
+            if not self._saves:
+                return None, None
+            jobs, n, skipped = [], 0, 0
+            while self._saves and (not jobs or n + self._saves[0][2] <= self._batch):
+                rid, job, k = self._saves.popleft()
+                r = self._rids[rid]
+                if r.broken:  # an earlier save of it failed: its parent is not stored
+                    skipped += k
+                    self.queued -= k
+                    self._ended.append(job)
+                    self._done(rid, r)
+                    continue
+                jobs.append((rid, job, k))
+                n += k
+            if skipped:
+                self._skip_fn(skipped)
+                self._cond.notify_all()
+            return "save", jobs
+
+    def _done(self, rid: str, r: _Rid) -> None:
+        r.busy -= 1
+        if r.finished and not r.busy:
+            del self._rids[rid]
+
+    def _run(self) -> None:
+        if self._cpus:
+            try:
+                os.sched_setaffinity(0, self._cpus)  # this thread only
+            except (OSError, ValueError, OverflowError) as e:
+                self._log.warning("kvpool: the connector's thread cannot run on CPUs %s (%s); "
+                                  "it runs where the model runner does",
+                                  sorted(self._cpus), e)
+        while True:
+            kind, work = self._take()
+            if kind is None:
+                return
+            if kind == "load":
+                try:
+                    failed = list(self._load_fn(work))
+                except Exception:  # noqa: BLE001 (the request must still be answered)
+                    self._log.exception("kvpool: a load failed")
+                    failed = list(work.block_ids)
+                with self._cond:
+                    self._loaded.append((work, failed))
+                    self._running = False
+                    self._cond.notify_all()
+                continue
+            if not work:
+                continue
+            try:
+                bad = set(self._save_fn([job for _, job, _ in work]))
+            except Exception:  # noqa: BLE001 (the blocks must still be let go)
+                self._log.exception("kvpool: a save failed")
+                bad = {rid for rid, _, _ in work}
+            with self._cond:
+                for rid, job, k in work:
+                    self._ended.append(job)
+                    self.queued -= k
+                    r = self._rids[rid]
+                    r.broken = r.broken or rid in bad
+                    self._done(rid, r)
+                self._cond.notify_all()
+
+    def close(self) -> int:
+        """Stop the thread after the loads queued (their requests wait);
+        the saves still queued are dropped: how many blocks."""
+        with self._cond:
+            dropped = self.queued
+            self._saves.clear()
+            self.queued = 0
+            self._stop = True
+            self._cond.notify_all()
+            t = self._thread
+        if t is not None:
+            t.join()
+        return dropped

@@ -1,0 +1,369 @@
+# SPDX-License-Identifier: MIT
+"""The vLLM connector's scheduler side: for each request, how much of its
+prefix the pool holds (one ACQUIRE, its pages leased until the workers have
+copied them or the request ends), which of its full blocks the workers
+save (never one the pool already holds), and the metadata of each step
+(kvpool.vllm.metadata) that tells the workers. A load runs in the step or
+off it (_off_step()) by its measured cost; a hybrid model's saved blocks
+are pinned in vLLM's block pool until every worker's save of them ended."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
+
+from kvpool._connector import Pool
+from kvpool.vllm.identity import Identity
+from kvpool.vllm.metadata import KVPoolMetadata, KVPoolWorkerMetadata, Transfer
+
+if TYPE_CHECKING:
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+__all__ = ["SchedulerSide", "IDLE_LOAD_S", "GUESS_BYTES_PER_S"]
+
+# Where a load runs when async_load_blocks is not set: in the step when its
+# predicted time (the workers' measured seconds per block, times its
+# blocks) is at most what the step absorbs, load_step_share of the
+# engine's recent busy step or, with no other request in the engine,
+# IDLE_LOAD_S; off the step otherwise. Before any load is measured a block
+# is taken to copy at GUESS_BYTES_PER_S.
+IDLE_LOAD_S = 0.05
+GUESS_BYTES_PER_S = 2e9
+
+
+@dataclass
+@dataclass
+class _Lease:
+    pages: List[int]  # blocks 0 .. hit of the request, leased
+    keys: List[bytes]
+    start: int  # the first block to load (vLLM computed the ones before)
+    block_ids: Optional[List[int]] = None  # where they go, once vLLM allocated them
+    groups: Optional[List[List[int]]] = None  # every KV cache group's (hybrid models)
+    sent: bool = False
+    background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
+
+
+
+class SchedulerSide:
+    """KVPoolConnector's methods for vLLM's scheduler (the connector
+    delegates to them). conn is the connector: vLLM binds its KV cache
+    manager there."""
+
+    def __init__(self, conn, pool: Optional[Pool], ident: Optional[Identity],
+                 settings: Dict[str, Any], block: int, hybrid: bool, workers: int,
+                 loads: bool = True, saves: bool = True) -> None:
+        self._conn = conn
+        # vLLM's kv_role: kv_producer saves and never loads, kv_consumer
+        # loads and never saves, kv_both does both
+        self._loads, self._saves = loads, saves
+        self._pool = pool
+        self._ident = ident
+        self._block = block
+        self._hybrid = hybrid
+        self._workers = workers
+        self._async_load = settings["async_load_blocks"]
+        self._step_share = settings["load_step_share"]
+        self._requests: Dict[str, "Request"] = {}
+        self._leases: Dict[str, _Lease] = {}
+        self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
+        self._saving: Set[str] = set()  # requests some save was sent for
+        self._hold: Set[str] = set()  # held, to be told to the workers in the next step
+        self._holding: Set[str] = set()  # held until every worker reports finished_sending
+        self._loading: Set[str] = set()  # background loads not yet in finished_recving
+        # hybrid models: blocks of saves sent, held from vLLM's frees until
+        # every worker's save of them ended (a sliding window's go early)
+        self._pins: Dict[int, list] = {}
+        self._acks: Dict[int, int] = {}
+        self._jobs = 0
+        self._step_at: Optional[float] = None  # when the last step was scheduled
+        self._step_busy = False  # it computed tokens
+        self._step_s: Optional[float] = None  # a busy step's duration (moving average)
+        self._block_s: Optional[float] = None  # a block's load time, as the workers measure
+        # requests a worker failed to load: vLLM asks for them again, and
+        # they are computed rather than sent to fail again
+        self._no_load: Set[str] = set()
+
+    def on_new_request(self, request: "Request") -> None:
+        self._requests[request.request_id] = request
+
+    def _release(self, req_id: str) -> None:
+        lease = self._leases.pop(req_id, None)
+        if lease is None or not lease.pages or self._pool is None:
+            return
+        c = self._pool.client()
+        if c is None:
+            return  # the daemon is gone: it dropped the leases with the connection
+        try:
+            c.release(lease.pages)
+        except OSError as e:
+            self._pool.failed("release", e)
+
+    def get_num_new_matched_tokens(self, request: "Request",
+                                   num_computed_tokens: int) -> Tuple[Optional[int], bool]:
+        rid = request.request_id
+        self._requests.setdefault(rid, request)
+        self._release(rid)  # asked again (not scheduled last time): look again
+        if self._pool is None:
+            return 0, False
+        hashes = request.block_hashes
+        if rid in self._no_load or not self._loads:
+            # computed, and saved past what the pool holds
+            if self._saves:
+                self._saved[rid] = max(self._saved.get(rid, 0), self._pool_holds(hashes, 0))
+            return 0, False
+        # leave vLLM at least one token to compute
+        n = min(len(hashes), (request.num_tokens - 1) // self._block)
+        start = num_computed_tokens // self._block
+        if n <= start:
+            # vLLM has it all: what the pool holds too is not copied again
+            if self._saves:
+                self._saved[rid] = max(self._saved.get(rid, 0), self._pool_holds(hashes, 0))
+            return 0, False
+        with self._pool.lock:
+            c = self._pool.client()
+            if c is None:
+                self._saved.setdefault(rid, 0)
+                return 0, False
+            keys = [bytes(h) for h in hashes[:n]]
+            try:
+                pages, _ = c.acquire(keys)
+            except OSError as e:
+                self._pool.failed("lookup", e)
+                self._saved.setdefault(rid, 0)
+                return 0, False
+        self._pool.count("lookups")
+        hit = len(pages)
+        self._pool.count("hit_blocks", hit)
+        # the block left to vLLM to compute may be in the pool too
+        have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
+        self._saved[rid] = max(self._saved.get(rid, 0), have)
+        if hit <= start:  # nothing past vLLM's own hit: no lease to hold
+            if pages:
+                with self._pool.lock:
+                    try:
+                        c.release(pages)
+                    except OSError as e:
+                        self._pool.failed("release", e)
+            return 0, False
+        # a long load runs off the step: the request waits for it, the
+        # others go on
+        background = self._off_step(hit - start, rid)
+        self._pool.count("loads_off_step" if background else "loads_in_step")
+        self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
+        return (hit - start) * self._block, background
+
+    def _off_step(self, blocks: int, rid: str) -> bool:
+        """Whether a load of blocks runs off the step (its request waits in
+        WAITING_FOR_REMOTE_KVS, the others go on) rather than in it."""
+        if self._hybrid:  # vLLM takes a hybrid model's failed loads per request alone
+            return True
+        if self._async_load is not None:
+            return 0 < self._async_load <= blocks
+        per = self._block_s
+        if per is None:
+            per = self._ident.geometry.page_bytes / GUESS_BYTES_PER_S
+        others = len(self._requests) - (rid in self._requests)
+        absorb = IDLE_LOAD_S if others <= 0 else self._step_share * (self._step_s or 0.0)
+        return blocks * per > absorb
+
+    def _pool_holds(self, hashes: Sequence[Any], first: int) -> int:
+        """How many leading blocks of a request the pool holds, knowing
+        that it holds the first ones: its saves start past them. An
+        ACQUIRE PROBE: nothing leased or counted. first on failure."""
+        if len(hashes) <= first:
+            return first
+        with self._pool.lock:
+            c = self._pool.client()
+            if c is None:
+                return first
+            try:
+                return first + c.contains([bytes(h) for h in hashes[first:]],
+                                          parent=bytes(hashes[first - 1]) if first else None)
+            except OSError as e:
+                self._pool.failed("lookup", e)
+                return first
+
+    def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
+                                 num_external_tokens: int) -> None:
+        rid = request.request_id
+        lease = self._leases.get(rid)
+        if lease is None or lease.sent:
+            return
+        if num_external_tokens <= 0:
+            self._release(rid)
+            return
+        n = num_external_tokens // self._block
+        if lease.start + n < len(lease.keys):
+            # vLLM takes fewer blocks than offered: the rest are saved no more
+            # than they were
+            lease.keys = lease.keys[:lease.start + n]
+        span = slice(lease.start, lease.start + n)
+        if not self._hybrid:
+            lease.block_ids = list(blocks.get_block_ids()[0][span])
+            return
+        # a sliding window's group holds null blocks before the window
+        lease.groups = [[-1 if b.is_null else b.block_id for b in blks[span]]
+                        for blks in blocks.blocks]
+        lease.block_ids = lease.groups[0]
+
+    def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids),
+                              preempted=set(getattr(scheduler_output, "preempted_req_ids",
+                                                    None) or ()),
+                              hold=self._hold)
+        self._hold = set()
+        # the engine's busy steps, for the in-step choice (_off_step())
+        now = time.monotonic()
+        if self._step_at is not None and self._step_busy and now - self._step_at < 1.0:
+            d = now - self._step_at
+            self._step_s = d if self._step_s is None else 0.8 * self._step_s + 0.2 * d
+        self._step_busy = scheduler_output.total_num_scheduled_tokens > 0
+        self._step_at = now
+        meta.empty = not self._step_busy
+        for rid in meta.preempted:
+            # its saves not started were dropped (handle_preemptions): once
+            # resumed, its blocks are sent again from the first
+            self._saved.pop(rid, None)
+        for rid, lease in self._leases.items():
+            ids = lease.block_ids
+            if lease.sent or ids is None:
+                continue
+            lease.sent = True
+            keys = lease.keys[lease.start:lease.start + len(ids)]
+            parent = lease.keys[lease.start - 1] if lease.start else None
+            meta.loads.append(Transfer(rid, keys, parent, ids, background=lease.background,
+                                        groups=lease.groups))
+            if lease.background:
+                self._loading.add(rid)
+        if self._pool is None or not self._saves:
+            return meta
+        mgr = self._conn._kv_cache_manager
+        cached = scheduler_output.scheduled_cached_reqs
+        scheduled = [(r.req_id, r.num_computed_tokens) for r in
+                     scheduler_output.scheduled_new_reqs]
+        scheduled += list(zip(cached.req_ids, cached.num_computed_tokens))
+        for rid, computed in scheduled:
+            req = self._requests.get(rid)
+            if req is None or mgr is None:
+                continue
+            done = computed + scheduler_output.num_scheduled_tokens.get(rid, 0)
+            full = min(done // self._block, len(req.block_hashes))
+            first = self._saved.get(rid, 0)
+            if full <= first:
+                continue
+            if self._hybrid:
+                rows = [blks[first:full] for blks in mgr.get_blocks(rid).blocks]
+                if any(len(r) < full - first for r in rows):
+                    continue
+                t = self._pinned_save(rid, req, first, full, rows)
+            else:
+                ids = mgr.get_block_ids(rid)[0]
+                if len(ids) < full:
+                    continue
+                t = self._transfer(rid, req, first, full, list(ids[first:full]))
+            self._saved[rid] = full
+            if t is not None:
+                meta.saves.append(t)
+                self._saving.add(rid)
+        return meta
+
+    def _transfer(self, rid: str, req: "Request", first: int, full: int,
+                  ids: List[int]) -> Transfer:
+        keys = [bytes(h) for h in req.block_hashes[first:full]]
+        parent = bytes(req.block_hashes[first - 1]) if first else None
+        tokens = list(req.all_token_ids[first * self._block:full * self._block])
+        return Transfer(rid, keys, parent, ids, tokens)
+
+    def _pinned_save(self, rid: str, req: "Request", first: int, full: int,
+                     rows: list) -> Optional[Transfer]:
+        """A hybrid model's save of blocks first..full: every group's blocks
+        of them, pinned (vLLM frees a sliding window's blocks behind it at
+        its next step, before the save may have read them) until every
+        worker says the save ended. A block some group does not hold (vLLM
+        gave this request a null block there, a prefix it had cached) is
+        not saved by this request; its later blocks chain on its key."""
+        holes = [i for i in range(full - first) if any(r[i].is_null for r in rows)]
+        if holes:
+            skip = holes[-1] + 1
+            self._pool.count("save_skipped", skip)
+            first += skip
+            rows = [r[skip:] for r in rows]
+            if first >= full:
+                return None
+        pinned = [b for r in rows for b in r]
+        self._conn._kv_cache_manager.block_pool.touch(pinned)
+        self._jobs += 1
+        self._pins[self._jobs] = pinned
+        t = self._transfer(rid, req, first, full, [b.block_id for b in rows[0]])
+        t.groups = [[b.block_id for b in r] for r in rows]
+        t.job = self._jobs
+        return t
+
+    def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
+        wm = getattr(connector_output, "kv_connector_worker_meta", None)
+        if isinstance(wm, KVPoolWorkerMetadata):
+            for rid in wm.loaded:  # one worker's copy is done: the pages are leased there
+                self._release(rid)
+            for job, n in wm.ended.items():  # pinned blocks, once every worker's save ended
+                self._acks[job] = self._acks.get(job, 0) + n
+                if self._acks[job] >= self._workers:
+                    del self._acks[job]
+                    pinned = self._pins.pop(job, None)
+                    if pinned is not None:  # the last block evicted first, as vLLM frees
+                        self._conn._kv_cache_manager.block_pool.free_blocks(reversed(pinned))
+            self._no_load |= wm.failed
+            if wm.load_blocks:
+                per = wm.load_seconds / wm.load_blocks
+                self._block_s = per if self._block_s is None else 0.7 * self._block_s + 0.3 * per
+        self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
+        # vLLM passes these on once every worker reported them
+        self._loading -= set(connector_output.finished_recving or ())
+        self._holding -= set(connector_output.finished_sending or ())
+
+    def has_pending_block_frees(self) -> bool:
+        """Finished requests' blocks, and a hybrid model's blocks pinned
+        for their saves (those vLLM itself let go), come back once the saves
+        end: vLLM waits for them rather than preempt a request."""
+        return bool(self._holding) or any(b.ref_cnt == 1 for pinned in self._pins.values()
+                                          for b in pinned)
+
+    def has_pending_push_work(self) -> bool:
+        """Pinned blocks: vLLM steps until every worker's saves of them
+        ended (a reset of its prefix cache needs every block back)."""
+        return bool(self._pins)
+
+    def request_finished(self, request: "Request",
+                         block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """True (vLLM keeps the request's blocks until every worker reports
+        it in finished_sending) when saves were sent for it, unless a
+        background load still writes its blocks on some worker: vLLM then
+        frees them when that load is reported, and no save of it can be
+        running (its earlier ones ended or were dropped when it was
+        preempted)."""
+        rid = request.request_id
+        self._release(rid)
+        self._requests.pop(rid, None)
+        self._saved.pop(rid, None)
+        self._no_load.discard(rid)
+        # every worker's load, not only the first one's (tensor parallelism)
+        hold = rid in self._saving and rid not in self._loading
+        self._saving.discard(rid)
+        if hold:
+            self._hold.add(rid)
+            self._holding.add(rid)
+        return hold, None
+
+    def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]
+                                    ) -> Tuple[bool, Optional[Dict[str, Any]]]:
+        """request_finished() of a hybrid model: vLLM keeps every group's
+        blocks, or none."""
+        return self.request_finished(request, list(block_ids[0]) if block_ids else [])
+
+    def shutdown(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
