@@ -52,6 +52,7 @@ struct kvp_client {
 				 * its first lease */
 	uint32_t prefill_rate, remote_max_us;	/* kvp_set_remote_policy() */
 	uint32_t acquire_flags;	/* KVP_WIRE_ACQ_LOAD: kvp_set_lookups_counted() */
+	uint32_t wait_ms;	/* kvp_set_acquire_wait(); 0: no wait */
 	char bye[KVP_WIRE_ERRMSG_MAX + 1];	/* the daemon's notice before it closed */
 };
 

@@ -108,7 +108,9 @@ static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens,
 				      .prefill_rate = c->prefill_rate,
 				      .remote_max_us = c->remote_max_us,
-				      .flags = c->acquire_flags };
+				      .flags = c->acquire_flags |
+					       (c->wait_ms ? KVP_WIRE_ACQ_WAIT : 0),
+				      .wait_ms = c->wait_ms };
 	struct kvp_wire_acquire_reply rep;
 	size_t len = 0, i, klen = n * KVP_KEY_BYTES, tlen = ntokens * sizeof(*tokens);
 	uint8_t *tmp;
@@ -203,6 +205,16 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 		client_release_batch(c, pages, done);
 	pthread_mutex_unlock(&c->mu);
 	return rc < 0 ? rc : (int)done;
+}
+
+KVP_API int kvp_set_acquire_wait(kvp_client *c, uint32_t ms)
+{
+	if (!c || ms > KVP_WIRE_WAIT_MAX_MS)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	c->wait_ms = ms;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
 }
 
 KVP_API int kvp_set_lookups_counted(kvp_client *c, int counted)

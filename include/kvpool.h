@@ -492,6 +492,20 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 KVP_API int kvp_contains(kvp_client *c, const kvp_key *parent, const kvp_key *keys, size_t n);
 
 /*
+ * kvp_set_acquire_wait() - this client's kvp_acquire() calls wait up to ms
+ * milliseconds for keys the daemon does not hold yet: blocks another
+ * client is still computing or saving (a decode engine waits for the
+ * prefill engine's saves of its prompt). The daemon answers once every
+ * key is held, or at the deadline with the prefix it holds then, as
+ * without a wait; the wait ends early when the client hangs up. The
+ * waiting is the daemon's (it wakes the request when a client publishes
+ * in the namespace), not a poll. 0 (the default): no wait. Holds until
+ * changed. Returns 0, or -EINVAL when c is NULL or ms is over 600,000.
+ * A daemon older than this library answers such an ACQUIRE -EINVAL.
+ */
+KVP_API int kvp_set_acquire_wait(kvp_client *c, uint32_t ms);
+
+/*
  * kvp_set_lookups_counted() - counted 0: this client's kvp_acquire() calls
  * lease what another client of the same engine looked up already (vLLM's
  * workers load what its scheduler found), so kvpoold does not count them

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	7u
+#define KVP_WIRE_VERSION	8u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -254,9 +254,11 @@ struct kvp_wire_acquire {
 	 * cut-off, KVP_REMOTE_NEVER never to ask it. */
 	uint32_t prefill_rate;
 	uint32_t remote_max_us;
-	/* Since version 7: KVP_WIRE_ACQ_*; reserved must be 0. */
+	/* Since version 7: KVP_WIRE_ACQ_*. Since version 8, wait_ms (a
+	 * reserved 0 before): with KVP_WIRE_ACQ_WAIT, 1 ..
+	 * KVP_WIRE_WAIT_MAX_MS; else 0. */
 	uint32_t flags;
-	uint32_t reserved;
+	uint32_t wait_ms;
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 56, "kvp_wire_acquire is 56 bytes");
 #define KVP_REMOTE_NEVER	0xffffffffu
@@ -266,10 +268,16 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 56, "kvp_wire_acquire is 56
  * hit tokens). PROBE: lease nothing and count nothing; the reply's hits
  * is how many leading keys the daemon holds, in the pool or a local tier
  * (the remote tier is not asked, no partial page is looked for), with no
- * handles after it. */
+ * handles after it. WAIT: keys the daemon does not hold yet are waited
+ * for (another client is computing them: a decode engine waits for its
+ * prefill engine's saves) up to wait_ms milliseconds; the reply comes
+ * once every key is held, or at the deadline with the prefix held then
+ * (since version 8). */
 #define KVP_WIRE_ACQ_LOAD	0x1u
 #define KVP_WIRE_ACQ_PROBE	0x2u
-#define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE)
+#define KVP_WIRE_ACQ_WAIT	0x4u
+#define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE | KVP_WIRE_ACQ_WAIT)
+#define KVP_WIRE_WAIT_MAX_MS	600000u
 
 /* ACQUIRE reply: this struct, then hits page handles. */
 struct kvp_wire_acquire_reply {

@@ -507,13 +507,13 @@ START_TEST(test_share_retain_takes_a_second_lease)
 END_TEST
 
 /* acquire_raw() - one ACQUIRE of nkeys keys (and ntokens tokens of 0)
- * with flags and reserved, through fd: its status, its text into why. */
+ * with flags and wait_ms, through fd: its status, its text into why. */
 static int acquire_raw(int fd, const kvp_key *keys, uint32_t nkeys, uint32_t ntokens,
-		       uint32_t flags, uint32_t reserved, char *why, size_t whylen)
+		       uint32_t flags, uint32_t wait_ms, char *why, size_t whylen)
 {
 	static uint8_t msg[sizeof(struct kvp_wire_acquire) + 8 * KVP_KEY_BYTES + 64];
 	struct kvp_wire_acquire a = { .nkeys = nkeys, .ntokens = ntokens, .flags = flags,
-				      .reserved = reserved };
+				      .wait_ms = wait_ms };
 	size_t len = sizeof(a) + (size_t)nkeys * KVP_KEY_BYTES + ntokens * sizeof(uint32_t);
 
 	ck_assert_uint_le(len, sizeof(msg));
@@ -569,14 +569,24 @@ START_TEST(test_share_a_probe_leases_nothing_and_a_load_is_not_a_second_lookup)
 	stats_of(d.sock, &st);
 	ck_assert_uint_eq(st.prefix.hits, st0.prefix.hits + 8);
 	ck_assert_int_eq(kvp_release(b, got, 4), 0);
-	/* flags it does not know, a reserved word, a probe with tokens: INVAL,
-	 * said, and nothing leased */
+	/* flags it does not know, a wait without WAIT, a WAIT of no time, of
+	 * more than 600 s or with PROBE, a probe with tokens: INVAL, said,
+	 * and nothing leased */
 	fd = raw_connect(d.sock);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd, "share", &geo, why, sizeof(why)), KVP_S_OK);
-	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0x4, 0, why, sizeof(why)), KVP_S_INVAL);
-	ck_assert_msg(strstr(why, "ACQUIRE flags 0x4"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0x8, 0, why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "ACQUIRE flags 0x8"), "%s", why);
 	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0, 1, why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "without WAIT, wait_ms is 0"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_WAIT, 0, why, sizeof(why)),
+			 KVP_S_INVAL);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_WAIT, KVP_WIRE_WAIT_MAX_MS + 1,
+				     why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_WAIT | KVP_WIRE_ACQ_PROBE, 5,
+				     why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "waits 1 to 600000 ms and is no PROBE"), "%s", why);
+	ck_assert_int_eq(kvp_set_acquire_wait(a, KVP_WIRE_WAIT_MAX_MS + 1), -EINVAL);
 	ck_assert_int_eq(acquire_raw(fd, keys, 4, 3, KVP_WIRE_ACQ_PROBE, 0, why, sizeof(why)),
 			 KVP_S_INVAL);
 	ck_assert_msg(strstr(why, "PROBE with 3 tokens"), "%s", why);

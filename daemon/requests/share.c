@@ -504,11 +504,20 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!requests_need_ns(c, req))
 		return;
 	n = c->ns;
-	if ((a.flags & ~KVP_WIRE_ACQ_ALL) || a.reserved) {
-		conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x (reserved %u): the flags "
-			   "this daemon knows are LOAD (0x%x) and PROBE (0x%x), and reserved "
-			   "is 0; is the client newer than kvpoold?", a.flags, a.reserved,
-			   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE);
+	if (a.flags & ~KVP_WIRE_ACQ_ALL) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: the flags this daemon "
+			   "knows are LOAD (0x%x), PROBE (0x%x) and WAIT (0x%x); is the "
+			   "client newer than kvpoold?", a.flags, KVP_WIRE_ACQ_LOAD,
+			   KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT);
+		return;
+	}
+	if ((a.flags & KVP_WIRE_ACQ_WAIT) ?
+	    !a.wait_ms || a.wait_ms > KVP_WIRE_WAIT_MAX_MS || (a.flags & KVP_WIRE_ACQ_PROBE) :
+	    a.wait_ms != 0) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE with flags 0x%x and wait_ms %u: a "
+			   "WAIT (0x%x) waits 1 to %u ms and is no PROBE; without WAIT, "
+			   "wait_ms is 0", a.flags, a.wait_ms, KVP_WIRE_ACQ_WAIT,
+			   KVP_WIRE_WAIT_MAX_MS);
 		return;
 	}
 	if (a.flags & KVP_WIRE_ACQ_PROBE) {
@@ -549,6 +558,9 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	 * (then the request is served again once it is back in the pool) */
 	if (hits < a.nkeys && prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) ==
 	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits))
+		goto out;
+	/* a WAIT: the keys not held yet are being saved by another client */
+	if (hits < a.nkeys && wait_keys(c, req, &a))
 		goto out;
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))
@@ -764,6 +776,8 @@ void share_publish(struct conn *c, const struct kvp_wire_hdr *req,
 		parent_key = key;
 	}
 	conn_reply(c, req, KVP_S_OK, reply, wire_pages_size(pb.n), -1);
+	if (fresh)	/* ACQUIREs may wait for these keys */
+		wait_published(n, c->srv);
 out_reply:
 	free(reply);
 out_seen:

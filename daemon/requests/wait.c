@@ -6,11 +6,18 @@
  * served again from the start through the server's dispatcher
  * (srv->dispatch, the continuation every connection carries), so the
  * modules it waited on (ns.c, the tiers) never call the dispatcher.
+ * ACQUIREs that wait for keys other clients are still saving
+ * (KVP_WIRE_ACQ_WAIT) wait on the server, woken by a PUBLISH of their
+ * namespace or by the timer of the first deadline.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
 
 #include "client/wire.h"
+#include "daemon/log.h"
 #include "daemon/requests/ns.h"
 #include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
@@ -175,4 +182,201 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 	c->deferred = true;
 	conn_hold(c);
 	return true;
+}
+
+/* --- ACQUIREs that wait for keys ------------------------------------------ */
+
+static void kwait_arm(struct server *s);
+
+/* kwait_unlink() - take c off the server's list of key waits. */
+static void kwait_unlink(struct conn *c)
+{
+	struct conn **pp;
+
+	for (pp = &c->srv->kwait_head; *pp; pp = &(*pp)->kwait_next)
+		if (*pp == c) {
+			*pp = c->kwait_next;
+			break;
+		}
+	c->kwait_next = NULL;
+	c->kwait = false;
+}
+
+/* kwait_take() - the waits for which due(c, arg) holds, off the list, in
+ * the order they came. */
+static struct conn *kwait_take(struct server *s, bool (*due)(const struct conn *, const void *),
+			       const void *arg)
+{
+	struct conn *c, *next, *head = NULL, **tail = &head;
+
+	for (c = s->kwait_head; c; c = next) {
+		next = c->kwait_next;
+		if (!due(c, arg))
+			continue;
+		kwait_unlink(c);
+		*tail = c;
+		tail = &c->kwait_next;
+	}
+	return head;
+}
+
+/* kwait_go() - serve each of the list's requests again from the start
+ * (it waits again, or is answered); drops the holds of their waits. */
+static void kwait_go(struct conn *c)
+{
+	struct conn *next;
+
+	for (; c; c = next) {
+		next = c->kwait_next;
+		c->kwait_next = NULL;
+		c->deferred = false;
+		if (!conn_closing(c)) {
+			redo(c);
+			if (!conn_closing(c) && !c->deferred)
+				conn_resume(c);
+		}
+		conn_put(c);
+	}
+}
+
+static bool kwait_expired(const struct conn *c, const void *now)
+{
+	return c->kwait_deadline <= *(const uint64_t *)now;
+}
+
+static bool kwait_of_ns(const struct conn *c, const void *n)
+{
+	return c->ns == n;
+}
+
+/* kwait_timer_done() - the first deadline came (or the timer was
+ * cancelled for an earlier one): answer what is due, arm for the next. */
+static void kwait_timer_done(struct loop_op *op, int res)
+{
+	struct server *s = (struct server *)((char *)op - offsetof(struct server, kwait_op));
+	uint64_t now = loop_now_ms();
+
+	(void)res;
+	s->kwait_armed = false;
+	kwait_go(kwait_take(s, kwait_expired, &now));
+	kwait_arm(s);
+}
+
+static void kwait_cancel_done(struct loop_op *op, int res)
+{
+	struct server *s = (struct server *)((char *)op -
+					     offsetof(struct server, kwait_cancel_op));
+
+	(void)res;
+	s->kwait_cancelling = false;
+}
+
+/* kwait_arm() - the timer at the first deadline of the waits; none when
+ * none waits (a timer armed for a later one, or for none, is cancelled
+ * and armed again when it completes). */
+static void kwait_arm(struct server *s)
+{
+	uint64_t at = UINT64_MAX, now;
+	struct conn *c;
+
+	for (c = s->kwait_head; c; c = c->kwait_next)
+		if (c->kwait_deadline < at)
+			at = c->kwait_deadline;
+	if (s->kwait_armed) {
+		/* nothing to wait for keeps no timer (nor the stop waiting) */
+		if ((at < s->kwait_at || at == UINT64_MAX) && !s->kwait_cancelling) {
+			s->kwait_cancel_op.done = kwait_cancel_done;
+			if (loop_cancel(s->loop, &s->kwait_cancel_op, &s->kwait_op) == 0)
+				s->kwait_cancelling = true;
+		}
+		return;
+	}
+	if (at == UINT64_MAX)
+		return;
+	now = loop_now_ms();
+	s->kwait_op.done = kwait_timer_done;
+	if (loop_timeout(s->loop, &s->kwait_op, &s->kwait_ts, at > now ? at - now : 1) == 0) {
+		s->kwait_armed = true;
+		s->kwait_at = at;
+	}
+}
+
+/* kwait_poll_done() - the socket of a waiting client is readable: it
+ * hung up (or sent a request before its answer, which a client must not):
+ * its wait ends, and so does the connection, its leases with it. */
+static void kwait_poll_done(struct loop_op *op, int res)
+{
+	struct conn *c = (struct conn *)((char *)op - offsetof(struct conn, kwait_poll_op));
+	struct server *s = c->srv;
+	ssize_t r;
+	char b;
+
+	c->kwait_polling = false;
+	if (c->kwait && !conn_closing(c) && res >= 0 &&
+	    !(res & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL))) {
+		/* a poll armed before this wait may have heard the request
+		 * that started it, since received: nothing to read is no
+		 * hang-up, and the poll goes on */
+		r = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    loop_poll(s->loop, &c->kwait_poll_op, c->fd, POLLIN | POLLRDHUP) == 0) {
+			c->kwait_polling = true;
+			return;	/* the hold goes on with the poll */
+		}
+	}
+	if (c->kwait) {
+		kwait_unlink(c);
+		if (!conn_closing(c)) {
+			log_info("client %llu (%s, pid %d) hung up while its ACQUIRE waited for "
+				 "keys", (unsigned long long)c->id, c->name, (int)c->cred.pid);
+			conn_close(c);
+		}
+		conn_put(c);	/* the wait's hold */
+		kwait_arm(s);
+	}
+	conn_put(c);		/* the poll's */
+}
+
+bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
+	       const struct kvp_wire_acquire *a)
+{
+	struct server *s = c->srv;
+	uint64_t now = loop_now_ms();
+	struct conn **pp;
+
+	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down)
+		return false;
+	if (!c->kwait_deadline)
+		c->kwait_deadline = now + a->wait_ms;
+	if (now >= c->kwait_deadline)
+		return false;	/* answered with what is held */
+	if (!c->kwait_polling) {
+		c->kwait_poll_op.done = kwait_poll_done;
+		if (loop_poll(s->loop, &c->kwait_poll_op, c->fd, POLLIN | POLLRDHUP) < 0)
+			return false;	/* ring full: no wait rather than one unheard */
+		c->kwait_polling = true;
+		conn_hold(c);
+	}
+	for (pp = &s->kwait_head; *pp; pp = &(*pp)->kwait_next)
+		;
+	*pp = c;
+	c->kwait_next = NULL;
+	c->kwait = true;
+	kwait_arm(s);
+	if (!s->kwait_armed) {	/* no timer for its deadline: no wait */
+		kwait_unlink(c);
+		return false;
+	}
+	c->wait_req = *req;
+	c->deferred = true;
+	conn_hold(c);
+	return true;
+}
+
+void wait_published(struct ns *n, struct server *s)
+{
+	if (!s->kwait_head)
+		return;
+	kwait_go(kwait_take(s, kwait_of_ns, n));
+	kwait_arm(s);
 }

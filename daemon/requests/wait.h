@@ -63,4 +63,18 @@ bool wait_tier_room(struct conn *c, const struct kvp_wire_hdr *req, struct ns *n
 bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from);
 
+/* wait_keys() - c's ACQUIRE req (a) holds keys[0..hits) and not all
+ * a->nkeys: with KVP_WIRE_ACQ_WAIT and before its deadline (a->wait_ms
+ * from its first try), true: it waits, and is served again from the
+ * start when a client publishes in its namespace or the deadline comes
+ * (then it is answered with what is held). It leases nothing meanwhile,
+ * and a client that hangs up meanwhile is let go at once. False: serve
+ * it now. */
+bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
+	       const struct kvp_wire_acquire *a);
+
+/* wait_published() - keys were published in n: the ACQUIREs that wait
+ * for keys of n are served again. */
+void wait_published(struct ns *n, struct server *s);
+
 #endif /* KVP_WAIT_H */

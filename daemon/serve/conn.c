@@ -183,6 +183,7 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	};
 	struct outbuf *o;
 
+	c->kwait_deadline = 0;	/* a reply ends the request, and its wait for keys */
 	/* one reply per request: arrival to reply (a deferred one's too: the
 	 * connection reads no other request meanwhile) */
 	if (c->req_ns && req->op < sizeof(c->srv->n.rt) / sizeof(c->srv->n.rt[0])) {

@@ -83,6 +83,14 @@ struct conn {
 	unsigned rights;		/* ACCESS_* in its namespace */
 	struct conn *wait_next;		/* ns->wait_head list */
 	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
+	/* an ACQUIRE that waits for keys (requests/wait.c): on srv->kwait_head
+	 * until its deadline (0: none; a reply ends it), with a poll of the
+	 * socket in flight that hears the client hang up meanwhile */
+	struct conn *kwait_next;
+	uint64_t kwait_deadline;
+	bool kwait;
+	bool kwait_polling;
+	struct loop_op kwait_poll_op;
 	uint64_t evicted;		/* pages an EVICT moved before it waited */
 	uint64_t connected_ms;		/* server uptime when it connected */
 };
@@ -139,6 +147,15 @@ struct server {
 	struct loop_op idle_cancel_op;
 	struct __kernel_timespec idle_ts;
 	bool idle_armed;
+	/* ACQUIREs that wait for keys (requests/wait.c), and the timer of
+	 * the first one's deadline (armed while there is one) */
+	struct conn *kwait_head;
+	struct loop_op kwait_op;
+	struct loop_op kwait_cancel_op;
+	struct __kernel_timespec kwait_ts;
+	uint64_t kwait_at;
+	bool kwait_armed;
+	bool kwait_cancelling;
 	struct save save;		/* the stop's save (tiers/save.c) */
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */

@@ -336,6 +336,24 @@ static PyObject *Client_set_lookups_counted(ClientObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+static PyObject *Client_set_acquire_wait(ClientObject *self, PyObject *arg)
+{
+	double secs = PyFloat_AsDouble(arg);
+
+	if (secs == -1.0 && PyErr_Occurred())
+		return NULL;
+	if (!(secs >= 0.0 && secs <= KVP_WIRE_WAIT_MAX_MS / 1000.0)) {
+		PyErr_Format(PyExc_ValueError, "set_acquire_wait(%R): the wait is 0 to %u "
+			     "seconds", arg, KVP_WIRE_WAIT_MAX_MS / 1000);
+		return NULL;
+	}
+	if (!client_ok(self))
+		return NULL;
+	/* a wait shorter than a millisecond is one, not none */
+	kvp_set_acquire_wait(self->c, secs > 0.0 && secs < 0.001 ? 1 : (uint32_t)(secs * 1000.0));
+	Py_RETURN_NONE;
+}
+
 static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "pages", "keys", "parent", "priority", "tokens", NULL };
@@ -608,6 +626,10 @@ static PyMethodDef Client_methods[] = {
 	  "each job's (chain, keys, parent, blocks, tokens) blocks into them, publish each "
 	  "job, release, all without the GIL; a result is (saved, deduplicated), the "
 	  "publish's exception, or None (skipped: an earlier job of its chain failed)." },
+	{ "set_acquire_wait", (PyCFunction)Client_set_acquire_wait, METH_O,
+	  "set_acquire_wait(seconds) - acquire() and load_blocks() wait up to seconds for "
+	  "keys the daemon does not hold yet (another client is saving them): the answer "
+	  "comes once all are held, or at the deadline with what is held then. 0: no wait." },
 	{ "set_lookups_counted", (PyCFunction)Client_set_lookups_counted, METH_O,
 	  "set_lookups_counted(counted) - False: acquire() leases what another client of "
 	  "the engine looked up already, and is not counted as a lookup." },

@@ -40,10 +40,11 @@ def key(i):
     return bytes((i * 37 + j) & 0xff for j in range(32))
 
 
-def acquire(keys, tokens=(), parent=b"\0" * 32, prefill_rate=0, remote_max_us=0):
+def acquire(keys, tokens=(), parent=b"\0" * 32, prefill_rate=0, remote_max_us=0, flags=0,
+            wait_ms=0):
     return (struct.pack("<II", len(keys), len(tokens)) + parent +
-            struct.pack("<II", prefill_rate, remote_max_us) + b"".join(keys) +
-            b"".join(struct.pack("<I", t) for t in tokens))
+            struct.pack("<IIII", prefill_rate, remote_max_us, flags, wait_ms) +
+            b"".join(keys) + b"".join(struct.pack("<I", t) for t in tokens))
 
 
 def publish(ents, prio=1, parent=b"\0" * 32):
@@ -163,6 +164,14 @@ SESSIONS = {
     "ns-churn": b"".join(use(1, 1) + chunk("HELLO", hello("n%d" % i)) + CLOSE +
                          use(0, 0) + chunk("DROP_NS", ns_name("n%d" % i))
                          for i in range(6)),
+    # an ACQUIRE that waits for a key (WAIT, 50 ms) and gets it after its
+    # deadline; a LOAD; a PROBE
+    "wait-keys": chunk("HELLO", hello()) + alloc(1) +
+                 chunk("PUBLISH", publish([(handle(0), key(0))])) +
+                 chunk("ACQUIRE", acquire([key(0), key(1)], flags=4, wait_ms=50)) +
+                 chunk("ACQUIRE", acquire([key(0)], flags=1)) +
+                 chunk("ACQUIRE", acquire([key(0), key(1)], flags=2)) +
+                 chunk("RELEASE", pages(handle(0))),
     "many-pages": chunk("HELLO", hello()) +
                   chunk("ALLOC", struct.pack("<II", 200, 0)) +
                   chunk("PUBLISH", publish([(handle(i), key(i)) for i in range(40)], 3)) +
