@@ -61,10 +61,12 @@ def engine_missing() -> Optional[str]:
     return None
 
 
-def connector_config(socket_path: str, **extra) -> str:
-    """The --kv-transfer-config of docs/vllm.md for kvpoold at socket_path."""
+def connector_config(socket_path: str, role: str = "kv_both", **extra) -> str:
+    """The --kv-transfer-config of docs/vllm.md for kvpoold at socket_path
+    (role: kv_both; kv_producer for a prefill engine, kv_consumer for a
+    decode engine)."""
     cfg = {"kv_connector": "KVPoolConnector", "kv_connector_module_path": "kvpool.vllm",
-           "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+           "kv_role": role, "kv_load_failure_policy": "recompute",
            "kv_connector_extra_config": dict({"socket": socket_path}, **extra)}
     return json.dumps(cfg)
 
@@ -168,13 +170,14 @@ class Engine:
     def __init__(self, model: str, log_path: str, *, kvpool_socket: Optional[str] = None,
                  extra: Optional[Dict] = None, args: Sequence[str] = (),
                  argv: Optional[Sequence[str]] = None, cpus: str = "0",
-                 env: Optional[Dict[str, str]] = None, hash_seed: Optional[str] = "0"):
+                 env: Optional[Dict[str, str]] = None, hash_seed: Optional[str] = "0",
+                 role: str = "kv_both"):
         self.port = free_port()
         self.log_path = log_path
         if argv is None:
             argv = ["vllm", "serve", model, *COMMON_ARGS, *args]
             if kvpool_socket is not None:
-                argv += ["--kv-transfer-config", connector_config(kvpool_socket,
+                argv += ["--kv-transfer-config", connector_config(kvpool_socket, role,
                                                                   **(extra or {}))]
         argv = list(argv) + ["--port", str(self.port), "--host", "127.0.0.1"]
         if argv[0] == "vllm":
@@ -301,6 +304,45 @@ class Engine:
         except ProcessLookupError:
             pass
         self.proc.wait()
+
+
+ROUTER_VENV = os.environ.get("KVPOOL_ROUTER_VENV") or os.path.join(SRC, ".venv-router")
+
+
+def router_missing() -> Optional[str]:
+    """Why vllm-router cannot run here, or None."""
+    exe = os.path.join(ROUTER_VENV, "bin", "vllm-router")
+    if not os.path.exists(exe):
+        return ("%s does not exist: contrib/quickstart test makes it (vllm-router 0.1.17), "
+                "or set KVPOOL_ROUTER_VENV to a virtual environment with it" % exe)
+    return None
+
+
+class Router(Engine):
+    """vllm-router (PyPI; ROUTER_VENV) in prefill/decode mode in front of
+    engines: a client asks it as it would an engine (complete()). It sends
+    each request to a prefill engine with max_tokens 1 and
+    kv_transfer_params {"do_remote_decode": true}, then the request with
+    the params of the prefill engine's answer to a decode engine, whose
+    answer it passes back."""
+
+    def __init__(self, prefill: Sequence[Engine], decode: Sequence[Engine], log_path: str,
+                 policy: str = "round_robin"):
+        self.port = free_port()
+        self.log_path = log_path
+        argv = [os.path.join(ROUTER_VENV, "bin", "vllm-router"), "--vllm-pd-disaggregation",
+                "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
+                "--worker-startup-check-interval", "1", "--log-level", "info"]
+        for e in prefill:
+            argv += ["--prefill", "http://127.0.0.1:%d" % e.port]
+        for e in decode:
+            argv += ["--decode", "http://127.0.0.1:%d" % e.port]
+        self.argv = argv
+        with open(log_path, "w") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        self.model = prefill[0].model
 
 
 def start(engines: Sequence[Engine], timeout: float = 300.0) -> List[Engine]:

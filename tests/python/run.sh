@@ -48,6 +48,6 @@ mkdir -p "$build/tests/python"
 	exit 1
 }
 cd "$src/tests/python" || exit 1
-[ $# -gt 0 ] || set -- --ignore=test_engines.py .
+[ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py .
 KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
 	-o console_output_style=classic "$@"

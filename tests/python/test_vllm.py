@@ -240,6 +240,71 @@ def test_a_producer_saves_and_never_loads_a_consumer_loads_and_never_saves(pool)
     assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
 
 
+# what vllm-router sends a prefill engine (--vllm-pd-disaggregation)
+ROUTER = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+          "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+def test_a_decode_engine_loads_what_its_prefill_engine_is_still_saving(pool):
+    # disaggregated prefill as vLLM's routers drive it: the prefill
+    # engine's answer comes before its saves (held back a second here)
+    # end, and the decode engine, given the answer's kv_transfer_params,
+    # waits in kvpoold for the blocks rather than compute them
+    p = Engine(pool.sock, "--role", "kv_producer", env={"KVPOOL_TEST_SLOW_SAVE": "1"}).ready()
+    d = Engine(pool.sock, "--role", "kv_consumer").ready()
+    try:
+        rp = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER, drain=False)
+        params = rp["params"][0]
+        assert params["do_remote_prefill"] is True and params["kvpool"]["blocks"] == 12
+        assert pool.stats()["pages_cached"] == 0  # not saved yet
+        rd = d.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
+        assert rd["cached"] == [12 * BLOCK]
+        sd = d.call(op="stats")
+        assert sd["scheduler"]["pd_loads"] == 1 and sd["worker"]["loaded_blocks"] == 12
+        assert sd["worker"].get("load_errors", 0) == 0
+        p.call(op="drain")
+        assert p.call(op="stats")["scheduler"]["pd_prefills"] == 1
+        assert d.call(op="blocks", rid=rd["rids"][0], n=12)["blocks"] == \
+            p.call(op="blocks", rid=rp["rids"][0], n=12)["blocks"]
+        # params of another namespace, or of another prompt: computed here, said once
+        other = dict(params, kvpool=dict(params["kvpool"], namespace="elsewhere"))
+        for i in range(2):
+            fresh = [(t * 13 + i) % 900 + 5 for t in range(200)]
+            assert d.call(op="run", prompts=[fresh], max_tokens=2,
+                          params=other)["cached"] == [0]
+        assert d.warnings("saved it to namespace 'elsewhere'") == 1
+        moved = [t + 1 for t in PROMPT]
+        assert d.call(op="run", prompts=[moved], max_tokens=2, params=params)["cached"] == [0]
+        assert d.warnings("keys are not this request's") == 1
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+
+
+def test_a_prefill_engine_killed_before_its_saves_leaves_the_decode_computing(pool):
+    # the decode engine waits pd_wait_seconds for blocks that never come,
+    # then computes them; nothing is leaked
+    p = Engine(pool.sock, "--role", "kv_producer", env={"KVPOOL_TEST_SLOW_SAVE": "30"}).ready()
+    d = Engine(pool.sock, "--role", "kv_consumer", extra={"pd_wait_seconds": 1}).ready()
+    try:
+        params = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER,
+                        drain=False)["params"][0]
+        p.proc.kill()
+        p.proc.wait()
+        t0 = time.monotonic()
+        rd = d.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
+        assert 1 <= time.monotonic() - t0 < 30
+        assert len(rd["outputs"][0]) == 4
+        sd = d.call(op="stats")
+        assert sd["scheduler"]["pd_loads"] == 1 and sd["worker"]["load_errors"] == 12
+        assert sd["worker"].get("loaded_blocks", 0) == 0
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0 and pool.stats()["pages_cached"] == 0
+
+
 def test_instances_of_another_model_share_nothing(pool):
     a, b = engines(pool.sock, 2, extra={"model": "some/other-model"})
     b.close()

@@ -317,12 +317,16 @@ class Engine:
                                block_size=args.block)
         init_none_hash(self.hash_fn)
         self.reqs = {}
+        self.params = {}  # request -> the kv_transfer_params of its answer
         self.n = 0
 
-    def add(self, tokens, max_tokens):
+    def add(self, tokens, max_tokens, params=None):
+        """A request; params: its kv_transfer_params (as vLLM's API server
+        puts a request's into its sampling params)."""
         self.n += 1
         rid = "r%d" % self.n
-        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+        sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True,
+                            extra_args={"kv_transfer_params": params} if params else None)
         sp.update_from_generation_config({}, EOS)
         req = Request(request_id=rid, prompt_token_ids=list(tokens), sampling_params=sp,
                       pooling_params=None, mm_features=None,
@@ -355,13 +359,18 @@ class Engine:
                                 sampled_token_ids=[sampled.get(r, []) for r in rids],
                                 logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
                                 kv_connector_output=kvo)
-        self.sched.update_from_output(out, mro)
+        for outs in self.sched.update_from_output(out, mro).values():
+            for o in outs.outputs:  # what the API server's answer carries
+                if o.kv_transfer_params is not None:
+                    self.params[o.request_id] = o.kv_transfer_params
         return out
 
-    def run(self, prompts, max_tokens):
+    def run(self, prompts, max_tokens, params=None, drain=True):
         """Serve prompts to completion: their outputs, and per request the
-        tokens vLLM computed itself and the ones it loaded from kvpool."""
-        rids = [self.add(p, max_tokens) for p in prompts]
+        tokens vLLM computed itself and the ones it loaded from kvpool, and
+        the kv_transfer_params of its answer. drain False: return once
+        they are answered, before the saves of their blocks end."""
+        rids = [self.add(p, max_tokens, params) for p in prompts]
         first = {}
         steps = 0
         while any(not self.reqs[r].is_finished() for r in rids):
@@ -375,13 +384,14 @@ class Engine:
             steps += 1
             if steps > 10000:
                 raise RuntimeError("requests did not finish")
-        hung = self.drain()
+        hung = self.drain() if drain else None
         if hung:
             return {"hung": hung[1], "rids": rids}
         return {"rids": rids, "outputs": [list(self.reqs[r].output_token_ids) for r in rids],
                 "cached": [first.get(r, 0) for r in rids],
                 "preempted": [self.reqs[r].num_preemptions for r in rids],
-                "prompt": [len(p) for p in prompts]}
+                "prompt": [len(p) for p in prompts],
+                "params": [self.params.get(r) for r in rids]}
 
     def drain(self, timeout=60):
         """Step while vLLM's engine core would: finished requests whose
@@ -437,7 +447,8 @@ def serve():
         try:
             op = cmd["op"]
             if op == "run":
-                r = eng.run(cmd["prompts"], cmd.get("max_tokens", 4))
+                r = eng.run(cmd["prompts"], cmd.get("max_tokens", 4), cmd.get("params"),
+                            cmd.get("drain", True))
             elif op == "blocks":
                 r = {"blocks": [b.hex() for b in eng.blocks(cmd["rid"], cmd["n"],
                                                             cmd.get("layers"))]}

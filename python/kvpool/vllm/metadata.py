@@ -29,6 +29,9 @@ class Transfer:
     # load's block before a sliding window, which vLLM does not keep)
     groups: Optional[List[List[int]]] = None
     job: int = 0  # such a save: what the scheduler pinned its blocks under
+    # loads: seconds to wait for keys not in the pool yet (a prefill
+    # engine is saving them: disaggregated prefill); 0: none
+    wait: float = 0.0
 
 
 @dataclass

@@ -37,7 +37,6 @@ GUESS_BYTES_PER_S = 2e9
 
 
 @dataclass
-@dataclass
 class _Lease:
     pages: List[int]  # blocks 0 .. hit of the request, leased
     keys: List[bytes]
@@ -46,7 +45,7 @@ class _Lease:
     groups: Optional[List[List[int]]] = None  # every KV cache group's (hybrid models)
     sent: bool = False
     background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
-
+    wait: float = 0.0  # seconds its load waits for keys a prefill engine saves
 
 
 class SchedulerSide:
@@ -68,6 +67,7 @@ class SchedulerSide:
         self._workers = workers
         self._async_load = settings["async_load_blocks"]
         self._step_share = settings["load_step_share"]
+        self._pd_wait = settings["pd_wait_seconds"]
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
@@ -119,6 +119,9 @@ class SchedulerSide:
         # leave vLLM at least one token to compute
         n = min(len(hashes), (request.num_tokens - 1) // self._block)
         start = num_computed_tokens // self._block
+        # a decode engine's request whose prompt a prefill engine computed
+        # and is saving (disaggregated prefill): its blocks are waited for
+        wanted = self._pd_blocks(request, n)
         if n <= start:
             # vLLM has it all: what the pool holds too is not copied again
             if self._saves:
@@ -139,6 +142,16 @@ class SchedulerSide:
         self._pool.count("lookups")
         hit = len(pages)
         self._pool.count("hit_blocks", hit)
+        if wanted > max(hit, start):
+            # the prefill engine's saves have not all come: the load off the
+            # step waits for the rest in kvpoold (ACQUIRE WAIT), the request
+            # in WAITING_FOR_REMOTE_KVS, the others go on
+            self._pool.count("pd_loads")
+            self._pool.count("loads_off_step")
+            self._saved[rid] = max(self._saved.get(rid, 0), wanted)
+            self._leases[rid] = _Lease(pages, keys[:wanted], start, background=True,
+                                       wait=self._pd_wait)
+            return (wanted - start) * self._block, True
         # the block left to vLLM to compute may be in the pool too
         have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
         self._saved[rid] = max(self._saved.get(rid, 0), have)
@@ -156,6 +169,43 @@ class SchedulerSide:
         self._pool.count("loads_off_step" if background else "loads_in_step")
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
+
+    def _pd_blocks(self, request: "Request", n: int) -> int:
+        """How many of the request's first n blocks a prefill engine says
+        it saved to this pool (its kv_transfer_params, which the router
+        passed on from the prefill engine's response: request_finished()'s
+        on that engine), or 0: none, or params that name another namespace
+        or other blocks (another model, seed or block size), which are
+        said once and ignored."""
+        params = getattr(request, "kv_transfer_params", None)
+        if not isinstance(params, dict) or not params.get("do_remote_prefill"):
+            return 0
+        kp = params.get("kvpool")
+        if not isinstance(kp, dict):
+            return 0  # another connector's params
+        try:
+            ns, blocks, last = str(kp["namespace"]), int(kp["blocks"]), str(kp["last_key"])
+        except (KeyError, TypeError, ValueError):
+            self._pool.warn("pd-params", "a request's kv_transfer_params carry kvpool "
+                            "params without namespace, blocks and last_key (%r); such "
+                            "requests are computed here", kp)
+            return 0
+        if ns != self._ident.namespace:
+            self._pool.warn("pd-ns", "a request's prefill engine saved it to namespace "
+                            "'%s', this engine uses '%s' (another model, dtype, block size "
+                            "or hash seed): such requests are computed here", ns,
+                            self._ident.namespace)
+            return 0
+        blocks = min(blocks, n, len(request.block_hashes))
+        if blocks <= 0:
+            return 0
+        if bytes(request.block_hashes[blocks - 1]).hex() != last[:64] or \
+                int(kp["blocks"]) > len(request.block_hashes):
+            self._pool.warn("pd-key", "a request's prefill engine saved blocks whose "
+                            "keys are not this request's (another prompt, or another "
+                            "hash seed): such requests are computed here")
+            return 0
+        return blocks
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
@@ -237,7 +287,7 @@ class SchedulerSide:
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
             meta.loads.append(Transfer(rid, keys, parent, ids, background=lease.background,
-                                        groups=lease.groups))
+                                       groups=lease.groups, wait=lease.wait))
             if lease.background:
                 self._loading.add(rid)
         if self._pool is None or not self._saves:
@@ -348,7 +398,7 @@ class SchedulerSide:
         rid = request.request_id
         self._release(rid)
         self._requests.pop(rid, None)
-        self._saved.pop(rid, None)
+        saved = self._saved.pop(rid, None)
         self._no_load.discard(rid)
         # every worker's load, not only the first one's (tensor parallelism)
         hold = rid in self._saving and rid not in self._loading
@@ -356,7 +406,30 @@ class SchedulerSide:
         if hold:
             self._hold.add(rid)
             self._holding.add(rid)
-        return hold, None
+        return hold, self._pd_params(request, saved)
+
+    def _pd_params(self, request: "Request", saved: Optional[int]) -> Optional[Dict[str, Any]]:
+        """A prefill engine's answer to a request with do_remote_decode
+        (disaggregated prefill, as vLLM's routers send it): the
+        kv_transfer_params that let a decode engine on this pool find the
+        prompt's blocks, which are saved or being saved (their saves were
+        sent before the request finished). None for any other request."""
+        params = getattr(request, "kv_transfer_params", None)
+        if not isinstance(params, dict) or not params.get("do_remote_decode") or \
+                self._pool is None or not self._saves:
+            return None
+        hashes = request.block_hashes
+        blocks = min(len(hashes), request.num_prompt_tokens // self._block, saved or 0)
+        if blocks <= 0:
+            return None
+        self._pool.count("pd_prefills")
+        # vLLM's names (those its routers pass on and its NIXL connector
+        # sends), and kvpool's own
+        return {"do_remote_prefill": True, "do_remote_decode": False,
+                "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
+                "remote_port": None,
+                "kvpool": {"namespace": self._ident.namespace, "blocks": blocks,
+                           "last_key": bytes(hashes[blocks - 1]).hex()}}
 
     def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]
                                     ) -> Tuple[bool, Optional[Dict[str, Any]]]:

@@ -60,6 +60,10 @@ SETTINGS: Tuple[Setting, ...] = (
     Setting("save_queue_blocks", "int", None, "a quarter of vLLM's blocks, at least 64",
             "blocks that may wait to be saved; past that new ones are skipped and "
             "counted", 1, 1 << 31),
+    Setting("pd_wait_seconds", "float", 10.0, "10",
+            "disaggregated prefill, on a decode engine: how long a request's load waits "
+            "for the blocks its prefill engine is still saving (then what is not there "
+            "is computed here)", 0.001, 600),
     Setting("copy_cpus", "cpus", None, "the model runner's",
             "the CPUs of the connector's thread, such as `\"1\"` or `\"8-15\"` (on a CPU "
             "engine, a core the model runner does not use)"),

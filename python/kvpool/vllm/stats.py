@@ -32,6 +32,10 @@ COUNTERS = {
                      "engine's step (before its forward).",
     "loads_off_step": "Requests whose pooled blocks the kvpool connector loaded off the "
                       "engine's step (the request waited, the others went on).",
+    "pd_prefills": "Requests a prefill engine computed for a decode engine (kv_transfer_"
+                   "params do_remote_decode) whose saved blocks it named in its answer.",
+    "pd_loads": "Requests of a decode engine whose load waited for blocks a prefill "
+                "engine was still saving.",
 }
 
 

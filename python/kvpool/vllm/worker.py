@@ -77,6 +77,7 @@ class WorkerSide:
         self._layer_at: Dict[str, int] = {}  # a layer's place in the page, by vLLM's name
         self._cost_lock = threading.Lock()
         self._cost = (0.0, 0)  # loads' seconds and blocks since the last report
+        self._waits: Optional[Pool] = None  # the connection loads wait for keys on
 
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         if self._ident is None:
@@ -192,8 +193,47 @@ class WorkerSide:
             self._copier.copy(c, view, to_pool, gp, only=only)
 
     def _load_off_step(self, t: Transfer) -> List[int]:
-        with self._copier.side_stream():
-            return self._load([t])
+        held = self._await_keys(t) if t.wait else []
+        try:
+            with self._copier.side_stream():
+                return self._load([t])
+        finally:
+            if held:
+                self._let_go(held)
+
+    def _await_keys(self, t: Transfer) -> List[int]:
+        """A load whose keys a prefill engine is still saving: until
+        kvpoold holds them all, or t.wait seconds (an ACQUIRE WAIT on a
+        connection of its own, so that no load or save of the engine's
+        steps waits behind it). The pages found stay leased there until
+        the load has copied them (_let_go())."""
+        if self._waits is None:
+            p = self._pool
+            self._waits = Pool(self._log, p.role + " waits", p.socket, p.namespace,
+                               p.geometry, p.scheme, p.seed, p.retry, p.hint, lookups=False,
+                               name=((p.name or "vllm worker") + " waits")[:31])
+        w = self._waits
+        with w.lock:
+            c = w.client()
+            if c is None:
+                return []
+            try:
+                c.set_acquire_wait(t.wait)
+                return list(c.acquire(t.keys, parent=t.parent).pages)
+            except OSError as e:
+                w.failed("wait", e)  # the load goes on with what the pool holds
+                return []
+
+    def _let_go(self, pages: List[int]) -> None:
+        w = self._waits
+        with w.lock:
+            c = w.client()
+            if c is None:
+                return  # the daemon is gone: the leases went with the connection
+            try:
+                c.release(pages)
+            except OSError as e:
+                w.failed("release", e)
 
     def _load(self, loads: List[Transfer]) -> List[int]:
         """Copy the loads' pages into their vLLM blocks; the blocks that did
@@ -551,5 +591,7 @@ class WorkerSide:
             self._mover = None
         if self._copier is not None:
             self._copier.close()
+        if self._waits is not None:
+            self._waits.close()
         if self._pool is not None:
             self._pool.close()
