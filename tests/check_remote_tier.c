@@ -5,7 +5,8 @@
  * (tests/redis_fixture.c): two daemons share prefixes through the
  * cluster, what leaves the pool is written back and fetched blocks are
  * not, a corrupted value or a forger's is a miss, a client's policy skips
- * a slower fetch, failovers, a cluster that goes and comes back, a full
+ * a slower fetch, an ACQUIRE that waits for what another machine
+ * publishes, failovers, a cluster that goes and comes back, a full
  * server, and the start-up's refusals. Exit 77 (SKIP) without
  * redis-server.
  *
@@ -14,6 +15,7 @@
  * client.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -234,6 +236,67 @@ static long sets(void)
 	}
 	return n;
 }
+
+/* A client of machine B that acquires a prompt with a wait (20 s): what
+ * it got, and in how long. */
+struct waiter {
+	const char *sock;
+	unsigned prompt, hits;
+	double secs;
+};
+
+static void *wait_prompt(void *arg)
+{
+	struct waiter *w = arg;
+	kvp_client *c = join(w->sock);
+	struct timespec t0, t1;
+
+	ck_assert_int_eq(kvp_set_acquire_wait(c, 20000), 0);
+	/* a decode engine computes nothing it can fetch */
+	ck_assert_int_eq(kvp_set_remote_policy(c, 1, 0), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	w->hits = acquire_prompt(c, w->prompt);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	w->secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	kvp_close(c);
+	return NULL;
+}
+
+START_TEST(test_remote_a_waiting_acquire_gets_what_another_machine_publishes)
+{
+	/* disaggregated prefill across machines: B's ACQUIRE waits for keys
+	 * nobody has, and A's daemon writes them to the cluster as A's
+	 * client publishes them (write-through); B's daemon asks the cluster
+	 * again while it waits (no PUBLISH on B announces them) */
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct waiter w = { .prompt = 0 };
+	struct kvp_wire_stats st;
+	struct daemon a, b;
+	pthread_t th;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	b_ready(&b, b_args);
+	w.sock = b.sock;
+	ck_assert_int_eq(pthread_create(&th, NULL, wait_prompt, &w), 0);
+	usleep(300000);
+	serve_prompts(a.sock, 0, 1);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(w.hits, BLOCKS);
+	ck_assert_msg(w.secs >= 0.25 && w.secs < 10.0, "the wait took %.2f s", w.secs);
+	stats_of(b.sock, &st);
+	ck_assert_uint_eq(st.remote.restored, BLOCKS);
+	ck_assert_uint_eq(st.pages_shared + st.pages_private, 0);
+	check_conservation(b.sock);
+	daemon_stop(&b);
+	daemon_stop(&a);
+}
+END_TEST
 
 START_TEST(test_remote_fetched_blocks_are_not_sent_back)
 {
@@ -810,6 +873,7 @@ static Suite *remote_tier_suite(void)
 	tcase_add_checked_fixture(tc, rf_setup, rf_teardown);
 	tcase_set_timeout(tc, 120);
 	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
+	ADD(test_remote_a_waiting_acquire_gets_what_another_machine_publishes);
 	ADD(test_remote_write_back_sends_what_leaves_the_pool);
 	ADD(test_remote_fetched_blocks_are_not_sent_back);
 	ADD(test_remote_daemon_counts_a_corrupted_value_as_a_miss);

@@ -186,6 +186,9 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 
 /* --- ACQUIREs that wait for keys ------------------------------------------ */
 
+#define KWAIT_POLL_FIRST_MS	10u
+#define KWAIT_POLL_MAX_MS	160u
+
 static void kwait_arm(struct server *s);
 
 /* kwait_unlink() - take c off the server's list of key waits. */
@@ -239,9 +242,11 @@ static void kwait_go(struct conn *c)
 	}
 }
 
-static bool kwait_expired(const struct conn *c, const void *now)
+static bool kwait_due(const struct conn *c, const void *now)
 {
-	return c->kwait_deadline <= *(const uint64_t *)now;
+	uint64_t t = *(const uint64_t *)now;
+
+	return c->kwait_deadline <= t || (c->kwait_poll_at && c->kwait_poll_at <= t);
 }
 
 static bool kwait_of_ns(const struct conn *c, const void *n)
@@ -256,9 +261,19 @@ static void kwait_timer_done(struct loop_op *op, int res)
 	struct server *s = (struct server *)((char *)op - offsetof(struct server, kwait_op));
 	uint64_t now = loop_now_ms();
 
+	struct conn *due, *c;
+
 	(void)res;
 	s->kwait_armed = false;
-	kwait_go(kwait_take(s, kwait_expired, &now));
+	due = kwait_take(s, kwait_due, &now);
+	for (c = due; c; c = c->kwait_next)
+		if (c->kwait_poll_at && c->kwait_poll_at <= now && c->kwait_deadline > now) {
+			/* the keys may have reached the remote tier from another
+			 * machine's daemon, which no PUBLISH here announces */
+			c->remote_tried = false;
+			c->kwait_poll_at = 0;
+		}
+	kwait_go(due);
 	kwait_arm(s);
 }
 
@@ -279,9 +294,12 @@ static void kwait_arm(struct server *s)
 	uint64_t at = UINT64_MAX, now;
 	struct conn *c;
 
-	for (c = s->kwait_head; c; c = c->kwait_next)
+	for (c = s->kwait_head; c; c = c->kwait_next) {
 		if (c->kwait_deadline < at)
 			at = c->kwait_deadline;
+		if (c->kwait_poll_at && c->kwait_poll_at < at)
+			at = c->kwait_poll_at;
+	}
 	if (s->kwait_armed) {
 		/* nothing to wait for keeps no timer (nor the stop waiting) */
 		if ((at < s->kwait_at || at == UINT64_MAX) && !s->kwait_cancelling) {
@@ -356,6 +374,14 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 			return false;	/* ring full: no wait rather than one unheard */
 		c->kwait_polling = true;
 		conn_hold(c);
+	}
+	/* with a remote tier, the keys may come from another machine: it is
+	 * asked again after 10 ms, then at twice the interval, up to 160 ms */
+	if (c->ns->remote) {
+		c->kwait_poll_ms = c->kwait_poll_ms ? c->kwait_poll_ms * 2 : KWAIT_POLL_FIRST_MS;
+		if (c->kwait_poll_ms > KWAIT_POLL_MAX_MS)
+			c->kwait_poll_ms = KWAIT_POLL_MAX_MS;
+		c->kwait_poll_at = now + c->kwait_poll_ms;
 	}
 	for (pp = &s->kwait_head; *pp; pp = &(*pp)->kwait_next)
 		;

@@ -88,6 +88,8 @@ struct conn {
 	 * socket in flight that hears the client hang up meanwhile */
 	struct conn *kwait_next;
 	uint64_t kwait_deadline;
+	uint64_t kwait_poll_at;		/* when the remote tier is asked again (0: never) */
+	uint32_t kwait_poll_ms;		/* the interval it is asked again at */
 	bool kwait;
 	bool kwait_polling;
 	struct loop_op kwait_poll_op;

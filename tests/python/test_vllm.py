@@ -305,6 +305,42 @@ def test_a_prefill_engine_killed_before_its_saves_leaves_the_decode_computing(po
     assert leased(pool) == 0 and pool.stats()["pages_cached"] == 0
 
 
+def test_a_daemon_restarted_between_prefill_and_decode_leaves_the_decode_computing():
+    # the pool lost what the prefill engine saved: the decode engine waits
+    # pd_wait_seconds, computes, says so once, and shares again afterwards
+    keep = tempfile.mkdtemp(prefix="kvpool-vllm-sock-")
+    args = ["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M"]
+    d = Daemon(args, sock=os.path.join(keep, "kvpool.sock"))
+    p = Engine(d.sock, "--role", "kv_producer").ready()
+    dec = Engine(d.sock, "--role", "kv_consumer", extra={"pd_wait_seconds": 1}).ready()
+    try:
+        params = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER)["params"][0]
+        assert d.stats()["pages_cached"] == 12
+        sock, old = d.sock, d
+        old.stop()
+        d = Daemon(args, sock=sock)
+        old.discard()
+        rd = dec.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
+        assert rd["cached"] == [0] and len(rd["outputs"][0]) == 4
+        sd = dec.call(op="stats")
+        assert sd["worker"]["load_errors"] == 12
+        assert sd["worker"].get("loaded_blocks", 0) == 0
+        assert dec.warnings("did not reach the pool within pd_wait_seconds") == 1
+        # the next prompt goes through the pool again
+        other = [(i * 3) % 900 + 5 for i in range(200)]
+        params = p.call(op="run", prompts=[other], max_tokens=1, params=ROUTER)["params"][0]
+        rd = dec.call(op="run", prompts=[other], max_tokens=4, params=params)
+        assert rd["cached"] == [12 * BLOCK]
+        assert dec.call(op="stats")["worker"]["loaded_blocks"] == 12
+        assert leased(d) == 0
+        d.stop()
+    finally:
+        p.close()
+        dec.close()
+        d.discard()
+        subprocess.run(["rm", "-rf", keep], check=False)
+
+
 def test_instances_of_another_model_share_nothing(pool):
     a, b = engines(pool.sock, 2, extra={"model": "some/other-model"})
     b.close()

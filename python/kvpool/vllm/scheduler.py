@@ -429,6 +429,7 @@ class SchedulerSide:
                 "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
                 "remote_port": None,
                 "kvpool": {"namespace": self._ident.namespace, "blocks": blocks,
+                           "tokens": blocks * self._block,
                            "last_key": bytes(hashes[blocks - 1]).hex()}}
 
     def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]

@@ -194,6 +194,15 @@ class WorkerSide:
 
     def _load_off_step(self, t: Transfer) -> List[int]:
         held = self._await_keys(t) if t.wait else []
+        if t.wait and self._pool is not None:
+            if len(held) < len(t.keys):
+                self._pool.warn("pd-late", "%d of a request's %d blocks did not reach the "
+                                "pool within pd_wait_seconds (%gs) of its prefill engine's "
+                                "answer (its saves were skipped, slow, or it stopped): "
+                                "computed here", len(t.keys) - len(held), len(t.keys),
+                                t.wait)
+            else:
+                self._pool.clear("pd-late", "a prefill engine's blocks came in time again")
         try:
             with self._copier.side_stream():
                 return self._load([t])
@@ -219,6 +228,10 @@ class WorkerSide:
                 return []
             try:
                 c.set_acquire_wait(t.wait)
+                # with a remote tier, the blocks may come from another
+                # machine's prefill engine: fetching them always beats
+                # computing them here
+                c.set_remote_policy(prefill_rate=1)
                 return list(c.acquire(t.keys, parent=t.parent).pages)
             except OSError as e:
                 w.failed("wait", e)  # the load goes on with what the pool holds
