@@ -260,7 +260,6 @@ static void kwait_timer_done(struct loop_op *op, int res)
 {
 	struct server *s = (struct server *)((char *)op - offsetof(struct server, kwait_op));
 	uint64_t now = loop_now_ms();
-
 	struct conn *due, *c;
 
 	(void)res;
