@@ -26,4 +26,4 @@ examples_kvpool_model_server_SOURCES += examples/model_cuda_stub.c
 endif
 examples_kvpool_model_server_LDFLAGS = $(AM_LDFLAGS) -no-install
 EXTRA_DIST += examples/demo.sh examples/model_server.py examples/demo_vllm.py \
-	examples/vllm_engines.py
+	examples/vllm_engines.py examples/machines.py

@@ -162,7 +162,9 @@ class Engine:
 
     argv: the command from "vllm" on (as docs/vllm.md gives it), else
     ["vllm", "serve", model] with COMMON_ARGS, args and, with
-    kvpool_socket, the connector. cpus: the CPUs of its model runner
+    kvpool_socket, the connector. host: the address it listens on; netns:
+    a network namespace (ip netns) to run it in, a "machine" of its own.
+    cpus: the CPUs of its model runner
     (VLLM_CPU_OMP_THREADS_BIND): vLLM on the CPU reserves one more core
     for an engine that has any kv_transfer_config, so engines compared
     token for token are bound the same way."""
@@ -171,17 +173,21 @@ class Engine:
                  extra: Optional[Dict] = None, args: Sequence[str] = (),
                  argv: Optional[Sequence[str]] = None, cpus: str = "0",
                  env: Optional[Dict[str, str]] = None, hash_seed: Optional[str] = "0",
-                 role: str = "kv_both"):
+                 role: str = "kv_both", host: str = "127.0.0.1",
+                 netns: Optional[str] = None):
         self.port = free_port()
+        self.host = host
         self.log_path = log_path
         if argv is None:
             argv = ["vllm", "serve", model, *COMMON_ARGS, *args]
             if kvpool_socket is not None:
                 argv += ["--kv-transfer-config", connector_config(kvpool_socket, role,
                                                                   **(extra or {}))]
-        argv = list(argv) + ["--port", str(self.port), "--host", "127.0.0.1"]
+        argv = list(argv) + ["--port", str(self.port), "--host", host]
         if argv[0] == "vllm":
             argv[0] = os.path.join(VENV, "bin", "vllm")
+        if netns is not None:
+            argv = ["ip", "netns", "exec", netns] + argv
         e = dict(os.environ)
         e.pop("PYTHONHASHSEED", None)
         if hash_seed is not None:
@@ -216,7 +222,7 @@ class Engine:
                            % (timeout, self.log()[-6000:]))
 
     def _conn(self, timeout: float = 600.0) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def _get(self, path: str):
         c = self._conn(5)
@@ -233,16 +239,21 @@ class Engine:
 
     def complete(self, prompt: str, max_tokens: int = 16,
                  on_first_token: Optional[Callable[[], None]] = None,
-                 times: Optional[List[Tuple[float, int]]] = None) -> Completion:
+                 times: Optional[List[Tuple[float, int]]] = None,
+                 kv_transfer_params: Optional[Dict] = None) -> Completion:
         """One greedy completion of exactly max_tokens tokens, streamed;
         on_first_token() is called when the first one arrives, and times
         (a list) gets the time.monotonic() of each chunk with tokens and how
         many it holds (a server behind its engine sends several tokens in
-        one chunk). A stream the server ends early gives fewer tokens."""
-        body = json.dumps({"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
-                           "temperature": 0, "ignore_eos": True, "stream": True,
-                           "return_token_ids": True,
-                           "stream_options": {"include_usage": True}})
+        one chunk). A stream the server ends early gives fewer tokens.
+        kv_transfer_params: those a prefill engine's answer carried, for a
+        decode engine asked directly (as a P/D router asks it)."""
+        req = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
+               "temperature": 0, "ignore_eos": True, "stream": True,
+               "return_token_ids": True, "stream_options": {"include_usage": True}}
+        if kv_transfer_params is not None:
+            req["kv_transfer_params"] = kv_transfer_params
+        body = json.dumps(req)
         c = self._conn()
         t0 = time.monotonic()
         ttft = None
@@ -329,15 +340,16 @@ class Router(Engine):
     def __init__(self, prefill: Sequence[Engine], decode: Sequence[Engine], log_path: str,
                  policy: str = "round_robin"):
         self.port = free_port()
+        self.host = "127.0.0.1"
         self.log_path = log_path
         argv = [os.path.join(ROUTER_VENV, "bin", "vllm-router"), "--vllm-pd-disaggregation",
-                "--host", "127.0.0.1", "--port", str(self.port), "--policy", policy,
+                "--host", self.host, "--port", str(self.port), "--policy", policy,
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
                 "--worker-startup-check-interval", "1", "--log-level", "info"]
         for e in prefill:
-            argv += ["--prefill", "http://127.0.0.1:%d" % e.port]
+            argv += ["--prefill", "http://%s:%d" % (e.host, e.port)]
         for e in decode:
-            argv += ["--decode", "http://127.0.0.1:%d" % e.port]
+            argv += ["--decode", "http://%s:%d" % (e.host, e.port)]
         self.argv = argv
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,

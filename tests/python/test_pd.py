@@ -20,13 +20,15 @@ import http.server
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import pytest
 
-from conftest import TOP, running
+from conftest import TOP, Daemon
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -48,17 +50,127 @@ def model(tmp_path_factory):
     yield ve.make_model_in_venv(str(tmp_path_factory.mktemp("pd") / "tiny-llama"))
 
 
-def kvpool_metric(e, name, least=0.0, timeout=20):
-    """vllm:kvpool_<name>_total in the engine's /metrics (all its labels),
-    once it is at least least (vLLM's API server counts what its engine
-    core reports after a step), or the last seen."""
+def metric(e, name, least=0.0, timeout=20, label=""):
+    """The sum of the engine's /metrics samples of name (with label in
+    their labels), once it is at least least (vLLM's API server counts
+    what its engine core reports after a step), or the last seen."""
     end = time.monotonic() + timeout
     while True:
         v = sum(float(line.rsplit(" ", 1)[1]) for line in e.metrics().splitlines()
-                if line.startswith("vllm:kvpool_%s_total" % name))
+                if line.startswith(name + "{") and label in line)
         if v >= least or time.monotonic() > end:
             return v
         time.sleep(0.2)
+
+
+def kvpool_metric(e, name, least=0.0, timeout=20):
+    """The connector's vllm:kvpool_<name>_total."""
+    return metric(e, "vllm:kvpool_%s_total" % name, least, timeout)
+
+
+def transferred(e, least=0.0):
+    """The prompt tokens vLLM counts as loaded by the connector
+    (vllm:prompt_tokens_by_source, external_kv_transfer). Its
+    prompt_tokens_details.cached_tokens is not it: in P/D, vLLM reports
+    there the prefill engine's own prefix-cache hits."""
+    return metric(e, "vllm:prompt_tokens_by_source_total", least,
+                  label='source="external_kv_transfer"')
+
+
+SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_site")
+
+
+class Setup:
+    """One kvpoold on a socket that outlives it (so that it can be
+    restarted under the engines), an engine alone (the reference tokens),
+    a prefill engine (kv_producer) whose saves the test can hold back
+    (engine_site/sitecustomize.py), a decode engine (kv_consumer) that
+    waits PD_WAIT seconds for what is still being saved, and vllm-router
+    in front of the two."""
+
+    def __init__(self, model, keep):
+        self.keep = keep
+        self.delay_file = os.path.join(keep, "save-delay")
+        self.hold_saves(0)
+        self.args = ["--key-seed", "0"] + POOL
+        self.d = Daemon(self.args, sock=os.path.join(keep, "kvpool.sock"))
+        self.alone = ve.Engine(model, os.path.join(keep, "alone.log"), cpus="0")
+        self.p = ve.Engine(model, os.path.join(keep, "prefill.log"), kvpool_socket=self.d.sock,
+                           cpus="0", role="kv_producer",
+                           env={"KVPOOL_TEST_SAVE_DELAY_FILE": self.delay_file,
+                                "PYTHONPATH": os.pathsep.join((SITE, os.path.join(TOP,
+                                                                                  "python")))})
+        self.dec = ve.Engine(model, os.path.join(keep, "decode.log"), kvpool_socket=self.d.sock,
+                             cpus="1", role="kv_consumer", extra={"pd_wait_seconds": PD_WAIT})
+        self.engines = [self.alone, self.p, self.dec]
+        self.router = None
+        ve.start(self.engines)
+        self.router = ve.Router([self.p], [self.dec], os.path.join(keep, "router.log"))
+        ve.start([self.router], timeout=120)
+
+    def hold_saves(self, seconds):
+        """The prefill engine's saves start seconds late from now on."""
+        with open(self.delay_file, "w") as f:
+            f.write(str(seconds))
+
+    def prefill(self, prompt):
+        """The prefill engine's answer to the first half of a P/D request
+        (one token, do_remote_decode), as a router asks it: its
+        kv_transfer_params."""
+        status, answer = post(self.p, "/v1/completions", {
+            "model": self.p.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
+            "kv_transfer_params": ROUTER})
+        assert status == 200, answer
+        params = json.loads(answer)["kv_transfer_params"]
+        assert params["do_remote_prefill"] is True, params
+        return params
+
+    def restart_daemon(self):
+        sock, old = self.d.sock, self.d
+        old.stop()
+        self.d = Daemon(self.args, sock=sock)
+        old.discard()
+
+    def close(self):
+        for e in ([self.router] if self.router else []) + self.engines:
+            e.stop()
+
+
+@pytest.fixture(scope="module")
+def pd(model):
+    keep = tempfile.mkdtemp(prefix="kvpool-pd-")
+    s = Setup(model, keep)
+    try:
+        yield s
+        s.close()
+        s.d.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
+                     "the engines' leases going", 30)
+        s.d.stop()
+    finally:
+        s.close()
+        s.d.discard()
+        subprocess.run(["rm", "-rf", keep], check=False)
+
+
+def counters(e, *names):
+    return {n: kvpool_metric(e, n) for n in names}
+
+
+# what vllm-router sends a prefill engine (--vllm-pd-disaggregation)
+ROUTER = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+          "remote_block_ids": None, "remote_host": None, "remote_port": None}
+PD_WAIT = 5  # the decode engine's pd_wait_seconds
+
+
+def post(engine, path, body):
+    """POST body (JSON) to engine: the answer's status and body."""
+    c = http.client.HTTPConnection(engine.host, engine.port, timeout=600)
+    try:
+        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
 
 
 class Proxy(ve.Engine):
@@ -74,18 +186,16 @@ class Proxy(ve.Engine):
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                first = dict(body, max_tokens=1, stream=False, kv_transfer_params={
-                    "do_remote_decode": True, "do_remote_prefill": False,
-                    "remote_engine_id": None, "remote_block_ids": None,
-                    "remote_host": None, "remote_port": None})
+                first = dict(body, max_tokens=1, stream=False, kv_transfer_params=ROUTER)
                 first.pop("stream_options", None)
-                status, answer = proxy.post(prefill, self.path, first)
+                proxy.sent += 1
+                status, answer = post(prefill, self.path, first)
                 if status != 200:
                     self.send_error(status)
                     return
                 second = dict(body, kv_transfer_params=json.loads(answer).get(
                     "kv_transfer_params"))
-                c = http.client.HTTPConnection("127.0.0.1", decode.port, timeout=600)
+                c = http.client.HTTPConnection(decode.host, decode.port, timeout=600)
                 try:
                     c.request("POST", self.path, json.dumps(second),
                               {"Content-Type": "application/json"})
@@ -103,60 +213,127 @@ class Proxy(ve.Engine):
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
+        self.host, self.port = "127.0.0.1", self.server.server_address[1]
         self.model = prefill.model
         self.sent = 0
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def post(self, engine, path, body):
-        self.sent += 1
-        c = http.client.HTTPConnection("127.0.0.1", engine.port, timeout=600)
-        try:
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
 
     def stop(self, timeout=60.0):
         self.server.shutdown()
         self.server.server_close()
 
 
-def test_a_router_prefills_on_one_engine_and_decodes_on_another_through_the_pool(model):
-    with running(["--key-seed", "0"] + POOL) as d:
-        logs = d.dir
-        alone = ve.Engine(model, os.path.join(logs, "alone.log"), cpus="0")
-        p = ve.Engine(model, os.path.join(logs, "prefill.log"), kvpool_socket=d.sock,
-                      cpus="0", role="kv_producer")
-        dec = ve.Engine(model, os.path.join(logs, "decode.log"), kvpool_socket=d.sock,
-                        cpus="1", role="kv_consumer")
-        engines = [alone, p, dec]
-        router = proxy = None
-        try:
-            ve.start(engines)
-            router = ve.Router([p], [dec], os.path.join(logs, "router.log"))
-            ve.start([router], timeout=120)
-            proxy = Proxy(p, dec)
-            rng = random.Random(5)
-            for front in (router, router, proxy):
-                prompt = " ".join(ve.words(PROMPT, rng))
-                ref = alone.complete(prompt, NEW)
-                got = front.complete(prompt, NEW)
-                assert got.tokens == ref.tokens and len(got.tokens) == NEW, (got, ref)
-            assert proxy.sent == 1
-            blocks = (ref.prompt_tokens - 1) // ve.BLOCK
-            # the decode engine loaded each prompt the prefill engine saved,
-            # and computed none of it
-            assert kvpool_metric(p, "pd_prefills", 3) == 3
-            assert kvpool_metric(dec, "loaded_blocks", 3 * blocks) >= 3 * blocks
-            assert kvpool_metric(dec, "load_errors") == 0
-            assert kvpool_metric(dec, "saved_blocks") == 0  # kv_consumer
-            assert kvpool_metric(p, "loaded_blocks") == 0  # kv_producer
-        finally:
-            for e in ([router] if router else []) + engines:
-                e.stop()
-            if proxy is not None:
-                proxy.stop()
-        d.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
-                   "the engines' leases going", 30)
+def prompt_of(seed):
+    return " ".join(ve.words(PROMPT, random.Random(seed)))
+
+
+def blocks_of(c):
+    return (c.prompt_tokens - 1) // ve.BLOCK
+
+
+def test_a_router_prefills_on_one_engine_and_decodes_on_another_through_the_pool(pd):
+    proxy = Proxy(pd.p, pd.dec)
+    try:
+        was = counters(pd.dec, "loaded_blocks", "load_errors")
+        tokens = transferred(pd.dec)
+        blocks = 0
+        for i, front in enumerate((pd.router, pd.router, proxy)):
+            prompt = prompt_of(i)
+            ref = pd.alone.complete(prompt, NEW)
+            got = front.complete(prompt, NEW)
+            assert got.tokens == ref.tokens and len(got.tokens) == NEW, (got, ref)
+            blocks += blocks_of(ref)
+        assert proxy.sent == 1
+    finally:
+        proxy.stop()
+    # the decode engine loaded each prompt the prefill engine saved, and
+    # computed none of it
+    assert kvpool_metric(pd.p, "pd_prefills", 3) == 3
+    assert kvpool_metric(pd.dec, "loaded_blocks", was["loaded_blocks"] + blocks) == \
+        was["loaded_blocks"] + blocks
+    assert kvpool_metric(pd.dec, "load_errors") == was["load_errors"]
+    # vLLM counts them as loaded, not computed
+    assert transferred(pd.dec, tokens + blocks * ve.BLOCK) == tokens + blocks * ve.BLOCK
+    assert kvpool_metric(pd.dec, "saved_blocks") == 0  # kv_consumer
+    assert kvpool_metric(pd.p, "loaded_blocks") == 0  # kv_producer
+
+
+def test_a_decode_request_sent_before_the_prefill_engines_saves_end_loads_them_all(pd):
+    # the prefill engine answers, and its saves start 2 s later: the decode
+    # engine, asked at once, waits in kvpoold for the blocks
+    prompt = prompt_of(10)
+    ref = pd.alone.complete(prompt, NEW)
+    was = counters(pd.dec, "loaded_blocks", "load_errors")
+    tokens = transferred(pd.dec)
+    cached = pd.d.stats()["pages_cached"]
+    pd.hold_saves(2)
+    try:
+        params = pd.prefill(prompt)
+        assert params["kvpool"]["blocks"] == blocks_of(ref)
+        assert pd.d.stats()["pages_cached"] == cached  # none of them saved yet
+        got = pd.dec.complete(prompt, NEW, kv_transfer_params=params)
+    finally:
+        pd.hold_saves(0)
+    assert got.tokens == ref.tokens
+    assert transferred(pd.dec, tokens + blocks_of(ref) * ve.BLOCK) == \
+        tokens + blocks_of(ref) * ve.BLOCK
+    assert got.ttft > 1.0  # it waited for the saves
+    assert kvpool_metric(pd.dec, "loaded_blocks", was["loaded_blocks"] + blocks_of(ref)) == \
+        was["loaded_blocks"] + blocks_of(ref)
+    assert kvpool_metric(pd.dec, "load_errors") == was["load_errors"]
+
+
+def wait_for_engines(d, n, seconds=30):
+    """n clients connected to d: the engines back after a restart."""
+    d.wait_for(lambda st: st["clients"] >= n, "%d engines connecting" % n, seconds)
+
+
+def test_kvpoold_restarted_between_prefill_and_decode_leaves_the_decode_computing(pd):
+    # the pool lost what the prefill engine saved: the decode engine waits
+    # pd_wait_seconds, computes the prompt, and shares again afterwards
+    prompt = prompt_of(20)
+    ref = pd.alone.complete(prompt, NEW)
+    was = counters(pd.dec, "loaded_blocks", "load_errors")
+    cached = pd.d.stats()["pages_cached"]
+    params = pd.prefill(prompt)
+    pd.d.wait_for(lambda st: st["pages_cached"] >= cached + blocks_of(ref), "the saves", 20)
+    pd.restart_daemon()
+    t0 = time.monotonic()
+    got = pd.dec.complete(prompt, NEW, kv_transfer_params=params)
+    assert got.tokens == ref.tokens
+    assert PD_WAIT - 1 <= time.monotonic() - t0 < 60
+    assert kvpool_metric(pd.dec, "load_errors", was["load_errors"] + blocks_of(ref)) == \
+        was["load_errors"] + blocks_of(ref)
+    assert len(pd.dec.log_lines("did not reach the pool within pd_wait_seconds")) == 1
+    # both engines back on the new kvpoold: the next prompt goes through it
+    wait_for_engines(pd.d, 2)
+    prompt = prompt_of(21)
+    ref = pd.alone.complete(prompt, NEW)
+    got = pd.router.complete(prompt, NEW)
+    assert got.tokens == ref.tokens
+    loaded = was["loaded_blocks"] + blocks_of(ref)
+    assert kvpool_metric(pd.dec, "loaded_blocks", loaded) == loaded
+    pd.d.wait_for(lambda st: st["pages_cached"] == blocks_of(ref), "the prompt cached", 10)
+
+
+def test_a_prefill_engine_killed_before_its_saves_leaves_the_decode_computing(pd):
+    # killed with its answer sent and its saves held back: the decode
+    # engine waits pd_wait_seconds, computes, and nothing leaks (last: the
+    # prefill engine stays dead)
+    prompt = prompt_of(30)
+    ref = pd.alone.complete(prompt, NEW)
+    was = counters(pd.dec, "loaded_blocks", "load_errors")
+    cached = pd.d.stats()["pages_cached"]
+    pd.hold_saves(60)
+    params = pd.prefill(prompt)
+    pd.p.kill()
+    t0 = time.monotonic()
+    got = pd.dec.complete(prompt, NEW, kv_transfer_params=params)
+    assert got.tokens == ref.tokens
+    assert PD_WAIT - 1 <= time.monotonic() - t0 < 60
+    assert kvpool_metric(pd.dec, "load_errors", was["load_errors"] + blocks_of(ref)) == \
+        was["load_errors"] + blocks_of(ref)
+    assert kvpool_metric(pd.dec, "loaded_blocks") == was["loaded_blocks"]
+    st = pd.d.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
+                       "the killed engine's leases going", 10)
+    assert st["pages_cached"] == cached
