@@ -18,11 +18,12 @@
 #include <unistd.h>
 
 #include "client/size.h"
+#include "daemon/compose.h"
 #include "daemon/log.h"
+#include "daemon/loop/loop.h"
 #include "daemon/meminfo.h"
 #include "daemon/observe/metrics.h"
 #include "daemon/options.h"
-#include "daemon/serve/loop.h"
 #include "daemon/serve/server.h"
 #include "daemon/serve/sockfile.h"
 #include "daemon/serve/systemd.h"
@@ -68,7 +69,7 @@ static void sigwatch_done(struct loop_op *op, int res)
 		return;	/* no more reads: the loop is draining */
 	case SIGHUP:
 		log_reopen();
-		server_reload(w->srv);
+		compose_reload(w->srv);
 		break;
 	}
 	sigwatch_post(w);
@@ -464,7 +465,7 @@ int main(int argc, char **argv)
 	if (listen_fd >= 0)
 		log_info("socket activation: listening on the socket systemd passed for %s",
 			 opt.socket_path);
-	rc = server_init(&srv, &loop, &opt, &be, pool, listen_fd, err, sizeof(err));
+	rc = compose_open(&srv, &loop, &opt, &be, pool, listen_fd, err, sizeof(err));
 	if (rc < 0) {
 		log_error("%s", err);
 		goto out_pool;
@@ -504,7 +505,7 @@ int main(int argc, char **argv)
 out_server:
 	loop_fini(&loop);	/* cancels what is left before its owners go */
 	metrics_free(stoppers.metrics);
-	server_free(srv);
+	compose_close(srv);
 	pool_free(pool);
 	if (host_be.ops)
 		host_be.ops->fini(&host_be);

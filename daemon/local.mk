@@ -3,25 +3,25 @@
 
 # The modules' sources (the fuzz harness of tests/local.mk builds them
 # too, with clang); the backend of the build comes on top.
-# By wing (docs/architecture.md): the top, store/, tiers/, serve/,
-# requests/, observe/.
-KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c \
+# By wing (docs/architecture.md): the top, loop/, store/, tiers/,
+# serve/, requests/, observe/.
+KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c daemon/compose.c \
+	daemon/loop/loop.c daemon/loop/loop_sync.c daemon/loop/loop_work.c \
 	daemon/store/pool.c daemon/store/lease.c daemon/store/prefix.c \
 	daemon/store/siphash.c daemon/store/backend_host.c \
 	daemon/tiers/tier.c daemon/tiers/tier_host.c daemon/tiers/tier_nvme.c \
 	daemon/tiers/hosttier.c daemon/tiers/spill.c daemon/tiers/save.c \
-	daemon/serve/loop.c daemon/serve/loop_sync.c daemon/serve/loop_work.c \
 	daemon/serve/server.c daemon/serve/conn.c daemon/serve/sockfile.c \
 	daemon/requests/requests.c daemon/requests/share.c daemon/requests/admin.c \
 	daemon/requests/wait.c daemon/requests/ns.c daemon/requests/access.c \
 	daemon/observe/events.c daemon/observe/events_pub.c daemon/observe/topic.c \
 	daemon/observe/hist.c
-noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h \
+noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h daemon/compose.h \
+	daemon/loop/loop.h daemon/loop/loop_sync.h \
 	daemon/store/pool.h daemon/store/namespace.h daemon/store/lease.h daemon/store/prefix.h \
 	daemon/store/siphash.h daemon/store/backend.h \
 	daemon/tiers/tier.h daemon/tiers/hosttier.h daemon/tiers/spill.h daemon/tiers/save.h \
-	daemon/serve/loop.h daemon/serve/loop_sync.h daemon/serve/server.h \
-	daemon/serve/sockfile.h daemon/serve/conn.h \
+	daemon/serve/server.h daemon/serve/sockfile.h daemon/serve/conn.h \
 	daemon/requests/requests.h daemon/requests/wait.h daemon/requests/ns.h \
 	daemon/requests/access.h \
 	daemon/observe/events.h daemon/observe/events_int.h daemon/observe/topic.h \

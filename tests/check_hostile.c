@@ -22,8 +22,8 @@
 
 #include "kvpool.h"
 #include "fake_redis.h"
+#include "daemon/loop/loop.h"
 #include "daemon/remote/remote.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 
 #define PAGE 4096u

@@ -27,8 +27,8 @@
 #include "harness.h"
 #include "redis_fixture.h"
 #include "daemon/log.h"
+#include "daemon/loop/loop.h"
 #include "daemon/remote/remote.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 
 #define PAGE	16384u

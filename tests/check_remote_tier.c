@@ -33,8 +33,8 @@
 #include "harness.h"
 #include "redis_fixture.h"
 #include "daemon/log.h"
+#include "daemon/loop/loop.h"
 #include "daemon/remote/remote.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 
 /* --- two daemons, one cluster ----------------------------------------- */

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon/serve/loop.h"
-#include "daemon/serve/loop_sync.h"
+#include "daemon/loop/loop.h"
+#include "daemon/loop/loop_sync.h"
 
 uint64_t loop_now_ms(void)
 {

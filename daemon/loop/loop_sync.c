@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon/serve/loop_sync.h"
+#include "daemon/loop/loop_sync.h"
 
 enum sop_kind { S_ACCEPT, S_RECVMSG, S_SENDMSG, S_READ, S_POLL, S_FILE, S_TIMEOUT,
 	       S_CANCEL };

@@ -8,7 +8,7 @@
 #ifndef KVP_LOOP_SYNC_H
 #define KVP_LOOP_SYNC_H
 
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 
 #define LOOP_SYNC_THREADS 4	/* file I/O threads */
 

@@ -27,7 +27,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 
 struct who_q;
 

@@ -13,8 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "daemon/loop/loop.h"
 #include "daemon/observe/events.h"
-#include "daemon/serve/loop.h"
 
 #define TOPIC_MAX	2048u
 

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 #include "daemon/serve/server.h"
 
 struct metrics;

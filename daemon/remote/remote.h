@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 #include "kvpool_wire.h"
+#include "daemon/loop/loop.h"
 #include "daemon/observe/hist.h"
 #include "daemon/remote/rpage.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 
 struct remote_config {

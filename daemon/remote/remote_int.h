@@ -19,11 +19,11 @@
 #include <async.h>
 #include <hiredis.h>
 
+#include "daemon/loop/loop.h"
 #include "daemon/remote/rcluster.h"
 #include "daemon/remote/remote.h"
 #include "daemon/remote/rpage.h"
 #include "daemon/remote/rvalue.h"
-#include "daemon/serve/loop.h"
 
 #define TICK_MS		50u
 #define BACKOFF_MIN_MS	100u

@@ -10,7 +10,7 @@
 
 #include <async.h>
 
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 
 /*
  * rloop_attach() - drive ac from l. Returns 0, or -ENOMEM (ac is untouched:

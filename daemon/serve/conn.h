@@ -13,10 +13,10 @@
 #include <sys/socket.h>
 
 #include "client/hset.h"
+#include "daemon/loop/loop.h"
 #include "daemon/observe/hist.h"
 #include "daemon/options.h"
 #include "daemon/requests/access.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 #include "daemon/store/lease.h"
 #include "daemon/store/namespace.h"
@@ -137,7 +137,8 @@ struct server {
 	char shares[OPTIONS_SHARE_MAX][ACCESS_RULE_MAX];	/* --remote-share */
 	int listen_fd;
 	int lock_fd;			/* flock on SOCKET.lock, held for life */
-	int spill_lock_fd;		/* flock on SPILL_DIR/kvpool.lock, or -1 */
+	int spill_lock_fd;		/* flock on SPILL_DIR/kvpool.lock, or -1
+					 * (compose.c's) */
 	bool activated;			/* listen_fd came from systemd: not ours to unlink */
 	void (*on_shutdown)(void *);	/* server_on_shutdown() */
 	void *on_shutdown_arg;
@@ -173,16 +174,27 @@ struct server {
 	uint64_t refusals_said[64];
 	unsigned refusals_next, refusals_in_min;
 	uint64_t refusals_min_ns;
-	struct spare_job *spare_jobs[2];	/* [POOL_MAX_MEM]: slabs being made ahead */
+	struct spare_job *spare_jobs[2];	/* [POOL_MAX_MEM]: slabs being made
+						 * ahead (compose.c) */
 	struct server_counters n;
-	/* dispatch() - serve one request of c (requests_handle(), set by
-	 * server.c): the continuation a request that waited is served
-	 * again through (requests/wait.c) */
+	/* Hooks that go up, set by the module above (server_init() sets
+	 * conn_gone; the composition root, daemon/compose.c, the others). */
+	/* dispatch() - serve one request of c (requests_handle()): how
+	 * server.c hands over each request it received, and the continuation
+	 * a request that waited is served again through (requests/wait.c) */
 	void (*dispatch)(struct conn *c, const struct kvp_wire_hdr *req,
 			 const uint8_t *payload);
 	/* conn_gone(c) - c is being freed (unlinked, its replies dropped):
-	 * what the layers above keep of it goes (server.c's hook) */
+	 * how conn.c tells server.c, which frees its place in the limits */
 	void (*conn_gone)(struct conn *c);
+	/* forget(c) - what requests/ keeps of c goes: its leases, its
+	 * namespace (requests_conn_gone()); called first by conn_gone */
+	void (*forget)(struct conn *c);
+	/* stop_waits(s) - the stop's last steps above the server, once no
+	 * connection, accept or timer is left (the save on stop, the remote
+	 * tier's last writes): true while one still goes on, and it calls
+	 * server_maybe_done() when it ends; false lets the loop drain */
+	bool (*stop_waits)(struct server *s);
 };
 
 /* --- conn.c -------------------------------------------------------------- */

@@ -2,9 +2,12 @@
 /*
  * server.h - kvpoold's socket server, the top of serve/: the listening
  * socket, the connections' arrival, receipt and end, and the stop. serve/
- * owns sockets, the event loops (io_uring and sync), systemd and the
- * connection object (conn.h); it hands each request to requests/ and
- * knows nothing of what a request does.
+ * owns sockets, systemd and the connection object (conn.h); it hands each
+ * request to requests/ through srv->dispatch and knows nothing of what a
+ * request does. Its hooks that go up (conn.h's struct server: dispatch,
+ * forget, stop_waits) are set by the composition root (daemon/compose.c),
+ * which opens the server in three steps: server_init(), server_listen()
+ * and, once the rest is wired, server_start().
  */
 #ifndef KVP_SERVER_H
 #define KVP_SERVER_H
@@ -12,26 +15,35 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/loop/loop.h"
 #include "daemon/options.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/backend.h"
 #include "daemon/store/pool.h"
 
 struct server;
 
 /*
- * server_init() - bind and listen on o->socket_path (mode 0660, group
- * o->socket_group; its directory is created 0750 if missing) and start
- * accepting. A stale socket file (its daemon gone) is replaced; a live
- * daemon's is not. With listen_fd >= 0, a socket already listening there
- * (systemd's socket activation), that one is used as it is and left in
- * place at exit; the lock is taken all the same. Returns 0 and *out, or
- * -errno with the reason in err (errlen bytes). The server keeps pointers
- * to l, o, be and pool; they must outlive it.
+ * server_init() - a server for o, not listening yet: resolves
+ * o->admin_group. Returns 0 and *out, or -errno with the reason in err
+ * (errlen bytes). The server keeps pointers to l, o, be and pool; they
+ * must outlive it. Free it with server_free().
  */
 int server_init(struct server **out, struct loop *l, const struct options *o,
-		struct backend *be, struct pool *pool, int listen_fd, char *err,
-		size_t errlen);
+		struct backend *be, struct pool *pool, char *err, size_t errlen);
+
+/*
+ * server_listen() - bind and listen on o->socket_path (mode 0660, group
+ * o->socket_group; its directory is created 0750 if missing). A stale
+ * socket file (its daemon gone) is replaced; a live daemon's is not. With
+ * listen_fd >= 0, a socket already listening there (systemd's socket
+ * activation), that one is used as it is and left in place at exit; the
+ * lock is taken all the same. Returns 0, or -errno with the reason in err.
+ */
+int server_listen(struct server *s, int listen_fd, char *err, size_t errlen);
+
+/* server_start() - accept clients (from the loop's next turn). The hooks
+ * dispatch and forget must be set first. */
+void server_start(struct server *s);
 
 /* server_on_shutdown() - call fn(arg) when server_shutdown() begins (to
  * cancel timers of the caller's, which would keep the loop running). */
@@ -48,18 +60,31 @@ void server_status(const struct server *s, char *buf, size_t len);
 void server_shutdown(struct server *s);
 
 /*
- * server_reload() - SIGHUP: read the access rules again (the config
- * file's as it is now, and the flags') and recompute every connected
- * client's rights. A client that may no longer read or write its
- * namespace, or that could write and may not now, is disconnected (its
- * mappings cannot be revoked, a writer's are writable); the others keep
- * their connections with their new rights. A file that does not read
- * keeps the old rules, logged. Other settings need a restart.
+ * server_maybe_done() - when the stop has nothing left to wait for (no
+ * connection, no accept, no timer, and s->stop_waits says nothing above
+ * is still finishing), let the loop drain and stop. The continuation of
+ * what stop_waits started.
  */
-void server_reload(struct server *s);
+void server_maybe_done(struct server *s);
 
-/* server_free() - unlink the socket and free the server and its
- * namespaces (not the pool). Call after the loop stopped; s may be NULL. */
+/*
+ * server_rights_again() - the access rules (s->rules) changed (SIGHUP):
+ * recompute every connected client's rights. A client that may no longer
+ * read or write its namespace, or that could write and may not now, is
+ * disconnected (its mappings cannot be revoked, a writer's are writable),
+ * logged; the others keep their connections with their new rights.
+ * Returns how many were disconnected.
+ */
+unsigned server_rights_again(struct server *s);
+
+/* server_unlisten() - close the listening socket and unlink its file (not
+ * systemd's), and release the socket's lock. server_free() does it where
+ * it was not done. */
+void server_unlisten(struct server *s);
+
+/* server_free() - stop listening (server_unlisten()) and free the server.
+ * What the composition root opened (namespaces, events, the remote tier)
+ * is its to free first. Call after the loop stopped; s may be NULL. */
 void server_free(struct server *s);
 
 #endif /* KVP_SERVER_H */

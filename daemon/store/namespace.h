@@ -16,8 +16,8 @@
 #include <sys/types.h>
 
 #include "kvpool_wire.h"
+#include "daemon/loop/loop.h"
 #include "daemon/requests/access.h"
-#include "daemon/serve/loop.h"
 #include "daemon/store/pool.h"
 
 struct backend;

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 #include "daemon/store/namespace.h"
 #include "daemon/store/pool.h"
 

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "kvpool_wire.h"
-#include "daemon/serve/loop.h"
+#include "daemon/loop/loop.h"
 #include "daemon/store/backend.h"
 
 #define SPILL_FORMAT	2u	/* on-disk format version (2: spill_ns.memory) */

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "client/wire.h"
+#include "daemon/compose.h"
 #include "daemon/log.h"
 #include "daemon/requests/ns.h"
 #include "daemon/serve/conn.h"
@@ -126,7 +127,7 @@ static void world_start(void)
 	char err[1024];
 
 	if (pool_init(&pool, &be, opt.pool_size, opt.slab_size) < 0 ||
-	    server_init(&srv, &loop, &opt, &be, pool, -1, err, sizeof(err)) < 0)
+	    compose_open(&srv, &loop, &opt, &be, pool, -1, err, sizeof(err)) < 0)
 		die(err);
 }
 
@@ -137,7 +138,7 @@ static void world_restart(void)
 	server_shutdown(srv);
 	if (!turn_until(nothing_in_flight))
 		die("the shutdown never finished");
-	server_free(srv);
+	compose_close(srv);
 	pool_free(pool);
 	world_start();
 }
@@ -402,7 +403,7 @@ static void world_reset(int fds)
 	int i;
 
 	write_rules(rule_sets[0]);
-	server_reload(srv);
+	compose_reload(srv);
 	while (srv->nst.count) {
 		struct ns *n = srv->nst.ns[0], *gone;
 
@@ -477,7 +478,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (at + 2 > size)
 				break;
 			write_rules(rule_sets[data[at + 1] % 4]);
-			server_reload(srv);
+			compose_reload(srv);
 			at += 2;
 			continue;
 		}
