@@ -282,6 +282,29 @@ def test_a_decode_engine_loads_what_its_prefill_engine_is_still_saving(pool):
     assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
 
 
+def test_a_prompt_of_whole_blocks_goes_from_prefill_to_decode_engine_too(pool):
+    # 12 blocks and not a token more: the prefill engine saves all 12, the
+    # decode engine loads 11 (vLLM computes at least the last token) after
+    # checking the 12th's key, where the prefill engine's last key is
+    whole = PROMPT[:12 * BLOCK]
+    p = Engine(pool.sock, "--role", "kv_producer", env={"KVPOOL_TEST_SLOW_SAVE": "1"}).ready()
+    d = Engine(pool.sock, "--role", "kv_consumer").ready()
+    try:
+        params = p.call(op="run", prompts=[whole], max_tokens=1, params=ROUTER,
+                        drain=False)["params"][0]
+        assert params["kvpool"]["blocks"] == 12
+        rd = d.call(op="run", prompts=[whole], max_tokens=4, params=params)
+        assert rd["cached"] == [11 * BLOCK]
+        sd = d.call(op="stats")
+        assert sd["scheduler"]["pd_loads"] == 1 and sd["worker"]["loaded_blocks"] == 11
+        assert d.warnings("keys are not this request's") == 0
+        p.call(op="drain")
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+
+
 def test_a_prefill_engine_killed_before_its_saves_leaves_the_decode_computing(pool):
     # the decode engine waits pd_wait_seconds for blocks that never come,
     # then computes them; nothing is leaked

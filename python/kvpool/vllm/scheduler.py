@@ -196,16 +196,18 @@ class SchedulerSide:
                             "or hash seed): such requests are computed here", ns,
                             self._ident.namespace)
             return 0
-        blocks = min(blocks, n, len(request.block_hashes))
         if blocks <= 0:
             return 0
-        if bytes(request.block_hashes[blocks - 1]).hex() != last[:64] or \
-                int(kp["blocks"]) > len(request.block_hashes):
+        # the prefill engine's last block is this request's: checked where
+        # it is, even when this engine loads one block less (a prompt of
+        # whole blocks: vLLM computes at least its last token)
+        if blocks > len(request.block_hashes) or \
+                bytes(request.block_hashes[blocks - 1]).hex() != last[:64]:
             self._pool.warn("pd-key", "a request's prefill engine saved blocks whose "
                             "keys are not this request's (another prompt, or another "
                             "hash seed): such requests are computed here")
             return 0
-        return blocks
+        return min(blocks, n)
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
