@@ -302,8 +302,9 @@ static void compose_keys(struct server *s, const struct options *o)
 			      pool_mem_bytes(s->pool, 1) ? 1 : -1;
 }
 
-/* compose_events_open() - --kv-events: the publisher, flushed once a turn
- * of the loop. Returns 0 or -errno with err saying why. */
+/* compose_events_open() - --kv-events and --kv-events-router: the
+ * publisher, flushed once a turn of the loop. Returns 0 or -errno with
+ * err saying why. */
 static int compose_events_open(struct server *s, const struct options *o, char *err,
 			       size_t errlen)
 {
@@ -311,6 +312,7 @@ static int compose_events_open(struct server *s, const struct options *o, char *
 		.endpoint = o->kv_events, .replay = o->kv_events_replay,
 		.topic = o->kv_events_topic, .format = o->kv_events_format,
 		.ns_topics = o->ns_topic, .nns_topics = o->nns_topic,
+		.routes = o->routes, .nroutes = o->nroutes,
 		.hashes = o->kv_events_hashes, .queue_bytes = o->kv_events_queue,
 		.replay_batches = o->kv_events_replay_batches,
 		.pool_medium = s->be->ops->kind == KVP_BACKEND_CUDA ? "GPU" : "CPU",
@@ -356,7 +358,7 @@ int compose_open(struct server **out, struct loop *l, const struct options *o,
 	if (rc < 0)
 		goto out_server;
 	compose_keys(s, o);
-	if (o->kv_events[0]) {
+	if (o->kv_events[0] || o->nroutes) {
 		rc = compose_events_open(s, o, err, errlen);
 		if (rc < 0)
 			goto out_server;

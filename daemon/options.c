@@ -38,6 +38,7 @@ enum opt_type {
 	OPT_RULE,	/* an --access rule, appended (repeatable) */
 	OPT_SHARE,	/* a --remote-share rule, appended (repeatable) */
 	OPT_NS_TOPIC,	/* a --kv-events-ns-topic rule, appended (repeatable) */
+	OPT_ROUTE,	/* a --kv-events-router rule, appended (repeatable) */
 };
 
 struct opt_def {
@@ -191,6 +192,12 @@ static const struct opt_def opt_table[] = {
 	  "RULE", "'NAMESPACE,... TEMPLATE': these namespaces publish on TEMPLATE's "
 	  "topics instead, such as vLLM's and llm-d's kv@{host}@{model} (repeatable)",
 	  NULL },
+	{ "kv-events-router", 0, OPT_ROUTE, 0, 0, 0, 0,
+	  "RULE", "'NAMESPACE PUB[,REPLAY]': this namespace's events alone, on topic \"\", "
+	  "with sequence numbers of their own, on a PUB socket (and a replay ROUTER "
+	  "socket) of their own, for a router that reads one engine's stream such as "
+	  "vllm-router's kv_aware; without remote-tier events and blocks without token "
+	  "ids (repeatable, 16 at most)", NULL },
 	{ "kv-events-format", 0, OPT_CHOICE, OFF(kv_events_format), 0, 0, 0,
 	  "FORMAT", "map: events as tagged maps (vLLM 0.24 and later, default); array: "
 	  "positional arrays (vLLM 0.23 and earlier)", events_format_names },
@@ -429,6 +436,17 @@ static int opt_set(struct options *o, const struct opt_def *d,
 		if (topic_rule_parse(value, why, whylen) < 0)
 			return -EINVAL;
 		memcpy(o->ns_topic[o->nns_topic++], value, strlen(value) + 1);
+		return 0;
+	case OPT_ROUTE:
+		if (o->nroutes == TOPIC_ROUTES_MAX) {
+			snprintf(why, whylen, "more than %d kv-events-router rules (one router "
+				 "stream per namespace, %d at most)", TOPIC_ROUTES_MAX,
+				 TOPIC_ROUTES_MAX);
+			return -EINVAL;
+		}
+		if (topic_route_parse(value, &o->routes[o->nroutes], why, whylen) < 0)
+			return -EINVAL;
+		o->nroutes++;
 		return 0;
 	case OPT_SHARE:
 		if (o->nshare == OPTIONS_SHARE_MAX) {
@@ -810,7 +828,9 @@ static int options_check(const struct options *o, char *err, size_t errlen)
 			 size_text(need, c, sizeof(c)));
 		return -EINVAL;
 	}
-	return 0;
+	/* flags and the file together: --kv-events may come after the rules */
+	return topic_routes_check(o->routes, o->nroutes, o->kv_events, o->kv_events_replay,
+				  err, errlen);
 }
 
 int options_parse(struct options *o, int argc, char **argv,

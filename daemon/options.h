@@ -43,6 +43,8 @@ struct options {
 	char kv_events_topic[256];	/* topic template */
 	char ns_topic[OPTIONS_NS_TOPIC_MAX][TOPIC_RULE_MAX];	/* --kv-events-ns-topic */
 	unsigned nns_topic;
+	struct topic_route routes[TOPIC_ROUTES_MAX];	/* --kv-events-router */
+	unsigned nroutes;
 	char kv_events_ipc_group[64];	/* ipc:// sockets' group; "": the daemon's */
 	unsigned kv_events_format;	/* 0 map (vLLM >= 0.24), 1 array */
 	unsigned kv_events_hashes;	/* 0 int, 1 bytes */

@@ -241,8 +241,8 @@ END_TEST
 
 /* contrib/kvpoold.conf lists the options with their defaults: with every
  * "# key = value" line taken in, it parses to exactly the defaults (but
- * for the rules: access, remote-share and kv-events-ns-topic, whose
- * lines are examples). */
+ * for the rules: access, remote-share, kv-events-ns-topic and
+ * kv-events-router, whose lines are examples). */
 START_TEST(test_options_sample_config_gives_the_defaults)
 {
 	char line[512], key[64], rest[400];
@@ -259,7 +259,8 @@ START_TEST(test_options_sample_config_gives_the_defaults)
 		/* (the rules, which have no default, are examples) */
 		if (sscanf(line, "# %63[a-z_-] = %399[^#\n]", key, rest) == 2 &&
 		    strcmp(key, "access") && strcmp(key, "remote-share") &&
-		    strcmp(key, "kv-events-ns-topic") && rest[0] != '#') {
+		    strcmp(key, "kv-events-ns-topic") && strcmp(key, "kv-events-router") &&
+		    rest[0] != '#') {
 			fprintf(out, "%s = %s\n", key, rest);
 			keys++;
 		}
@@ -446,6 +447,75 @@ START_TEST(test_access_rules_parse_and_grant_what_they_say)
 }
 END_TEST
 
+/* --kv-events-router: 'NAMESPACE PUB[,REPLAY]', from flags or the file;
+ * rules whose sockets could not all be bound are refused, saying which. */
+START_TEST(test_options_kv_events_router_rules_are_checked)
+{
+	char rule[64];
+	int i;
+
+	ck_assert_int_eq(parse("--kv-events-router",
+			       "llama tcp://10.0.0.1:5557,tcp://10.0.0.1:5558"), 0);
+	ck_assert_uint_eq(o.nroutes, 1);
+	ck_assert_str_eq(o.routes[0].ns, "llama");
+	ck_assert_str_eq(o.routes[0].pub, "tcp://10.0.0.1:5557");
+	ck_assert_str_eq(o.routes[0].replay, "tcp://10.0.0.1:5558");
+	options_defaults(&o);
+	write_cfg("kv-events-router = qwen ipc:///run/kvpool/qwen.events\n");
+	ck_assert_msg(parse("-c", cfg, "--kv-events-router", "llama tcp://*:5557") == 0,
+		      "%s", err);
+	ck_assert_uint_eq(o.nroutes, 2);
+	ck_assert_str_eq(o.routes[0].ns, "qwen");
+	ck_assert_str_eq(o.routes[0].replay, "");
+
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama"), -EINVAL);
+	ck_assert_msg(strstr(err, "--kv-events-router: 'llama' is not NAMESPACE "
+			     "PUB_ENDPOINT[,REPLAY_ENDPOINT]"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama http://h:1"), -EINVAL);
+	ck_assert_msg(strstr(err, "an endpoint is tcp://ADDR:PORT or ipc://PATH"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1,"), -EINVAL);
+	ck_assert_msg(strstr(err, "an endpoint is tcp://ADDR:PORT or ipc://PATH"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "lla!ma tcp://h:1"), -EINVAL);
+	ck_assert_msg(strstr(err, "'lla!ma' is not a namespace name"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1", "--kv-events-router",
+			       "llama tcp://h:2"), -EINVAL);
+	ck_assert_msg(strstr(err, "namespace 'llama' is in two rules ('llama tcp://h:1' and "
+			     "'llama tcp://h:2')"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1,tcp://h:2",
+			       "--kv-events-router", "qwen tcp://h:2"), -EINVAL);
+	ck_assert_msg(strstr(err, "--kv-events-router 'qwen tcp://h:2': tcp://h:2 is bound by "
+			     "--kv-events-router 'llama tcp://h:1,tcp://h:2' too"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1,tcp://h:1"), -EINVAL);
+	ck_assert_msg(strstr(err, "tcp://h:1 is bound by its own PUB socket too"), "%s", err);
+	/* --kv-events after the rule: checked once all are read */
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1,tcp://h:2",
+			       "--kv-events-replay", "tcp://h:2", "--kv-events", "tcp://h:3"),
+			 -EINVAL);
+	ck_assert_msg(strstr(err, "tcp://h:2 is bound by --kv-events-replay too"), "%s", err);
+	options_defaults(&o);
+	ck_assert_int_eq(parse("--kv-events-router", "llama tcp://h:1", "--kv-events",
+			       "tcp://h:1"), -EINVAL);
+	ck_assert_msg(strstr(err, "tcp://h:1 is bound by --kv-events too"), "%s", err);
+	/* at most 16, and the message says so */
+	options_defaults(&o);
+	for (i = 0; i < TOPIC_ROUTES_MAX; i++) {
+		snprintf(rule, sizeof(rule), "ns%d tcp://h:%d", i, 1000 + i);
+		ck_assert_msg(parse("--kv-events-router", rule) == 0, "%s", err);
+	}
+	ck_assert_uint_eq(o.nroutes, TOPIC_ROUTES_MAX);
+	ck_assert_int_eq(parse("--kv-events-router", "one-more tcp://h:999"), -EINVAL);
+	ck_assert_msg(strstr(err, "more than 16 kv-events-router rules"), "%s", err);
+}
+END_TEST
+
 Suite *options_suite(void)
 {
 	Suite *s = suite_create("options");
@@ -475,6 +545,7 @@ Suite *options_suite(void)
 	tcase_add_test(tc, test_options_unknown_key_names_file_and_line);
 	tcase_add_test(tc, test_options_bad_value_in_file_names_key_value_and_reason);
 	tcase_add_test(tc, test_options_line_without_equals_is_refused);
+	tcase_add_test(tc, test_options_kv_events_router_rules_are_checked);
 	tcase_add_test(tc, test_options_missing_file_is_refused);
 	suite_add_tcase(s, tc);
 

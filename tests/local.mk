@@ -25,6 +25,10 @@
 #                        and the watchdog; 77 (SKIP) without libsystemd
 #   tests/check_events   KV events: a subscriber and a replay client in C
 #                        (libzmq, msgpack-c); 77 (SKIP) without them
+#   tests/check_events_router  KV events' router streams
+#                        (--kv-events-router): one namespace on topic "",
+#                        numbered alone, filtered for vllm-router; 77
+#                        (SKIP) without libzmq or msgpack-c
 #   tests/check_rcluster the remote tier's routing (slots, the slot map,
 #                        MOVED/ASK, URLs) and value format; needs hiredis
 #   tests/check_remote   the remote tier's client against a real 6-node
@@ -53,11 +57,11 @@ if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
 	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
-	tests/check_systemd tests/check_events
+	tests/check_systemd tests/check_events tests/check_events_router
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
 	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
-	tests/check_systemd tests/check_events
+	tests/check_systemd tests/check_events tests/check_events_router
 
 # The daemon's convenience library brings the shared code (client/
 # libkvpshared.la) too, so internal functions such as the SHA-256 of the
@@ -171,6 +175,13 @@ tests_check_events_SOURCES = tests/check_events.c \
 	tests/harness.c tests/harness.h
 tests_check_events_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(EVENTS_CFLAGS)
 tests_check_events_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS) \
+	$(EVENTS_LIBS)
+
+tests_check_events_router_SOURCES = tests/check_events_router.c \
+	tests/harness.c tests/harness.h
+tests_check_events_router_CPPFLAGS = $(AM_CPPFLAGS) -DKVP_SRCDIR='"$(abs_top_srcdir)"'
+tests_check_events_router_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(EVENTS_CFLAGS)
+tests_check_events_router_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS) \
 	$(EVENTS_LIBS)
 
 tests_check_cli_SOURCES = tests/check_cli.c tests/json.c tests/json.h \
@@ -343,7 +354,8 @@ check-deb: all
 # tagged no-valgrind are left out (see tests/check_daemon.c).
 VALGRIND_TESTS = tests/check_daemon tests/check_core tests/check_share \
 	tests/check_spill tests/check_cli tests/check_access tests/check_security \
-	tests/check_tenants tests/check_demo tests/check_soak tests/check_events
+	tests/check_tenants tests/check_demo tests/check_soak tests/check_events \
+	tests/check_events_router
 dist_check_SCRIPTS += tests/valgrind-kvpoold.sh
 check-valgrind:
 	@command -v valgrind >/dev/null || { echo "check-valgrind: install valgrind" >&2; exit 1; }

@@ -17,7 +17,11 @@
  * loop never waits. The thread owns the ZeroMQ sockets: it sends each
  * batch as [topic, sequence number (8 bytes, big-endian), payload] on the
  * PUB socket and keeps the last ones for the ROUTER socket's replay
- * requests. Built without libzmq or msgpack-c, events_start() refuses,
+ * requests. A namespace with a router stream (--kv-events-router) has
+ * its batches packed a second time, filtered for a router that reads one
+ * engine's stream (events_int.h's raw_for_router()), and sent on topic ""
+ * with sequence numbers of their own on that stream's sockets; the main
+ * stream may be off then. Built without libzmq or msgpack-c, events_start() refuses,
  * saying so, and the rest does nothing.
  */
 #ifndef KVP_EVENTS_H
@@ -45,11 +49,14 @@ struct events;
 #define EVENTS_HASH_BYTES	1u	/* the digest */
 
 struct events_config {
-	const char *endpoint;	/* PUB: tcp://ADDR:PORT or ipc://PATH */
+	const char *endpoint;	/* PUB: tcp://ADDR:PORT or ipc://PATH; "": no
+				 * main stream (router streams alone) */
 	const char *replay;	/* ROUTER, or "" for none */
 	const char *topic;	/* template: {host}, {model}, {ns} (topic.h) */
 	const char (*ns_topics)[TOPIC_RULE_MAX];	/* --kv-events-ns-topic rules */
 	unsigned nns_topics;
+	const struct topic_route *routes;	/* --kv-events-router rules (checked) */
+	unsigned nroutes;
 	unsigned format;	/* EVENTS_FORMAT_* */
 	unsigned hashes;	/* EVENTS_HASH_* */
 	uint64_t queue_bytes;	/* queued, and kept for replay, at most each */
@@ -75,20 +82,22 @@ int events_start(struct events **out, const struct events_config *cfg, char *err
  * events_ns_open() - namespace n publishes its events through ev (NULL:
  * events are off): its topic is made from its template (its
  * --kv-events-ns-topic rule's, else --kv-events-topic), and its index
- * reports to ev from now on (call before its first entry).
+ * reports to ev from now on (call before its first entry). Without the
+ * main stream, only a namespace with a router stream publishes.
  */
 void events_ns_open(struct events *ev, struct ns *n);
 
 /*
  * events_ns_gone() - n is about to be dropped with everything it holds:
  * AllBlocksCleared on its topic, or, when another namespace of t shares
- * that topic, BlockRemoved for each of n's blocks in each medium.
+ * that topic, BlockRemoved for each of n's blocks in each medium; its
+ * router stream, if any, gets AllBlocksCleared either way.
  */
 void events_ns_gone(struct events *ev, struct ns *n, const struct ns_table *t);
 
 /* events_all_gone() - the daemon stops: AllBlocksCleared on every topic of
- * t (the pool and host tier go; a warm restart tells the NVMe tier's
- * blocks again). */
+ * t and every router stream of its namespaces (the pool and host tier go;
+ * a warm restart tells the NVMe tier's blocks again). */
 void events_all_gone(struct events *ev, const struct ns_table *t);
 
 /* events_flush() - end of a loop turn (the loop's turn hook; arg is the

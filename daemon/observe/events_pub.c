@@ -7,7 +7,11 @@
  * high-water mark for a slow subscriber; sending never blocks), keeps the
  * last ones for the ROUTER socket's replay requests, and answers those.
  * It runs below the loop's priority, and only it touches the sockets
- * while it runs.
+ * while it runs. A batch of a namespace with a router stream
+ * (--kv-events-router) is packed a second time, of the events
+ * raw_for_router() lets through, and sent on topic "" with the router
+ * stream's own sequence number on that stream's sockets, which keep and
+ * replay their own batches as the main stream's do.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -98,29 +102,28 @@ static const char *medium_name(const struct events *ev, unsigned m)
 	return m == EVM_POOL ? ev->cfg.pool_medium : names[m];
 }
 
-/* pack_event() - one raw event at *at (moved past it). */
-static void pack_event(struct packer *p, const uint8_t **at)
+/* pack_event() - raw event r, whose parent key, keys and token ids follow
+ * it at at. */
+static void pack_event(struct packer *p, const struct raw_ev *r, const uint8_t *at)
 {
-	struct raw_ev r;
-	const uint8_t *parent = NULL, *keys;
+	const uint8_t *parent = NULL, *keys, *ids;
 	uint32_t i, id;
 
-	memcpy(&r, *at, sizeof(r));
-	*at += sizeof(r);
-	if (r.has_parent) {
-		parent = *at;
-		*at += KVP_KEY_BYTES;
+	at += sizeof(*r);
+	if (r->has_parent) {
+		parent = at;
+		at += KVP_KEY_BYTES;
 	}
-	keys = *at;
-	*at += (size_t)r.n * KVP_KEY_BYTES;
-	switch (r.kind) {
+	keys = at;
+	ids = at + (size_t)r->n * KVP_KEY_BYTES;
+	switch (r->kind) {
 	case EV_STORED:
 		/* BlockStored: block_hashes, parent_block_hash, token_ids,
 		 * block_size, lora_id, medium, lora_name */
 		pack_open(p, "BlockStored", 7);
 		pack_field(p, "block_hashes");
-		msgpack_pack_array(&p->pk, r.n);
-		for (i = 0; i < r.n; i++)
+		msgpack_pack_array(&p->pk, r->n);
+		for (i = 0; i < r->n; i++)
 			pack_hash(p, keys + (size_t)i * KVP_KEY_BYTES);
 		pack_field(p, "parent_block_hash");
 		if (parent)
@@ -128,9 +131,9 @@ static void pack_event(struct packer *p, const uint8_t **at)
 		else
 			msgpack_pack_nil(&p->pk);
 		pack_field(p, "token_ids");
-		msgpack_pack_array(&p->pk, r.nids);
-		for (i = 0; i < r.nids; i++) {
-			memcpy(&id, *at + (size_t)i * sizeof(id), sizeof(id));
+		msgpack_pack_array(&p->pk, r->nids);
+		for (i = 0; i < r->nids; i++) {
+			memcpy(&id, ids + (size_t)i * sizeof(id), sizeof(id));
 			msgpack_pack_uint32(&p->pk, id);
 		}
 		pack_field(p, "block_size");
@@ -138,54 +141,68 @@ static void pack_event(struct packer *p, const uint8_t **at)
 		pack_field(p, "lora_id");
 		msgpack_pack_nil(&p->pk);
 		pack_field(p, "medium");
-		pack_cstr(&p->pk, medium_name(p->ev, r.medium));
+		pack_cstr(&p->pk, medium_name(p->ev, r->medium));
 		pack_field(p, "lora_name");
 		msgpack_pack_nil(&p->pk);
 		break;
 	case EV_REMOVED:
 		pack_open(p, "BlockRemoved", 2);
 		pack_field(p, "block_hashes");
-		msgpack_pack_array(&p->pk, r.n);
-		for (i = 0; i < r.n; i++)
+		msgpack_pack_array(&p->pk, r->n);
+		for (i = 0; i < r->n; i++)
 			pack_hash(p, keys + (size_t)i * KVP_KEY_BYTES);
 		pack_field(p, "medium");
-		pack_cstr(&p->pk, medium_name(p->ev, r.medium));
+		pack_cstr(&p->pk, medium_name(p->ev, r->medium));
 		break;
 	default:
 		pack_open(p, "AllBlocksCleared", 0);
 		break;
 	}
-	*at += (size_t)r.nids * sizeof(uint32_t);
 }
 
-/* pack_batch() - raw batch m as [ts, [events], data_parallel_rank] (the
- * rank nil: any instance of the machine may use the pool), in a new emsg;
- * NULL without memory. m stays the caller's. */
-static struct emsg *pack_batch(struct events *ev, const struct emsg *m)
+/*
+ * pack_batch() - raw batch m as [ts, [events], data_parallel_rank] (the
+ * rank nil: any instance of the machine may use the pool), in a new emsg:
+ * for the main stream, with m's topic and sequence number, or (routed)
+ * for m's router stream, of the events raw_for_router() lets through, on
+ * topic "" with the router stream's sequence number. NULL without memory.
+ * m stays the caller's.
+ */
+static struct emsg *pack_batch(struct events *ev, const struct emsg *m, bool routed)
 {
 	struct packer p = { .ev = ev, .hash_len = m->hash_len, .block_size = m->block_size };
 	const uint8_t *at = m->data + m->topic_len;
+	uint32_t topic_len = routed ? 0 : m->topic_len;
 	struct emsg *out = NULL;
+	struct raw_ev r;
 	uint32_t i;
 
 	msgpack_sbuffer_init(&p.sb);
 	msgpack_packer_init(&p.pk, &p.sb, msgpack_sbuffer_write);
 	msgpack_pack_array(&p.pk, 3);
 	msgpack_pack_double(&p.pk, m->ts);
-	msgpack_pack_array(&p.pk, m->nevents);
-	for (i = 0; i < m->nevents; i++)
-		pack_event(&p, &at);
+	msgpack_pack_array(&p.pk, routed ? m->rnevents : m->nevents);
+	for (i = 0; i < m->nraw; i++, at += raw_size(&r)) {
+		memcpy(&r, at, sizeof(r));
+		if (routed ? raw_for_router(&r) : raw_for_main(&r))
+			pack_event(&p, &r, at);
+	}
 	msgpack_pack_nil(&p.pk);
 	if (p.sb.data)
-		out = malloc(sizeof(*out) + m->topic_len + p.sb.size);
+		out = malloc(sizeof(*out) + topic_len + p.sb.size);
 	if (out) {
 		*out = *m;
 		out->next = NULL;
 		out->packed = true;
 		atomic_init(&out->refs, 1);
+		out->topic_len = topic_len;
 		out->len = p.sb.size;
-		memcpy(out->data, m->data, m->topic_len);
-		memcpy(out->data + m->topic_len, p.sb.data, p.sb.size);
+		if (routed) {
+			out->seq = m->rseq;
+			out->nevents = m->rnevents;
+		}
+		memcpy(out->data, m->data, topic_len);
+		memcpy(out->data + topic_len, p.sb.data, p.sb.size);
 	}
 	msgpack_sbuffer_destroy(&p.sb);
 	return out;
@@ -239,32 +256,32 @@ static void emsg_put(struct emsg *m)
 		free(m);
 }
 
-/* ring_keep() - m joins the replay ring (freed when it is off and no
- * replay holds it), the oldest leaving while the ring is over its count
- * or bytes. */
-static void ring_keep(struct events *ev, struct emsg *m)
+/* ring_keep() - m joins stream st's replay ring (freed when it has none
+ * and no replay holds it), the oldest leaving while the ring is over its
+ * count or bytes (--kv-events-replay-batches, --kv-events-queue). */
+static void ring_keep(struct events *ev, struct stream *st, struct emsg *m)
 {
 	struct emsg *old;
 
-	if (!ev->router) {
+	if (!st->router) {
 		free(m);
 		return;
 	}
-	while (ev->ring_count && (ev->ring_count == ev->ring_cap ||
-				  ev->ring_bytes + m->len > ev->cfg.queue_bytes)) {
-		old = ev->ring[ev->ring_head];
-		ev->ring_head = (ev->ring_head + 1) % ev->ring_cap;
-		ev->ring_count--;
-		ev->ring_bytes -= old->len;
+	while (st->ring_count && (st->ring_count == st->ring_cap ||
+				  st->ring_bytes + m->len > ev->cfg.queue_bytes)) {
+		old = st->ring[st->ring_head];
+		st->ring_head = (st->ring_head + 1) % st->ring_cap;
+		st->ring_count--;
+		st->ring_bytes -= old->len;
 		emsg_put(old);
 	}
-	ev->ring[(ev->ring_head + ev->ring_count++) % ev->ring_cap] = m;
-	ev->ring_bytes += m->len;
+	st->ring[(st->ring_head + st->ring_count++) % st->ring_cap] = m;
+	st->ring_bytes += m->len;
 }
 
 /* A replayed batch's payload in ZeroMQ's queue: what its free needs. */
 struct rref {
-	struct events *ev;
+	struct stream *st;
 	struct emsg *m;
 	struct replay *r;
 };
@@ -278,22 +295,22 @@ static void rref_free(void *data, void *hint)
 	struct replay *r = f->r;
 
 	(void)data;
-	atomic_fetch_sub(&f->ev->replay_bytes, f->m->len);
+	atomic_fetch_sub(&f->st->replay_bytes, f->m->len);
 	emsg_put(f->m);
 	free(f);
 	atomic_fetch_sub(&r->out, 1);
 }
 
-/* replays_prune() - free the replays ZeroMQ has written out; the one of
- * peer id (id_len bytes) still in progress, or NULL. */
-static struct replay *replays_prune(struct events *ev, const uint8_t *id, size_t id_len)
+/* replays_prune() - free stream st's replays ZeroMQ has written out; the
+ * one of peer id (id_len bytes) still in progress, or NULL. */
+static struct replay *replays_prune(struct stream *st, const uint8_t *id, size_t id_len)
 {
-	struct replay **pp = &ev->replaying, *r, *found = NULL;
+	struct replay **pp = &st->replaying, *r, *found = NULL;
 
 	while ((r = *pp)) {
 		if (!atomic_load(&r->out)) {
 			*pp = r->next;
-			ev->nreplaying--;
+			st->nreplaying--;
 			free(r);
 			continue;
 		}
@@ -304,9 +321,10 @@ static struct replay *replays_prune(struct events *ev, const uint8_t *id, size_t
 	return found;
 }
 
-/* send_ref() - batch m to the peer of r as [id, "", topic, seq, payload],
- * the payload a reference to m. False when the peer's queue is full. */
-static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
+/* send_ref() - batch m to the peer of r on stream st as [id, "", topic,
+ * seq, payload], the payload a reference to m. False when the peer's
+ * queue is full. */
+static bool send_ref(struct stream *st, struct replay *r, struct emsg *m)
 {
 	struct rref *f = malloc(sizeof(*f));
 	uint8_t seq[8];
@@ -318,10 +336,10 @@ static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
 	if (!f)
 		return false;
 	/* the payload first: once a frame went, the message must end */
-	*f = (struct rref){ ev, m, r };
+	*f = (struct rref){ st, m, r };
 	atomic_fetch_add(&m->refs, 1);
 	atomic_fetch_add(&r->out, 1);
-	atomic_fetch_add(&ev->replay_bytes, m->len);
+	atomic_fetch_add(&st->replay_bytes, m->len);
 	if (zmq_msg_init_data(&part, m->data + m->topic_len, m->len, rref_free, f) < 0) {
 		rref_free(NULL, f);
 		return false;
@@ -332,32 +350,34 @@ static bool send_ref(struct events *ev, struct replay *r, struct emsg *m)
 	buf[2] = m->data, len[2] = m->topic_len;
 	buf[3] = seq, len[3] = 8;
 	for (i = 0; i < 4; i++)
-		if (zmq_send(ev->router, buf[i], len[i], ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
+		if (zmq_send(st->router, buf[i], len[i], ZMQ_DONTWAIT | ZMQ_SNDMORE) < 0) {
 			zmq_msg_close(&part);	/* rref_free(); ZeroMQ drops the frames sent */
 			return false;
 		}
-	if (zmq_msg_send(&part, ev->router, ZMQ_DONTWAIT) < 0) {
+	if (zmq_msg_send(&part, st->router, ZMQ_DONTWAIT) < 0) {
 		zmq_msg_close(&part);	/* rref_free() */
 		return false;
 	}
 	return true;
 }
 
-/* refused() - say (once a minute at most) why a replay got nothing. */
-static void refused(struct events *ev, const char *why)
+/* refused() - say (once a minute at most, per stream) why a replay got
+ * nothing. */
+static void refused(struct stream *st, const char *why)
 {
-	if (!log_every(&ev->refused_ns, 60))
+	if (!log_every(&st->refused_ns, 60))
 		return;
-	log_warn("kv events: a replay got the end marker alone: %s (at most one replay "
-		 "in progress per peer, %d at once, holding --kv-events-queue bytes in all)",
-		 why, REPLAY_PEERS);
+	log_warn("kv events: a replay on %s got the end marker alone: %s (at most one "
+		 "replay in progress per peer, %d at once, holding --kv-events-queue bytes "
+		 "in all)", st->replay, why, REPLAY_PEERS);
 }
 
-/* serve_replay() - one request [identity, "", start (8 bytes, big-endian)]
- * gets every kept batch from start on, then [identity, "", "", -1, ""], as
- * vLLM's publisher answers; a replay the limits above refuse gets the end
- * marker alone. Anything else is ignored. */
-static void serve_replay(struct events *ev)
+/* serve_replay() - one request on stream st's ROUTER socket, [identity,
+ * "", start (8 bytes, big-endian)], gets every batch st kept from start
+ * on, then [identity, "", "", -1, ""], as vLLM's publisher answers; a
+ * replay the limits above refuse gets the end marker alone. Anything else
+ * is ignored. */
+static void serve_replay(struct events *ev, struct stream *st)
 {
 	uint8_t frames[3][256], end[8];
 	size_t flen[3];
@@ -369,14 +389,14 @@ static void serve_replay(struct events *ev)
 	struct replay *r;
 
 	do {
-		got = zmq_recv(ev->router, n < 3 ? frames[n] : frames[2], sizeof(frames[0]),
+		got = zmq_recv(st->router, n < 3 ? frames[n] : frames[2], sizeof(frames[0]),
 			       ZMQ_DONTWAIT);
 		if (got < 0)
 			return;
 		if (n < 3)
 			flen[n] = (size_t)got;
 		n++;
-		if (zmq_getsockopt(ev->router, ZMQ_RCVMORE, &more, &ml) < 0)
+		if (zmq_getsockopt(st->router, ZMQ_RCVMORE, &more, &ml) < 0)
 			return;
 	} while (more);
 	if (n != 3 || flen[1] != 0 || flen[2] != 8 || flen[0] > sizeof(frames[0])) {
@@ -386,31 +406,31 @@ static void serve_replay(struct events *ev)
 	}
 	for (i = 0; i < 8; i++)
 		start = start << 8 | frames[2][i];
-	for (i = 0; i < ev->ring_count; i++) {
-		const struct emsg *m = ev->ring[(ev->ring_head + i) % ev->ring_cap];
+	for (i = 0; i < st->ring_count; i++) {
+		const struct emsg *m = st->ring[(st->ring_head + i) % st->ring_cap];
 
 		need += m->seq >= start ? m->len : 0;
 	}
-	r = replays_prune(ev, frames[0], flen[0]);
+	r = replays_prune(st, frames[0], flen[0]);
 	if (r) {
-		refused(ev, "its peer has not read the last one");
-	} else if (need && ev->nreplaying >= REPLAY_PEERS) {
-		refused(ev, "too many peers are being replayed to");
-	} else if (need && atomic_load(&ev->replay_bytes) + need > ev->cfg.queue_bytes) {
-		refused(ev, "the replays in progress hold the byte budget");
+		refused(st, "its peer has not read the last one");
+	} else if (need && st->nreplaying >= REPLAY_PEERS) {
+		refused(st, "too many peers are being replayed to");
+	} else if (need && atomic_load(&st->replay_bytes) + need > ev->cfg.queue_bytes) {
+		refused(st, "the replays in progress hold the byte budget");
 	} else if (need && (r = calloc(1, sizeof(*r)))) {
 		memcpy(r->id, frames[0], flen[0]);
 		r->id_len = flen[0];
-		r->next = ev->replaying;
-		ev->replaying = r;
-		ev->nreplaying++;
+		r->next = st->replaying;
+		st->replaying = r;
+		st->nreplaying++;
 		atomic_fetch_add(&ev->replays, 1);
-		for (i = 0; i < ev->ring_count; i++) {
-			struct emsg *m = ev->ring[(ev->ring_head + i) % ev->ring_cap];
+		for (i = 0; i < st->ring_count; i++) {
+			struct emsg *m = st->ring[(st->ring_head + i) % st->ring_cap];
 
 			if (m->seq < start)
 				continue;
-			if (!send_ref(ev, r, m))
+			if (!send_ref(st, r, m))
 				return;
 			atomic_fetch_add(&ev->replayed, 1);
 		}
@@ -423,14 +443,31 @@ static void serve_replay(struct events *ev)
 	buf[2] = "", len[2] = 0;
 	buf[3] = end, len[3] = 8;
 	buf[4] = "", len[4] = 0;
-	send_parts(ev->router, buf, len, 5);
+	send_parts(st->router, buf, len, 5);
+}
+
+/* send_one() - packed batch out (NULL: no memory, lost) on stream st,
+ * kept for its replays; counted in STATS when counted (the main
+ * stream's). */
+static void send_one(struct events *ev, struct stream *st, struct emsg *out, bool counted)
+{
+	if (!out) {
+		log_debug("kv events: out of memory packing a batch for %s %s; it is lost",
+			  st->flag, st->endpoint);
+		return;
+	}
+	if (send_batch(st->pub, out, NULL, 0) && counted) {
+		atomic_fetch_add(&ev->sent_batches, 1);
+		atomic_fetch_add(&ev->sent_events, out->nevents);
+	}
+	ring_keep(ev, st, out);
 }
 
 /* drain() - pack and send everything queued now; true when stopping and
  * done. */
 static bool drain(struct events *ev)
 {
-	struct emsg *m, *next, *out;
+	struct emsg *m, *next;
 	uint64_t bytes = 0;
 	bool stop;
 
@@ -442,17 +479,11 @@ static bool drain(struct events *ev)
 	for (; m; m = next) {
 		next = m->next;
 		bytes += m->len;
-		out = pack_batch(ev, m);
+		if (m->nevents && ev->main.pub)
+			send_one(ev, &ev->main, pack_batch(ev, m, false), true);
+		if (m->rnevents)
+			send_one(ev, &ev->routes[m->route].st, pack_batch(ev, m, true), false);
 		free(m);
-		if (!out) {
-			log_debug("kv events: out of memory packing a batch; it is lost");
-			continue;
-		}
-		if (send_batch(ev->pub, out, NULL, 0)) {
-			atomic_fetch_add(&ev->sent_batches, 1);
-			atomic_fetch_add(&ev->sent_events, out->nevents);
-		}
-		ring_keep(ev, out);
 	}
 	/* queued until sent: 0 then means every batch so far went out */
 	pthread_mutex_lock(&ev->mu);
@@ -462,6 +493,15 @@ static bool drain(struct events *ev)
 }
 
 static int open_sockets(struct events *ev, char *err, size_t errlen);
+
+/* stream_at() - stream i of ev: 0 the main one, then the router streams;
+ * NULL past them. */
+static struct stream *stream_at(struct events *ev, unsigned i)
+{
+	if (i == 0)
+		return &ev->main;
+	return i <= ev->nroutes ? &ev->routes[i - 1].st : NULL;
+}
 
 /*
  * publisher() - the thread: at a lower priority (nice PUBLISHER_NICE,
@@ -473,7 +513,9 @@ static int open_sockets(struct events *ev, char *err, size_t errlen);
 static void *publisher(void *arg)
 {
 	struct events *ev = arg;
-	zmq_pollitem_t it[2] = { { .fd = -1 }, { .fd = -1 } };
+	zmq_pollitem_t it[1 + 1 + TOPIC_ROUTES_MAX];
+	struct stream *who[1 + 1 + TOPIC_ROUTES_MAX], *st;
+	unsigned i, n = 1;
 	uint64_t v;
 	int rc;
 
@@ -488,9 +530,14 @@ static void *publisher(void *arg)
 	if (rc < 0)
 		return NULL;
 	it[0] = (zmq_pollitem_t){ .socket = NULL, .fd = ev->efd, .events = ZMQ_POLLIN };
-	it[1] = (zmq_pollitem_t){ .socket = ev->router, .events = ZMQ_POLLIN };
+	for (i = 0; (st = stream_at(ev, i)); i++) {	/* the replay sockets */
+		if (!st->router)
+			continue;
+		who[n] = st;
+		it[n++] = (zmq_pollitem_t){ .socket = st->router, .events = ZMQ_POLLIN };
+	}
 	for (;;) {
-		if (zmq_poll(it, ev->router ? 2 : 1, -1) < 0) {
+		if (zmq_poll(it, (int)n, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			log_error("kv events: zmq_poll: %s; no more events are sent",
@@ -503,8 +550,9 @@ static void *publisher(void *arg)
 			if (drain(ev))
 				return NULL;
 		}
-		if (ev->router && (it[1].revents & ZMQ_POLLIN))
-			serve_replay(ev);
+		for (i = 1; i < n; i++)
+			if (it[i].revents & ZMQ_POLLIN)
+				serve_replay(ev, who[i]);
 	}
 }
 
@@ -570,23 +618,30 @@ static void *open_socket(struct events *ev, int type, const char *flag,
 	return s;
 }
 
-/* open_sockets() - the context and the bound sockets; 0, or -EINVAL or
- * -ENOMEM with err. */
+/* open_sockets() - the context and every stream's bound sockets (the
+ * main stream's when it is on); 0, or -EINVAL or -ENOMEM with err. */
 static int open_sockets(struct events *ev, char *err, size_t errlen)
 {
+	struct stream *st;
+	unsigned i;
+
 	ev->ctx = zmq_ctx_new();
 	if (!ev->ctx) {
 		snprintf(err, errlen, "--kv-events: cannot make a ZeroMQ context: %s",
 			 zmq_strerror(errno));
 		return -ENOMEM;
 	}
-	ev->pub = open_socket(ev, ZMQ_PUB, "--kv-events", ev->cfg.endpoint, err, errlen);
-	if (!ev->pub)
-		return -EINVAL;
-	if (ev->cfg.replay && ev->cfg.replay[0]) {
-		ev->router = open_socket(ev, ZMQ_ROUTER, "--kv-events-replay", ev->cfg.replay,
-					 err, errlen);
-		if (!ev->router)
+	for (i = 0; (st = stream_at(ev, i)); i++) {
+		if (!st->endpoint[0])
+			continue;	/* the main stream, off */
+		st->pub = open_socket(ev, ZMQ_PUB, st->flag, st->endpoint, err, errlen);
+		if (!st->pub)
+			return -EINVAL;
+		if (!st->replay[0])
+			continue;
+		st->router = open_socket(ev, ZMQ_ROUTER, i ? st->flag : "--kv-events-replay",
+					 st->replay, err, errlen);
+		if (!st->router)
 			return -EINVAL;
 	}
 	return 0;
@@ -594,14 +649,20 @@ static int open_sockets(struct events *ev, char *err, size_t errlen)
 
 int events_pub_start(struct events *ev, char *err, size_t errlen)
 {
+	struct stream *st;
+	unsigned i;
 	int rc;
 
-	ev->ring_cap = ev->cfg.replay_batches ? ev->cfg.replay_batches : 1;
-	ev->ring = calloc(ev->ring_cap, sizeof(*ev->ring));
-	if (!ev->ring) {
-		snprintf(err, errlen, "--kv-events: no memory for a replay ring of %llu "
-			 "batches", (unsigned long long)ev->ring_cap);
-		return -ENOMEM;
+	for (i = 0; (st = stream_at(ev, i)); i++) {	/* a ring for each replay socket */
+		if (!st->endpoint[0] || !st->replay[0])
+			continue;
+		st->ring_cap = ev->cfg.replay_batches ? ev->cfg.replay_batches : 1;
+		st->ring = calloc(st->ring_cap, sizeof(*st->ring));
+		if (!st->ring) {
+			snprintf(err, errlen, "%s: no memory for a replay ring of %llu batches",
+				 st->flag, (unsigned long long)st->ring_cap);
+			return -ENOMEM;
+		}
 	}
 	rc = -pthread_create(&ev->thread, NULL, publisher, ev);
 	if (rc < 0) {
@@ -631,23 +692,30 @@ void events_pub_stop(struct events *ev)
 
 void events_pub_fini(struct events *ev)
 {
-	uint64_t i;
-
 	struct replay *r;
+	struct stream *st;
+	uint64_t k;
+	unsigned i;
 
-	if (ev->pub)
-		zmq_close(ev->pub);
-	if (ev->router)
-		zmq_close(ev->router);
+	for (i = 0; (st = stream_at(ev, i)); i++) {
+		if (st->pub)
+			zmq_close(st->pub);
+		if (st->router)
+			zmq_close(st->router);
+		st->pub = st->router = NULL;
+	}
 	if (ev->ctx)
 		zmq_ctx_term(ev->ctx);	/* ZeroMQ lets go of every replayed batch */
-	for (i = 0; ev->ring && i < ev->ring_count; i++)
-		emsg_put(ev->ring[(ev->ring_head + i) % ev->ring_cap]);
-	free(ev->ring);
-	ev->ring = NULL;
-	while ((r = ev->replaying)) {
-		ev->replaying = r->next;
-		free(r);
+	ev->ctx = NULL;
+	for (i = 0; (st = stream_at(ev, i)); i++) {
+		for (k = 0; st->ring && k < st->ring_count; k++)
+			emsg_put(st->ring[(st->ring_head + k) % st->ring_cap]);
+		free(st->ring);
+		st->ring = NULL;
+		while ((r = st->replaying)) {
+			st->replaying = r->next;
+			free(r);
+		}
 	}
 }
 

@@ -296,3 +296,127 @@ const char *topic_template_for(const char *t, const char (*r)[TOPIC_RULE_MAX], u
 	*ruled = false;
 	return t;
 }
+
+/* endpoint_ok() - e is an endpoint a stream binds: tcp://... or ipc://...
+ * with something after, that fits in TOPIC_ENDPOINT_MAX bytes. */
+static bool endpoint_ok(const char *e, size_t n)
+{
+	return n < TOPIC_ENDPOINT_MAX && n > 6 &&
+	       (!strncmp(e, "tcp://", 6) || !strncmp(e, "ipc://", 6));
+}
+
+int topic_route_parse(const char *text, struct topic_route *r, char *why, size_t whylen)
+{
+	const char *ns = text + strspn(text, " \t"), *pub, *comma, *end;
+	size_t nl = strcspn(ns, " \t"), pl;
+
+	memset(r, 0, sizeof(*r));
+	pub = ns + nl + strspn(ns + nl, " \t");
+	end = pub + strcspn(pub, " \t");
+	if (!nl || !*pub || end[strspn(end, " \t")]) {
+		snprintf(why, whylen, "'%s' is not NAMESPACE PUB_ENDPOINT[,REPLAY_ENDPOINT] "
+			 "(e.g. 'llama tcp://10.0.0.1:5557,tcp://10.0.0.1:5558'; no blanks "
+			 "inside an endpoint)", text);
+		return -EINVAL;
+	}
+	if (nl >= sizeof(r->ns)) {
+		snprintf(why, whylen, "'%.*s' is not a namespace name (at most %zu bytes)",
+			 (int)nl, ns, sizeof(r->ns) - 1);
+		return -EINVAL;
+	}
+	memcpy(r->ns, ns, nl);
+	if (!access_name_ok(r->ns)) {
+		snprintf(why, whylen, "'%s' is not a namespace name", r->ns);
+		return -EINVAL;
+	}
+	comma = memchr(pub, ',', (size_t)(end - pub));
+	pl = (size_t)((comma ? comma : end) - pub);
+	if (!endpoint_ok(pub, pl) || (comma && !endpoint_ok(comma + 1,
+							       (size_t)(end - comma - 1)))) {
+		snprintf(why, whylen, "'%s': an endpoint is tcp://ADDR:PORT or ipc://PATH, "
+			 "under %d bytes, the replay one after a comma", text,
+			 TOPIC_ENDPOINT_MAX);
+		return -EINVAL;
+	}
+	memcpy(r->pub, pub, pl);
+	if (comma)
+		memcpy(r->replay, comma + 1, (size_t)(end - comma - 1));
+	return 0;
+}
+
+/* bytes of a route's text (route_text()), and of who binds an endpoint */
+#define ROUTE_TEXT_MAX	(KVP_NAME_MAX + 2 * TOPIC_ENDPOINT_MAX + 8)
+#define ROUTE_BY_MAX	(ROUTE_TEXT_MAX + 32)
+
+/* route_text() - rule r as it was written, into out (len bytes). */
+static const char *route_text(const struct topic_route *r, char *out, size_t len)
+{
+	snprintf(out, len, "%s %s%s%s", r->ns, r->pub, r->replay[0] ? "," : "", r->replay);
+	return out;
+}
+
+/* endpoint_clash() - an endpoint of rule r (index i) that the main
+ * stream, another endpoint of r, or a rule before it binds: its name in
+ * *e and who binds it in by (ROUTE_BY_MAX bytes); false when none. */
+static bool endpoint_clash(const struct topic_route *r, unsigned i, const char *pub,
+			   const char *replay, const char **e, char *by)
+{
+	const char *mine[2] = { r[i].pub, r[i].replay };
+	char t[ROUTE_TEXT_MAX];
+	unsigned k, j;
+
+	for (k = 0; k < 2 && mine[k][0]; k++) {
+		*e = mine[k];
+		if (!strcmp(mine[k], pub) || !strcmp(mine[k], replay)) {
+			snprintf(by, ROUTE_BY_MAX, "%s", !strcmp(mine[k], pub) ?
+				 "--kv-events" : "--kv-events-replay");
+			return true;
+		}
+		if (k == 1 && !strcmp(mine[1], mine[0])) {
+			snprintf(by, ROUTE_BY_MAX, "its own PUB socket");
+			return true;
+		}
+		for (j = 0; j < i; j++) {
+			if (!strcmp(mine[k], r[j].pub) || !strcmp(mine[k], r[j].replay)) {
+				snprintf(by, ROUTE_BY_MAX, "--kv-events-router '%s'",
+					 route_text(&r[j], t, sizeof(t)));
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+int topic_routes_check(const struct topic_route *r, unsigned n, const char *pub,
+		       const char *replay, char *why, size_t whylen)
+{
+	char t[ROUTE_TEXT_MAX], u[ROUTE_BY_MAX];
+	const char *e;
+	unsigned i, j;
+
+	if (n > TOPIC_ROUTES_MAX) {
+		snprintf(why, whylen, "--kv-events-router: %u rules, more than %d (one router "
+			 "stream per namespace, %d at most)", n, TOPIC_ROUTES_MAX,
+			 TOPIC_ROUTES_MAX);
+		return -EINVAL;
+	}
+	for (i = 0; i < n; i++) {
+		for (j = 0; j < i; j++) {
+			if (!strcmp(r[i].ns, r[j].ns)) {
+				snprintf(why, whylen, "--kv-events-router: namespace '%s' is in "
+					 "two rules ('%s' and '%s'); a namespace has one router "
+					 "stream: give it one rule", r[i].ns,
+					 route_text(&r[j], t, sizeof(t)),
+					 route_text(&r[i], u, sizeof(u)));
+				return -EINVAL;
+			}
+		}
+		if (endpoint_clash(r, i, pub, replay, &e, u)) {
+			snprintf(why, whylen, "--kv-events-router '%s': %s is bound by %s too; "
+				 "give every socket an endpoint of its own",
+				 route_text(&r[i], t, sizeof(t)), e, u);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}

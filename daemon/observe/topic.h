@@ -17,6 +17,11 @@
  * llm-d's kv@{host}@{model}): the namespaces of one such rule may share
  * topics, and its template must part from every other template before
  * either holds a value that varies ({model} or {ns}).
+ *
+ * A router that reads one engine's stream (vllm-router's kv_aware policy)
+ * gets one namespace's events on sockets of their own, all on topic ""
+ * (--kv-events-router 'NAMESPACE PUB[,REPLAY]'): those rules are parsed
+ * and kept apart here too (topic_route_*).
  */
 #ifndef KVP_TOPIC_H
 #define KVP_TOPIC_H
@@ -24,7 +29,19 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "kvpool_wire.h"
+
 #define TOPIC_RULE_MAX	256	/* bytes of one --kv-events-ns-topic rule */
+#define TOPIC_ROUTES_MAX	16	/* --kv-events-router rules */
+#define TOPIC_ENDPOINT_MAX	256	/* bytes of an endpoint, with its NUL */
+
+/* A --kv-events-router rule: namespace ns's events, on topic "", go to a
+ * PUB socket of their own, and replays to a ROUTER socket ("" for none). */
+struct topic_route {
+	char ns[KVP_NAME_MAX];
+	char pub[TOPIC_ENDPOINT_MAX];
+	char replay[TOPIC_ENDPOINT_MAX];
+};
 
 /*
  * topic_expand() - template t with {host}, {model} and {ns} filled in,
@@ -66,5 +83,21 @@ int topic_rules_check(const char *t, const char (*r)[TOPIC_RULE_MAX], unsigned n
  */
 const char *topic_template_for(const char *t, const char (*r)[TOPIC_RULE_MAX], unsigned n,
 			       const char *ns, bool *ruled);
+
+/*
+ * topic_route_parse() - one --kv-events-router rule's text,
+ * 'NAMESPACE PUB_ENDPOINT[,REPLAY_ENDPOINT]' (each endpoint tcp://... or
+ * ipc://...), into *r. Returns 0 or -EINVAL with why.
+ */
+int topic_route_parse(const char *text, struct topic_route *r, char *why, size_t whylen);
+
+/*
+ * topic_routes_check() - rules r[0..n) (each parsed already) and the main
+ * stream's endpoints (pub, replay: --kv-events and --kv-events-replay,
+ * "" when not given) can all be bound: no namespace in two rules, no
+ * endpoint twice. Returns 0 or -EINVAL with why.
+ */
+int topic_routes_check(const struct topic_route *r, unsigned n, const char *pub,
+		       const char *replay, char *why, size_t whylen);
 
 #endif /* KVP_TOPIC_H */
