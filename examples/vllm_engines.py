@@ -221,6 +221,9 @@ class Engine:
         raise RuntimeError("vllm serve did not answer in %d s:\n%s"
                            % (timeout, self.log()[-6000:]))
 
+    def url(self) -> str:
+        return "http://%s:%d" % (self.host, self.port)
+
     def _conn(self, timeout: float = 600.0) -> http.client.HTTPConnection:
         return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
@@ -240,17 +243,23 @@ class Engine:
     def complete(self, prompt: str, max_tokens: int = 16,
                  on_first_token: Optional[Callable[[], None]] = None,
                  times: Optional[List[Tuple[float, int]]] = None,
-                 kv_transfer_params: Optional[Dict] = None) -> Completion:
+                 kv_transfer_params: Optional[Dict] = None,
+                 token_ids: bool = True) -> Completion:
         """One greedy completion of exactly max_tokens tokens, streamed;
         on_first_token() is called when the first one arrives, and times
         (a list) gets the time.monotonic() of each chunk with tokens and how
         many it holds (a server behind its engine sends several tokens in
         one chunk). A stream the server ends early gives fewer tokens.
         kv_transfer_params: those a prefill engine's answer carried, for a
-        decode engine asked directly (as a P/D router asks it)."""
+        decode engine asked directly (as a P/D router asks it). token_ids:
+        ask for the tokens' ids (vLLM's return_token_ids); without, the
+        Completion has none (vllm-router 0.1.17's kv_aware policy credits
+        no cached prefix to a request with a field it does not know)."""
         req = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                "temperature": 0, "ignore_eos": True, "stream": True,
-               "return_token_ids": True, "stream_options": {"include_usage": True}}
+               "stream_options": {"include_usage": True}}
+        if token_ids:
+            req["return_token_ids"] = True
         if kv_transfer_params is not None:
             req["kv_transfer_params"] = kv_transfer_params
         body = json.dumps(req)
@@ -330,31 +339,38 @@ def router_missing() -> Optional[str]:
 
 
 class Router(Engine):
-    """vllm-router (PyPI; ROUTER_VENV) in prefill/decode mode in front of
-    engines: a client asks it as it would an engine (complete()). It sends
-    each request to a prefill engine with max_tokens 1 and
-    kv_transfer_params {"do_remote_decode": true}, then the request with
-    the params of the prefill engine's answer to a decode engine, whose
-    answer it passes back."""
+    """vllm-router (PyPI; ROUTER_VENV) in front of engines: a client asks
+    it as it would an engine (complete()). With prefill and decode engines
+    (its prefill/decode mode) it sends each request to a prefill engine
+    with max_tokens 1 and kv_transfer_params {"do_remote_decode": true},
+    then the request with the params of the prefill engine's answer to a
+    decode engine, whose answer it passes back. With workers instead (its
+    plain mode) it sends each request to one of them, as policy picks.
+    args: more of its flags (a kv_aware policy's event sources)."""
 
     def __init__(self, prefill: Sequence[Engine], decode: Sequence[Engine], log_path: str,
-                 policy: str = "round_robin"):
+                 policy: str = "round_robin", workers: Sequence[Engine] = (),
+                 args: Sequence[str] = ()):
         self.port = free_port()
         self.host = "127.0.0.1"
         self.log_path = log_path
-        argv = [os.path.join(ROUTER_VENV, "bin", "vllm-router"), "--vllm-pd-disaggregation",
+        argv = [os.path.join(ROUTER_VENV, "bin", "vllm-router"),
                 "--host", self.host, "--port", str(self.port), "--policy", policy,
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
-                "--worker-startup-check-interval", "1", "--log-level", "info"]
+                "--worker-startup-check-interval", "1", "--log-level", "info", *args]
+        if workers:
+            argv += ["--worker-urls"] + [e.url() for e in workers]
+        else:
+            argv.append("--vllm-pd-disaggregation")
         for e in prefill:
-            argv += ["--prefill", "http://%s:%d" % (e.host, e.port)]
+            argv += ["--prefill", e.url()]
         for e in decode:
-            argv += ["--decode", "http://%s:%d" % (e.host, e.port)]
+            argv += ["--decode", e.url()]
         self.argv = argv
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-        self.model = prefill[0].model
+        self.model = (list(prefill) + list(workers))[0].model
 
 
 def start(engines: Sequence[Engine], timeout: float = 300.0) -> List[Engine]:
