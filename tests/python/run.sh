@@ -11,7 +11,10 @@
 # The interpreter is $KVPOOL_PYTHON, else .venv/bin/python in the source
 # tree (contrib/quickstart test makes it, with pytest, numpy and
 # setuptools from PyPI). Exit status: pytest's, or 77 (skip) when there is
-# no interpreter with pytest, numpy and setuptools, saying so.
+# no interpreter with pytest, numpy and setuptools, saying so. In the
+# suite's KVPOOL_IO=sync pass, only the files that test the daemon through
+# the package (SYNC_FILES): the engines' connectors ran in the first pass,
+# and the loop under them is the daemon's.
 set -u
 src=${KVPOOL_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 build=${KVPOOL_BUILDDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -49,6 +52,11 @@ mkdir -p "$build/tests/python"
 	exit 1
 }
 cd "$src/tests/python" || exit 1
+SYNC_FILES="test_client.py test_wait.py test_events.py test_metrics.py test_xlang.py"
+if [ $# -eq 0 ] && [ "${KVPOOL_IO:-}" = sync ]; then
+	# shellcheck disable=SC2086
+	set -- $SYNC_FILES
+fi
 [ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py --ignore=test_machines.py .
 KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
 	-o console_output_style=classic "$@"
