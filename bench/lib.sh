@@ -26,7 +26,9 @@ bench_die() {
 
 # bench_opt NAME VALUE - the script's own options; it redefines this after
 # sourcing. Sets what NAME stands for to VALUE (empty when NAME came last)
-# or returns 1 when NAME is not one of them. By default there are none.
+# or returns 1 when NAME is not one of them; an option without a value (a
+# flag) sets bench_shift=1, so that VALUE is read as the next option. By
+# default there are none.
 bench_opt() {
 	return 1
 }
@@ -39,13 +41,14 @@ bench_parse_opts() {
 	builddir=.
 	output=BENCHMARKS.md
 	while [ $# -gt 0 ]; do
+		bench_shift=2
 		case $1 in
 		--builddir) builddir=${2:?--builddir needs a directory} ;;
 		--output) output=${2:?--output needs a file} ;;
 		-h|--help) usage; exit 0 ;;
 		*) bench_opt "$1" "${2-}" || { usage >&2; exit 2; } ;;
 		esac
-		shift 2
+		shift "$bench_shift"
 	done
 	KVPOOLD=$builddir/daemon/kvpoold
 }

@@ -97,7 +97,8 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
 	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py \
-	bench/run-hit.sh bench/hit.py \
+	bench/run-hit.sh bench/hit.py bench/run-pd.sh bench/pd.py bench/pd_peers.py \
+	bench/pd-peers-site.sh \
 	BENCHMARKS.md
 
 # bench/keys runs first (seconds, no daemon). The script starts kvpoold
@@ -178,6 +179,16 @@ BENCH_STALL_RUN = $(SHELL) $(top_srcdir)/bench/run-stall.sh \
 # minutes). `make bench-hit` runs it alone; `make bench` does not.
 BENCH_HIT_RUN = $(SHELL) $(top_srcdir)/bench/run-hit.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-pd.sh: decoding streams' inter-token gaps while long prompts arrive,
+# with a prefill and a decode engine through kvpool against two engines
+# doing both and one alone, and the handoff's cost on one machine and
+# across network namespaces at 10 and 1 Gbit/s; then vLLM's own P/D
+# connectors that run on the CPU (NixlConnector, with NIXL 1.5.1 from
+# PyPI, and ExampleConnector) as peers, on one machine (about 35 minutes;
+# root, .venv-router, redis-server). `make bench-pd` runs it alone; `make
+# bench` does not.
+BENCH_PD_RUN = $(SHELL) $(top_srcdir)/bench/run-pd.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
@@ -199,7 +210,7 @@ BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
 .PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-outage bench-slabs bench-ttft \
-	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall bench-hit
+	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall bench-hit bench-pd
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
 		bench/list$(EXEEXT) bench/nschurn$(EXEEXT) bench/prep$(EXEEXT) bench/slabs$(EXEEXT) \
@@ -279,3 +290,6 @@ bench-stall: daemon/kvpoold$(EXEEXT)
 
 bench-hit: daemon/kvpoold$(EXEEXT)
 	$(BENCH_HIT_RUN)
+
+bench-pd: daemon/kvpoold$(EXEEXT)
+	$(BENCH_PD_RUN)
