@@ -254,17 +254,6 @@ def failed(out, name, ex):
 
 # --- talking to the engines -------------------------------------------------------
 
-def post(engine, path, body):
-    """POST body (JSON) to engine: the answer's status and body."""
-    c = http.client.HTTPConnection(engine.host, engine.port, timeout=600)
-    try:
-        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
-
 def stream(front, prompt, max_tokens, times, deadline, on_first, conns):
     """A greedy streamed completion through front, read until it ends or
     until deadline[0] (a time.monotonic(), set by another thread) has
@@ -352,7 +341,7 @@ def kvpool_counter(eng, name, least=None, timeout=10.0):
 def answer(eng, prompt, n=2):
     """eng's own greedy answer of n tokens to prompt (not streamed, no
     kv_transfer_params): its tokens and their logprobs."""
-    status, body = post(eng, "/v1/completions", {
+    status, body = eng.post("/v1/completions", {
         "model": eng.model, "prompt": prompt, "max_tokens": n, "temperature": 0,
         "ignore_eos": True, "logprobs": 1, "return_token_ids": True})
     if status != 200:
@@ -500,7 +489,7 @@ def handoff(p, d, prompt, saved, fetched=None, kvpool=True):
     fetched(): the decode machine's kvpoold's remote stats, or None on one
     machine; kvpool: the engines run kvpool's connector (its counters)."""
     t0 = time.monotonic()
-    status, body = post(p, "/v1/completions", {
+    status, body = p.post("/v1/completions", {
         "model": p.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
         "kv_transfer_params": ROUTER})
     prefill = time.monotonic() - t0

@@ -236,6 +236,16 @@ class Engine:
         finally:
             c.close()
 
+    def post(self, path: str, body: Dict):
+        """POST body (JSON) to path: the answer's status and body (bytes)."""
+        c = self._conn()
+        try:
+            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
     def metrics(self) -> str:
         """vLLM's Prometheus text (/metrics)."""
         return self._get("/metrics")[1]

@@ -117,7 +117,7 @@ class Setup:
         """The prefill engine's answer to the first half of a P/D request
         (one token, do_remote_decode), as a router asks it: its
         kv_transfer_params."""
-        status, answer = post(self.p, "/v1/completions", {
+        status, answer = self.p.post("/v1/completions", {
             "model": self.p.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
             "kv_transfer_params": ROUTER})
         assert status == 200, answer
@@ -162,17 +162,6 @@ ROUTER = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_i
 PD_WAIT = 5  # the decode engine's pd_wait_seconds
 
 
-def post(engine, path, body):
-    """POST body (JSON) to engine: the answer's status and body."""
-    c = http.client.HTTPConnection(engine.host, engine.port, timeout=600)
-    try:
-        c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
-
 class Proxy(ve.Engine):
     """vLLM's P/D protocol as its disaggregated-serving examples' proxy
     speaks it, in a few lines, so that the test does not hang on one
@@ -189,7 +178,7 @@ class Proxy(ve.Engine):
                 first = dict(body, max_tokens=1, stream=False, kv_transfer_params=ROUTER)
                 first.pop("stream_options", None)
                 proxy.sent += 1
-                status, answer = post(prefill, self.path, first)
+                status, answer = prefill.post(self.path, first)
                 if status != 200:
                     self.send_error(status)
                     return
