@@ -167,14 +167,17 @@ class Engine:
     cpus: the CPUs of its model runner
     (VLLM_CPU_OMP_THREADS_BIND): vLLM on the CPU reserves one more core
     for an engine that has any kv_transfer_config, so engines compared
-    token for token are bound the same way."""
+    token for token are bound the same way. tree: the kvpool package of
+    this source tree on its PYTHONPATH; without, the engine runs in the
+    folder of its log and imports whatever kvpool its Python has installed
+    (a wheel's)."""
 
     def __init__(self, model: str, log_path: str, *, kvpool_socket: Optional[str] = None,
                  extra: Optional[Dict] = None, args: Sequence[str] = (),
                  argv: Optional[Sequence[str]] = None, cpus: str = "0",
                  env: Optional[Dict[str, str]] = None, hash_seed: Optional[str] = "0",
                  role: str = "kv_both", host: str = "127.0.0.1",
-                 netns: Optional[str] = None):
+                 netns: Optional[str] = None, tree: bool = True):
         self.port = free_port()
         self.host = host
         self.log_path = log_path
@@ -193,14 +196,18 @@ class Engine:
         if hash_seed is not None:
             e["PYTHONHASHSEED"] = hash_seed
         e.update(VLLM_CPU_OMP_THREADS_BIND=cpus, HF_HUB_OFFLINE="1",
-                 TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-                 PYTHONPATH=os.pathsep.join(p for p in (os.path.join(SRC, "python"),
-                                                        e.get("PYTHONPATH")) if p))
+                 TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+        if tree:
+            e["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.join(SRC, "python"),
+                                                          e.get("PYTHONPATH")) if p)
+        else:
+            e.pop("PYTHONPATH", None)
         e.update(env or {})
         self.argv = argv
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=e,
-                                         start_new_session=True)
+                                         start_new_session=True,
+                                         cwd=None if tree else os.path.dirname(log_path))
         self.model = "tiny-llama"
 
     def wait_ready(self, timeout: float = 300.0) -> "Engine":

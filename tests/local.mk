@@ -281,6 +281,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	tests/python/fetch_sdist_file.py tests/python/test_engines.py \
 	tests/python/test_xlang.py tests/python/test_mover.py tests/python/test_transfer.py \
 	tests/python/test_wait.py tests/python/test_pd.py tests/python/test_machines.py \
+	tests/python/test_wheel.py \
 	tests/python/engine_site/sitecustomize.py \
 	python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/_kvpool.h python/src/client.c \
@@ -288,6 +289,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	python/src/keys.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/src/transfer.c \
 	python/kvpool/__init__.py python/kvpool/sglang.py python/kvpool/_connector.py \
+	python/kvpool/_programs.py \
 	python/kvpool/vllm/__init__.py python/kvpool/vllm/connector.py \
 	python/kvpool/vllm/scheduler.py python/kvpool/vllm/worker.py \
 	python/kvpool/vllm/metadata.py python/kvpool/vllm/copier.py python/kvpool/vllm/mover.py \

@@ -35,16 +35,17 @@ def tool(name):
 class Daemon:
     """kvpoold with args; sock: its socket's path (else one in its own
     temporary folder); wrap: what its command runs under (["ip", "netns",
-    "exec", NAME]: on another "machine", examples/machines.py)."""
+    "exec", NAME]: on another "machine", examples/machines.py); exe: the
+    program (else $KVPOOLD, else the build tree's)."""
 
-    def __init__(self, args=(), sock=None, wrap=()):
+    def __init__(self, args=(), sock=None, wrap=(), exe=None):
         self.dir = tempfile.mkdtemp(prefix="kvpool-py-")
         self.sock = sock or os.path.join(self.dir, "kvpool.sock")
         self.log = os.path.join(self.dir, "kvpoold.log")
         notify = os.path.join(self.dir, "notify")
         ns = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         ns.bind(notify)
-        exe = os.environ.get("KVPOOLD") or tool("daemon/kvpoold")
+        exe = exe or os.environ.get("KVPOOLD") or tool("daemon/kvpoold")
         env = dict(os.environ, NOTIFY_SOCKET=notify)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(

