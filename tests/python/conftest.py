@@ -134,3 +134,28 @@ def daemon():
 def client(daemon):
     with kvpool.Client(daemon.sock, "py", GEO) as c:
         yield c
+
+
+def doc_blocks(name):
+    """The code blocks of docs/NAME in order, as (language, text): fenced
+    ones with their language ("" without), indented ones as "sh"."""
+    blocks, fence, lang, indented = [], None, "", []
+    with open(os.path.join(TOP, "docs", name)) as f:
+        for line in f.read().splitlines() + [""]:
+            if fence is not None:
+                if line.startswith("```"):
+                    blocks.append((lang, "\n".join(fence) + "\n"))
+                    fence = None
+                else:
+                    fence.append(line)
+                continue
+            if line.startswith("```"):
+                fence, lang = [], line[3:].strip()
+                continue
+            if line.startswith("    ") and (indented or not line.strip() == ""):
+                indented.append(line[4:])
+                continue
+            if indented:
+                blocks.append(("sh", "\n".join(indented) + "\n"))
+                indented = []
+    return blocks

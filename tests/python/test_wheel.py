@@ -23,7 +23,7 @@ import tempfile
 import pytest
 
 import kvpool
-from conftest import TOP, Daemon
+from conftest import TOP, Daemon, doc_blocks
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -127,6 +127,33 @@ def test_each_wheel_in_a_fresh_venv_runs_its_daemon_cli_and_client(wheels, tmp_p
         finally:
             d.stop()
             d.proc.wait(10)
+
+
+def test_the_wheel_block_of_docs_python_md_runs_as_written(wheels, tmp_path):
+    """Its first code block, in a folder holding the wheels, with python3
+    the CPython 3.11 the cp311 wheel was made for; kvpoold on
+    $KVPOOL_SOCKET (the page's commands take it from there too)."""
+    lang, block = doc_blocks("python.md")[0]
+    assert lang == "sh" and "pip install kvpool-" in block, block
+    w = [w for w in wheels if "-cp311-" in w]
+    assert w, list(wheels)
+    for x in wheels:
+        shutil.copy(x, str(tmp_path))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    os.symlink(wheels[w[0]], str(bindir / "python3"))
+    env = clean_env()
+    env["PATH"] = str(bindir) + os.pathsep + env["PATH"]
+    env["KVPOOL_SOCKET"] = str(tmp_path / "kvpool.sock")
+    r = subprocess.run(["sh", "-ec", block], cwd=str(tmp_path), env=env, capture_output=True,
+                       text=True, timeout=600)
+    try:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "pages" in r.stdout and "conservation" in r.stdout, r.stdout
+    finally:
+        pidfile = tmp_path / "kvpoold.pid"
+        if pidfile.exists():
+            os.kill(int(pidfile.read_text()), 15)
 
 
 def test_two_engines_from_the_wheel_share_a_prefix(wheels, tmp_path):
