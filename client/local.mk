@@ -30,9 +30,12 @@ client_libkvpool_la_LIBADD = client/libkvpshared.la -lpthread
 # -version-info CURRENT:REVISION:AGE. On a release: if the interface is
 # unchanged, REVISION++; if it changed, CURRENT++ and REVISION=0; if
 # interfaces were only added, AGE++; if any were removed or changed, AGE=0.
-# No release has been made yet: 0:0:0 stands, and interfaces still change
-# in place (kvp_list_* gained their total argument before any release).
-client_libkvpool_la_LDFLAGS = $(AM_LDFLAGS) -version-info 0:0:0 \
+# 0.1.0 was 0:0:0 (libkvpool.so.0); 0.2.0 changed interfaces in place
+# (kvp_geometry grew, kvp_list_* gained their total argument): 1:0:0,
+# libkvpool.so.1, Debian's libkvpool1. tests/check-abi.sh holds the built
+# library against abi/libkvpool.abi, this soname's ABI (make abi-baseline
+# writes it anew when the soname changes).
+client_libkvpool_la_LDFLAGS = $(AM_LDFLAGS) -version-info 1:0:0 \
 	-Wl,--version-script=$(top_srcdir)/client/libkvpool.sym
 EXTRA_client_libkvpool_la_DEPENDENCIES = client/libkvpool.sym
 EXTRA_DIST += client/libkvpool.sym client/kvpool.pc.in

@@ -92,7 +92,7 @@ for py in $pythons; do
 		die "pip could not install setuptools and wheel for Python $v"
 	echo "$prog: the wheel for Python $v"
 	rm -rf "$work/py/build"
-	(cd "$work/py" && KVPOOL_PREFIX=$stage "$env/bin/pip" wheel -q \
+	(cd "$work/py" && KVPOOL_PREFIX=$stage KVPOOL_VERSION=$(cat "$work/src/VERSION") "$env/bin/pip" wheel -q \
 		--disable-pip-version-check --no-deps --no-build-isolation -w "$work/raw" .) ||
 		die "building the wheel for Python $v failed"
 done

@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Build kvpool._kvpool against libkvpool.
 
-Found, in this order: KVPOOL_PREFIX (an install prefix; KVPOOL_LIBDIR names
+The version is kvpool's, one for every part: $KVPOOL_VERSION, else the
+VERSION file of the tree above this directory, else pkg-config's.
+
+libkvpool is found, in this order: KVPOOL_PREFIX (an install prefix; KVPOOL_LIBDIR names
 its library directory when that is not PREFIX/lib, as Debian's multiarch
 one), the kvpool build
 tree this directory sits in (../include, ../client/.libs; the module then
@@ -47,9 +50,29 @@ else:
         elif not f.startswith("-l"):
             extra_link.append(f)
 
-setup(ext_modules=[Extension(
+
+def version():
+    v = os.environ.get("KVPOOL_VERSION")
+    if not v and os.path.exists(os.path.join(tree, "VERSION")):
+        with open(os.path.join(tree, "VERSION")) as f:
+            v = f.read().strip()
+    if not v:
+        try:
+            v = subprocess.run(["pkg-config", "--modversion", "kvpool"], check=True,
+                               capture_output=True, text=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    if not v:
+        raise SystemExit("kvpool: no version: build from the kvpool tree (its VERSION "
+                         "file), set KVPOOL_VERSION, or install kvpool (pkg-config)")
+    return v
+
+
+ver = version()
+setup(version=ver, ext_modules=[Extension(
     "kvpool._kvpool", ["src/_kvpool.c", "src/client.c", "src/client_admin.c", "src/args.c",
                         "src/views.c", "src/kernels.c", "src/keys.c", "src/blockcopy.c",
                         "src/transfer.c"], include_dirs=include_dirs,
     library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
+    define_macros=[("KVPOOL_PY_VERSION", '"%s"' % ver)],
     extra_compile_args=cflags, extra_link_args=extra_link)])

@@ -37,7 +37,7 @@ make -s -C "$build" distdir distdir="$src" >/dev/null
 (cd "$src" && DEB_BUILD_OPTIONS="parallel=$(nproc)" dpkg-buildpackage -us -uc -b) \
 	>"$work/build.log" 2>&1 || { tail -n 40 "$work/build.log"; fail "dpkg-buildpackage"; }
 ls "$work"/*.deb >/dev/null 2>&1 || fail "no .deb made"
-for pkg in kvpool libkvpool0 libkvpool-dev python3-kvpool; do
+for pkg in kvpool libkvpool1 libkvpool-dev python3-kvpool; do
 	ls "$work/${pkg}_${version}_"*.deb >/dev/null 2>&1 || fail "no package $pkg"
 done
 
@@ -50,7 +50,7 @@ done
 ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 for f in usr/sbin/kvpoold usr/bin/kvpool etc/kvpool/kvpoold.conf \
 	usr/share/man/man8/kvpoold.8.gz usr/share/man/man1/kvpool.1.gz \
-	usr/share/man/man3/libkvpool.3.gz usr/include/kvpool.h "usr/lib/$ma/libkvpool.so.0" \
+	usr/share/man/man3/libkvpool.3.gz usr/include/kvpool.h "usr/lib/$ma/libkvpool.so.1" \
 	"usr/lib/$ma/libkvpool.so" "usr/lib/$ma/pkgconfig/kvpool.pc" \
 	usr/lib/sysusers.d/kvpool.conf usr/share/kvpool/systemd/network.conf; do
 	[ -e "$root/$f" ] || fail "the packages hold no /$f"
@@ -85,7 +85,7 @@ while ! "$root/usr/bin/kvpool" --socket "$sock" status >/dev/null 2>&1; do
 	[ $i -lt 200 ] || { cat "$work/kvpoold.log"; fail "the packaged kvpoold did not serve"; }
 	sleep 0.05
 done
-ldd "$root/usr/bin/kvpool" | grep -q "$root/usr/lib/$ma/libkvpool.so.0" ||
+ldd "$root/usr/bin/kvpool" | grep -q "$root/usr/lib/$ma/libkvpool.so.1" ||
 	fail "kvpool does not use the packaged libkvpool"
 
 echo "== a program built against libkvpool-dev"

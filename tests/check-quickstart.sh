@@ -53,7 +53,7 @@ for mode in demo test; do
 done
 
 # shellcheck disable=SC2154
-for p in check lintian debhelper valgrind prometheus redis-server clang; do
+for p in check lintian debhelper valgrind prometheus redis-server clang abigail-tools; do
 	case " $pkgs_demo " in *" $p "*) fail "quickstart demo installs $p, which only the tests need" ;; esac
 	case " $pkgs_test " in *" $p "*) ;; *) fail "quickstart test does not install $p" ;; esac
 done

@@ -237,6 +237,17 @@ endif
 dist_check_SCRIPTS += tests/check-layers.sh
 TESTS += tests/check-layers.sh
 EXTRA_DIST += tests/layers.py
+# libkvpool's ABI against abi/libkvpool.abi (abidiff); make abi-baseline
+# writes that file anew from the built library, for a new soname.
+dist_check_SCRIPTS += tests/check-abi.sh
+TESTS += tests/check-abi.sh
+EXTRA_DIST += abi/libkvpool.abi
+abi-baseline: all
+	abidw --no-corpus-path --headers-dir $(top_srcdir)/include --drop-private-types \
+		--out-file $(top_srcdir)/abi/libkvpool.abi \
+		client/.libs/libkvpool.so.$$(sed -n 's/.*-version-info \([0-9]*\):.*/\1/p' $(top_srcdir)/client/local.mk).*.*
+.PHONY: abi-baseline
+
 # What contrib/quickstart asks apt-get for, per mode (no Check needed).
 dist_check_SCRIPTS += tests/check-quickstart.sh
 TESTS += tests/check-quickstart.sh
@@ -344,7 +355,7 @@ endif
 # (tests/check-deb.sh; minutes). contrib/quickstart test runs it once.
 EXTRA_DIST += tests/check-deb.sh debian/control debian/rules debian/changelog \
 	debian/copyright debian/source/format debian/kvpool.install \
-	debian/libkvpool0.install debian/libkvpool-dev.install debian/kvpool.docs \
+	debian/libkvpool1.install debian/libkvpool-dev.install debian/kvpool.docs \
 	debian/not-installed debian/kvpool.postinst
 check-deb: all
 	$(SHELL) $(srcdir)/tests/check-deb.sh $(abs_top_builddir)

@@ -44,7 +44,7 @@ __all__ = [
     "InvalidArgument", "NotFound", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
     "REMOTE_NEVER", "K_ONLY",
 ]
-__version__ = "0.1.0"
+__version__ = _kvpool.__version__  # the release's (VERSION), as the wheel's metadata
 
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH, PRIO_PINNED = 0, 1, 2, 3
 #: Client.set_remote_policy(max_us=REMOTE_NEVER): never ask the remote tier.

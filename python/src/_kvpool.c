@@ -162,6 +162,9 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	if (!NoSpace || !Stale || !PermissionDenied || !Mismatch || !Limit || !NotConnected ||
 	    !DaemonGone || !InvalidArgument || !NotFound)
 		goto fail;
+	/* the release this package was built as (setup.py: kvpool's VERSION) */
+	if (PyModule_AddStringConstant(m, "__version__", KVPOOL_PY_VERSION) < 0)
+		goto fail;
 	if (PyModule_AddIntConstant(m, "KEYS_VLLM_SHA256_CBOR", KVP_KEYS_VLLM_SHA256_CBOR) < 0 ||
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_XXHASH_CBOR", KVP_KEYS_VLLM_XXHASH_CBOR) < 0 ||
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_SHA256", KVP_KEYS_VLLM_SHA256) < 0 ||

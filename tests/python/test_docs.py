@@ -2,7 +2,7 @@
 """docs/python.md's code blocks, run as written: what a reader copies must
 work. The Python blocks run against a real kvpoold ($KVPOOL_SOCKET, as the
 page says); the install from the source tree runs in a folder laid out as
-the tree (python/ copied, include/ and client/ this build's). The wheel's
+the tree (python/ copied, VERSION, include/ and client/ this build's). The wheel's
 block runs in test_wheel.py, which makes the wheel."""
 import os
 import shutil
@@ -50,6 +50,7 @@ def test_the_install_from_the_source_tree_works_as_written(tmp_path):
     shutil.copytree(os.path.join(TOP, "python"), str(tree / "python"),
                     ignore=shutil.ignore_patterns("build", "*.so", "*.egg-info", "__pycache__"))
     os.symlink(os.path.join(TOP, "include"), str(tree / "include"))
+    os.symlink(os.path.join(TOP, "VERSION"), str(tree / "VERSION"))
     os.symlink(os.path.join(BUILD, "client"), str(tree / "client"))
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     # python3: this interpreter's (the page's python3 on a reader's PATH)

@@ -101,10 +101,21 @@ def test_each_wheel_in_a_fresh_venv_runs_its_daemon_cli_and_client(wheels, tmp_p
     for n, (w, py) in enumerate(sorted(wheels.items())):
         venv = fresh_venv(py, str(tmp_path / ("v%d" % n)), w)
         bindir = os.path.join(venv, "bin")
+        # one version everywhere: the wheel's name and metadata, the daemon,
+        # the CLI, the library, the package (VERSION)
+        with open(os.path.join(TOP, "VERSION")) as f:
+            version = f.read().strip()
+        assert os.path.basename(w).startswith("kvpool-%s-" % version), (w, version)
         r = run([os.path.join(bindir, "kvpoold"), "--version"], cwd="/")
-        assert r.returncode == 0 and r.stdout.startswith("kvpoold"), (w, r.stdout, r.stderr)
+        assert r.returncode == 0 and r.stdout.startswith("kvpoold (kvpool) %s\n" % version), \
+            (w, r.stdout, r.stderr)
         r = run([os.path.join(bindir, "kvpool"), "--version"], cwd="/")
-        assert r.returncode == 0 and "libkvpool" in r.stdout, (w, r.stdout, r.stderr)
+        assert r.returncode == 0 and r.stdout.startswith(
+            "kvpool %s (libkvpool %s)" % (version, version)), (w, r.stdout, r.stderr)
+        r = run([os.path.join(bindir, "python"), "-c", "import importlib.metadata as m, kvpool; "
+                 "print(m.version('kvpool'), kvpool.__version__, kvpool.library_version())"],
+                cwd="/")
+        assert r.returncode == 0 and r.stdout.split() == [version] * 3, (w, r.stdout, r.stderr)
         d = Daemon(exe=os.path.join(bindir, "kvpoold"))
         try:
             code = (
