@@ -237,10 +237,11 @@ endif
 dist_check_SCRIPTS += tests/check-layers.sh
 TESTS += tests/check-layers.sh
 EXTRA_DIST += tests/layers.py
+# The release's version in every place that names it (tests/check-version.sh);
 # libkvpool's ABI against abi/libkvpool.abi (abidiff); make abi-baseline
 # writes that file anew from the built library, for a new soname.
-dist_check_SCRIPTS += tests/check-abi.sh
-TESTS += tests/check-abi.sh
+dist_check_SCRIPTS += tests/check-abi.sh tests/check-version.sh
+TESTS += tests/check-abi.sh tests/check-version.sh
 EXTRA_DIST += abi/libkvpool.abi
 abi-baseline: all
 	abidw --no-corpus-path --headers-dir $(top_srcdir)/include --drop-private-types \
