@@ -4,7 +4,8 @@
  * tokenize a prompt (bytes as token ids), compute its block keys, ACQUIRE
  * the cached prefix, fill and PUBLISH the blocks that were missing, then
  * release. Run it twice with the same system prompt: the second run finds
- * the prompt's pages in the pool.
+ * the prompt's pages in the pool, and checks that they hold what the first
+ * run wrote (block i: bytes of value i).
  *
  * usage: kvpool-example-share [--socket PATH] SYSTEM-PROMPT USER-TEXT
  */
@@ -81,6 +82,21 @@ int main(int argc, char **argv)
 		fprintf(stderr, "acquire: %s %s\n", kvp_strerror(hits), kvp_last_error());
 		return 1;
 	}
+	/* the pages found hold what the run that published them wrote */
+	for (i = 0; i < (size_t)hits; i++) {
+		const unsigned char *b = kvp_page_ptr(c, pages[i]);
+		size_t off;
+
+		for (off = 0; off < kvp_page_bytes(c); off++)
+			if (b[off] != (unsigned char)i)
+				break;
+		if (off < kvp_page_bytes(c)) {
+			fprintf(stderr, "%s: block %zu from the cache holds %u at byte %zu, "
+				"not %u: its page is not what was published\n", argv[0], i,
+				(unsigned)b[off], off, (unsigned)(unsigned char)i);
+			return 1;
+		}
+	}
 	if ((size_t)hits < nb) {
 		/* "prefill" the missing blocks and publish them */
 		rc = kvp_alloc(c, nb - (size_t)hits, mine);
@@ -101,8 +117,8 @@ int main(int argc, char **argv)
 			pages[(size_t)hits + i] = canon[i];
 		}
 	}
-	printf("%zu tokens, %zu full blocks: %d from the cache (%d tokens), %zu computed "
-	       "and published\n", n, nb, hits, hits * 16, fresh);
+	printf("%zu tokens, %zu full blocks: %d from the cache (%d tokens, their bytes as "
+	       "published), %zu computed and published\n", n, nb, hits, hits * 16, fresh);
 	kvp_release(c, pages, nb);
 	kvp_close(c);
 	free(tokens);

