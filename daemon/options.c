@@ -113,7 +113,8 @@ static const struct opt_def opt_table[] = {
 	{ "cuda-device", 0, OPT_UINT, OFF(cuda_device), 0, 0, 1023,
 	  "N", "the GPU of the cuda backend (default 0)", NULL },
 	{ "max-clients", 0, OPT_UINT, OFF(max_clients), 0, 1, 65536,
-	  "N", "most client connections at once (default 256)", NULL },
+	  "N", "most client connections at once (default 256); a daemon admin may "
+	  "open 4 more", NULL },
 	{ "max-clients-per-uid", 0, OPT_UINT, OFF(max_clients_per_uid), 0, 1, 65536,
 	  "N", "most connections of one user; root and the daemon's user are not "
 	  "counted (default: half of --max-clients)", NULL },

@@ -239,6 +239,46 @@ START_TEST(test_access_admin_group_counts_a_supplementary_group)
 }
 END_TEST
 
+START_TEST(test_access_max_clients_keeps_room_for_an_admin)
+{
+	/* a user's connection past --max-clients is refused; root's (a
+	 * daemon admin's: `kvpool status`, a container's probes) is not */
+	const char *args[] = { "--socket-group", "nogroup", "--max-clients", "1", NULL };
+	kvp_client *a, *b;
+	kvp_stats_t st;
+	struct daemon d;
+	int status;
+	pid_t pid;
+
+	daemon_dir(&d);
+	ck_assert_int_eq(chmod(d.dir, 0711), 0);
+	daemon_restart(&d, args);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &a), 0);
+	ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
+	ck_assert_uint_eq(st.clients, 1);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *k;
+
+		become_nobody();
+		expect(kvp_connect(d.sock, NULL, NULL, &k) == -EDQUOT, 10);
+		expect(strstr(kvp_last_error(), "max-clients") != NULL, 11);
+		_exit(0);
+	}
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child step %d",
+		      WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &b), 0);
+	ck_assert_int_eq(kvp_stats(b, &st, NULL, 0), 0);
+	ck_assert_uint_eq(st.clients, 2);
+	ck_assert_uint_eq(st.connections_refused, 1);
+	kvp_close(b);
+	kvp_close(a);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_access_bad_rules_stop_start_up_with_the_reason)
 {
 	static const struct {
@@ -346,6 +386,7 @@ static Suite *access_suite(void)
 	tcase_add_test(tc, test_access_broken_file_on_sighup_keeps_the_rules);
 	tcase_add_test(tc, test_access_admin_group_counts_a_supplementary_group);
 	tcase_add_test(tc, test_access_a_refused_connection_names_the_path_its_mode_and_what_to_do);
+	tcase_add_test(tc, test_access_max_clients_keeps_room_for_an_admin);
 	suite_add_tcase(s, tc);
 	return s;
 }

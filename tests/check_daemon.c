@@ -380,30 +380,35 @@ END_TEST
 
 START_TEST(test_daemon_max_clients_refuses_at_the_edge)
 {
+	/* root is a daemon admin: 4 connections past --max-clients, then
+	 * LIMIT (a user's stop at the limit itself: check_access) */
 	static const char *const args[] = { "--max-clients", "2", NULL };
-	kvp_client *a, *b, *c;
+	kvp_client *c[6], *over;
 	kvp_stats_t st;
 	struct daemon d;
+	int i;
 
 	daemon_start(&d, args);
-	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &a), 0);
-	ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
-	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &b), 0);
-	ck_assert_int_eq(kvp_stats(b, &st, NULL, 0), 0);
-	ck_assert_uint_eq(st.clients, 2);
+	for (i = 0; i < 6; i++) {
+		ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c[i]), 0);
+		ck_assert_int_eq(kvp_stats(c[i], &st, NULL, 0), 0);
+	}
+	ck_assert_uint_eq(st.clients, 6);
+	ck_assert_uint_eq(st.max_clients, 2);
 
 	/* the kernel accepts, the daemon answers HELLO with LIMIT */
-	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &c), -EDQUOT);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &over), -EDQUOT);
 	ck_assert_msg(strstr(kvp_last_error(), "max-clients"), "%s", kvp_last_error());
 
-	ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
+	ck_assert_int_eq(kvp_stats(c[0], &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.connections_refused, 1);
-	kvp_close(b);
-	/* b's slot frees up: probe with a (2 = a + the probe) */
-	for (int i = 0; i < 100000 && st.clients != 1; i++)
-		ck_assert_int_eq(kvp_stats(a, &st, NULL, 0), 0);
+	for (i = 1; i < 6; i++)
+		kvp_close(c[i]);
+	/* their slots free up: probe with c[0] */
+	for (i = 0; i < 100000 && st.clients != 1; i++)
+		ck_assert_int_eq(kvp_stats(c[0], &st, NULL, 0), 0);
 	ck_assert_uint_eq(st.clients, 1);
-	kvp_close(a);
+	kvp_close(c[0]);
 	daemon_stop(&d);
 }
 END_TEST

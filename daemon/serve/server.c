@@ -54,6 +54,12 @@ void server_maybe_done(struct server *s)
 	loop_drain(s->loop);	/* spill writes finish first */
 }
 
+/* Connections past --max-clients that only a daemon admin (root, the
+ * daemon's user, --admin-group) may open: an operator's `kvpool status`
+ * and a container's health probes are answered by a daemon that clients
+ * have filled. */
+#define ADMIN_RESERVE 4
+
 /* --- connections by uid (--max-clients-per-uid) ---------------------- */
 
 /* uid_counted() - uid's connections count against --max-clients-per-uid
@@ -342,7 +348,7 @@ static void server_accept_done(struct loop_op *op, int res)
 		server_post_accept(s);
 		return;
 	}
-	if (s->nconns >= s->opt->max_clients)
+	if (s->nconns >= s->opt->max_clients + (c->admin ? ADMIN_RESERVE : 0))
 		over = !conn_refuse(s, c, false);
 	else if (uid_counted(c->cred.uid) && uid_conns_of(s, c->cred.uid) >= uid_limit(s))
 		over = !conn_refuse(s, c, true);
