@@ -20,6 +20,7 @@ once per machine. Without them it skips and says why.
 import json
 import os
 import re
+import select
 import shutil
 import socket
 import subprocess
@@ -97,11 +98,23 @@ def image():
     return IMAGE
 
 
-def daemonset_args():
+def daemonset():
+    """contrib/kubernetes/kvpoold.yaml's pod: (its init container, its
+    kvpoold container)."""
     with open(os.path.join(TOP, "contrib", "kubernetes", "kvpoold.yaml")) as f:
         ds = next(d for d in yaml.safe_load_all(f) if d and d["kind"] == "DaemonSet")
+    (init,) = ds["spec"]["template"]["spec"]["initContainers"]
     (c,) = ds["spec"]["template"]["spec"]["containers"]
-    return c["args"]
+    return init, c
+
+
+def caps(container):
+    """podman's flags for a manifest container's capabilities."""
+    sc = container.get("securityContext", {}).get("capabilities", {})
+    out = ["--cap-drop", "ALL"] if sc.get("drop") == ["ALL"] else []
+    for cap in sc.get("add", []):
+        out += ["--cap-add", cap]
+    return out
 
 
 def free_port():
@@ -137,19 +150,26 @@ def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(i
     assert "9464/tcp" in cfg["ExposedPorts"]
     assert info["Healthcheck"]["Test"] == ["CMD", "kvpool", "status"]  # docker format
 
-    # the node's directories, as the DaemonSet's init container leaves them
+    # the node's directories as the kubelet makes hostPaths (root's, 0755),
+    # then the DaemonSet's init container's command on them, with its
+    # capabilities only
+    init, kvpoold = daemonset()
     sockdir, spill = tmp_path / "run-kvpool", tmp_path / "var-lib-kvpool"
+    for d in (sockdir, spill):
+        d.mkdir(mode=0o755)
+    podman("run", "--rm", "--network", "none", "--user", "0:0", *caps(init), *LIMITS,
+           "-v", "%s:/run/kvpool" % sockdir, "-v", "%s:/var/lib/kvpool" % spill,
+           "--entrypoint", init["command"][0], image, *init["command"][1:])
     for d, mode in ((sockdir, 0o750), (spill, 0o700)):
-        d.mkdir()
-        os.chown(str(d), KVPOOL_ID, KVPOOL_ID)
-        os.chmod(str(d), mode)
+        st = os.stat(str(d))
+        assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (KVPOOL_ID, KVPOOL_ID, mode), d
     sock = str(sockdir / "kvpool.sock")
     port = free_port()
     args = [a if not a.startswith("--metrics-listen=") else "--metrics-listen=127.0.0.1:%d" % port
-            for a in daemonset_args()]
+            for a in kvpoold["args"]]
     name = "kvpool-test-%d" % os.getpid()
     podman("run", "-d", "--name", name, "--network", "host", "--user", "%d:%d"
-           % (KVPOOL_ID, KVPOOL_ID), "--read-only", "--cap-drop", "ALL", "--security-opt",
+           % (KVPOOL_ID, KVPOOL_ID), "--read-only", *caps(kvpoold), "--security-opt",
            "no-new-privileges", *LIMITS, "-v", "%s:/run/kvpool" % sockdir,
            "-v", "%s:/var/lib/kvpool" % spill, image, *args)
     holder = None
@@ -158,6 +178,9 @@ def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(i
         while podman("healthcheck", "run", name, check=False).returncode != 0:
             assert time.monotonic() < end, podman("logs", name, check=False).stderr
             time.sleep(0.5)
+        # the DaemonSet's probes, run in the container as the kubelet runs them
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+            podman("exec", name, *kvpoold[probe]["exec"]["command"])
         st = os.stat(sock)
         assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (KVPOOL_ID, KVPOOL_ID, 0o660)
         log = podman("logs", name).stderr
@@ -191,10 +214,12 @@ def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(i
             "ALL", *LIMITS, "--user", "20003:20003", "--group-add", str(KVPOOL_ID),
             "-v", "%s:/run/kvpool" % sockdir, "--entrypoint", "kvpool-example-pages", image,
             "--pages", "4", "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, text=True)
-        for line in holder.stdout:
-            if "holding them" in line:
-                break
+            stderr=subprocess.DEVNULL)
+        end, said = time.monotonic() + 60, b""
+        while b"holding them" not in said:
+            assert time.monotonic() < end and holder.poll() is None, said
+            if select.select([holder.stdout], [], [], 1)[0]:
+                said += os.read(holder.stdout.fileno(), 4096)
         assert status(sock)["pages"]["private"] >= 4
         podman("kill", "-s", "KILL", hname)
         end = time.monotonic() + 10

@@ -240,7 +240,7 @@ def test_two_engines_from_the_wheel_share_a_prefix(wheels, tmp_path):
 
 def cpu_recipe():
     with open(os.path.join(TOP, "docs", "vllm.md")) as f:
-        m = re.search(r"<!-- the CPU recipe: tests/python/test_wheel.py runs it -->\s*```sh\n"
+        m = re.search(r"<!-- the CPU recipe: tests/python/test_wheel.py runs it -->\s*```bash\n"
                       r"(.*?)```", f.read(), re.S)
     assert m, "docs/vllm.md lost its CPU recipe"
     return m.group(1)
