@@ -136,6 +136,13 @@ def client(daemon):
         yield c
 
 
+def free_port():
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def doc_blocks(name):
     """The code blocks of docs/NAME in order, as (language, text): fenced
     ones with their language ("" without), indented ones as "sh"."""

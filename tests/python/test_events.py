@@ -17,7 +17,7 @@ msgpack = pytest.importorskip("msgpack", reason="msgpack is missing (.venv/bin/p
                               "install msgpack; contrib/quickstart test does)")
 
 import kvpool  # noqa: E402
-from conftest import GEO, TOP, running  # noqa: E402
+from conftest import GEO, TOP, free_port, running  # noqa: E402
 
 PAGE = 2 * GEO.layers * GEO.kv_heads * GEO.head_dim * GEO.block_tokens * 2
 BT = GEO.block_tokens
@@ -431,12 +431,6 @@ def test_events_refused_endpoint(tmp_path):
         assert "--kv-events %s: cannot bind" % ep in r.stderr, r.stderr
     busy.close()
 
-
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_events_remote_medium(tmp_path):

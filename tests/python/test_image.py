@@ -22,7 +22,6 @@ import os
 import re
 import select
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,7 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import TOP
+from conftest import TOP, free_port
 
 BUILD = os.environ.get("KVPOOL_BUILDDIR", TOP)
 # Debian's podman on this kind of machine: runc (crun refuses its hybrid
@@ -115,12 +114,6 @@ def caps(container):
     for cap in sc.get("add", []):
         out += ["--cap-add", cap]
     return out
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def client(image, name, *args, user, groups=(KVPOOL_ID,), sockdir):

@@ -6,19 +6,19 @@ a mismatch would only show on a cluster: the engines' pods mount the
 DaemonSet's socket directory and carry its group (the image's kvpool
 group), the connector's settings pass its own check with PYTHONHASHSEED
 equal to kvpoold's --key-seed, the DaemonSet's memory limit holds its
-pool, one slab made ahead and kvpoold itself, the PodMonitor scrapes the
+pool, its spill tiers' buffers, the unread replies and kvpoold itself,
+the engines run as a user kvpoold counts, the PodMonitor scrapes the
 metrics port, the image is this release's, and kvpoold accepts the
 DaemonSet's arguments. The image itself runs in test_image.py."""
 import json
 import os
 import re
-import socket
 import urllib.request
 
 import kubernetes_validate
 import yaml
 
-from conftest import TOP, Daemon
+from conftest import TOP, Daemon, free_port
 from kvpool.vllm.settings import check_settings
 
 KDIR = os.path.join(TOP, "contrib", "kubernetes")
@@ -30,7 +30,7 @@ def objects(name):
         return [d for d in yaml.safe_load_all(f) if d]
 
 
-def one(kind, name=None):
+def one(kind):
     found = [d for f in sorted(os.listdir(KDIR)) if f.endswith(".yaml") for d in objects(f)
              if d["kind"] == kind]
     assert len(found) == 1, (kind, found)
@@ -159,9 +159,7 @@ def test_kvpoold_takes_the_daemonsets_arguments(tmp_path):
     f = flags(kvpoold_container()["args"])
     spill = tmp_path / "spill"
     spill.mkdir(mode=0o700)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     f.update({"spill-dir": str(spill), "metrics-listen": "127.0.0.1:%d" % port})
     f.setdefault("slab-size", "64M")  # kvpoold's default (the test daemon's is 1M)
     # the image's entrypoint: kvpoold --foreground --backend host

@@ -18,13 +18,7 @@ import urllib.request
 import pytest
 
 import kvpool
-from conftest import GEO, Daemon, running, tool
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from conftest import GEO, Daemon, free_port, running, tool
 
 
 def get(url, timeout=5):
