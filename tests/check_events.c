@@ -584,21 +584,72 @@ static int publish_tokens(const char *sock, const char *ns, const char *model, u
 	return 0;
 }
 
-/* tenant() - as nobody, a block into evil (model M, prod's) and one into
- * evilx (model Mx, which extends prod's), from tokens first on. */
-static void tenant(const char *sock, uint32_t first)
-{
-	pid_t pid = fork();
-	kvp_key k;
+/*
+ * A tenant: a process of nobody's that publishes on request a block into
+ * evil (model M, prod's) and one into evilx (model Mx, which extends
+ * prod's). It is forked before the test makes its ZeroMQ context: a child
+ * forked while the context's threads run may find a lock one of them held
+ * (ASan's allocator's), and wait on it for ever; CI saw one hang so.
+ */
+struct tenant {
+	pid_t pid;
+	int req, ack;		/* struct tenant_req down, a status byte back */
+};
 
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
+struct tenant_req {
+	uint32_t first;
+	char sock[sizeof(((struct daemon *)0)->sock)];
+};
+
+static void tenant_start(struct tenant *t)
+{
+	int rq[2], ak[2];
+
+	ck_assert_int_eq(pipe(rq), 0);
+	ck_assert_int_eq(pipe(ak), 0);
+	fflush(NULL);
+	t->pid = fork();
+	ck_assert_int_ge(t->pid, 0);
+	if (t->pid == 0) {
+		struct tenant_req r;
+		kvp_key k;
+		uint8_t st;
+
+		close(rq[1]);
+		close(ak[0]);
 		become_nobody();
-		expect(publish_tokens(sock, "evil", "org/Model-8B", first, &k) == 0, 10);
-		expect(publish_tokens(sock, "evilx", "org/Model-8Bx", first + 1, &k) == 0, 11);
-		_exit(0);
+		while (read(rq[0], &r, sizeof(r)) == (ssize_t)sizeof(r)) {
+			st = publish_tokens(r.sock, "evil", "org/Model-8B", r.first, &k) ? 10
+			     : publish_tokens(r.sock, "evilx", "org/Model-8Bx", r.first + 1, &k)
+				     ? 11 : 0;
+			if (write(ak[1], &st, 1) != 1)
+				_exit(2);
+		}
+		_exit(0);	/* the test closed its end */
 	}
-	child_wait(pid);
+	close(rq[0]);
+	close(ak[1]);
+	t->req = rq[1];
+	t->ack = ak[0];
+}
+
+/* tenant() - t publishes its two blocks through sock from tokens first on. */
+static void tenant(struct tenant *t, const char *sock, uint32_t first)
+{
+	struct tenant_req r = { .first = first };
+	uint8_t st = 0xff;
+
+	snprintf(r.sock, sizeof(r.sock), "%s", sock);
+	ck_assert_int_eq(write(t->req, &r, sizeof(r)), (ssize_t)sizeof(r));
+	ck_assert_int_eq(read(t->ack, &st, 1), 1);
+	ck_assert_msg(st == 0, "nobody's publish failed at step %u", st);
+}
+
+static void tenant_stop(struct tenant *t)
+{
+	close(t->req);
+	close(t->ack);
+	child_wait(t->pid);
 }
 
 /* only_prods() - every message s holds within ms is on topic and
@@ -661,14 +712,16 @@ START_TEST(test_events_no_user_keeps_another_from_a_model_or_speaks_on_its_topic
 	char host[256], topic[512], logged[600];
 	kvp_key keys[32];
 	unsigned n, t;
+	struct tenant nobody;
 	struct ev_env e;
 	void *s;
 
 	gethostname(host, sizeof(host));
+	tenant_start(&nobody);		/* before any ZeroMQ context */
 	for (t = 0; t < 2; t++) {
 		start(&e, how[t]);
 		ck_assert_int_eq(chmod(e.d.dir, 0711), 0);
-		tenant(e.d.sock, 100);		/* evil takes model M first */
+		tenant(&nobody, e.d.sock, 100);		/* evil takes model M first */
 		snprintf(topic, sizeof(topic), t ? "kv@%s@org/Model-8B" : "kv@%s|prod@org/Model-8B",
 			 host);
 		s = zmq_socket(e.ctx, ZMQ_SUB);
@@ -689,7 +742,7 @@ START_TEST(test_events_no_user_keeps_another_from_a_model_or_speaks_on_its_topic
 				break;
 		}
 		ck_assert_uint_lt(n, 30);
-		tenant(e.d.sock, 300);		/* the tenants publish again */
+		tenant(&nobody, e.d.sock, 300);		/* the tenants publish again */
 		ck_assert_int_eq(publish_tokens(e.d.sock, "prod", "org/Model-8B", 5000,
 						&keys[++n]), 0);
 		settle(e.d.sock);
@@ -697,6 +750,7 @@ START_TEST(test_events_no_user_keeps_another_from_a_model_or_speaks_on_its_topic
 		zmq_close(s);
 		finish(&e);
 	}
+	tenant_stop(&nobody);
 }
 END_TEST
 

@@ -83,13 +83,25 @@ void daemon_start(struct daemon *d, const char *const *args)
 void daemon_restart(struct daemon *d, const char *const *args)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	const char *argv[64];
-	char notify[128], msg[256], log[4096];
+	const char *argv[64], **envp;
+	char notify[128], notify_env[160], msg[256], log[4096];
 	struct pollfd pfd[2];
 	int nfd, n = 0, i, rc;
 	ssize_t len;
 
 	snprintf(notify, sizeof(notify), "%s/notify", d->dir);
+	/* The child's environment is made here: a process with threads (a
+	 * test's ZeroMQ context) may fork while one holds the allocator's
+	 * lock, and the child must not allocate before exec. */
+	snprintf(notify_env, sizeof(notify_env), "NOTIFY_SOCKET=%s", notify);
+	for (i = 0; environ[i]; i++)
+		;
+	envp = calloc((size_t)i + 2, sizeof(*envp));
+	ck_assert_ptr_nonnull(envp);
+	for (i = 0, rc = 0; environ[i]; i++)
+		if (strncmp(environ[i], "NOTIFY_SOCKET=", 14))
+			envp[rc++] = environ[i];
+	envp[rc] = notify_env;
 
 	nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(nfd, 0);
@@ -115,11 +127,13 @@ void daemon_restart(struct daemon *d, const char *const *args)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (fd >= 0)
 			dup2(fd, STDERR_FILENO);
-		setenv("NOTIFY_SOCKET", notify, 1);
-		execv(argv[0], (char *const *)argv);
-		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
+		execve(argv[0], (char *const *)argv, (char *const *)envp);
+		if (write(STDERR_FILENO, "exec failed: ", 13) > 0 &&
+		    write(STDERR_FILENO, argv[0], strlen(argv[0])) > 0)
+			(void)!write(STDERR_FILENO, "\n", 1);
+		_exit(127);	/* the test reads this in the log */
 	}
+	free(envp);
 	d->pidfd = harness_pidfd_open(d->pid);
 	ck_assert_int_ge(d->pidfd, 0);
 
