@@ -72,7 +72,7 @@ ver = version()
 setup(version=ver, ext_modules=[Extension(
     "kvpool._kvpool", ["src/_kvpool.c", "src/client.c", "src/client_admin.c", "src/args.c",
                         "src/views.c", "src/kernels.c", "src/keys.c", "src/blockcopy.c",
-                        "src/transfer.c"], include_dirs=include_dirs,
+                        "src/transfer.c", "src/saver.c"], include_dirs=include_dirs,
     library_dirs=library_dirs, runtime_library_dirs=runtime_dirs, libraries=["kvpool"],
     define_macros=[("KVPOOL_PY_VERSION", '"%s"' % ver)],
     extra_compile_args=cflags, extra_link_args=extra_link)])

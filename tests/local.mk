@@ -300,7 +300,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	python/README.md python/src/_kvpool.c python/src/_kvpool.h python/src/client.c \
 	python/src/client_admin.c python/src/args.c python/src/views.c python/src/kernels.c \
 	python/src/keys.c python/src/blockcopy.c python/src/blockcopy.h \
-	python/src/transfer.c \
+	python/src/transfer.c python/src/saver.c \
 	python/kvpool/__init__.py python/kvpool/sglang.py python/kvpool/_connector.py \
 	python/kvpool/_programs.py python/kvpool/tiny_model.py \
 	python/kvpool/vllm/__init__.py python/kvpool/vllm/connector.py \

@@ -13,6 +13,7 @@ import time
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 import kvpool
+from kvpool import _kvpool
 
 __all__ = ["Pool", "pool_side", "key_bytes"]
 
@@ -41,7 +42,8 @@ class Pool:
         self._pid = os.getpid()
         self._next = 0.0
         self._warned: Set[str] = set()
-        self.lock = threading.RLock()
+        # a recursive lock the Saver's thread (python/src/saver.c) takes too
+        self.lock = _kvpool.Lock()
         self._watcher: Optional[threading.Thread] = None
         self._watcher_pid = 0
         self._closed = False

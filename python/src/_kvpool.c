@@ -132,13 +132,16 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 {
 	PyObject *m;
 
-	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&PageViewType) < 0)
+	if (PyType_Ready(&ClientType) < 0 || PyType_Ready(&PageViewType) < 0 ||
+	    PyType_Ready(&LockType) < 0 || PyType_Ready(&SaverType) < 0)
 		return NULL;
 	m = PyModule_Create(&mod);
 	if (!m)
 		return NULL;
 	if (PyModule_AddObjectRef(m, "Client", (PyObject *)&ClientType) < 0 ||
-	    PyModule_AddObjectRef(m, "PageView", (PyObject *)&PageViewType) < 0)
+	    PyModule_AddObjectRef(m, "PageView", (PyObject *)&PageViewType) < 0 ||
+	    PyModule_AddObjectRef(m, "Lock", (PyObject *)&LockType) < 0 ||
+	    PyModule_AddObjectRef(m, "Saver", (PyObject *)&SaverType) < 0)
 		goto fail;
 	Error = add_error(m, "Error", PyExc_OSError,
 			  "A kvpool call failed: errno, and the daemon's explanation.");

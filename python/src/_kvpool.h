@@ -7,7 +7,8 @@
  * its page and sharing methods, client_admin.c its inspection and admin
  * methods, args.c the parsing of handles, keys and token ids, views.c
  * PageView and DLPack, kernels.c the C references, keys.c the key
- * functions. Each function's comment is at its definition.
+ * functions, transfer.c whole loads and saves, saver.c the Lock and the
+ * Saver. Each function's comment is at its definition.
  */
 #ifndef KVP_PY_KVPOOL_H
 #define KVP_PY_KVPOOL_H
@@ -15,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -28,7 +30,7 @@ extern PyObject *Error, *NoSpace, *Stale, *PermissionDenied, *Mismatch, *Limit,
  * made under. */
 extern volatile unsigned long fork_gen;
 
-extern PyTypeObject ClientType, PageViewType;
+extern PyTypeObject ClientType, PageViewType, LockType, SaverType;
 
 /* A copy of kvp_last_error() taken on the calling thread. */
 #define ERRBUF 640
@@ -53,6 +55,12 @@ typedef struct {
 	Py_ssize_t views;	/* PageView objects alive (arrays keep theirs) */
 	bool readonly;		/* views are read-only */
 } ClientObject;
+
+/* kvpool._kvpool.Lock: a recursive mutex (saver.c). */
+typedef struct {
+	PyObject_HEAD
+	pthread_mutex_t mu;
+} LockObject;
 
 /*
  * One page's bytes, exported in place through the buffer protocol. It
@@ -117,6 +125,10 @@ PyObject *Client_drop_namespace(ClientObject *self, PyObject *args, PyObject *kw
 PyObject *Client_page(ClientObject *self, PyObject *arg);
 PyObject *Client_load_blocks(ClientObject *self, PyObject *args, PyObject *kw);
 PyObject *Client_save_blocks(ClientObject *self, PyObject *args, PyObject *kw);
+PyObject *error_object(int rc, const char *what, const char *msg);
+int64_t *int64s(PyObject *o, Py_ssize_t *n, const char *what);
+int page_pairs(kvp_client *c, const kvp_page *pages, const int64_t *blocks, size_t n,
+	       bool to_pool, int64_t *pairs);
 PyObject *make_view(ClientObject *self, kvp_page h, void *addr, Py_ssize_t len);
 PyObject *mod_dlpack(PyObject *mod, PyObject *args);
 

@@ -21,7 +21,7 @@
 #include "blockcopy.h"
 
 /* error_object() - the exception raise_kvp() would raise, as a value. */
-static PyObject *error_object(int rc, const char *what, const char *msg)
+PyObject *error_object(int rc, const char *what, const char *msg)
 {
 	PyObject *type, *value, *tb;
 
@@ -33,21 +33,23 @@ static PyObject *error_object(int rc, const char *what, const char *msg)
 	return value;
 }
 
-/* int64s() - a sequence of n ints into a new array (PyMem_Free it). */
-static int64_t *int64s(PyObject *o, Py_ssize_t n, const char *what)
+/* int64s() - a sequence of *n ints (any number with *n < 0, then set)
+ * into a new array (PyMem_Free it). */
+int64_t *int64s(PyObject *o, Py_ssize_t *np, const char *what)
 {
 	PyObject *fast = PySequence_Fast(o, what);
+	Py_ssize_t i, n;
 	int64_t *out;
-	Py_ssize_t i;
 
 	if (!fast)
 		return NULL;
-	if (PySequence_Fast_GET_SIZE(fast) != n) {
-		PyErr_Format(PyExc_ValueError, "%s: %zd of them for %zd keys", what,
-			     PySequence_Fast_GET_SIZE(fast), n);
+	n = PySequence_Fast_GET_SIZE(fast);
+	if (*np >= 0 && n != *np) {
+		PyErr_Format(PyExc_ValueError, "%s: %zd of them for %zd keys", what, n, *np);
 		Py_DECREF(fast);
 		return NULL;
 	}
+	*np = n;
 	out = PyMem_Malloc(((size_t)n + 1) * sizeof(*out));
 	if (!out) {
 		Py_DECREF(fast);
@@ -68,8 +70,8 @@ static int64_t *int64s(PyObject *o, Py_ssize_t n, const char *what)
 
 /* page_pairs() - pairs[i] = (blocks[i], index of pages[i]) (or swapped
  * with to_pool): 0, or a negative errno. */
-static int page_pairs(kvp_client *c, const kvp_page *pages, const int64_t *blocks, size_t n,
-		      bool to_pool, int64_t *pairs)
+int page_pairs(kvp_client *c, const kvp_page *pages, const int64_t *blocks, size_t n,
+	       bool to_pool, int64_t *pairs)
 {
 	size_t i;
 
@@ -110,7 +112,7 @@ PyObject *Client_load_blocks(ClientObject *self, PyObject *args, PyObject *kw)
 	keys = keys_from(okeys, &n);
 	if (!keys)
 		return NULL;
-	blocks = int64s(oblocks, n, "load_blocks: blocks");
+	blocks = int64s(oblocks, &n, "load_blocks: blocks");
 	if (!blocks)
 		goto done;
 	if (bc_plan_parse(&plan, odl, ods, osl, oss, heads, tokens, run, run_v, threads) < 0)
@@ -191,7 +193,7 @@ static int save_jobs_parse(PyObject *fast, Py_ssize_t njobs, struct save_job *j,
 		k = keys_from(okeys, &n);
 		if (!k)
 			return -1;
-		b = int64s(oblocks, n, "save_blocks: blocks");
+		b = int64s(oblocks, &n, "save_blocks: blocks");
 		if (!b) {
 			PyMem_Free(k);
 			return -1;

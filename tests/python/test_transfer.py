@@ -117,3 +117,148 @@ def test_a_load_into_a_block_outside_the_engines_tensors_copies_nothing(daemon):
         with pytest.raises(ValueError, match="token ids"):
             c.save_blocks([(0, keys(5, 1), None, [2], [1, 2])], *sides(c, src, True))
         assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 2
+
+
+# --- kvpool._kvpool.Saver: saves on a thread that never takes the GIL ---------------
+
+class Saving:
+    """A Saver on its own thread over c, the pool's lock a kvpool Lock."""
+
+    def __init__(self, c, batch=32):
+        import threading
+        from kvpool import _kvpool
+        self.c, self.lock = c, _kvpool.Lock()
+        self.s = _kvpool.Saver(self.lock, batch)
+        self.thread = threading.Thread(target=self.s.run, daemon=True)
+        self.thread.start()
+
+    def submit(self, jobs, kv, **kw):
+        self.s.submit(self.c, jobs, *sides(self.c, kv, True), **kw)
+
+    def results(self, timeout=10):
+        assert self.s.wait_idle(timeout)
+        jobs, batches = self.s.reap()
+        return {j[0]: j[1:] for j in jobs}, batches
+
+    def close(self):
+        dropped = self.s.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        return dropped
+
+
+def test_the_saver_saves_while_another_thread_holds_the_gil(daemon):
+    """The model runner's thread holds the GIL, and Python would not hand
+    it over for 100 s: the saves still end, bit for bit (a Python thread
+    calling save_blocks() could not even start). Before, the connector's
+    saving thread took the GIL back after each save, and waited seconds
+    for it while the model runner decoded."""
+    import sys
+    import time
+    src, dst = engine_kv(), engine_kv(fill=False)
+    a = keys(1, 3)
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        s = Saving(c)
+        old = sys.getswitchinterval()
+        sys.setswitchinterval(100.0)
+        try:
+            s.submit([(1, 7, a, None, [3, 7, 1], None), (2, 8, keys(2, 2), None, [9, 2], None)],
+                     src)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.0:  # Python, never letting the GIL go
+                pass
+            jobs, batches = s.s.reap()  # no GIL hand-over before this
+        finally:
+            sys.setswitchinterval(old)
+        assert sorted(j[:4] for j in jobs) == [(1, 0, 3, 0), (2, 0, 2, 0)]
+        assert len(batches) == 1 and batches[0][1] is None and batches[0][0] < 1.0
+        assert c.load_blocks(a, None, [0, 4, 6], *sides(c, dst, False)) == (3, None)
+        for here, there in ((0, 3), (4, 7), (6, 1)):
+            for l in range(GEO.layers):
+                assert torch.equal(bits(dst[l][here]), bits(src[l][there]))
+        assert s.close() == []
+    assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 5
+
+
+def test_the_saver_keeps_a_chains_order_and_skips_after_a_failure(daemon):
+    """A chain's jobs run in order; after one fails its later ones are
+    skipped, in the same batch or a later one, until the chain is
+    forgotten; a duplicate counts as one; no page is kept."""
+    src = engine_kv()
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        s = Saving(c, batch=2)
+        s.submit([(1, 1, keys(1, 1), None, [0], None)], src)
+        s.submit([(2, 1, keys(1, 2), None, [0, 1], None)], src)  # the first again
+        r, batches = s.results()
+        assert r == {1: (0, 1, 0, None, None), 2: (0, 1, 1, None, None)}
+        assert len(batches) == 2
+        # the daemon refuses priority 9: chain 2's first job fails, its second
+        # is skipped, and chain 3 (same batch) fails on its own
+        s.submit([(3, 2, keys(2, 1), None, [2], None), (4, 2, keys(3, 1), keys(2, 1)[0], [3],
+                                                          None),
+                  (5, 3, keys(4, 1), None, [4], None)], src, priority=9)
+        s.submit([(6, 2, keys(5, 1), None, [5], None)], src)  # later, still chain 2
+        r, _ = s.results()
+        assert r[3][0] == 2 and r[3][3] == "publish" and isinstance(r[3][4],
+                                                                     kvpool.InvalidArgument)
+        assert r[4] == (1, 0, 0, None, None) and r[5][0] == 2 and r[6][0] == 1
+        s.s.forget([2])  # a new request under the old name saves again
+        s.submit([(7, 2, keys(5, 1), None, [5], None)], src)
+        assert s.results()[0] == {7: (0, 1, 0, None, None)}
+        s.close()
+    st = daemon.stats()
+    assert held(daemon) == 0 and st["pages_cached"] == 3
+
+
+def test_the_saver_waits_for_the_pools_lock_and_drop_waits_for_the_batch(daemon):
+    """A batch runs only while no other thread holds the pool's lock; drop()
+    takes a chain's queued jobs off and waits for the batch that runs."""
+    import threading
+    import time
+    src = engine_kv()
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        s = Saving(c, batch=1)
+        with s.lock:
+            s.submit([(1, 1, keys(1, 1), None, [0], None), (2, 1, keys(2, 1), keys(1, 1)[0],
+                                                              [1], None),
+                      (3, 2, keys(3, 1), None, [2], None)], src)
+            assert not s.s.wait_idle(0.3)
+            assert s.s.reap() == ([], [])
+            assert daemon.stats()["pages_cached"] == 0
+            got = []
+            t = threading.Thread(target=lambda: got.append(s.s.drop([1])))
+            t.start()
+            time.sleep(0.3)
+            assert t.is_alive()  # job 1 runs: the lock holds it, and drop waits
+        t.join(10)
+        assert got == [[2]]
+        r, _ = s.results()
+        assert set(r) == {1, 3} and r[1][0] == 0 and r[3][0] == 0
+        s.close()
+    assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 2
+
+
+def test_the_saver_drops_what_is_queued_at_stop_and_reports_a_closed_client(daemon):
+    src = engine_kv()
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        s = Saving(c)
+        with s.lock:
+            s.submit([(1, 1, keys(1, 1), None, [0], None)], src)
+            c.close()  # under the lock, as the connector closes one
+        r, _ = s.results()
+        assert r == {1: (3, 0, 0, None, None)}
+        with pytest.raises(kvpool.NotConnected):
+            s.submit([(2, 1, keys(1, 1), None, [0], None)], src)
+        assert s.close() == []
+    with kvpool.Client(daemon.sock, "ns", GEO) as c:
+        from kvpool import _kvpool
+        s = _kvpool.Saver(_kvpool.Lock())  # no thread: everything stays queued
+        s.submit(c, [(1, 1, keys(1, 1), None, [0], None), (2, 2, keys(2, 1), None, [1], None)],
+                 *sides(c, src, True))
+        assert s.wait_idle(0.1) is False
+        assert sorted(s.stop()) == [1, 2]
+        with pytest.raises(ValueError, match="token ids"):
+            s.submit(c, [(3, 1, keys(1, 1), None, [0], [1, 2])], *sides(c, src, True))
+        with pytest.raises(RuntimeError, match="stopped"):
+            s.run()
+    assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 0

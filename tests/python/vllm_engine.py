@@ -126,8 +126,10 @@ def make_kv_cache_config(block, num_blocks, kind="mha"):
 def _slow_saves(seconds):
     """Saves off the step start seconds late (a busy disk or pool): a test
     of what must wait for them."""
+    from kvpool.vllm.mover import Saver
     from kvpool.vllm.worker import WorkerSide
-    save = WorkerSide._save_off_step
+    Saver.delay = seconds  # each batch of the saving thread without the GIL
+    save = WorkerSide._save_off_step  # the Mover's (a hybrid model's)
 
     def slow(self, jobs):
         time.sleep(seconds)
@@ -281,8 +283,13 @@ def _worker_main(conn, args):
                 def hang_save(self, jobs, *a, **kw):  # the same in the one-call save
                     self.alloc(sum(len(j[1]) for j in jobs))
                     hang_publish(self)
+                def hang_submit(saver, c, jobs, args):  # the saving thread without the GIL
+                    c.alloc(sum(len(j[2]) for j in jobs))  # its batch's fresh pages
+                    threading.Thread(target=hang_publish, args=(c,), daemon=True).start()
+                from kvpool.vllm.mover import Saver
                 kvpool.Client.publish = hang_publish
                 kvpool.Client.save_blocks = hang_save
+                Saver._submit = hang_submit
             sampled, kvo = w.step(out, lambda r: tokens[r])
             send("ok", sampled, kvo)
         elif msg[0] == "blocks":

@@ -145,6 +145,18 @@ class Copier:
         return client.load_blocks(keys, parent, blocks, *self._sides(view, False),
                                   self.threads, self.g.v_dim * self.es)
 
+    def check_blocks(self, blocks: Sequence[int]) -> None:
+        """ValueError unless every vLLM block id is one of vLLM's blocks."""
+        for b in blocks:
+            if not 0 <= b < self.num_blocks:
+                raise ValueError("vLLM block %d is not one of the %d blocks" %
+                                 (b, self.num_blocks))
+
+    def save_args(self, view) -> tuple:
+        """Client.save_blocks()'s (and a Saver's submit()'s) arguments after
+        the jobs and before the priority, the pool side through view."""
+        return self._sides(view, True) + (self.threads, self.g.v_dim * self.es)
+
     def save(self, client: kvpool.Client, view, jobs: List[tuple], priority: int):
         """jobs: (chain, keys, parent, vLLM blocks, token ids); allocate
         their pages, copy the blocks in, publish each job (a job after a
@@ -153,12 +165,8 @@ class Copier:
         release's error or None); OSError (the allocation) or ValueError:
         nothing published."""
         for job in jobs:
-            for b in job[3]:
-                if not 0 <= b < self.num_blocks:
-                    raise ValueError("vLLM block %d is not one of the %d blocks" %
-                                     (b, self.num_blocks))
-        return client.save_blocks(jobs, *self._sides(view, True), self.threads,
-                                  self.g.v_dim * self.es, priority)
+            self.check_blocks(job[3])
+        return client.save_blocks(jobs, *self.save_args(view), priority)
 
     def _vllm_side(self):
         """copy_blocks()'s (layers, strides) of vLLM's tensors, computed

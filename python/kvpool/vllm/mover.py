@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The vLLM connector's threads beside the engine's: the Mover runs a
-worker's loads and saves off the engine's step, the LayerLoader a load in
-the step layer by layer beside the forward (layerwise_load)."""
+worker's loads (and the saves the Saver does not) off the engine's step,
+the Saver its saves on a thread that never takes the GIL, the LayerLoader
+a load in the step layer by layer beside the forward (layerwise_load)."""
 from __future__ import annotations
 
 import collections
@@ -9,17 +10,41 @@ import os
 import threading
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+from kvpool import _kvpool
 from kvpool.vllm.copier import Copier
 
-__all__ = ["Mover", "LayerLoader"]
+__all__ = ["Mover", "Saver", "LayerLoader"]
+
+def _pin(cpus: Optional[Set[int]], log, who: str) -> None:
+    """Bind the calling thread to cpus (said once if it cannot be)."""
+    if cpus:
+        try:
+            os.sched_setaffinity(0, cpus)  # this thread only
+        except (OSError, ValueError, OverflowError) as e:
+            log.warning("kvpool: %s cannot run on CPUs %s (%s); it runs where the model "
+                        "runner does", who, sorted(cpus), e)
+
 
 class _Rid:
-    __slots__ = ("busy", "broken", "finished")
+    __slots__ = ("busy", "broken", "finished", "chain")
 
-    def __init__(self) -> None:
+    def __init__(self, chain: int = 0) -> None:
         self.busy = 0  # save jobs queued or running
         self.broken = False  # a save failed or was skipped: later blocks cannot chain
         self.finished = False  # vLLM finished the request
+        self.chain = chain  # the Saver's name for it
+
+    def admit(self, queued: int, blocks: int, cap: int) -> str:
+        """May a save of blocks more queue behind queued ones (at most cap,
+        or one save of more alone)? "queued" (counted busy), "broken" (an
+        earlier save failed or was skipped), or "full" (broken from now)."""
+        if self.broken:
+            return "broken"
+        if queued and queued + blocks > cap:
+            self.broken = True
+            return "full"
+        self.busy += 1
+        return "queued"
 
 
 class LayerLoader:
@@ -145,13 +170,9 @@ class Mover:
         """Queue a save of rid's next blocks: "queued", or "broken" (an
         earlier one of rid failed or was skipped), or "full"."""
         with self._cond:
-            r = self._rids.setdefault(rid, _Rid())
-            if r.broken:
-                return "broken"
-            if self.queued and self.queued + blocks > self.cap:
-                r.broken = True
-                return "full"
-            r.busy += 1
+            got = self._rids.setdefault(rid, _Rid()).admit(self.queued, blocks, self.cap)
+            if got != "queued":
+                return got
             self.queued += blocks
             self._saves.append((rid, job, blocks))
             self._start()
@@ -256,13 +277,7 @@ class Mover:
             del self._rids[rid]
 
     def _run(self) -> None:
-        if self._cpus:
-            try:
-                os.sched_setaffinity(0, self._cpus)  # this thread only
-            except (OSError, ValueError, OverflowError) as e:
-                self._log.warning("kvpool: the connector's thread cannot run on CPUs %s (%s); "
-                                  "it runs where the model runner does",
-                                  sorted(self._cpus), e)
+        _pin(self._cpus, self._log, "the connector's thread")
         while True:
             kind, work = self._take()
             if kind is None:
@@ -306,4 +321,204 @@ class Mover:
             t = self._thread
         if t is not None:
             t.join()
+        return dropped
+
+
+class Saver:
+    """A worker's saves off the engine's step on a thread that never takes
+    the GIL (kvpool._kvpool.Saver, python/src/saver.c): with host tensors
+    and one KV cache group, where a save is one C call. A thread that had
+    to take the GIL back after each save waited seconds for it while the
+    model runner decoded many streams (the model runner lets it go and
+    takes it again at each torch call, and CPython's waiter asks for it
+    only after 5 ms without one), and the queue filled.
+
+    The bookkeeping is the Mover's, on the model runner's thread: save()
+    queues a request's next blocks (a request's saves run in order; after
+    one fails or is skipped its later ones are skipped), flush() hands the
+    step's saves to the thread in one call, ended() gives the transfers
+    whose saves ended (saved, failed, skipped or dropped) and counts them
+    in the pool's counters. At most cap blocks wait (or one save of more,
+    alone): past that, save() refuses and the engine goes on. The thread
+    takes the pool's lock around each batch of up to save_batch blocks;
+    preempted(), drain() and close() wait for it, so they are never
+    called with that lock held."""
+
+    delay = 0.0  # seconds each batch waits before it runs: a slow pool (tests)
+
+    def __init__(self, pool, copier: Copier, priority: int, log, cap: int,
+                 save_batch: int = 32, cpus: Optional[Set[int]] = None) -> None:
+        self._pool, self._copier, self._prio, self._log = pool, copier, priority, log
+        self._cpus = cpus
+        self.cap = max(1, cap)
+        self._c = _kvpool.Saver(pool.lock, max(1, save_batch))
+        self._c.delay = self.delay
+        self._rids: Dict[str, _Rid] = {}
+        self._chains = 0
+        self._ids = 0
+        self._jobs: Dict[int, Tuple[str, object, int]] = {}  # submitted: (rid, transfer, blocks)
+        self._pending: List[Tuple[int, str, object]] = []  # queued, not yet submitted
+        self._ended: List[object] = []
+        self.queued = 0  # blocks waiting to be saved
+        self._thread: Optional[threading.Thread] = None
+
+    def save(self, rid: str, t, blocks: int) -> str:
+        """Queue a save of rid's next blocks (a Transfer): "queued", or
+        "broken" (an earlier one of rid failed or was skipped), or "full"."""
+        r = self._rids.get(rid)
+        if r is None:
+            self._chains += 1
+            r = self._rids[rid] = _Rid(self._chains)
+        got = r.admit(self.queued, blocks, self.cap)
+        if got != "queued":
+            return got
+        self.queued += blocks
+        self._ids += 1
+        self._jobs[self._ids] = (rid, t, blocks)
+        self._pending.append((self._ids, rid, t))
+        return "queued"
+
+    def flush(self) -> None:
+        """Hand the saves queued since the last call to the thread. Without
+        a connection (or with one the copy refuses) they are skipped and
+        their requests' later saves with them."""
+        pending, self._pending = self._pending, []
+        if not pending:
+            return
+        pool, cp = self._pool, self._copier
+        with pool.lock:
+            c, view = pool.client_view()
+            if c is not None:
+                try:
+                    for _, _, t in pending:
+                        cp.check_blocks(t.block_ids)
+                    self._submit(c, [(i, self._rids[rid].chain, t.keys, t.parent,
+                                      t.block_ids, t.tokens) for i, rid, t in pending],
+                                 cp.save_args(view) + (self._prio,))
+                    return
+                except (OSError, ValueError, TypeError) as e:
+                    pool.failed("save", e)
+        for i, _, _ in pending:
+            self._end(i, False)
+
+    def _submit(self, c, jobs: List[tuple], args: tuple) -> None:
+        """Hand jobs to the thread (the pool's lock held)."""
+        self._c.submit(c, jobs, *args)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kvpool-saver", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        _pin(self._cpus, self._log, "the connector's saving thread")
+        self._c.run()
+
+    def _end(self, i: int, ok: bool) -> None:
+        rid, t, k = self._jobs.pop(i)
+        if not ok:
+            self._pool.count("save_skipped", k)
+        self._ended.append(t)
+        self.queued -= k
+        r = self._rids.get(rid)
+        if r is None:
+            return
+        r.broken = r.broken or not ok
+        r.busy -= 1
+        if r.finished and not r.busy:
+            self._forget(rid)
+
+    def _forget(self, rid: str) -> None:
+        r = self._rids.pop(rid, None)
+        if r is not None:
+            self._c.forget([r.chain])
+
+    def _reap(self) -> None:
+        """Count what the thread did since the last call."""
+        jobs, batches = self._c.reap()
+        if not jobs and not batches:
+            return
+        pool = self._pool
+        failures = []
+        for seconds, err in batches:
+            pool.observe("save_seconds", seconds)
+            if err is not None:
+                failures.append(("release", err))
+        saved = False
+        for i, status, n, dups, what, err in jobs:
+            if status == 0:
+                pool.count("saved_blocks", n)
+                pool.count("dedups", dups)
+                saved = True
+            elif err is not None:
+                failures.append(("publish" if what == "publish" else "save", err))
+            if i in self._jobs:
+                self._end(i, status == 0)
+        if saved:
+            pool.clear("full", "the pool has room again; saving")
+        if failures:
+            with pool.lock:  # a lost daemon's client is closed under it
+                for what, err in failures:
+                    pool.failed(what, err)
+
+    def busy(self, rid: str) -> bool:
+        r = self._rids.get(rid)
+        return r is not None and r.busy > 0
+
+    def finish(self, rids) -> None:
+        """vLLM finished these requests: forget them once their saves end."""
+        for rid in rids:
+            r = self._rids.get(rid)
+            if r is not None:
+                r.finished = True
+                if not r.busy:
+                    self._forget(rid)
+
+    def preempted(self, rids) -> int:
+        """vLLM reuses these requests' blocks now: their saves that have not
+        started are dropped (how many blocks), and this waits for the batch
+        that is running, if it holds some of them. Then they are forgotten."""
+        rids = set(rids)
+        dropped = 0
+        keep = []
+        for i, rid, t in self._pending:
+            if rid in rids:
+                dropped += self._jobs[i][2]
+                self._end(i, True)
+            else:
+                keep.append((i, rid, t))
+        self._pending = keep
+        chains = [self._rids[r].chain for r in rids if r in self._rids]
+        for i in self._c.drop(chains) if chains else ():
+            dropped += self._jobs[i][2]
+            self._end(i, True)
+        self._reap()
+        for rid in rids:
+            self._rids.pop(rid, None)
+        return dropped
+
+    def drain(self) -> None:
+        """Until every save queued has ended."""
+        self.flush()
+        self._c.wait_idle(1e6)
+        self._reap()
+
+    def ended(self) -> List[object]:
+        """The transfers whose saves ended since the last call (saved,
+        failed, skipped or dropped)."""
+        self._reap()
+        out, self._ended = self._ended, []
+        return out
+
+    def close(self) -> int:
+        """Stop the thread after its batch; the saves still queued are
+        dropped: how many blocks."""
+        dropped = sum(self._jobs[i][2] for i, _, _ in self._pending)
+        for i, _, _ in self._pending:
+            self._end(i, True)
+        self._pending = []
+        for i in self._c.stop():
+            dropped += self._jobs[i][2]
+            self._end(i, True)
+        if self._thread is not None:
+            self._thread.join()
+        self._reap()
         return dropped

@@ -65,8 +65,8 @@ SETTINGS: Tuple[Setting, ...] = (
             "for the blocks its prefill engine is still saving (then what is not there "
             "is computed here)", 0.001, 600),
     Setting("copy_cpus", "cpus", None, "the model runner's",
-            "the CPUs of the connector's thread, such as `\"1\"` or `\"8-15\"` (on a CPU "
-            "engine, a core the model runner does not use)"),
+            "the CPUs of the connector's threads (loads and saves off the step), such as "
+            "`\"1\"` or `\"8-15\"` (on a CPU engine, a core the model runner does not use)"),
 )
 
 _BY_NAME = {s.name: s for s in SETTINGS}

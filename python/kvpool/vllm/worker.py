@@ -29,7 +29,7 @@ from kvpool._connector import Pool
 from kvpool.vllm.copier import Copier, Unsupported, cpu_list
 from kvpool.vllm.identity import Identity
 from kvpool.vllm.metadata import KVPoolMetadata, KVPoolWorkerMetadata, Transfer
-from kvpool.vllm.mover import LayerLoader, Mover
+from kvpool.vllm.mover import LayerLoader, Mover, Saver
 
 if TYPE_CHECKING:
     from vllm.forward_context import ForwardContext
@@ -64,6 +64,7 @@ class WorkerSide:
         self._copy_cpus = cpu_list(settings["copy_cpus"])
         self._copier: Optional[Copier] = None
         self._mover: Optional[Mover] = None
+        self._saver: Optional[Saver] = None  # saves without the GIL (one C call each)
         self._layers: Optional[LayerLoader] = None  # layerwise_load
         self._by_layer: Optional[tuple] = None  # the layer-by-layer load of this step
         self._loaded: Set[str] = set()
@@ -100,6 +101,9 @@ class WorkerSide:
         self._mover = Mover(self._load_off_step, self._save_off_step,
                             lambda n: self._pool.count("save_skipped", n), self._log, cap,
                             cpus=self._copy_cpus)
+        if self._async_save and self._copier.whole and not self._hybrid:
+            self._saver = Saver(self._pool, self._copier, self._prio, self._log, cap,
+                                cpus=self._copy_cpus)
         self._layer_at = {n: i for i, n in enumerate(self._ident.layer_names)}
         # a hybrid model's loads all run off the step: none to overlap
         if self._layerwise and not self._copier.use_torch and not self._hybrid:
@@ -135,6 +139,8 @@ class WorkerSide:
         if isinstance(meta, KVPoolMetadata) and meta.preempted and self._mover is not None:
             # their saves not started are dropped (counted); the one running ends
             dropped = self._mover.preempted(meta.preempted)
+            if self._saver is not None:
+                dropped += self._saver.preempted(meta.preempted)
             if dropped and self._pool is not None:
                 self._pool.count("save_skipped", dropped)
 
@@ -142,6 +148,8 @@ class WorkerSide:
         """vLLM is about to sleep (its KV memory goes): no copy may run."""
         if self._mover is not None:
             self._mover.drain()
+        if self._saver is not None:
+            self._saver.drain()
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         meta = self._meta()
@@ -415,18 +423,26 @@ class WorkerSide:
             self._saves_ended(meta.saves)
             return
         ready = self._copier.step_done()  # the forward's writes, for a device copy
+        saver = self._saver
         for t in meta.saves:
-            r = mover.save(t.req_id, (t, ready), len(t.keys))
+            if saver is not None:
+                r = saver.save(t.req_id, t, len(t.keys))
+            else:
+                r = mover.save(t.req_id, (t, ready), len(t.keys))
             if r != "queued":
                 pool.count("save_skipped", len(t.keys))
                 self._saves_ended([t])
+            q = saver or mover
             if r == "full":
                 pool.warn("queue", "the save queue is full (%d blocks wait to be saved); "
                           "new blocks are skipped and counted until it drains "
-                          "(save_queue_blocks)", mover.queued)
-            elif r == "queued" and mover.queued * 2 <= mover.cap:
+                          "(save_queue_blocks)", q.queued)
+            elif r == "queued" and q.queued * 2 <= q.cap:
                 pool.clear("queue", "the save queue has room again")
         mover.finish(meta.finished)
+        if saver is not None:
+            saver.flush()
+            saver.finish(meta.finished)
 
     def _saves_ended(self, saves: Sequence[Transfer]) -> None:
         """Tell the scheduler these saves ended (the blocks it pinned for
@@ -564,7 +580,11 @@ class WorkerSide:
                 self._loaded.add(t.req_id)
                 self._load_failed(t, failed)
             self._saves_ended([t for t, _ in self._mover.ended()])
-        sending = {r for r in self._held if self._mover is None or not self._mover.busy(r)}
+        if self._saver is not None:
+            self._saves_ended(self._saver.ended())
+        sending = {r for r in self._held if not (self._mover is not None and self._mover.busy(r)
+                                                  or self._saver is not None and
+                                                  self._saver.busy(r))}
         self._held -= sending
         return sending or None, recving or None
 
@@ -602,6 +622,11 @@ class WorkerSide:
             if dropped and self._pool is not None:
                 self._pool.count("save_skipped", dropped)
             self._mover = None
+        if self._saver is not None:
+            dropped = self._saver.close()
+            if dropped and self._pool is not None:
+                self._pool.count("save_skipped", dropped)
+            self._saver = None
         if self._copier is not None:
             self._copier.close()
         if self._waits is not None:
