@@ -96,7 +96,7 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
-	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py \
+	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py bench/savelag.py \
 	bench/run-hit.sh bench/hit.py bench/run-pd.sh bench/pd.py bench/pd_peers.py \
 	bench/pd-peers-site.sh \
 	BENCHMARKS.md

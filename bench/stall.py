@@ -3,7 +3,7 @@
 step, in real vLLM engines, for `make bench-stall` (bench/run-stall.sh).
 
 usage: stall.py --socket PATH --work DIR [--config NAME]... [--scenario S]...
-                [--reps N]
+                [--reps N] [--before TREE]
        stall.py report RAW   (the Markdown tables of a run's output: a JSON
                               line of the goals' figures, then them)
 
@@ -29,7 +29,11 @@ repetition, three scenarios, each while 8 streams of short prompts decode:
          vLLM's prefix cache: their wall time.
 
 --scenario picks scenarios (default all three): a run of save alone
-takes more repetitions in the same time.
+takes more repetitions in the same time. --before TREE adds the
+configuration async-before: the connector's defaults from the kvpool
+package of another source tree (TREE/python, its extension built there),
+interleaved with the others, so that a change is measured against the
+code before it in the same rounds.
 
 Prints "ttft config=C scenario=S rep=R ms=T" (the long request's time to
 first token), "itl config=C scenario=S rep=R ms=G" (each gap between two
@@ -65,7 +69,8 @@ CONFIGS = {"alone": None, "sync": {"async_load_blocks": 0, "async_save": False},
 LABELS = {"alone": "vLLM alone", "sync": "kvpool, in the step",
           "sync-layers": "kvpool, in the step, layer by layer",
           "async": "kvpool, off the step (default)",
-          "async-cpu1": "kvpool, off the step, its thread on core 1"}
+          "async-cpu1": "kvpool, off the step, its thread on core 1",
+          "async-before": "kvpool, off the step (default), the build before"}
 
 
 def reset_prefix_cache(eng):
@@ -128,11 +133,15 @@ def run_configs(names, a, model, rng, out):
     engs = {}
     for name in names:
         extra = None
-        if CONFIGS[name] is not None:  # a namespace each: the same prompts find nothing
+        env = {"VLLM_SERVER_DEV_MODE": "1"}
+        if name == "async-before":  # the same configuration, another tree's package
+            extra = dict(CONFIGS["async"], namespace="bench-stall-" + name)
+            env["PYTHONPATH"] = os.path.join(os.path.abspath(a.before), "python")
+        elif CONFIGS[name] is not None:  # a namespace each: the same prompts find nothing
             extra = dict(CONFIGS[name], namespace="bench-stall-" + name)
         engs[name] = ve.Engine(model, os.path.join(a.work, name + ".log"), cpus="0",
                                kvpool_socket=a.socket if extra is not None else None,
-                               extra=extra, env={"VLLM_SERVER_DEV_MODE": "1"})
+                               extra=extra, env=env)
     for name, eng in list(engs.items()):
         try:
             eng.wait_ready(900)
@@ -267,7 +276,7 @@ def report(raw):
                        % (sc, LABELS.get(c, c), statistics.median(t),
                           statistics.median(cached[c, sc]), statistics.mean(g), pct(g, 0.5),
                           pct(g, 0.9), pct(g, 0.99), max(g), spread(means), spread(p90s)))
-    for c in ("sync", "sync-layers", "async"):
+    for c in ("sync", "sync-layers", "async", "async-before"):
         if ttft.get((c, "load")):
             goal["ttft_" + c] = statistics.median(ttft[c, "load"])
     out.append("")
@@ -300,7 +309,16 @@ def main():
     ap.add_argument("--config", action="append", default=[])
     ap.add_argument("--scenario", action="append", default=[], choices=SCENARIOS)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--before", metavar="TREE",
+                    help="add async-before: the connector of TREE/python (built there)")
     a = ap.parse_args()
+    if a.before:
+        if not os.path.isdir(os.path.join(a.before, "python", "kvpool")):
+            ap.error("--before %s: no python/kvpool there" % a.before)
+        if "async-before" not in a.config:
+            a.config = (a.config or [c for c in CONFIGS]) + ["async-before"]
+    elif "async-before" in a.config:
+        ap.error("--config async-before needs --before TREE")
     model = ve.make_model_in_venv(os.path.join(a.work, "model"))
     run_configs(a.config or list(CONFIGS), a, model, random.Random(42), sys.stdout)
     return 0
