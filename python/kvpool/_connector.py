@@ -178,6 +178,11 @@ class Pool:
         with self.lock:
             self.drop()
 
+    def uses(self, c) -> bool:
+        """c is this pool's connection now, and open (read without the lock:
+        it may close at any time after)."""
+        return c is not None and self._client is c and not c.closed
+
     def client_view(self) -> Tuple[Optional[kvpool.Client], Optional[tuple]]:
         """The client and its namespace's view (Client.view()), or (None, None)."""
         c = self.client()

@@ -20,7 +20,6 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 
 #include <errno.h>
 #include <pthread.h>
@@ -150,6 +149,7 @@ struct sv_job {
 
 /* One batch the saving thread ran. */
 struct sv_batch {
+	long long first;	/* its first job's id */
 	double seconds;
 	int rel_rc;		/* its RELEASE */
 	char rel_err[ERRBUF];
@@ -583,15 +583,21 @@ static PyObject *Saver_run(SaverObject *self, PyObject *unused)
 		if (self->stop)
 			break;
 		take(self);
-		pthread_mutex_unlock(&self->mu);
-		if (self->delay > 0) {	/* a slow pool, for tests */
-			struct timespec d = { .tv_sec = (time_t)self->delay };
-
-			d.tv_nsec = (long)((self->delay - (double)d.tv_sec) * 1e9);
-			while (nanosleep(&d, &d) < 0 && errno == EINTR)
-				;
-		}
 		t0 = now_s();
+		while (self->delay > 0 && !self->stop && now_s() - t0 < self->delay) {
+			struct timespec ts;	/* a slow pool, for tests: delay may change */
+
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 5000000;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&self->cv, &self->mu, &ts);
+		}
+		pthread_mutex_unlock(&self->mu);
+		t0 = now_s();
+		rec.first = self->running.head->id;
 		run_batch(self, self->running.head, &rec);
 		rec.seconds = now_s() - t0;
 		pthread_mutex_lock(&self->mu);
@@ -670,7 +676,7 @@ static PyObject *Saver_reap(SaverObject *self, PyObject *unused)
 			e = error_object(b[i].rel_rc, "save: release", b[i].rel_err);
 		else
 			Py_INCREF(e);
-		r = e ? Py_BuildValue("(dN)", b[i].seconds, e) : NULL;
+		r = e ? Py_BuildValue("(dNL)", b[i].seconds, e, b[i].first) : NULL;
 		if (!r || PyList_Append(batches, r) < 0)
 			Py_CLEAR(batches);
 		Py_XDECREF(r);
@@ -827,7 +833,8 @@ static PyMethodDef Saver_methods[] = {
 	{ "run", (PyCFunction)Saver_run, METH_NOARGS,
 	  "run() - the saving thread's loop, without the GIL, until stop()." },
 	{ "reap", (PyCFunction)Saver_reap, METH_NOARGS,
-	  "reap() -> ([(id, status, saved, dups, what, error)], [(seconds, release error)]): "
+	  "reap() -> ([(id, status, saved, dups, what, error)], [(seconds, release error, "
+	  "first job's id)]): "
 	  "the jobs and batches done since the last call. status: 0 saved, 1 skipped (its "
 	  "chain broke), 2 failed (what: alloc, page_index, copy, publish; error: the "
 	  "exception), 3 the Client was closed." },
@@ -846,11 +853,36 @@ static PyMethodDef Saver_methods[] = {
 	{ NULL, NULL, 0, NULL },
 };
 
-static PyMemberDef Saver_members[] = {
-	{ "delay", T_DOUBLE, offsetof(SaverObject, delay), 0,
+static PyObject *Saver_get_delay(SaverObject *self, void *unused)
+{
+	double d;
+
+	(void)unused;
+	pthread_mutex_lock(&self->mu);
+	d = self->delay;
+	pthread_mutex_unlock(&self->mu);
+	return PyFloat_FromDouble(d);
+}
+
+static int Saver_set_delay(SaverObject *self, PyObject *v, void *unused)
+{
+	double d = v ? PyFloat_AsDouble(v) : 0.0;
+
+	(void)unused;
+	if (d == -1.0 && PyErr_Occurred())
+		return -1;
+	pthread_mutex_lock(&self->mu);
+	self->delay = d;
+	pthread_cond_broadcast(&self->cv);	/* a batch waiting goes at once */
+	pthread_mutex_unlock(&self->mu);
+	return 0;
+}
+
+static PyGetSetDef Saver_getset[] = {
+	{ "delay", (getter)Saver_get_delay, (setter)Saver_set_delay,
 	  "seconds each batch waits, out of the queue, before it runs: a slow pool, for "
-	  "tests (0)" },
-	{ NULL, 0, 0, 0, NULL },
+	  "tests (0); a change reaches a batch that waits", NULL },
+	{ NULL, NULL, NULL, NULL, NULL },
 };
 
 PyTypeObject SaverType = {
@@ -863,5 +895,5 @@ PyTypeObject SaverType = {
 	.tp_new = Saver_new,
 	.tp_dealloc = (destructor)Saver_dealloc,
 	.tp_methods = Saver_methods,
-	.tp_members = Saver_members,
+	.tp_getset = Saver_getset,
 };

@@ -262,3 +262,83 @@ def test_the_saver_drops_what_is_queued_at_stop_and_reports_a_closed_client(daem
         with pytest.raises(RuntimeError, match="stopped"):
             s.run()
     assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 0
+
+
+def connector_saver(daemon, kv):
+    """kvpool.vllm.mover.Saver over a connector's Pool of daemon, saving kv
+    (what the vLLM worker makes, with a stand-in for the Copier's layout)."""
+    import logging
+    import types
+    from kvpool._connector import Pool
+    from kvpool.vllm.mover import Saver
+    pool = Pool(logging.getLogger("test"), "worker", daemon.sock, "ns", GEO)
+    with pool.lock:
+        pool.client_view()
+    copier = types.SimpleNamespace(check_blocks=lambda blocks: None,
+                                   save_args=lambda view: sides(pool.client(), kv, True) +
+                                   (1, -1))
+    return pool, Saver(pool, copier, kvpool.PRIO_NORMAL, logging.getLogger("test"), 100)
+
+
+def transfer(tag, blocks, parent=None):
+    import types
+    return types.SimpleNamespace(keys=keys(tag, len(blocks)), parent=parent, block_ids=blocks,
+                                 tokens=None)
+
+
+def test_a_step_hands_its_saves_over_without_waiting_for_the_batch_that_runs(daemon):
+    """The model runner's flush() does not wait for the pool's lock, which
+    the saving thread holds for a whole batch (and for ever if kvpoold
+    hangs mid-batch); before, every step with a save waited for it."""
+    import threading
+    import time
+    pool, s = connector_saver(daemon, engine_kv())
+    try:
+        assert s.save("r1", transfer(1, [0, 1]), 2) == "queued"
+        s.flush()
+        s.drain()
+        assert s.ended()[0].block_ids == [0, 1]
+        taken, go = threading.Event(), threading.Event()
+
+        def batch():  # a batch that takes long, as the thread's would
+            with pool.lock:
+                taken.set()
+                go.wait(10)
+        t = threading.Thread(target=batch)
+        t.start()
+        taken.wait(10)
+        assert s.save("r2", transfer(2, [2]), 1) == "queued"
+        t0 = time.monotonic()
+        s.flush()
+        took = time.monotonic() - t0
+        go.set()
+        t.join()
+        assert took < 1.0, "flush() waited %.1f s for the pool's lock" % took
+        s.drain()
+        assert [x.block_ids for x in s.ended()] == [[2]] and not s.busy("r2")
+        assert pool.snapshot() == {"saved_blocks": 3, "dedups": 0}
+    finally:
+        assert s.close() == 0
+        pool.close()
+    assert held(daemon) == 0 and daemon.stats()["pages_cached"] == 3
+
+
+def test_a_lost_connections_failure_reaped_late_leaves_the_new_connection_alone(daemon):
+    """A save that failed on a connection the daemon dropped is reaped at
+    the next step, after the watcher connected again: the new connection
+    stays (before, its DaemonGone closed it and saves paused retry
+    seconds)."""
+    pool, s = connector_saver(daemon, engine_kv())
+    try:
+        old = pool.client()
+        with pool.lock:
+            pool.drop()  # the daemon went away; the watcher connects again
+            new, _ = pool.client_view()
+        assert new is not old and pool.uses(new)
+        s._failed([("save", kvpool.DaemonGone("kvpoold closed the connection"), old)])
+        assert pool.uses(new) and pool.state == "connected"
+        s._failed([("save", kvpool.DaemonGone("kvpoold closed the connection"), new)])
+        assert not pool.uses(new) and pool.state == "daemon_gone"
+    finally:
+        s.close()
+        pool.close()

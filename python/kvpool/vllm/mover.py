@@ -8,8 +8,10 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from typing import Callable, Deque, Dict, List, Optional, Sequence, Set, Tuple
 
+import kvpool
 from kvpool import _kvpool
 from kvpool.vllm.copier import Copier
 
@@ -341,8 +343,9 @@ class Saver:
     in the pool's counters. At most cap blocks wait (or one save of more,
     alone): past that, save() refuses and the engine goes on. The thread
     takes the pool's lock around each batch of up to save_batch blocks;
-    preempted(), drain() and close() wait for it, so they are never
-    called with that lock held."""
+    flush() does not wait for it (it takes the lock only when the pool's
+    connection changed), and preempted(), drain() and close(), which wait
+    for the thread, are never called with that lock held."""
 
     delay = 0.0  # seconds each batch waits before it runs: a slow pool (tests)
 
@@ -357,6 +360,8 @@ class Saver:
         self._chains = 0
         self._ids = 0
         self._jobs: Dict[int, Tuple[str, object, int]] = {}  # submitted: (rid, transfer, blocks)
+        self._on: Dict[int, object] = {}  # a submitted job's client
+        self._target: Tuple[Optional[object], tuple] = (None, ())  # a client, its save_args()
         self._pending: List[Tuple[int, str, object]] = []  # queued, not yet submitted
         self._ended: List[object] = []
         self.queued = 0  # blocks waiting to be saved
@@ -385,28 +390,48 @@ class Saver:
         pending, self._pending = self._pending, []
         if not pending:
             return
-        pool, cp = self._pool, self._copier
-        with pool.lock:
-            c, view = pool.client_view()
+        c = None
+        try:
+            c, args = self._connection()
             if c is not None:
-                try:
-                    for _, _, t in pending:
-                        cp.check_blocks(t.block_ids)
-                    self._submit(c, [(i, self._rids[rid].chain, t.keys, t.parent,
-                                      t.block_ids, t.tokens) for i, rid, t in pending],
-                                 cp.save_args(view) + (self._prio,))
-                    return
-                except (OSError, ValueError, TypeError) as e:
-                    pool.failed("save", e)
+                for _, _, t in pending:
+                    self._copier.check_blocks(t.block_ids)
+                self._submit(c, [(i, self._rids[rid].chain, t.keys, t.parent, t.block_ids,
+                                  t.tokens) for i, rid, t in pending], args + (self._prio,))
+                for i, _, _ in pending:
+                    self._on[i] = c
+                return
+        except Exception as e:  # noqa: BLE001 (the engine goes on; these saves are skipped)
+            self._failed([("save", e, c)])
         for i, _, _ in pending:
             self._end(i, False)
 
+    def _connection(self) -> Tuple[Optional[object], tuple]:
+        """The client the saves go through and its save_args(): the last
+        flush's while the pool still uses that connection, read without
+        the pool's lock (the thread may hold it for a batch; a client
+        closed meanwhile fails its jobs as gone), else the pool's now,
+        under the lock (a reconnect: rare)."""
+        c, args = self._target
+        if c is not None and self._pool.uses(c):
+            return c, args
+        with self._pool.lock:
+            c, view = self._pool.client_view()
+            self._target = (c, self._copier.save_args(view)) if c is not None else (None, ())
+        return self._target
+
     def _submit(self, c, jobs: List[tuple], args: tuple) -> None:
-        """Hand jobs to the thread (the pool's lock held)."""
+        """Hand jobs to the thread (started on first use)."""
         self._c.submit(c, jobs, *args)
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="kvpool-saver", daemon=True)
-            self._thread.start()
+            try:
+                self._thread.start()
+            except RuntimeError as e:  # no thread: the queued saves go, and later ones too
+                self._log.warning("kvpool: the connector's saving thread cannot start (%s); "
+                                  "saves are skipped and counted", e)
+                for i in self._c.stop():
+                    self._end(i, False)
 
     def _run(self) -> None:
         _pin(self._cpus, self._log, "the connector's saving thread")
@@ -414,6 +439,7 @@ class Saver:
 
     def _end(self, i: int, ok: bool) -> None:
         rid, t, k = self._jobs.pop(i)
+        self._on.pop(i, None)
         if not ok:
             self._pool.count("save_skipped", k)
         self._ended.append(t)
@@ -438,10 +464,10 @@ class Saver:
             return
         pool = self._pool
         failures = []
-        for seconds, err in batches:
+        for seconds, err, first in batches:
             pool.observe("save_seconds", seconds)
             if err is not None:
-                failures.append(("release", err))
+                failures.append(("release", err, self._on.get(first)))
         saved = False
         for i, status, n, dups, what, err in jobs:
             if status == 0:
@@ -449,14 +475,24 @@ class Saver:
                 pool.count("dedups", dups)
                 saved = True
             elif err is not None:
-                failures.append(("publish" if what == "publish" else "save", err))
+                failures.append(("publish" if what == "publish" else "save", err,
+                                 self._on.get(i)))
             if i in self._jobs:
                 self._end(i, status == 0)
         if saved:
             pool.clear("full", "the pool has room again; saving")
         if failures:
-            with pool.lock:  # a lost daemon's client is closed under it
-                for what, err in failures:
+            self._failed(failures)
+
+    def _failed(self, failures: List[tuple]) -> None:
+        """pool.failed() of each (what, error, the client it failed on) but
+        a lost connection's that the pool no longer uses: reaped late, it
+        would drop the connection made since (the watcher reconnects)."""
+        pool = self._pool
+        with pool.lock:  # a lost daemon's client is closed under it
+            for what, err, c in failures:
+                if not isinstance(err, (kvpool.DaemonGone, kvpool.NotConnected,
+                                        ConnectionError)) or pool.uses(c):
                     pool.failed(what, err)
 
     def busy(self, rid: str) -> bool:
@@ -498,7 +534,9 @@ class Saver:
     def drain(self) -> None:
         """Until every save queued has ended."""
         self.flush()
-        self._c.wait_idle(1e6)
+        while not self._c.wait_idle(1e6) and self._thread is not None and \
+                self._thread.is_alive():
+            time.sleep(0.001)  # the thread started and is not in its loop yet
         self._reap()
 
     def ended(self) -> List[object]:
