@@ -117,7 +117,6 @@ enum {
 	SV_SKIPPED,	/* an earlier job of its chain is not in the pool */
 	SV_FAILED,	/* its batch or its publish failed: what, rc, err */
 	SV_GONE,	/* the Client was closed */
-	SV_DROPPED,	/* never run: drop() or stop() */
 };
 
 /* One submit(): the connection and the copy its jobs share. */
@@ -257,6 +256,21 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* deadline() - seconds from now on the clock pthread_cond_timedwait() uses. */
+static struct timespec deadline(double seconds)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += (time_t)seconds;
+	ts.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	return ts;
 }
 
 /* fail_all() - every job of the batch that is not done yet. */
@@ -585,14 +599,8 @@ static PyObject *Saver_run(SaverObject *self, PyObject *unused)
 		take(self);
 		t0 = now_s();
 		while (self->delay > 0 && !self->stop && now_s() - t0 < self->delay) {
-			struct timespec ts;	/* a slow pool, for tests: delay may change */
+			struct timespec ts = deadline(0.005);	/* tests: delay may change */
 
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 5000000;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
 			pthread_cond_timedwait(&self->cv, &self->mu, &ts);
 		}
 		pthread_mutex_unlock(&self->mu);
@@ -788,17 +796,7 @@ static PyObject *Saver_wait_idle(SaverObject *self, PyObject *arg)
 
 	if (timeout == -1.0 && PyErr_Occurred())
 		return NULL;
-	clock_gettime(CLOCK_REALTIME, &until);
-	if (timeout > 1e6)
-		timeout = 1e6;
-	if (timeout > 0) {
-		until.tv_sec += (time_t)timeout;
-		until.tv_nsec += (long)((timeout - (double)(time_t)timeout) * 1e9);
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-	}
+	until = deadline(timeout > 1e6 ? 1e6 : timeout > 0 ? timeout : 0);
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&self->mu);
 	while ((self->queue.head && self->in_run) || self->running.head)

@@ -452,6 +452,15 @@ class Saver:
         if r.finished and not r.busy:
             self._forget(rid)
 
+    def _drop(self, ids) -> int:
+        """These jobs never ran: ended (the caller counts them as skipped);
+        how many blocks."""
+        blocks = 0
+        for i in ids:
+            blocks += self._jobs[i][2]
+            self._end(i, True)
+        return blocks
+
     def _forget(self, rid: str) -> None:
         r = self._rids.pop(rid, None)
         if r is not None:
@@ -513,19 +522,11 @@ class Saver:
         started are dropped (how many blocks), and this waits for the batch
         that is running, if it holds some of them. Then they are forgotten."""
         rids = set(rids)
-        dropped = 0
-        keep = []
-        for i, rid, t in self._pending:
-            if rid in rids:
-                dropped += self._jobs[i][2]
-                self._end(i, True)
-            else:
-                keep.append((i, rid, t))
-        self._pending = keep
+        dropped = self._drop([i for i, rid, _ in self._pending if rid in rids])
+        self._pending = [p for p in self._pending if p[1] not in rids]
         chains = [self._rids[r].chain for r in rids if r in self._rids]
-        for i in self._c.drop(chains) if chains else ():
-            dropped += self._jobs[i][2]
-            self._end(i, True)
+        if chains:
+            dropped += self._drop(self._c.drop(chains))
         self._reap()
         for rid in rids:
             self._rids.pop(rid, None)
@@ -549,13 +550,9 @@ class Saver:
     def close(self) -> int:
         """Stop the thread after its batch; the saves still queued are
         dropped: how many blocks."""
-        dropped = sum(self._jobs[i][2] for i, _, _ in self._pending)
-        for i, _, _ in self._pending:
-            self._end(i, True)
+        dropped = self._drop([i for i, _, _ in self._pending])
         self._pending = []
-        for i in self._c.stop():
-            dropped += self._jobs[i][2]
-            self._end(i, True)
+        dropped += self._drop(self._c.stop())
         if self._thread is not None:
             self._thread.join()
         self._reap()
