@@ -53,11 +53,13 @@ class Pool:
         self.state: Optional[str] = None
         self.counters: Dict[str, int] = {}
         self.samples: Dict[str, List[float]] = {}  # observe()
+        self.changes = 0  # count() and observe() calls: a reader sees whether any came
         self._counting = threading.Lock()  # engines count from several threads
 
     def count(self, what: str, n: int = 1) -> None:
         with self._counting:
             self.counters[what] = self.counters.get(what, 0) + n
+            self.changes += 1
 
     def observe(self, what: str, seconds: float) -> None:
         """A duration for a histogram (vLLM's /metrics), kept until
@@ -66,6 +68,7 @@ class Pool:
             v = self.samples.setdefault(what, [])
             if len(v) < 4096:
                 v.append(seconds)
+            self.changes += 1
 
     def take_samples(self) -> Dict[str, List[float]]:
         """The durations observed since the last call."""

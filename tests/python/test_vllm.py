@@ -109,6 +109,10 @@ def test_a_second_instance_loads_what_the_first_saved_byte_for_byte(pool, extra)
         sb = b.call(op="stats")
         assert sb["scheduler"]["hit_blocks"] == 12 and sb["worker"]["loaded_blocks"] == 12
         assert sb["worker"].get("saved_blocks", 0) == 0  # nothing stored twice
+        # vLLM calls each attention layer's hooks only in a step whose load
+        # runs layer by layer: no other step pays for them
+        assert a.call(op="stats")["worker"]["layer_hook_steps"] == 0
+        assert sb["worker"]["layer_hook_steps"] == (1 if extra else 0)
         blocks_a = a.call(op="blocks", rid=ra["rids"][0], n=12)["blocks"]
         blocks_b = b.call(op="blocks", rid=rb["rids"][0], n=12)["blocks"]
         assert blocks_a == blocks_b

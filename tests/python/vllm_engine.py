@@ -184,6 +184,7 @@ class Worker(KVConnectorModelRunnerMixin):
         self.hash = {}  # req id -> rolling hash of each position
         self.table = {}  # req id -> its vLLM block ids, per KV cache group
         self.group_of = [0, 1] if kind == "swa" else [0] * LAYERS  # each layer's group
+        self.hook_steps = 0
 
     def _values(self, h, layer):
         # [positions, heads, K|V]: a function of the prefix hash and layer
@@ -197,6 +198,7 @@ class Worker(KVConnectorModelRunnerMixin):
         """Run one scheduler output; tokens_of(req_id) gives all its tokens."""
         # vLLM frees preempted requests' blocks in this step (gpu_model_runner)
         self.connector.handle_preemptions(out.kv_connector_metadata)
+        hooked = False
         with set_forward_context(None, self.vc):
             with self._get_kv_connector_output(out) as kvo:
                 sampled = {}
@@ -229,12 +231,21 @@ class Worker(KVConnectorModelRunnerMixin):
                     for layer, name in enumerate(LAYER_NAMES):
                         table = self.table[rid][self.group_of[layer]]
                         ids_t = torch.tensor(table, dtype=torch.int64)[pos // self.block]
-                        # as vLLM's attention layers do (maybe_transfer_kv_layer)
-                        self.connector.wait_for_layer_load(name)
+                        # as vLLM's attention layers do (maybe_transfer_kv_layer):
+                        # the hooks only while the connector says it has metadata
+                        if self.connector.has_connector_metadata():
+                            hooked = True
+                            self.connector.wait_for_layer_load(name)
                         self.kv[name][ids_t, :, off] = self._values(ht, layer)
                     total = len(toks)
                     sampled[rid] = [int(hs[-1] % 900) + 10] if computed + n >= total else []
+        self.hook_steps += hooked
         return sampled, kvo
+
+    def stats(self):
+        """The connector's counters, and the steps whose attention layers
+        ran the connector's hooks."""
+        return dict(self.connector.stats(), layer_hook_steps=self.hook_steps)
 
     def block_bytes(self, rid, nblocks, layers=None):
         """The request's first nblocks blocks: the bytes of every layer (or
@@ -295,7 +306,7 @@ def _worker_main(conn, args):
         elif msg[0] == "blocks":
             send("ok", w.block_bytes(msg[1], msg[2], msg[3]))
         elif msg[0] == "stats":
-            send("ok", w.connector.stats())
+            send("ok", w.stats())
 
 
 class Engine:
@@ -423,7 +434,7 @@ class Engine:
     def stats(self):
         s = {"scheduler": self.sched.connector.stats()}
         if self.child is None:
-            s["worker"] = self.worker.connector.stats()
+            s["worker"] = self.worker.stats()
         else:
             self.pipe.send(("stats",))
             s["worker"] = self.pipe.recv()[1]

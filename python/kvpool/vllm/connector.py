@@ -95,6 +95,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                     pool.client()
         self._reported: Dict[str, int] = {}  # counters as get_kv_connector_stats() last gave them
         self._reported_state: Optional[str] = None  # this side's state, as last given
+        self._seen: Tuple[Any, int] = (None, -1)  # (pool, its changes) at the last call
         self._side = "scheduler" if scheduler else "worker %d" % rank
         self._sched: Optional[SchedulerSide] = None
         self._worker: Optional[WorkerSide] = None
@@ -133,13 +134,19 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
 
     def get_kv_connector_stats(self) -> Optional[KVPoolStats]:
         """What the counters gained since the last call, for vLLM's loggers
-        and its /metrics (both sides: vLLM asks its scheduler and workers)."""
+        and its /metrics (both sides: vLLM asks its scheduler and workers,
+        every step: a step that counted nothing costs one comparison)."""
+        pool = self._pool
+        seen = (pool, pool.changes if pool is not None else 0)
+        state = "unsupported" if pool is None else pool.state
+        if seen == self._seen and (state is None or state == self._reported_state):
+            return None
+        self._seen = seen
         now = self.stats()
         delta: Dict[str, Any] = {k: v - self._reported.get(k, 0) for k, v in now.items()
                                  if v != self._reported.get(k, 0)}
-        if self._pool is not None:
-            delta.update(self._pool.take_samples())  # vllm:kvpool_*_seconds
-        state = "unsupported" if self._pool is None else self._pool.state
+        if pool is not None:
+            delta.update(pool.take_samples())  # vllm:kvpool_*_seconds
         if state is not None and state != self._reported_state:
             delta["states"] = {self._side: state}  # vllm:kvpool_connected, _sides
             self._reported_state = state
@@ -208,6 +215,19 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         self._worker.start_load_kv(forward_context)
+
+    def has_connector_metadata(self) -> bool:
+        """vLLM asks this before each attention layer of the forward, and
+        calls the layer's hooks (wait_for_layer_load, save_kv_layer) only
+        when it is true: so true only in a step whose load runs layer by
+        layer. Every other step's layers skip two calls each."""
+        w = self._worker
+        return w is not None and w.loads_by_layer() and self.metadata_bound()
+
+    def metadata_bound(self) -> bool:
+        """Whether vLLM bound this step's metadata (the base class's
+        has_connector_metadata())."""
+        return super().has_connector_metadata()
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         self._worker.wait_for_layer_load(layer_name)

@@ -125,7 +125,7 @@ class WorkerSide:
         return names.pop()
 
     def _meta(self) -> Optional[KVPoolMetadata]:
-        if not self._conn.has_connector_metadata():
+        if not self._conn.metadata_bound():
             return None
         meta = self._conn._get_connector_metadata()
         return meta if isinstance(meta, KVPoolMetadata) else None
@@ -388,6 +388,11 @@ class WorkerSide:
         err = self._layers.finish()
         with self._pool.lock:
             self._load_errors.update(self._loaded_now(c, pairs, held, failed, err))
+
+    def loads_by_layer(self) -> bool:
+        """A layer-by-layer load runs in this step (start_load_kv began
+        it): the forward's attention layers each wait for their own."""
+        return self._by_layer is not None
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         """layerwise_load: until this layer's blocks are loaded (other
