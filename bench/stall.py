@@ -16,9 +16,15 @@ second after its last step, on the core the next one's runner uses): alone
 before they ran off it), sync-layers (the same with layerwise_load: the
 load's copies layer by layer beside the forward, each attention layer
 waiting for its own), async (the connector's defaults: its thread on the
-model runner's core 0) and async-cpu1 (copy_cpus "1": its thread on the
-core of vLLM's engine core and API server). Per
-repetition, three scenarios, each while 8 streams of short prompts decode:
+model runner's core 0), async-cpu1 (copy_cpus "1": its thread on the
+core of vLLM's engine core and API server), consumer (kv_role
+kv_consumer: the connector in every step, loading, never saving) and
+decodebench (vLLM's own DecodeBenchConnector with startup_fill: vLLM's
+connector calls in every step around a connector that copies nothing;
+it claims every prompt as cached, so it means something in the decode
+scenario only); without --config, all but consumer and decodebench. Per
+repetition, the scenarios picked, the first three
+while 8 streams of short prompts decode:
 
   load   a request of a 2,048-token prefix the pool holds and vLLM's own
          prefix cache does not (the engine computed and saved it, then its
@@ -27,8 +33,11 @@ repetition, three scenarios, each while 8 streams of short prompts decode:
   mixed  16 requests, 8 at a time, half a pooled 2,048-token prefix and a
          tail, half unrelated prompts of the same length, after a reset of
          vLLM's prefix cache: their wall time.
+  decode 8 streams of 64-token prompts decoding 600 tokens each and
+         nothing else (not in the default set): their wall time and
+         median gap, what the connector costs every step.
 
---scenario picks scenarios (default all three): a run of save alone
+--scenario picks scenarios (default load, save and mixed): a run of save alone
 takes more repetitions in the same time. --before TREE adds the
 configuration async-before: the connector's defaults from the kvpool
 package of another source tree (TREE/python, its extension built there),
@@ -40,8 +49,9 @@ first token), "itl config=C scenario=S rep=R ms=G" (each gap between two
 tokens of a decoding stream within WINDOW_S of the long request's send: the
 same span for every configuration, longer than the request and its save; a
 chunk of k tokens counts as k gaps of its wait over k),
-"mixed config=C rep=R seconds=S tokens=N", and "failed config=C error=..."
-for a configuration that could not start.
+"mixed config=C rep=R seconds=S tokens=N", "decode config=C rep=R
+seconds=S p50=G" (the decode scenario's wall time and median gap in ms),
+and "failed config=C error=..." for a configuration that could not start.
 """
 import argparse
 import http.client
@@ -65,11 +75,20 @@ PREFIX, TAIL = 2048, 64
 CONFIGS = {"alone": None, "sync": {"async_load_blocks": 0, "async_save": False},
            "sync-layers": {"async_load_blocks": 0, "async_save": False,
                            "layerwise_load": True},
-           "async": {}, "async-cpu1": {"copy_cpus": "1"}}
+           "async": {}, "async-cpu1": {"copy_cpus": "1"}, "consumer": {},
+           "decodebench": None}
+# vLLM's connector machinery around a connector that copies nothing (the
+# decode scenario only: it fills every prompt's KV with a constant)
+# the configurations of a run without --config (make bench-stall)
+DEFAULT_CONFIGS = ("alone", "sync", "sync-layers", "async", "async-cpu1")
+DECODEBENCH = {"kv_connector": "DecodeBenchConnector", "kv_role": "kv_both",
+               "kv_connector_extra_config": {"startup_fill": True}}
 LABELS = {"alone": "vLLM alone", "sync": "kvpool, in the step",
           "sync-layers": "kvpool, in the step, layer by layer",
           "async": "kvpool, off the step (default)",
           "async-cpu1": "kvpool, off the step, its thread on core 1",
+          "consumer": "kvpool, loads only (kv_consumer: nothing saved)",
+          "decodebench": "vLLM's DecodeBenchConnector (copies nothing)",
           "async-before": "kvpool, off the step (default), the build before"}
 
 
@@ -126,7 +145,9 @@ def with_decoders(eng, rng, long_prompt):
 
 
 PAUSE_S = 1.5
-SCENARIOS = ("load", "save", "mixed")
+SCENARIOS = ("load", "save", "mixed", "decode")
+DEFAULT_SCENARIOS = ("load", "save", "mixed")
+STEADY_TOKENS = 600
 
 
 def run_configs(names, a, model, rng, out):
@@ -141,7 +162,10 @@ def run_configs(names, a, model, rng, out):
             extra = dict(CONFIGS[name], namespace="bench-stall-" + name)
         engs[name] = ve.Engine(model, os.path.join(a.work, name + ".log"), cpus="0",
                                kvpool_socket=a.socket if extra is not None else None,
-                               extra=extra, env=env)
+                               extra=extra, env=env,
+                               role="kv_consumer" if name == "consumer" else "kv_both",
+                               args=(["--kv-transfer-config", json.dumps(DECODEBENCH)]
+                                     if name == "decodebench" else []))
     for name, eng in list(engs.items()):
         try:
             eng.wait_ready(900)
@@ -159,7 +183,7 @@ def run_configs(names, a, model, rng, out):
         order = list(engs)
         for r in range(a.reps):
             for name in order[r % len(order):] + order[:r % len(order)]:
-                run_rep(engs[name], name, r, rng, out, a.scenario or SCENARIOS)
+                run_rep(engs[name], name, r, rng, out, a.scenario or DEFAULT_SCENARIOS)
                 time.sleep(PAUSE_S)
         for name, eng in engs.items():
             for line in eng.log_lines("kvpool ("):
@@ -169,8 +193,23 @@ def run_configs(names, a, model, rng, out):
             eng.stop()
 
 
-def run_rep(eng, name, r, rng, out, scenarios=SCENARIOS):
+def run_rep(eng, name, r, rng, out, scenarios=DEFAULT_SCENARIOS):
     """One repetition of the scenarios on one engine."""
+    if "decode" in scenarios:
+        times = [[] for _ in range(DECODERS)]
+        ts = [threading.Thread(target=eng.complete, args=(" ".join(ve.words(64, rng)),
+                                                           STEADY_TOKENS),
+                               kwargs={"times": times[i]}) for i in range(DECODERS)]
+        t0 = time.monotonic()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        seconds = time.monotonic() - t0
+        gaps = [(b - a) / k for tt in times for (a, _), (b, k) in zip(tt, tt[1:])
+                for _ in range(k)]
+        print("decode config=%s rep=%d seconds=%.3f p50=%.3f" %
+              (name, r, seconds, statistics.median(gaps) * 1e3), file=out, flush=True)
     if "load" in scenarios:
         prefix = ve.words(PREFIX, rng)
         eng.complete(" ".join(prefix + ve.words(TAIL, rng)), 1)  # computed, saved
@@ -223,15 +262,24 @@ def pct(v, p):
     return v[min(len(v) - 1, int(p * (len(v) - 1) + 0.5))] if v else None
 
 
+def median_interval(v, rounds=4000):
+    """A 95 % bootstrap interval of v's median (a fixed seed: the same
+    raw output gives the same interval)."""
+    rng = random.Random(0)
+    m = sorted(statistics.median(rng.choices(v, k=len(v))) for _ in range(rounds))
+    return m[int(0.025 * rounds)], m[int(0.975 * rounds) - 1]
+
+
 def report(raw):
     ttft, itl, mixed, cached, failed, order, per = {}, {}, {}, {}, {}, [], {}
+    steady = {}  # config -> [(rep, seconds, p50 gap)] of the decode scenario
     for line in open(raw):
         kind, _, rest = line.partition(" ")
         if kind == "failed":
             c, why = rest.split(" error=", 1)
             failed[c.split("=", 1)[1]] = json.loads(why)
             continue
-        if kind not in ("ttft", "itl", "mixed"):
+        if kind not in ("ttft", "itl", "mixed", "decode"):
             continue
         f = dict(kv.split("=", 1) for kv in rest.split())
         c = f["config"]
@@ -243,15 +291,19 @@ def report(raw):
         elif kind == "itl":
             itl.setdefault((c, f["scenario"]), []).append(float(f["ms"]))
             per.setdefault((c, f["scenario"], f["rep"]), []).append(float(f["ms"]))
+        elif kind == "decode":
+            steady.setdefault(c, []).append((f["rep"], float(f["seconds"]), float(f["p50"])))
         else:
             mixed.setdefault(c, []).append(int(f["tokens"]) / float(f["seconds"]))
     out = []
     goal = {}
-    out.append("| scenario | configuration | long request's time to first token "
-               "(prompt tokens cached) | decoders' inter-token gap: mean | p50 | p90 | "
-               "p99 | max | mean ÷ vLLM alone's in the same repetition: median "
-               "(min .. max) | p90 ÷ vLLM alone's: median (min .. max) |")
-    out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    intervals = []
+    if itl:
+        out.append("| scenario | configuration | long request's time to first token "
+                   "(prompt tokens cached) | decoders' inter-token gap: mean | p50 | p90 | "
+                   "p99 | max | mean ÷ vLLM alone's in the same repetition: median "
+                   "(min .. max) | p90 ÷ vLLM alone's: median (min .. max) |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for sc in ("load", "save"):
         for c in order:
             g = itl.get((c, sc))
@@ -271,20 +323,28 @@ def report(raw):
             if sc == "save" and means and c != "alone":
                 goal["save_" + c] = statistics.median(means)
                 goal["save_p90_" + c] = statistics.median(p90s)
+                intervals.append((c, median_interval(means)))
             out.append("| %s | %s | %.0f ms (%d) | %.1f ms | %.1f ms | %.1f ms | %.1f ms | "
                        "%.1f ms | %s | %s |"
                        % (sc, LABELS.get(c, c), statistics.median(t),
                           statistics.median(cached[c, sc]), statistics.mean(g), pct(g, 0.5),
                           pct(g, 0.9), pct(g, 0.99), max(g), spread(means), spread(p90s)))
+    if intervals:
+        out.append("")
+        out.append("How sure the save scenario's median ratio is (95 % bootstrap interval "
+                   "over its repetitions): " + "; ".join(
+                       "%s %.3fx .. %.3fx" % (LABELS.get(c, c), lo, hi)
+                       for c, (lo, hi) in intervals) + ".")
     for c in ("sync", "sync-layers", "async", "async-before"):
         if ttft.get((c, "load")):
             goal["ttft_" + c] = statistics.median(ttft[c, "load"])
-    out.append("")
-    out.append("Mixed workload (16 requests, 8 at a time, half of them a pooled prefix; "
-               "prompt and generated tokens per second, median of the repetitions):")
-    out.append("")
-    out.append("| configuration | tokens/s | ÷ vLLM alone |")
-    out.append("| --- | ---: | ---: |")
+    if mixed:
+        out.append("")
+        out.append("Mixed workload (16 requests, 8 at a time, half of them a pooled prefix; "
+                   "prompt and generated tokens per second, median of the repetitions):")
+        out.append("")
+        out.append("| configuration | tokens/s | ÷ vLLM alone |")
+        out.append("| --- | ---: | ---: |")
     for c in order:
         if c in mixed:
             m = statistics.median(mixed[c])
@@ -293,6 +353,28 @@ def report(raw):
                 goal["mixed_" + c] = m / ref
             out.append("| %s | %.0f | %s |" % (LABELS.get(c, c), m,
                                               "%.2fx" % (m / ref) if ref else "-"))
+    if steady:
+        out.append("")
+        out.append("Decoding alone (8 streams of %d tokens and nothing else; each "
+                   "repetition's wall time against vLLM alone's of the same round):"
+                   % STEADY_TOKENS)
+        out.append("")
+        out.append("| configuration | wall time: median | ÷ vLLM alone's: median (min .. max) "
+                   "| 95 % interval of that median | median gap (median of the repetitions) |")
+        out.append("| --- | ---: | ---: | ---: | ---: |")
+        ref = {r: sec for r, sec, _ in steady.get("alone", [])}
+        for c in order:
+            if c not in steady:
+                continue
+            ratios = [sec / ref[r] for r, sec, _ in steady[c] if r in ref]
+            if ratios and c != "alone":
+                goal["decode_" + c] = statistics.median(ratios)
+            lo, hi = median_interval(ratios) if ratios else (0, 0)
+            out.append("| %s | %.3f s | %s | %s | %.2f ms |" % (
+                LABELS.get(c, c), statistics.median(sec for _, sec, _ in steady[c]),
+                "%.3fx (%.3f .. %.3f)" % (statistics.median(ratios), min(ratios), max(ratios))
+                if ratios else "-", "%.3fx .. %.3fx" % (lo, hi) if ratios else "-",
+                statistics.median(p for _, _, p in steady[c])))
     for c, why in failed.items():
         out.append("")
         out.append("%s could not run: `%s`" % (LABELS.get(c, c), why))
@@ -306,7 +388,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--socket", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--config", action="append", default=[])
+    ap.add_argument("--config", action="append", default=[],
+                    choices=list(CONFIGS) + ["async-before"])
     ap.add_argument("--scenario", action="append", default=[], choices=SCENARIOS)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--before", metavar="TREE",
@@ -316,11 +399,11 @@ def main():
         if not os.path.isdir(os.path.join(a.before, "python", "kvpool")):
             ap.error("--before %s: no python/kvpool there" % a.before)
         if "async-before" not in a.config:
-            a.config = (a.config or [c for c in CONFIGS]) + ["async-before"]
+            a.config = (a.config or list(DEFAULT_CONFIGS)) + ["async-before"]
     elif "async-before" in a.config:
         ap.error("--config async-before needs --before TREE")
     model = ve.make_model_in_venv(os.path.join(a.work, "model"))
-    run_configs(a.config or list(CONFIGS), a, model, random.Random(42), sys.stdout)
+    run_configs(a.config or list(DEFAULT_CONFIGS), a, model, random.Random(42), sys.stdout)
     return 0
 
 
