@@ -17,6 +17,7 @@ from kvpool.vllm.copier import Copier
 
 __all__ = ["Mover", "Saver", "LayerLoader"]
 
+
 def _pin(cpus: Optional[Set[int]], log, who: str) -> None:
     """Bind the calling thread to cpus (said once if it cannot be)."""
     if cpus:
