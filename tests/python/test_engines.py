@@ -327,7 +327,10 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
             a.log_lines("kvpoold closed the connection")
         assert sides_reach(a, "daemon_gone", 2) == (2, 0)
         d = Daemon(["--key-seed", "0"] + POOL, sock=sock)
-        time.sleep(1.0)  # retry_seconds: the connector tries again
+        # the connector tries again every retry_seconds: its scheduler and
+        # worker connect (and the listing's own connection)
+        d.wait_for(lambda st: len(kvpool.Client(d.sock).list_clients()) >= 3,
+                   "a's scheduler and worker to connect again", 20)
         s = Prompts(7)
         a.complete(s.next())
         d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves after the restart")
