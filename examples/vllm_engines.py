@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -223,7 +224,8 @@ class Engine:
                  on_first_token: Optional[Callable[[], None]] = None,
                  times: Optional[List[Tuple[float, int]]] = None,
                  kv_transfer_params: Optional[Dict] = None,
-                 token_ids: bool = True) -> Completion:
+                 token_ids: bool = True,
+                 stop: Optional[threading.Event] = None) -> Completion:
         """One greedy completion of exactly max_tokens tokens, streamed;
         on_first_token() is called when the first one arrives, and times
         (a list) gets the time.monotonic() of each chunk with tokens and how
@@ -233,7 +235,9 @@ class Engine:
         decode engine asked directly (as a P/D router asks it). token_ids:
         ask for the tokens' ids (vLLM's return_token_ids); without, the
         Completion has none (vllm-router 0.1.17's kv_aware policy credits
-        no cached prefix to a request with a field it does not know)."""
+        no cached prefix to a request with a field it does not know). stop:
+        once set, the stream is closed at its next chunk (vLLM aborts the
+        request) and the tokens so far are the answer."""
         req = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens,
                "temperature": 0, "ignore_eos": True, "stream": True,
                "stream_options": {"include_usage": True}}
@@ -270,6 +274,8 @@ class Engine:
                     text.append(ch.get("text") or "")
                 if chunk.get("usage"):
                     usage = chunk["usage"]
+                if stop is not None and stop.is_set():
+                    break
         finally:
             c.close()
         done = time.monotonic() - t0

@@ -136,11 +136,18 @@ def test_a_kv_aware_router_sends_a_prompt_to_the_machine_whose_pool_holds_its_pr
             started.append(router)
             ve.start([router], timeout=120)
             rng = random.Random(7)
-            for name, e in engines.items():
-                # the prefix computed on one machine, directly
+            for (name, e), d in zip(engines.items(), daemons):
+                # the prefix computed on one machine, directly, and saved
+                # to its pool (off the engine's step: after the answer);
+                # kvpoold's events of it sent, and a second for the router
+                # to take them in
                 prefix = ve.words(PROMPT, rng)
-                e.complete(" ".join(prefix), 1)
-                time.sleep(1)  # its events reach the router
+                cached = d.stats()["pages_cached"]
+                r = e.complete(" ".join(prefix), 1)
+                d.wait_for(lambda st: st["pages_cached"] >= cached + blocks_of(r) and
+                           st["events"]["queued_bytes"] == 0, "%s's saves and events" % name,
+                           30)
+                time.sleep(1)
                 was = {n: served(x) for n, x in engines.items()}
                 for i in range(4):
                     tail = ve.words(64, rng)

@@ -268,14 +268,15 @@ def test_a_router_prefills_on_one_engine_and_decodes_on_another_through_the_pool
 
 
 def test_a_decode_request_sent_before_the_prefill_engines_saves_end_loads_them_all(pd):
-    # the prefill engine answers, and its saves start 2 s later: the decode
-    # engine, asked at once, waits in kvpoold for the blocks
+    # the prefill engine answers, and its saves start 4 s after they were
+    # taken (before the answer): the decode engine, asked at once, waits in
+    # kvpoold for the blocks (pd_wait_seconds, 5 s, is longer)
     prompt = prompt_of(10)
     ref = pd.alone.complete(prompt, NEW)
     was = counters(pd.dec, "loaded_blocks", "load_errors")
     tokens = transferred(pd.dec)
     cached = pd.d.stats()["pages_cached"]
-    pd.hold_saves(2)
+    pd.hold_saves(4)
     try:
         params = pd.prefill(prompt)
         assert params["kvpool"]["blocks"] == blocks_of(ref)
