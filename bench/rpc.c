@@ -61,6 +61,7 @@ struct rpc_opts {
 	bool publish;		/* publish each page under a fresh key before release */
 	size_t iters;
 	size_t warmup;
+	size_t timeout_ms;	/* kvp_set_timeout() of each client; 0: none */
 	bool json;
 };
 
@@ -107,6 +108,8 @@ static void usage(FILE *f)
 		"  -p, --publish        publish the pages under fresh keys, with their\n"
 		"                       tokens, between alloc and release (the release\n"
 		"                       latency then counts both)\n"
+		"  -t, --timeout=MS     each client's kvp_set_timeout() (default 0: none;\n"
+		"                       for the cost of the limit's poll before each answer)\n"
 		"  -g, --geometry=KIND  large (2 MiB pages, namespace 'bench') or small\n"
 		"                       (16 KiB pages, namespace 'bench-small'; default large)\n"
 		"  -j, --json           print one JSON object instead of one key=value line\n"
@@ -141,6 +144,7 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 		{ "iters", required_argument, NULL, 'n' },
 		{ "warmup", required_argument, NULL, 'w' },
 		{ "geometry", required_argument, NULL, 'g' },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "publish", no_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
@@ -151,7 +155,7 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 
 	*o = (struct rpc_opts){ .geom = &rpc_geoms[0], .clients = 1, .batch = 1,
 				.iters = 10000 };
-	while (rc == 0 && (ch = getopt_long(argc, argv, "s:c:b:n:w:g:pjh", longopts, NULL)) != -1) {
+	while (rc == 0 && (ch = getopt_long(argc, argv, "s:c:b:n:w:g:t:pjh", longopts, NULL)) != -1) {
 		switch (ch) {
 		case 's':
 			o->socket = optarg;
@@ -171,6 +175,10 @@ static int parse_opts(int argc, char **argv, struct rpc_opts *o)
 			break;
 		case 'g':
 			rc = parse_geom(optarg, &o->geom);
+			break;
+		case 't':
+			rc = bench_count("rpc", "timeout", optarg, 0, KVP_TIMEOUT_MAX_MS,
+					 &o->timeout_ms);
 			break;
 		case 'j':
 			o->json = true;
@@ -331,6 +339,7 @@ static int client_main(const struct rpc_opts *o, struct rpc_shared *sh,
 		goto out_signal;
 	}
 	slot->page_bytes = kvp_page_bytes(c);
+	rc = kvp_set_timeout(c, (uint32_t)o->timeout_ms);
 	for (i = 0; i < o->warmup && rc == 0; i++)
 		rc = cycle(c, o->batch, pages, slot, &a, &r, o->publish);
 out_signal:

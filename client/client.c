@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -179,7 +180,9 @@ static int lost(struct kvp_client *c, int err)
 	while (!c->bye[0] && (n = recv(c->fd, c->buf, c->buf_size, MSG_DONTWAIT)) > 0)
 		if (wire_hdr_decode(c->buf, (size_t)n, &rh) == 0 && notice(c, &rh, n))
 			break;
-	if (c->bye[0])
+	if (c->timed_out)
+		client_set_error("this connection is closed: %s", c->bye);
+	else if (c->bye[0])
 		client_set_error("kvpoold closed this connection: %s; its leases are released. "
 				 "Connect again with kvp_connect()", c->bye);
 	else
@@ -188,6 +191,38 @@ static int lost(struct kvp_client *c, int err)
 				 "an admin); its leases are released. Connect again with "
 				 "kvp_connect()", strerror(-err));
 	return err;
+}
+
+/* sock_limit() - the socket's send and receive time-outs (SO_SNDTIMEO,
+ * SO_RCVTIMEO) at ms, 0 none: set only when they change, so that a call
+ * under a limit costs no system call more than one without. 0 or -errno. */
+static int sock_limit(struct kvp_client *c, uint32_t ms)
+{
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+
+	if (ms == c->sock_ms)
+		return 0;
+	if (setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) < 0 ||
+	    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		return -errno;
+	c->sock_ms = ms;
+	return 0;
+}
+
+/* timed_out() - kvpoold did not answer op within ms: the connection is
+ * closed (the answer would lease pages nobody holds) and the leases are
+ * forgotten, as the daemon drops them when it reads again. */
+static int timed_out(struct kvp_client *c, uint16_t op, uint32_t ms)
+{
+	snprintf(c->bye, sizeof(c->bye), "kvpoold did not answer %s within %u ms (stopped, "
+		 "hung or overloaded: see its log and `kvpool status`), so this client closed "
+		 "its connection; the daemon releases its leases. Connect again with "
+		 "kvp_connect(), or raise the limit (kvp_set_timeout())", wire_op_str(op), ms);
+	c->timed_out = true;
+	(void)shutdown(c->fd, SHUT_RDWR);
+	(void)lost(c, -EPIPE);
+	client_set_error("%s", c->bye);
+	return -ETIMEDOUT;
 }
 
 /*
@@ -203,10 +238,25 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 {
 	struct kvp_wire_hdr hdr = { .op = op, .req_id = c->next_req_id++ };
 	struct kvp_wire_hdr rh;
+	uint32_t limit = 0;
 	int rfd = -1, rc;
 	ssize_t n;
 
 	last_error[0] = '\0';
+	if (c->timed_out) {	/* closed by a timeout: say so again */
+		client_set_error("this connection is closed: %s", c->bye);
+		return -EPIPE;
+	}
+	if (c->timeout_ms) {
+		uint64_t ms = c->timeout_ms;
+
+		if (op == KVP_OP_ACQUIRE)	/* its own wait and the remote tier's */
+			ms += c->wait_ms + c->remote_max_us / 1000;
+		limit = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+	}
+	rc = sock_limit(c, limit);
+	if (rc < 0)
+		return rc;
 	if (KVP_WIRE_HDR_SIZE + len + tail_len > c->buf_size)
 		return -EMSGSIZE;
 	hdr.len = (uint32_t)(len + tail_len);
@@ -218,11 +268,15 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 	do {
 		n = send(c->fd, c->buf, KVP_WIRE_HDR_SIZE + hdr.len, MSG_NOSIGNAL);
 	} while (n < 0 && errno == EINTR);
+	if (n < 0 && limit && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return timed_out(c, op, limit);	/* its queue stayed full */
 	if (n < 0)
 		return errno == EPIPE || errno == ECONNRESET ? lost(c, -errno) : -errno;
 
 	for (;;) {
 		n = recv_msg(c, &rfd);
+		if (limit && (n == -EAGAIN || n == -EWOULDBLOCK))
+			return timed_out(c, op, limit);
 		if (n == -EPIPE || n == -ECONNRESET)
 			return lost(c, (int)n);
 		if (n < 0)
@@ -457,6 +511,16 @@ static void connect_error(int rc, const char *path)
 KVP_API int kvp_fd(const kvp_client *c)
 {
 	return c ? c->fd : -EINVAL;
+}
+
+KVP_API int kvp_set_timeout(kvp_client *c, uint32_t ms)
+{
+	if (!c || ms > KVP_TIMEOUT_MAX_MS)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	c->timeout_ms = ms;
+	pthread_mutex_unlock(&c->mu);
+	return 0;
 }
 
 KVP_API int kvp_connect(const char *socket_path, const char *ns,

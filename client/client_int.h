@@ -53,6 +53,9 @@ struct kvp_client {
 	uint32_t prefill_rate, remote_max_us;	/* kvp_set_remote_policy() */
 	uint32_t acquire_flags;	/* KVP_WIRE_ACQ_LOAD: kvp_set_lookups_counted() */
 	uint32_t wait_ms;	/* kvp_set_acquire_wait(); 0: no wait */
+	uint32_t timeout_ms;	/* kvp_set_timeout(); 0: none */
+	uint32_t sock_ms;	/* the socket's SO_RCVTIMEO and SO_SNDTIMEO now */
+	bool timed_out;		/* closed by a timeout: bye says which */
 	char bye[KVP_WIRE_ERRMSG_MAX + 1];	/* the daemon's notice before it closed */
 };
 

@@ -320,6 +320,22 @@ KVP_API int kvp_connect_as(const char *socket_path, const char *ns,
 			   const kvp_geometry *g, const char *name, kvp_client **out);
 
 /*
+ * kvp_set_timeout() - each later call on c waits at most ms milliseconds
+ * for kvpoold's answer (an ACQUIRE: plus its kvp_set_acquire_wait() wait
+ * and its remote tier's cut-off), so that a daemon that is stopped, hung
+ * or swapped out cannot hold the caller. A call that waits longer returns
+ * -ETIMEDOUT and closes the connection: its answer, when it comes, would
+ * hold leases the caller never learns of, so the daemon drops every lease
+ * of c when it reads again, as for a client that died; later calls return
+ * -EPIPE, and kvp_last_error() says which request timed out. 0 (the
+ * default): no limit. Holds until changed. Returns 0, or -EINVAL when c is
+ * NULL or ms is over 3,600,000.
+ */
+KVP_API int kvp_set_timeout(kvp_client *c, uint32_t ms);
+
+#define KVP_TIMEOUT_MAX_MS 3600000u
+
+/*
  * kvp_close() - close the connection and unmap the pool. The daemon drops
  * every lease the client held. c may be NULL; it is invalid afterwards.
  *

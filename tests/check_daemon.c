@@ -771,6 +771,72 @@ START_TEST(test_daemon_idle_client_is_disconnected_and_loses_its_leases)
 }
 END_TEST
 
+/* waits up to 5 s for the daemon at sock to hold no lease */
+static void wait_no_leases(const char *sock)
+{
+	struct kvp_wire_stats st;
+	int i;
+
+	for (i = 0; i < 500; i++) {
+		stats_of(sock, &st);
+		if (st.pages_private + st.pages_shared == 0)
+			return;
+		usleep(10 * 1000);
+	}
+	ck_abort_msg("leases held 5 s after their client went: %llu private, %llu shared",
+		     (unsigned long long)st.pages_private, (unsigned long long)st.pages_shared);
+}
+
+START_TEST(test_daemon_a_stopped_daemon_times_a_call_out_and_drops_its_leases)
+{
+	kvp_client *c;
+	kvp_page p[4], q[1];
+	kvp_key k;
+	struct daemon d;
+	uint64_t t0, ms;
+	int rc;
+
+	daemon_start(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "limits", &small_geo, &c), 0);
+	ck_assert_int_eq(kvp_set_timeout(NULL, 100), -EINVAL);
+	ck_assert_int_eq(kvp_set_timeout(c, KVP_TIMEOUT_MAX_MS + 1), -EINVAL);
+	ck_assert_int_eq(kvp_alloc(c, 4, p), 0);
+	ck_assert_int_eq(kvp_set_timeout(c, 300), 0);
+	/* a waiting ACQUIRE has its wait on top of the limit */
+	memset(&k, 0x5a, sizeof(k));
+	ck_assert_int_eq(kvp_set_acquire_wait(c, 600), 0);
+	t0 = harness_now_ns();
+	ck_assert_int_eq(kvp_acquire(c, NULL, &k, 1, NULL, 0, q, NULL), 0);
+	ms = (harness_now_ns() - t0) / 1000000;
+	ck_assert_msg(ms >= 550, "the ACQUIRE waited %llu ms", (unsigned long long)ms);
+	ck_assert_int_eq(kvp_set_acquire_wait(c, 0), 0);
+	/* stopped (SIGSTOP: a debugger, a hang, swapped out): the call ends
+	 * at the limit, closing the connection, and says why */
+	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);
+	t0 = harness_now_ns();
+	rc = kvp_alloc(c, 1, q);
+	ms = (harness_now_ns() - t0) / 1000000;
+	ck_assert_msg(rc == -ETIMEDOUT, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(ms >= 290 && ms < 3000, "the ALLOC took %llu ms", (unsigned long long)ms);
+	ck_assert_msg(strstr(kvp_last_error(), "kvpoold did not answer ALLOC within 300 ms"),
+		      "%s", kvp_last_error());
+	ck_assert_ptr_null(kvp_page_ptr(c, p[0]));	/* its leases are gone */
+	/* later calls fail at once, saying so again; the old handles are stale */
+	ck_assert_int_eq(kvp_release(c, p, 4), -ESTALE);
+	t0 = harness_now_ns();
+	rc = kvp_alloc(c, 1, q);
+	ck_assert_msg(rc == -EPIPE, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(strstr(kvp_last_error(), "did not answer ALLOC"), "%s", kvp_last_error());
+	ck_assert_uint_lt(harness_now_ns() - t0, 100 * 1000000ull);
+	kvp_close(c);
+	/* going on, it drops the closed connection's leases */
+	ck_assert_int_eq(kill(d.pid, SIGCONT), 0);
+	wait_no_leases(d.sock);
+	check_conservation(d.sock);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_killed_daemon_clients_get_an_error_and_reconnect)
 {
 	kvp_client *c;
@@ -922,6 +988,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_daemon_unread_replies_disconnect_at_max_output);
 	tcase_add_test(tc, test_daemon_idle_client_is_disconnected_and_loses_its_leases);
 	tcase_add_test(tc, test_daemon_killed_daemon_clients_get_an_error_and_reconnect);
+	tcase_add_test(tc, test_daemon_a_stopped_daemon_times_a_call_out_and_drops_its_leases);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("io");

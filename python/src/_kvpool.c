@@ -55,6 +55,7 @@ static PyObject *error_class(int rc)
 	case EPIPE:
 	case ECONNREFUSED:
 	case ECONNRESET:
+	case ETIMEDOUT:		/* no answer in time: the connection was closed */
 		return DaemonGone;
 	case ENOENT:		/* kvp_connect's: no socket there (see Client_init) */
 		return NotFound;
@@ -158,7 +159,8 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	NotConnected = add_error(m, "NotConnected", Error, "The client is closed, or an "
 				 "inspection session was asked for pages (ENOTCONN).");
 	DaemonGone = add_error(m, "DaemonGone", Error, "No daemon answers, or it closed the "
-			       "connection (ENOENT, ECONNREFUSED, EPIPE).");
+			       "connection, or did not answer within the Client's timeout (ENOENT, "
+			       "ECONNREFUSED, EPIPE, ETIMEDOUT).");
 	InvalidArgument = add_error(m, "InvalidArgument", Error, "An argument kvpool refuses "
 				    "(EINVAL).");
 	NotFound = add_error(m, "NotFound", Error, "No such client or namespace (ENOENT).");

@@ -354,6 +354,24 @@ static PyObject *Client_set_acquire_wait(ClientObject *self, PyObject *arg)
 	Py_RETURN_NONE;
 }
 
+static PyObject *Client_set_timeout(ClientObject *self, PyObject *arg)
+{
+	double secs = PyFloat_AsDouble(arg);
+
+	if (secs == -1.0 && PyErr_Occurred())
+		return NULL;
+	if (!(secs >= 0.0 && secs <= KVP_TIMEOUT_MAX_MS / 1000.0)) {
+		PyErr_Format(PyExc_ValueError, "set_timeout(%R): the limit is 0 (none) to %u "
+			     "seconds", arg, KVP_TIMEOUT_MAX_MS / 1000);
+		return NULL;
+	}
+	if (!client_ok(self))
+		return NULL;
+	/* a limit shorter than a millisecond is one, not none */
+	kvp_set_timeout(self->c, secs > 0.0 && secs < 0.001 ? 1 : (uint32_t)(secs * 1000.0));
+	Py_RETURN_NONE;
+}
+
 static PyObject *Client_publish(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "pages", "keys", "parent", "priority", "tokens", NULL };
@@ -630,6 +648,10 @@ static PyMethodDef Client_methods[] = {
 	  "set_acquire_wait(seconds) - acquire() and load_blocks() wait up to seconds for "
 	  "keys the daemon does not hold yet (another client is saving them): the answer "
 	  "comes once all are held, or at the deadline with what is held then. 0: no wait." },
+	{ "set_timeout", (PyCFunction)Client_set_timeout, METH_O,
+	  "set_timeout(seconds) - each call waits at most seconds for kvpoold's answer (an "
+	  "acquire: plus its wait); one that waits longer closes the connection and raises "
+	  "DaemonGone (ETIMEDOUT), its leases dropped by the daemon. 0: no limit." },
 	{ "set_lookups_counted", (PyCFunction)Client_set_lookups_counted, METH_O,
 	  "set_lookups_counted(counted) - False: acquire() leases what another client of "
 	  "the engine looked up already, and is not counted as a lookup." },

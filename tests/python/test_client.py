@@ -2,11 +2,14 @@
 """The Python package against a real kvpoold: pages, sharing, views
 without copies, errors, threads, fork, garbage collection."""
 import contextlib
+import errno
 import gc
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -266,6 +269,37 @@ def test_without_reconnect_a_lost_daemon_stays_lost():
             with pytest.raises(kvpool.DaemonGone):
                 c.alloc(1)
         c.close()
+
+
+def test_a_stopped_daemon_times_a_call_out_and_the_client_connects_again(daemon):
+    c = kvpool.Client(daemon.sock, "py", GEO, timeout=0.3)
+    c.alloc(2)
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(kvpool.DaemonGone) as e:
+            c.alloc(1)
+        took = time.monotonic() - t0
+        with pytest.raises(kvpool.DaemonGone) as again:  # at once, saying so again
+            c.stats()
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    assert 0.29 <= took < 3, took
+    assert e.value.errno == errno.ETIMEDOUT
+    assert "kvpoold did not answer ALLOC within 300 ms" in str(e.value)
+    assert "did not answer ALLOC" in str(again.value)
+    daemon.wait_for(lambda st: st["pages_private"] == 0, "the closed connection's leases going")
+    c.reconnect()  # the limit holds in the new session too
+    assert len(c.alloc(1)) == 1
+    os.kill(daemon.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(kvpool.DaemonGone):
+            c.stats()
+    finally:
+        os.kill(daemon.proc.pid, signal.SIGCONT)
+    c.close()
+    with pytest.raises(ValueError):
+        kvpool.Client(daemon.sock, "py", GEO, timeout=-1)
 
 
 def test_closed_client_and_live_views(daemon):
