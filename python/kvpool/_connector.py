@@ -28,7 +28,8 @@ class Pool:
     def __init__(self, log: logging.Logger, role: str, socket: Optional[str],
                  namespace: str, geometry: kvpool.Geometry, scheme: int = 0,
                  seed: Optional[str] = None, retry: float = 5.0, hint: str = "",
-                 lookups: bool = True, name: Optional[str] = None) -> None:
+                 lookups: bool = True, name: Optional[str] = None,
+                 timeout: float = 0.0) -> None:
         self.log, self.role, self.socket = log, role, socket
         self.name = name[:31] if name else None  # the client's name at HELLO
         # False: this side's acquires lease what another side of the engine
@@ -37,6 +38,10 @@ class Pool:
         self.hint = hint  # what to change when the daemon refuses the identity
         self.namespace, self.geometry, self.scheme, self.seed = namespace, geometry, scheme, seed
         self.retry = retry
+        # seconds a call waits for kvpoold's answer (0: no limit): a daemon
+        # that is stopped or hung costs a call that long, then the
+        # connection (kvpool.Client(timeout=))
+        self.timeout = timeout
         self._client: Optional[kvpool.Client] = None
         self._view: Optional[tuple] = None  # _client.view(), made on first use
         self._pid = os.getpid()
@@ -92,20 +97,39 @@ class Pool:
             self.log.info("kvpool (%s): " + msg, self.role, *args)
 
     def client(self) -> Optional[kvpool.Client]:
-        """The connected client, or None (said once) when there is none now."""
+        """The connected client, or None (said once) when there is none now.
+        Connects itself only on its first call in a process (and after a
+        refusal): after it, this process's watcher connects again, without
+        the lock, so that no user of the lock waits for a HELLO that a
+        stopped daemon, or a socket systemd holds for one restarting, does
+        not answer."""
         if self._pid != os.getpid():  # a fork: the parent's socket is not ours
             self._client, self._view, self._pid, self._next = None, None, os.getpid(), 0.0
         c = self._client
         if c is not None and not c.closed:
             return c
-        if time.monotonic() < self._next:
+        if time.monotonic() < self._next or self._watched():
             return None
+        c = self._connect()
+        if c is not None:
+            self._install(c)
+        self._watch()
+        return c
+
+    def _watched(self) -> bool:
+        """This process's watcher runs (it connects again)."""
+        w = self._watcher
+        return w is not None and w.is_alive() and self._watcher_pid == os.getpid()
+
+    def _connect(self) -> Optional[kvpool.Client]:
+        """A new connection, or None, said once (lock held or not)."""
         try:
             # host pages whatever kvpoold's backend: the connectors copy
             # through the namespace's view (a GPU engine by DMA from it)
             c = kvpool.Client(self.socket, self.namespace, self.geometry,
                               key_scheme=self.scheme, key_seed=self.seed,
-                              memory=kvpool.Memory.HOST, name=self.name)
+                              memory=kvpool.Memory.HOST, name=self.name,
+                              timeout=self.timeout)
         except kvpool.Mismatch as e:
             self.state = "refused"
             self._next = time.monotonic() + max(self.retry, 60.0)
@@ -123,19 +147,20 @@ class Pool:
             return None
         if not self.lookups:
             c.set_lookups_counted(False)
+        return c
+
+    def _install(self, c: kvpool.Client) -> None:
+        """c is the connection from now on (lock held)."""
         self._client = c
         self.state = "connected"
         self.clear("gone", "connected to kvpoold, namespace '%s'", self.namespace)
-        self._watch()
-        return c
 
     def _watch(self) -> None:
         """Start this process's watcher of the connection (lock held): a
         daemon that goes away is noticed at once, from the socket's
         hang-up, not at the next request, and connected to again in the
         background, so that the first request after a restart finds it."""
-        w = self._watcher
-        if w is not None and w.is_alive() and self._watcher_pid == os.getpid():
+        if self._watched() or self.state == "refused":
             return
         self._watcher_pid = os.getpid()
         self._watcher = threading.Thread(target=self._watching, name="kvpool-watch",
@@ -148,15 +173,27 @@ class Pool:
         while not self._closed and os.getpid() == pid:
             c = self._client
             if c is None or c.closed:
-                # gone: try again soon (0.1 s, doubling to retry seconds)
+                # gone: try again soon (0.1 s, doubling to retry seconds),
+                # without the lock
                 time.sleep(wait)
                 wait = min(wait * 2, max(self.retry, 0.1))
+                if self._closed or self.state == "refused":
+                    return
+                made = self._connect() if self._client is None else None
+                if made is None:
+                    if self.state == "refused":
+                        return  # client() tries again, retry seconds (60 at least) on
+                    continue
                 with self.lock:
-                    if self._closed or self.state in ("refused",):
-                        return
-                    if self._client is None:
+                    if self._closed or self._client is not None or \
+                            self._pid != os.getpid():
+                        try:
+                            made.close()
+                        except (OSError, BufferError):
+                            pass
+                    else:
                         self._next = 0.0
-                        self.client()
+                        self._install(made)
                 continue
             wait = 0.1
             try:

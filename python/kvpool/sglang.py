@@ -75,6 +75,7 @@ class KVPoolStorage(HiCacheStorage):
         self.extra = extra
         self.socket = extra.get("socket")
         self.retry = float(extra.get("retry_seconds", 5.0))
+        self.timeout = float(extra.get("timeout_seconds", 5.0))
         self.prio = int(extra.get("priority", kvpool.PRIO_NORMAL))
         self.threads = max(1, min(16, int(extra.get("copy_threads", 0)) or
                                   torch.get_num_threads()))
@@ -115,7 +116,8 @@ class KVPoolStorage(HiCacheStorage):
                                         dtype=_DTYPES[h.dtype], model=ident)
         self.layout = layout
         self.pool = Pool(logger, "sglang tp%d" % cfg.tp_rank, self.socket, ns, self.geometry,
-                         retry=self.retry, name="sglang tp%d" % cfg.tp_rank)
+                         retry=self.retry, name="sglang tp%d" % cfg.tp_rank,
+                         timeout=self.timeout)
 
     # -- the host pool's side of copy_blocks ------------------------------------
 

@@ -92,6 +92,26 @@ class Daemon:
             time.sleep(0.02)
         raise AssertionError("%s did not happen in %d s: %s" % (what, seconds, st))
 
+    def connections(self, prefix="vllm"):
+        """The connections whose name at HELLO starts with prefix (the
+        engines' connectors), as sorted (pid, name)."""
+        with kvpool.Client(self.sock) as c:
+            return sorted((x["pid"], x["name"]) for x in c.list_clients()
+                          if x["name"].startswith(prefix))
+
+    def wait_reconnected(self, had, seconds=30):
+        """Every connection of had (connections() of the daemon this one
+        replaced) back: the connectors' watchers connect again in the
+        background, and a request before that runs without the pool."""
+        end = time.monotonic() + seconds
+        while True:
+            now = self.connections()
+            if all(now.count(c) >= had.count(c) for c in had):
+                return
+            assert time.monotonic() < end, \
+                "the engines did not connect again in %d s: had %s, now %s" % (seconds, had, now)
+            time.sleep(0.05)
+
     def stop(self):
         st = self.stats()
         total = sum(st[k] for k in ("pages_free", "pages_private", "pages_shared",

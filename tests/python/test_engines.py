@@ -18,6 +18,7 @@ import os
 import random
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -362,6 +363,46 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
                 e.kill()
         d.discard()
         os.system("rm -rf '%s'" % keep)
+
+
+def test_a_stopped_kvpoold_costs_the_engine_one_timeout_and_it_shares_again_after(models):
+    # SIGSTOP (a debugger, a hang, swapped out): before, the engine's first
+    # lookup waited for an answer that never came, and the engine with it
+    model = models[0]
+    with running(["--key-seed", "0"] + POOL) as d:
+        a = engine(d, model, "a", kvpool_socket=d.sock, extra={"timeout_seconds": 1})
+        ve.start([a])
+        try:
+            p = Prompts(11)
+            assert a.complete(p.next()).cached_tokens == 0
+            saved(d, PREFIX_BLOCKS)
+            had = d.connections()
+            got = []
+            q = Prompts(12)
+
+            def ask():
+                for _ in range(3):
+                    got.append(a.complete(q.next()))
+            os.kill(d.proc.pid, signal.SIGSTOP)
+            try:
+                t = threading.Thread(target=ask, daemon=True)
+                t.start()
+                t.join(60)
+                assert not t.is_alive(), "the engine waited for a stopped kvpoold"
+            finally:
+                os.kill(d.proc.pid, signal.SIGCONT)
+            assert [len(r.tokens) for r in got] == [NEW] * 3
+            said = a.log_lines("did not answer")
+            assert 1 <= len(said) <= 2, said  # the scheduler's, and the worker's saves'
+            # going on: the leases of the closed connections dropped, both
+            # sides connected again in the background, and saving again
+            d.wait_reconnected(had)
+            a.complete(Prompts(13).next())
+            saved(d, 2 * PREFIX_BLOCKS)
+            assert sides_reach(a, "connected", 2) == (2, 1)
+        finally:
+            a.stop()
+        nothing_held(d)
 
 
 def test_a_full_pool_leaves_the_engine_serving_and_says_so_once(models):

@@ -28,7 +28,6 @@ import time
 
 import pytest
 
-import kvpool
 from conftest import TOP, Daemon
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
@@ -131,18 +130,11 @@ class Setup:
         engines had is back (each side's watcher reconnects in the
         background; a request that comes before computes at once)."""
         sock, old = self.d.sock, self.d
-        had = engine_connections(old)
+        had = old.connections()
         old.stop()
         self.d = Daemon(self.args, sock=sock)
         old.discard()
-        end = time.monotonic() + 30
-        while True:
-            now = engine_connections(self.d)
-            if all(now.count(c) >= had.count(c) for c in had):
-                return
-            assert time.monotonic() < end, \
-                "the engines did not reconnect in 30 s: had %s, now %s" % (had, now)
-            time.sleep(0.05)
+        self.d.wait_reconnected(had)
 
     def close(self):
         for e in ([self.router] if self.router else []) + self.engines:
@@ -163,13 +155,6 @@ def pd(model):
         s.close()
         s.d.discard()
         subprocess.run(["rm", "-rf", keep], check=False)
-
-
-def engine_connections(d):
-    """The engines' connections to d, as (pid, name at HELLO)."""
-    with kvpool.Client(d.sock) as c:
-        return sorted((x["pid"], x["name"]) for x in c.list_clients()
-                      if x["name"].startswith("vllm"))
 
 
 def counters(e, *names):

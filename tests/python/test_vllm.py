@@ -344,9 +344,11 @@ def test_a_daemon_restarted_between_prefill_and_decode_leaves_the_decode_computi
         params = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER)["params"][0]
         assert d.stats()["pages_cached"] == 12
         sock, old = d.sock, d
+        had = old.connections()
         old.stop()
         d = Daemon(args, sock=sock)
         old.discard()
+        d.wait_reconnected(had)
         rd = dec.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
         assert rd["cached"] == [0] and len(rd["outputs"][0]) == 4
         sd = dec.call(op="stats")

@@ -78,7 +78,8 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
             pool = Pool(logger, name, settings["socket"], ident.namespace, ident.geometry,
                         ident.scheme, ident.seed, settings["retry_seconds"],
                         seed_hint(ident.seed), lookups=scheduler,
-                        name="vllm scheduler" if scheduler else "vllm worker %d" % rank)
+                        name="vllm scheduler" if scheduler else "vllm worker %d" % rank,
+                        timeout=settings["timeout_seconds"])
             if scheduler:
                 logger.info("kvpool: namespace '%s', pages of %d layers%s", ident.namespace,
                             ident.geometry.layers, "" if not hybrid else

@@ -35,6 +35,11 @@ SETTINGS: Tuple[Setting, ...] = (
             "different paths"),
     Setting("retry_seconds", "float", 5.0, "5",
             "how often to try a daemon that is gone", 0.01, 3600),
+    Setting("timeout_seconds", "float", 5.0, "5",
+            "how long a call waits for kvpoold's answer (a decode engine's wait for its "
+            "prefill engine's blocks comes on top) before the connector drops the "
+            "connection and serves without the cache until it is back: a stopped or "
+            "hung daemon costs the engine that long once (0: no limit)", 0, 3600),
     Setting("copy_threads", "int", 0, "torch's thread count",
             "threads of the host copies (0: torch's thread count)", 0, 1024),
     Setting("copy_with_torch", "bool", False, "false",

@@ -228,7 +228,8 @@ class WorkerSide:
             p = self._pool
             self._waits = Pool(self._log, p.role + " waits", p.socket, p.namespace,
                                p.geometry, p.scheme, p.seed, p.retry, p.hint, lookups=False,
-                               name=((p.name or "vllm worker") + " waits")[:31])
+                               name=((p.name or "vllm worker") + " waits")[:31],
+                               timeout=p.timeout)
         w = self._waits
         with w.lock:
             c = w.client()
