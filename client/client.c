@@ -174,23 +174,32 @@ static int lost(struct kvp_client *c, int err)
 
 	if (err == -ECONNRESET)
 		err = -EPIPE;
+	c->dead = true;
 	hset_fini(&c->held);
 	hset_init(&c->held);
 	forget_gens(c);
 	while (!c->bye[0] && (n = recv(c->fd, c->buf, c->buf_size, MSG_DONTWAIT)) > 0)
 		if (wire_hdr_decode(c->buf, (size_t)n, &rh) == 0 && notice(c, &rh, n))
 			break;
+	if (!c->bye[0])
+		snprintf(c->bye, sizeof(c->bye), "the daemon exited or disconnected this client "
+			 "(%s; see its log: idle, unread replies, an admin)", strerror(-err));
+	return client_dead(c);
+}
+
+/* client_dead() - 0 while c's connection lives; else -EPIPE, saying why
+ * it is gone (every call after the loss, page lists included, which would
+ * otherwise find their handles stale). */
+int client_dead(struct kvp_client *c)
+{
+	if (!c->dead)
+		return 0;
 	if (c->timed_out)
 		client_set_error("this connection is closed: %s", c->bye);
-	else if (c->bye[0])
+	else
 		client_set_error("kvpoold closed this connection: %s; its leases are released. "
 				 "Connect again with kvp_connect()", c->bye);
-	else
-		client_set_error("the connection to kvpoold is gone (%s): the daemon exited or "
-				 "disconnected this client (see its log: idle, unread replies, "
-				 "an admin); its leases are released. Connect again with "
-				 "kvp_connect()", strerror(-err));
-	return err;
+	return -EPIPE;
 }
 
 /* sock_limit() - the socket's send and receive time-outs (SO_SNDTIMEO,
@@ -243,15 +252,15 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 	ssize_t n;
 
 	last_error[0] = '\0';
-	if (c->timed_out) {	/* closed by a timeout: say so again */
-		client_set_error("this connection is closed: %s", c->bye);
-		return -EPIPE;
-	}
+	rc = client_dead(c);	/* gone: say so again */
+	if (rc < 0)
+		return rc;
 	if (c->timeout_ms) {
 		uint64_t ms = c->timeout_ms;
 
 		if (op == KVP_OP_ACQUIRE)	/* its own wait and the remote tier's */
-			ms += c->wait_ms + c->remote_max_us / 1000;
+			ms += c->wait_ms + (c->remote_max_us == KVP_REMOTE_NEVER ? 0 :
+					    c->remote_max_us / 1000);
 		limit = ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 	}
 	rc = sock_limit(c, limit);
@@ -532,12 +541,19 @@ KVP_API int kvp_connect(const char *socket_path, const char *ns,
 KVP_API int kvp_connect_as(const char *socket_path, const char *ns,
 			   const kvp_geometry *g, const char *name, kvp_client **out)
 {
+	return kvp_connect_timeout(socket_path, ns, g, name, 0, out);
+}
+
+KVP_API int kvp_connect_timeout(const char *socket_path, const char *ns,
+				const kvp_geometry *g, const char *name, uint32_t ms,
+				kvp_client **out)
+{
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kvp_client *c;
 	int rc;
 
 	last_error[0] = '\0';
-	if (!out || (ns && (!*ns || !g)))
+	if (!out || (ns && (!*ns || !g)) || ms > KVP_TIMEOUT_MAX_MS)
 		return -EINVAL;
 	if (name && strlen(name) >= KVP_CLIENT_NAME_MAX) {
 		client_set_error("client name '%.64s' is %zu bytes; at most %u", name,
@@ -569,9 +585,22 @@ KVP_API int kvp_connect_as(const char *socket_path, const char *ns,
 		rc = -errno;
 		goto out_free;
 	}
+	/* the limit holds from the connect on (a full backlog: a daemon that
+	 * does not accept), HELLO included */
+	c->timeout_ms = ms;
+	rc = sock_limit(c, ms);
+	if (rc < 0)
+		goto out_free;
 	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		rc = -errno;
-		connect_error(rc, socket_path);
+		if (ms && (rc == -EAGAIN || rc == -EWOULDBLOCK)) {
+			rc = -ETIMEDOUT;
+			client_set_error("kvpoold at %s did not take the connection within %u ms "
+					 "(stopped, hung or overloaded: see its log); try again "
+					 "later, or raise the limit", socket_path, ms);
+		} else {
+			connect_error(rc, socket_path);
+		}
 		goto out_free;
 	}
 	rc = hello(c, ns, g, name);

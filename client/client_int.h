@@ -55,6 +55,7 @@ struct kvp_client {
 	uint32_t wait_ms;	/* kvp_set_acquire_wait(); 0: no wait */
 	uint32_t timeout_ms;	/* kvp_set_timeout(); 0: none */
 	uint32_t sock_ms;	/* the socket's SO_RCVTIMEO and SO_SNDTIMEO now */
+	bool dead;		/* the connection is gone (lost()): bye says why */
 	bool timed_out;		/* closed by a timeout: bye says which */
 	char bye[KVP_WIRE_ERRMSG_MAX + 1];	/* the daemon's notice before it closed */
 };
@@ -63,6 +64,9 @@ struct kvp_client {
 int client_held_add(struct kvp_client *c, kvp_page h);
 
 int client_held_sub(struct kvp_client *c, kvp_page h);
+
+/* client_dead() - 0, or -EPIPE when c's connection is gone, saying why (client.c). */
+int client_dead(struct kvp_client *c);
 
 /* client_set_error() - this thread's kvp_last_error() text. */
 void client_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -226,6 +226,9 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 		return -EINVAL;
 	pthread_mutex_lock(&c->mu);
 	last_error[0] = '\0';
+	rc = client_dead(c);	/* the daemon dropped every lease */
+	if (rc < 0)
+		goto out;
 	/* All or none: take each lease off our own set first (a repeat
 	 * takes a second lease), and put them back on the first one we do
 	 * not hold; nothing has reached the daemon then. */
@@ -243,8 +246,9 @@ KVP_API int kvp_release(kvp_client *c, const kvp_page *pages, size_t n)
 		k = n - i < c->hello.max_batch ? n - i : c->hello.max_batch;
 		rc = client_send_release(c, pages + i, k);
 		if (rc < 0) {
-			/* the daemon kept these and the ones after them */
-			for (; i < n; i++)
+			/* the daemon kept these and the ones after them, unless
+			 * the connection is gone with all of them */
+			for (; i < n && !c->dead; i++)
 				client_held_add(c, pages[i]);
 			goto out;
 		}
@@ -332,8 +336,10 @@ static int pages_call(struct kvp_client *c, uint16_t op, const kvp_page *pages,
 	size_t i, k, done = 0, len = 0;
 	const void *handles;
 	uint32_t got;
-	int rc = 0;
+	int rc = client_dead(c);
 
+	if (rc < 0)
+		return rc;
 	for (i = 0; i < n; i++) {
 		if (!hset_count(&c->held, pages[i])) {
 			client_set_error("page handle %#llx (entry %zu) is not leased by this client",

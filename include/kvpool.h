@@ -336,6 +336,17 @@ KVP_API int kvp_set_timeout(kvp_client *c, uint32_t ms);
 #define KVP_TIMEOUT_MAX_MS 3600000u
 
 /*
+ * kvp_connect_timeout() - kvp_connect_as() under a time limit of ms
+ * milliseconds (0: none): the connect and the daemon's answer to it each
+ * wait at most that long (-ETIMEDOUT, kvp_last_error() saying which), and
+ * the client keeps it as its kvp_set_timeout(). -EINVAL when ms is over
+ * KVP_TIMEOUT_MAX_MS.
+ */
+KVP_API int kvp_connect_timeout(const char *socket_path, const char *ns,
+				const kvp_geometry *g, const char *name, uint32_t ms,
+				kvp_client **out);
+
+/*
  * kvp_close() - close the connection and unmap the pool. The daemon drops
  * every lease the client held. c may be NULL; it is invalid afterwards.
  *

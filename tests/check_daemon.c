@@ -789,7 +789,7 @@ static void wait_no_leases(const char *sock)
 
 START_TEST(test_daemon_a_stopped_daemon_times_a_call_out_and_drops_its_leases)
 {
-	kvp_client *c;
+	kvp_client *c, *late;
 	kvp_page p[4], q[1];
 	kvp_key k;
 	struct daemon d;
@@ -821,8 +821,21 @@ START_TEST(test_daemon_a_stopped_daemon_times_a_call_out_and_drops_its_leases)
 	ck_assert_msg(strstr(kvp_last_error(), "kvpoold did not answer ALLOC within 300 ms"),
 		      "%s", kvp_last_error());
 	ck_assert_ptr_null(kvp_page_ptr(c, p[0]));	/* its leases are gone */
-	/* later calls fail at once, saying so again; the old handles are stale */
-	ck_assert_int_eq(kvp_release(c, p, 4), -ESTALE);
+	/* a connect under a limit ends there too (the kernel takes it, the
+	 * daemon does not answer its HELLO) */
+	t0 = harness_now_ns();
+	rc = kvp_connect_timeout(d.sock, "limits", &small_geo, "late", 300, &late);
+	ms = (harness_now_ns() - t0) / 1000000;
+	ck_assert_msg(rc == -ETIMEDOUT, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(ms >= 290 && ms < 3000, "the connect took %llu ms", (unsigned long long)ms);
+	ck_assert_msg(strstr(kvp_last_error(), "did not answer HELLO within 300 ms"), "%s",
+		      kvp_last_error());
+	ck_assert_int_eq(kvp_connect_timeout(d.sock, "limits", &small_geo, NULL,
+					     KVP_TIMEOUT_MAX_MS + 1, &late), -EINVAL);
+	/* later calls fail at once, saying so again, page lists included */
+	rc = kvp_release(c, p, 4);
+	ck_assert_msg(rc == -EPIPE, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(strstr(kvp_last_error(), "did not answer ALLOC"), "%s", kvp_last_error());
 	t0 = harness_now_ns();
 	rc = kvp_alloc(c, 1, q);
 	ck_assert_msg(rc == -EPIPE, "%d %s", rc, kvp_last_error());
@@ -854,6 +867,9 @@ START_TEST(test_daemon_killed_daemon_clients_get_an_error_and_reconnect)
 	ck_assert_msg(rc == -EPIPE || rc == -ECONNRESET, "%d %s", rc, kvp_last_error());
 	ck_assert_msg(strstr(kvp_last_error(), "kvpoold"), "%s", kvp_last_error());
 	ck_assert_ptr_null(kvp_page_ptr(c, p[0]));
+	rc = kvp_release(c, p, 4);	/* not "not leased": the connection is gone */
+	ck_assert_msg(rc == -EPIPE, "%d %s", rc, kvp_last_error());
+	ck_assert_msg(strstr(kvp_last_error(), "the daemon exited"), "%s", kvp_last_error());
 	kvp_close(c);
 	/* a restarted daemon takes over the stale socket; clients come back */
 	daemon_restart(&d, NULL);

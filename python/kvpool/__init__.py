@@ -167,11 +167,12 @@ class Client(_kvpool.Client):
     joining a namespace of GPU pages with Memory.HOST fails with Mismatch.
     info()["backend"] says which memory the namespace has. name: what
     `kvpool clients` and kvpoold's log call this client (at most 31 bytes;
-    default the program's name). timeout: seconds each call waits at most
-    for kvpoold's answer (an acquire: plus its set_acquire_wait() wait),
-    so that a stopped or hung daemon cannot hold the caller; a call that
-    waits longer raises DaemonGone (errno ETIMEDOUT) and closes the
-    connection, whose leases the daemon drops. 0 (the default): no limit.
+    default the program's name). timeout: seconds the connect and each
+    call wait at most for kvpoold's answer (an acquire: plus its
+    set_acquire_wait() wait), so that a stopped or hung daemon cannot hold
+    the caller; a call that waits longer raises DaemonGone (errno
+    ETIMEDOUT) and closes the connection, whose leases the daemon drops.
+    0 (the default): no limit.
 
     When the daemon goes away (it exits, is killed, or disconnects this
     client), every call raises DaemonGone and the client's leases are gone
@@ -197,24 +198,19 @@ class Client(_kvpool.Client):
                             % namespace)
         self.geometry = geometry
         self._auto, self._retry, self._next, self._lost = bool(reconnect), retry, 0.0, False
-        self._timeout = float(timeout)
-        if not 0.0 <= self._timeout <= 3600.0:
-            raise ValueError("Client(timeout=%r): the limit is 0 (none) to 3600 seconds"
-                             % (timeout,))
         self._relock = threading.Lock()
         if geometry is None:
-            self._conn: Tuple[tuple, Dict[str, Any]] = ((socket, None), {"readonly": readonly,
-                                                                         "name": name})
+            self._conn: Tuple[tuple, Dict[str, Any]] = ((socket, None), {
+                "readonly": readonly, "name": name, "timeout": float(timeout)})
         else:
             self._conn = ((socket, namespace), dict(
                 layers=geometry.layers, kv_heads=geometry.kv_heads,
                 head_dim=geometry.head_dim, block_tokens=geometry.block_tokens,
                 head_dim_v=int(geometry.head_dim_v),
                 dtype=int(geometry.dtype), model=geometry.model, key_scheme=int(key_scheme),
-                key_seed=key_seed, readonly=readonly, memory=int(memory), name=name))
+                key_seed=key_seed, readonly=readonly, memory=int(memory), name=name,
+                timeout=float(timeout)))
         super().__init__(*self._conn[0], **self._conn[1])
-        if self._timeout:
-            self.set_timeout(self._timeout)
 
     def reconnect(self) -> None:
         """Close this session (its leases go, if the daemon still had them)
@@ -227,8 +223,6 @@ class Client(_kvpool.Client):
         for cached in ("_np", "_gpu"):
             self.__dict__.pop(cached, None)
         super().__init__(*self._conn[0], **self._conn[1])
-        if self._timeout:
-            self.set_timeout(self._timeout)
 
     def _revive(self) -> None:
         """reconnect=True, before a call: a session lost earlier is made

@@ -207,10 +207,16 @@ class Pool:
                 continue
             with self.lock:
                 if self._client is c:  # not replaced meanwhile
+                    try:  # a call on a closed connection fails at once, saying why
+                        c.stats()
+                        why = None
+                    except OSError as e:
+                        why = e
                     self.drop()
-                    self.state = "daemon_gone"
-                    self.warn("gone", "kvpoold closed the connection; serving without the "
-                              "shared KV cache, connecting again in the background")
+                    # kvpoold's notice says why it closed the connection
+                    self.state = "dropped" if "was dropped by an admin" in str(why) \
+                        else "daemon_gone"
+                    self._said_gone(why)
 
     def close(self) -> None:
         """Stop watching and close the connection (the engine shuts down)."""
@@ -260,6 +266,21 @@ class Pool:
             c.set_lookups_counted(self.lookups)
         return pages
 
+    def _said_gone(self, e: Optional[BaseException], what: str = "") -> None:
+        """The connection is gone: why, once (the loss of a call that
+        timed out says so, with the setting that sets the limit)."""
+        if e is not None and "did not answer" in str(e):
+            self.warn("gone", "%s (the connector's timeout_seconds: %gs); serving without "
+                      "the shared KV cache, connecting again in the background", e,
+                      self.timeout)
+        elif what:
+            self.warn("gone", "kvpoold went away during %s (%s); serving without the "
+                      "shared KV cache, connecting again in the background", what, e)
+        else:
+            self.warn("gone", "kvpoold closed the connection%s; serving without the shared "
+                      "KV cache, connecting again in the background",
+                      " (%s)" % e if e is not None else "")
+
     def failed(self, what: str, e: BaseException) -> None:
         """A call on the client failed: a lost daemon drops the client."""
         if isinstance(e, (kvpool.DaemonGone, kvpool.NotConnected, ConnectionError)):
@@ -267,8 +288,7 @@ class Pool:
             # kvpoold's notice says why it closed the connection
             self.state = "dropped" if "was dropped by an admin" in str(e) else "daemon_gone"
             self._next = time.monotonic() + self.retry
-            self.warn("gone", "kvpoold went away during %s (%s); serving without the "
-                      "shared KV cache, trying again every %gs", what, e, self.retry)
+            self._said_gone(e, what)
         elif isinstance(e, (kvpool.NoSpace, kvpool.Limit)):
             self.warn("full", "%s: the pool has no room (%s); saves are skipped and "
                       "counted until it has", what, e)

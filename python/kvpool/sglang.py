@@ -76,6 +76,9 @@ class KVPoolStorage(HiCacheStorage):
         self.socket = extra.get("socket")
         self.retry = float(extra.get("retry_seconds", 5.0))
         self.timeout = float(extra.get("timeout_seconds", 5.0))
+        if not 0.0 <= self.timeout <= 3600.0:
+            raise ValueError("kvpool: extra config \"timeout_seconds\": %r is not 0 (no "
+                             "limit) to 3600 seconds; fix or remove it" % (self.timeout,))
         self.prio = int(extra.get("priority", kvpool.PRIO_NORMAL))
         self.threads = max(1, min(16, int(extra.get("copy_threads", 0)) or
                                   torch.get_num_threads()))

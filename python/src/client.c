@@ -53,20 +53,33 @@ int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "socket", "namespace", "layers", "kv_heads", "head_dim",
 				  "block_tokens", "dtype", "model", "key_scheme", "key_seed",
-				  "readonly", "memory", "head_dim_v", "name", NULL };
+				  "readonly", "memory", "head_dim_v", "name", "timeout", NULL };
 	const char *sock = NULL, *ns = NULL, *model = NULL, *seed = NULL, *name = NULL;
 	unsigned int layers = 0, kv_heads = 0, head_dim = 0, block_tokens = 0, dtype = 0,
 		     scheme = 0, memory = 0, head_dim_v = 0;
 	int readonly = 0, rc;
+	double timeout = 0.0;
+	uint32_t ms;
 	char err[ERRBUF];
 	kvp_geometry g;
 	kvp_client *c = NULL;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpIIz", kwlist, &sock, &ns,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|zz$IIIIIzIzpIIzd", kwlist, &sock, &ns,
 					 &layers, &kv_heads, &head_dim, &block_tokens, &dtype,
 					 &model, &scheme, &seed, &readonly, &memory, &head_dim_v,
-					 &name))
+					 &name, &timeout))
 		return -1;
+	if (!(timeout >= 0.0 && timeout <= KVP_TIMEOUT_MAX_MS / 1000.0)) {
+		PyObject *v = PyFloat_FromDouble(timeout);
+
+		if (v)
+			PyErr_Format(PyExc_ValueError, "Client(timeout=%R): the limit is 0 (none) "
+				     "to %u seconds", v, KVP_TIMEOUT_MAX_MS / 1000);
+		Py_XDECREF(v);
+		return -1;
+	}
+	/* a limit shorter than a millisecond is one, not none */
+	ms = timeout > 0.0 && timeout < 0.001 ? 1 : (uint32_t)(timeout * 1000.0);
 	if (self->c) {
 		PyErr_SetString(PyExc_RuntimeError, "Client.__init__ called twice");
 		return -1;
@@ -88,7 +101,7 @@ int Client_init(ClientObject *self, PyObject *args, PyObject *kw)
 	g.memory = memory;
 	g.head_dim_v = head_dim_v;
 	Py_BEGIN_ALLOW_THREADS
-	rc = kvp_connect_as(sock, ns, ns ? &g : NULL, name, &c);
+	rc = kvp_connect_timeout(sock, ns, ns ? &g : NULL, name, ms, &c);
 	if (rc < 0)
 		SAVE_ERROR(err);
 	Py_END_ALLOW_THREADS

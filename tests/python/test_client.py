@@ -282,12 +282,19 @@ def test_a_stopped_daemon_times_a_call_out_and_the_client_connects_again(daemon)
         took = time.monotonic() - t0
         with pytest.raises(kvpool.DaemonGone) as again:  # at once, saying so again
             c.stats()
+        t0 = time.monotonic()
+        with pytest.raises(kvpool.DaemonGone) as late:  # a connect too
+            kvpool.Client(daemon.sock, "py", GEO, timeout=0.3)
+        connecting = time.monotonic() - t0
     finally:
         os.kill(daemon.proc.pid, signal.SIGCONT)
     assert 0.29 <= took < 3, took
     assert e.value.errno == errno.ETIMEDOUT
     assert "kvpoold did not answer ALLOC within 300 ms" in str(e.value)
     assert "did not answer ALLOC" in str(again.value)
+    assert 0.29 <= connecting < 3, connecting
+    assert late.value.errno == errno.ETIMEDOUT
+    assert "did not answer HELLO within 300 ms" in str(late.value)
     daemon.wait_for(lambda st: st["pages_private"] == 0, "the closed connection's leases going")
     c.reconnect()  # the limit holds in the new session too
     assert len(c.alloc(1)) == 1

@@ -5,6 +5,8 @@ real kvpoold: blocks saved from vLLM-shaped tensors come back bit for bit
 into others, a block another client stored first is deduplicated, a job
 whose publish fails skips its chain's later jobs and leaks no page, and a
 load that cannot be copied leaves no lease."""
+import time
+
 import pytest
 
 import kvpool
@@ -332,8 +334,15 @@ def test_a_lost_connections_failure_reaped_late_leaves_the_new_connection_alone(
     try:
         old = pool.client()
         with pool.lock:
-            pool.drop()  # the daemon went away; the watcher connects again
-            new, _ = pool.client_view()
+            pool.drop()  # the daemon went away
+        end = time.monotonic() + 10
+        while True:  # the watcher connects again, in the background
+            with pool.lock:
+                new, _ = pool.client_view()
+            if new is not None:
+                break
+            assert time.monotonic() < end, "the watcher did not connect again"
+            time.sleep(0.02)
         assert new is not old and pool.uses(new)
         s._failed([("save", kvpool.DaemonGone("kvpoold closed the connection"), old)])
         assert pool.uses(new) and pool.state == "connected"

@@ -9,6 +9,7 @@ copy, release) that lets the GIL go once; what failed is reported to vLLM,
 which recomputes it."""
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -226,10 +227,13 @@ class WorkerSide:
         the load has copied them (_let_go())."""
         if self._waits is None:
             p = self._pool
+            # no time limit on this connection: its acquires wait for the
+            # blocks and fetch them from the remote tier with no cut-off,
+            # off the step (a stopped daemon holds the loads off the step
+            # then, never the engine's steps)
             self._waits = Pool(self._log, p.role + " waits", p.socket, p.namespace,
                                p.geometry, p.scheme, p.seed, p.retry, p.hint, lookups=False,
-                               name=((p.name or "vllm worker") + " waits")[:31],
-                               timeout=p.timeout)
+                               name=((p.name or "vllm worker") + " waits")[:31])
         w = self._waits
         with w.lock:
             c = w.client()
@@ -388,6 +392,13 @@ class WorkerSide:
         self._by_layer = None
         err = self._layers.finish()
         with self._pool.lock:
+            if err is None and not self._pool.uses(c):
+                # the connection went during the forward (a save's call
+                # timed out, or the daemon went): the pages copied may have
+                # been another client's by then
+                err = kvpool.DaemonGone(errno.EPIPE, "the connection to kvpoold went while "
+                                        "a load copied layer by layer; its blocks are "
+                                        "computed")
             self._load_errors.update(self._loaded_now(c, pairs, held, failed, err))
 
     def loads_by_layer(self) -> bool:
