@@ -34,6 +34,9 @@
 #define PUT_MAX_AGE_NS	30000000000ull	/* a SET waiting longer is given up */
 #define SAY_EVERY_S	60u	/* a line that may flood is said once a minute */
 #define TOUCH_SLOTS	4096u	/* keys touched this second, remembered */
+/* objects one reply may hold (rnode.c oversized(); its log line says it) */
+#define RNODE_REPLY_OBJECTS	65536u
+_Static_assert(RNODE_REPLY_OBJECTS == 65536u, "rnode.c's on_disconnect() says 65,536");
 #define OBUF_MAX	(1u << 20)	/* bytes a connection's output buffer takes
 					 * more commands at: a node that does not
 					 * read holds this much of our memory, not
@@ -99,6 +102,8 @@ struct rnode {
 	bool lost;			/* was up, then lost: say so when it is back */
 	bool failed;			/* its last connect failed or it was lost */
 	bool unasked;			/* it sent a reply nobody asked for */
+	bool oversized;			/* it sent a reply of over RNODE_REPLY_OBJECTS */
+	unsigned reply_objects;		/* objects of the reply being read */
 	bool erred;			/* it answered CLUSTERDOWN, LOADING and the like */
 	uint64_t busy_ns, busy_bytes;	/* the busy period now: start, bytes in */
 	unsigned busy_replies;

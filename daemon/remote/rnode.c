@@ -155,19 +155,46 @@ static bool unasked(const redisReadTask *t)
 	return true;
 }
 
+/*
+ * oversized() - the reply being read on nd's connection would hold more
+ * than RNODE_REPLY_OBJECTS objects with the n that t makes (an array
+ * counts its elements when its header is read, before hiredis allocates
+ * them). No reply kvpoold asks for comes near: a page is one string, a
+ * slot map of a 1,000-node cluster a few thousand objects. A peer's
+ * giant reply (a CLUSTER SLOTS of 300,000 entries once held the loop a
+ * quarter of a second, reading then freeing 1.5 million objects) is
+ * refused at the limit and the connection dropped, as unasked() does.
+ */
+static bool oversized(const redisReadTask *t, long long n)
+{
+	struct rnode *nd = t->privdata;
+
+	if (!nd)
+		return false;
+	if (!t->parent)
+		nd->reply_objects = 0;	/* a new reply begins */
+	if (n < 0 || (unsigned long long)n > RNODE_REPLY_OBJECTS - nd->reply_objects) {
+		nd->oversized = true;
+		return true;
+	}
+	nd->reply_objects += (unsigned)n;
+	return false;
+}
+
 static void *checked_array(const redisReadTask *t, int elements)
 {
-	return unasked(t) ? NULL : hiredis_fn->createArray(t, elements);
+	return unasked(t) || oversized(t, 1 + (long long)elements) ? NULL :
+	       hiredis_fn->createArray(t, elements);
 }
 
 static void *checked_integer(const redisReadTask *t, long long value)
 {
-	return unasked(t) ? NULL : hiredis_fn->createInteger(t, value);
+	return unasked(t) || oversized(t, 1) ? NULL : hiredis_fn->createInteger(t, value);
 }
 
 static void *checked_nil(const redisReadTask *t)
 {
-	return unasked(t) ? NULL : hiredis_fn->createNil(t);
+	return unasked(t) || oversized(t, 1) ? NULL : hiredis_fn->createNil(t);
 }
 
 static void *direct_string(const redisReadTask *t, char *str, size_t len)
@@ -177,7 +204,7 @@ static void *direct_string(const redisReadTask *t, char *str, size_t len)
 	struct backend *be;
 	redisReply *r;
 
-	if (unasked(t))
+	if (unasked(t) || oversized(t, 1))
 		return NULL;
 	if (t->parent || t->type != REDIS_REPLY_STRING || !q || !q->get ||
 	    len != RPAGE_HDR + q->bytes || q->be->ops->kind != KVP_BACKEND_HOST)
@@ -407,9 +434,13 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 		return;
 	if (nd->unasked)
 		broke_protocol(nd, "sent a reply nobody asked for");
+	else if (nd->oversized)
+		broke_protocol(nd, "sent a reply of more than 65,536 objects (no reply "
+			       "kvpoold asks for has as many; a slot map that large is no "
+			       "cluster's)");
 	else if (status != REDIS_OK && ac->err == REDIS_ERR_PROTOCOL)
 		broke_protocol(nd, "broke the protocol");
-	nd->unasked = false;
+	nd->unasked = nd->oversized = false;
 	node_down(nd);
 }
 
