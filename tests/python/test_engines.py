@@ -28,7 +28,7 @@ import time
 import pytest
 
 import kvpool
-from conftest import TOP, Daemon, running, tool
+from conftest import TOP, Daemon, running, send_hostile_pd_params, tool
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -416,6 +416,46 @@ def test_a_full_pool_leaves_the_engine_serving_and_says_so_once(models):
             for _ in range(3):
                 assert len(a.complete(p.next()).tokens) == NEW
             assert len(a.log_lines("the pool has no room")) == 1, a.log_lines("kvpool (")
+            assert leased(d) == 0
+        finally:
+            a.stop()
+        nothing_held(d)
+
+
+def test_hostile_kv_transfer_params_leave_a_kv_both_engine_serving(models):
+    # the shipped manifests' role (kv_both: it answers do_remote_decode and
+    # takes do_remote_prefill): the issue's one-request kill, then every
+    # field of the engine's own real handoff made wrong, and worse. Every
+    # request answered, the engine alive and sharing, nothing leased
+    model = models[0]
+    with running(["--key-seed", "0"] + POOL) as d:
+        a = engine(d, model, "a", kvpool_socket=d.sock)
+        ve.start([a])
+        try:
+            status, answer = a.post("/v1/completions", (
+                '{"model": "%s", "prompt": "a b", "max_tokens": 2, "kv_transfer_params": '
+                '{"do_remote_prefill": true, "kvpool": {"namespace": "x", "blocks": 1e400, '
+                '"last_key": "x"}}}' % a.model))
+            assert status == 200, answer
+            prompt = Prompts(21).next()
+            status, answer = a.post("/v1/completions", {
+                "model": a.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
+                "kv_transfer_params": {"do_remote_decode": True}})
+            assert status == 200, answer
+            good = json.loads(answer)["kv_transfer_params"]
+            assert good["kvpool"]["blocks"] >= PREFIX_BLOCKS
+            statuses = send_hostile_pd_params(a, prompt, good)
+            assert a.proc.poll() is None
+            # the first request's, and each case refused (not another
+            # connector's params, nor a real handoff asked both ways)
+            refused = 1 + sum(1 for w, st in statuses.items() if st == 200 and
+                              w not in ("NIXL's params", "both directions"))
+            assert refused >= 31, statuses
+            assert metric_reaches(a, "pd_refused", refused) == refused
+            assert kvpool_metric(a, "hook_errors") == 0
+            # no traceback through the connector (vLLM logs its own 400s' with one)
+            assert a.log_lines("/kvpool/vllm/") == []
+            assert len(a.complete(Prompts(22).next()).tokens) == NEW
             assert leased(d) == 0
         finally:
             a.stop()

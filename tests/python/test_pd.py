@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from conftest import TOP, Daemon
+from conftest import TOP, Daemon, send_hostile_pd_params
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -276,6 +276,41 @@ def test_a_decode_request_sent_before_the_prefill_engines_saves_end_loads_them_a
     assert kvpool_metric(pd.dec, "loaded_blocks", was["loaded_blocks"] + blocks_of(ref)) == \
         was["loaded_blocks"] + blocks_of(ref)
     assert kvpool_metric(pd.dec, "load_errors") == was["load_errors"]
+
+
+# hostile_pd_params() cases that are no refusal of kvpool's: another
+# connector's params, and a real handoff asked both ways
+NOT_REFUSED = ("NIXL's params", "both directions")
+
+
+def test_hostile_kv_transfer_params_leave_the_decode_engine_serving(pd):
+    # anyone who can send the engine requests writes kv_transfer_params:
+    # each field of a real handoff made wrong, and worse. Every request is
+    # answered, refused ones are computed and counted, no hook raised, the
+    # engine still serves the real handoff, and no page stays leased
+    # (before: "blocks": 1e400 raised OverflowError out of vLLM's scheduler
+    # and the engine died)
+    prompt = prompt_of(40)
+    ref = pd.alone.complete(prompt, NEW)
+    cached = pd.d.stats()["pages_cached"]
+    good = pd.prefill(prompt)
+    pd.d.wait_for(lambda st: st["pages_cached"] >= cached + blocks_of(ref), "the saves", 20)
+    refused = kvpool_metric(pd.dec, "pd_refused")
+    statuses = send_hostile_pd_params(pd.dec, prompt, good)
+    assert pd.dec.proc.poll() is None
+    counted = [w for w, st in statuses.items() if st == 200 and w not in NOT_REFUSED]
+    assert len(counted) >= 30, statuses
+    assert kvpool_metric(pd.dec, "pd_refused", refused + len(counted)) == \
+        refused + len(counted)
+    assert kvpool_metric(pd.dec, "hook_errors") == 0
+    got = pd.dec.complete(prompt, NEW, kv_transfer_params=good)
+    assert got.tokens == ref.tokens
+    # malformed params said once, whatever was wrong; another namespace once
+    assert len(pd.dec.log_lines("such requests are computed here")) <= 3
+    # no traceback through the connector (vLLM logs its own 400s' with one)
+    assert pd.dec.log_lines("/kvpool/vllm/") == []
+    pd.d.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
+                  "no page leased", 20)
 
 
 def test_kvpoold_restarted_between_prefill_and_decode_leaves_the_decode_computing(pd):

@@ -286,6 +286,110 @@ def test_a_decode_engine_loads_what_its_prefill_engine_is_still_saving(pool):
     assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
 
 
+def _mutations(good):
+    """Hypothesis' strategy of the kv_transfer_params a request body may
+    carry: any JSON object (vLLM's API server refuses a body whose params
+    are no object), a real handoff with any of its fields (vLLM's or
+    kvpool's) set to any JSON value or removed, and fields added."""
+    from hypothesis import strategies as st
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers(min_value=-2 ** 80, max_value=2 ** 80) |
+        st.floats() | st.text(max_size=80) | st.sampled_from([good["kvpool"]["last_key"],
+                                                               good["kvpool"]["namespace"]]),
+        lambda inner: st.lists(inner, max_size=4) |
+        st.dictionaries(st.text(max_size=12), inner, max_size=4), max_leaves=12)
+    kp_fields = st.sampled_from(sorted(good["kvpool"]) + ["ticket", "extra"])
+    top_fields = st.sampled_from(sorted(good) + ["extra"])
+
+    def set_kp(field, value):
+        return dict(good, kvpool=dict(good["kvpool"], **{field: value}))
+
+    def drop_kp(field):
+        return dict(good, kvpool={k: v for k, v in good["kvpool"].items() if k != field})
+
+    return st.one_of(
+        st.dictionaries(st.text(max_size=20) | st.sampled_from(sorted(good)), json_values,
+                        max_size=6),
+        st.builds(set_kp, kp_fields, json_values),
+        st.builds(drop_kp, kp_fields),
+        st.builds(lambda f, v: dict(good, **{f: v}), top_fields, json_values),
+        st.builds(set_kp, st.sampled_from(["blocks", "tokens"]),
+                  st.integers(-2 ** 70, 2 ** 70) | st.floats() |
+                  st.sampled_from([0, 1, 11, 12, 13, 2 ** 63, 12.0, float("inf"),
+                                   float("-inf"), float("nan"), 1e308, True])))
+
+
+def test_any_kv_transfer_params_leave_vllms_scheduler_serving_and_nothing_leased(pool):
+    # a property of the params a request body may carry, through vLLM's own
+    # Scheduler and the connector: every request is answered with its
+    # tokens, no hook raises, and no page stays leased
+    hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed")
+    p = Engine(pool.sock, "--role", "kv_producer").ready()
+    d = Engine(pool.sock, "--role", "kv_consumer", extra={"pd_wait_seconds": 0.5}).ready()
+    try:
+        good = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER)["params"][0]
+        assert good["kvpool"]["blocks"] == 12
+
+        @hypothesis.settings(max_examples=150, deadline=None, database=None,
+                             suppress_health_check=list(hypothesis.HealthCheck))
+        @hypothesis.given(_mutations(good))
+        def serves(params):
+            r = d.call(op="run", prompts=[PROMPT], max_tokens=2, params=params)
+            # answered with its tokens, or refused by vLLM's own check
+            assert "refused" in r or len(r["outputs"][0]) == 2, params
+            assert d.call(op="leases")["scheduler"] == 0, params
+
+        serves()
+        sd = d.call(op="stats")
+        assert sd["scheduler"].get("hook_errors", 0) == 0
+        assert sd["worker"].get("hook_errors", 0) == 0
+        assert sd["scheduler"].get("pd_refused", 0) > 0
+        assert "Traceback" not in d.stderr()
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+
+
+HOOKS = ["SchedulerSide.get_num_new_matched_tokens", "SchedulerSide.update_state_after_alloc",
+         "SchedulerSide.build_connector_meta", "SchedulerSide.update_connector_output",
+         "SchedulerSide.request_finished", "WorkerSide.start_load_kv",
+         "WorkerSide.wait_for_save"]
+
+
+def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(pool):
+    # each hook in turn fails on every call (a bug, or input no check
+    # foresaw) while B serves prompts A saved: vLLM's loop never sees the
+    # exception, every request is answered with A's tokens (what could not
+    # be loaded is computed), each hook's failure is said once and
+    # counted, and no page leaks
+    a, b = engines(pool.sock, 2)
+    try:
+        for i, hook in enumerate(HOOKS):
+            prompt = [(t * 7 + i * 131) % 900 + 5 for t in range(200)]
+            ref = a.call(op="run", prompts=[prompt], max_tokens=4)
+            was = b.call(op="stats")
+            b.call(op="raise", hooks=[hook])
+            rb = b.call(op="run", prompts=[prompt], max_tokens=4)
+            b.call(op="raise", hooks=[])
+            assert rb["outputs"] == ref["outputs"], hook
+            side = "scheduler" if hook.startswith("Scheduler") else "worker"
+            assert b.call(op="stats")[side].get("hook_errors", 0) > \
+                was[side].get("hook_errors", 0), hook
+            assert b.call(op="leases")["scheduler"] == 0, hook
+            said = [line for line in b.stderr().splitlines() if "failed (RuntimeError" in line]
+            assert len(said) == i + 1 and hook.split(".")[1] in said[-1], said
+        # working hooks again: B loads what A saves
+        prompt = [(t * 3) % 900 + 5 for t in range(200)]
+        ref = a.call(op="run", prompts=[prompt], max_tokens=4)
+        rb = b.call(op="run", prompts=[prompt], max_tokens=4)
+        assert rb["outputs"] == ref["outputs"] and rb["cached"] == [12 * BLOCK]
+    finally:
+        a.close()
+        b.close()
+    assert leased(pool) == 0
+
+
 def test_a_prompt_of_whole_blocks_goes_from_prefill_to_decode_engine_too(pool):
     # 12 blocks and not a token more: the prefill engine saves all 12, the
     # decode engine loads 11 (vLLM computes at least the last token) after

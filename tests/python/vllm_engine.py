@@ -154,6 +154,30 @@ def _failing_loads():
     Copier.load = failing_load
 
 
+_RAISING = {}  # "Side.method" -> the method it replaced
+
+
+def _raising(names):
+    """Each of the connector's side methods names ("SchedulerSide.x",
+    "WorkerSide.y") raises on every call from now on, and those raising
+    before that names does not name work again: a bug, or input no check
+    foresaw. A test of what the engine does then (KVPoolConnector's
+    _hook())."""
+    from kvpool.vllm.scheduler import SchedulerSide
+    from kvpool.vllm.worker import WorkerSide
+    sides = {"SchedulerSide": SchedulerSide, "WorkerSide": WorkerSide}
+    for name in [n for n in _RAISING if n not in names]:
+        cls, meth = name.split(".")
+        setattr(sides[cls], meth, _RAISING.pop(name))
+    for name in [n for n in names if n not in _RAISING]:
+        cls, meth = name.split(".")
+
+        def raises(self, *a, _name=name, **kw):
+            raise RuntimeError("%s raises in this test" % _name)
+        _RAISING[name] = getattr(sides[cls], meth)
+        setattr(sides[cls], meth, raises)
+
+
 class Worker(KVConnectorModelRunnerMixin):
     """The worker side: vLLM's connector lifecycle around a forward that
     writes each scheduled token's K/V."""
@@ -388,7 +412,12 @@ class Engine:
         tokens vLLM computed itself and the ones it loaded from kvpool, and
         the kv_transfer_params of its answer. drain False: return once
         they are answered, before the saves of their blocks end."""
-        rids = [self.add(p, max_tokens, params) for p in prompts]
+        try:
+            rids = [self.add(p, max_tokens, params) for p in prompts]
+        except Exception as e:  # noqa: BLE001 - vLLM's own check (its API server: 400)
+            if type(e).__name__ != "VLLMValidationError":
+                raise
+            return {"refused": str(e)}
         first = {}
         steps = 0
         while any(not self.reqs[r].is_finished() for r in rids):
@@ -495,6 +524,9 @@ def serve():
                 bp = eng.sched.kv_cache_manager.block_pool
                 r = {"left": len(eng.sched.requests), "free_blocks": bp.get_num_free_blocks(),
                      "blocks": len(bp.blocks) - 1}  # vLLM's null block is never free
+            elif op == "raise":  # these connector methods raise from now on
+                _raising(cmd["hooks"])
+                r = {}
             elif op == "kill_worker":
                 os.kill(eng.child.pid, signal.SIGKILL)
                 eng.child.join()

@@ -6,7 +6,8 @@ the Pool, then hands each of vLLM's calls to its scheduler side
 counters reach vLLM's metrics (kvpool.vllm.stats)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
@@ -44,6 +45,25 @@ if TYPE_CHECKING:
 logger = init_logger("vllm.kvpool")  # under vllm: its format, VLLM_LOGGING_LEVEL
 
 __all__ = ["KVPoolConnector"]
+
+
+def _hook(fallback: Any = None) -> Callable:
+    """A connector hook that no exception leaves: vLLM's scheduler and
+    model runner call the hooks in their own loops, where an exception
+    kills the engine (and a request body reaches some of them). One that
+    fails is logged once per hook (with its traceback), counted
+    (hook_errors), and answered by fallback(side, *args) when fallback is
+    callable (what computes the request, without the pool), else by
+    fallback itself."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def guarded(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - nothing may reach vLLM's loop
+                return self._hook_failed(fn.__name__, e, fallback, args)
+        return guarded
+    return wrap
 
 
 class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
@@ -98,6 +118,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         self._reported_state: Optional[str] = None  # this side's state, as last given
         self._seen: Tuple[Any, int] = (None, -1)  # (pool, its changes) at the last call
         self._side = "scheduler" if scheduler else "worker %d" % rank
+        self._hooks_failed: Set[str] = set()  # hooks whose exception was said (_hook())
         self._sched: Optional[SchedulerSide] = None
         self._worker: Optional[WorkerSide] = None
         if scheduler:
@@ -119,6 +140,33 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         else:
             self._worker = WorkerSide(self, pool, ident, settings, hybrid, logger)
 
+    def _hook_failed(self, hook: str, e: Exception, fallback: Any, args: tuple) -> Any:
+        """_hook()'s answer to hook's exception e: said once per hook,
+        counted, and the fallback's value (a fallback that fails too
+        answers None, said the same way)."""
+        pool = self._pool
+        if pool is not None:
+            pool.count("hook_errors")
+        if hook not in self._hooks_failed:
+            self._hooks_failed.add(hook)
+            logger.error("kvpool (%s): %s failed (%s: %s), the engine goes on: the "
+                         "requests it touched are computed without the pool; said once "
+                         "per hook, counted in vllm:kvpool_hook_errors_total", self._side,
+                         hook, type(e).__name__, str(e)[:200], exc_info=e)
+        if not callable(fallback):
+            return fallback
+        side = self._sched if self._sched is not None else self._worker
+        if side is None:
+            return None
+        try:
+            return fallback(side, *args)
+        except Exception as e2:  # noqa: BLE001
+            if hook + " fallback" not in self._hooks_failed:
+                self._hooks_failed.add(hook + " fallback")
+                logger.error("kvpool (%s): %s's fallback failed too (%s: %s)", self._side,
+                             hook, type(e2).__name__, str(e2)[:200], exc_info=e2)
+            return None
+
     @property
     def _pool(self) -> Optional[Pool]:
         """This side's Pool (None: it runs without the cache)."""
@@ -133,6 +181,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         loads_off_step."""
         return self._pool.snapshot() if self._pool else {}
 
+    @_hook(None)
     def get_kv_connector_stats(self) -> Optional[KVPoolStats]:
         """What the counters gained since the last call, for vLLM's loggers
         and its /metrics (both sides: vLLM asks its scheduler and workers,
@@ -172,51 +221,65 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
 
     # -- scheduler side (kvpool.vllm.scheduler) --
 
+    @_hook(None)
     def on_new_request(self, request: "Request") -> None:
         self._sched.on_new_request(request)
 
+    @_hook(lambda side, request, *_: side.compute(request))
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
 
+    @_hook(lambda side, request, *_: side.fail_load(request))
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
         self._sched.update_state_after_alloc(request, blocks, num_external_tokens)
 
+    @_hook(lambda side, out: side.meta_of_failures(out))
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
         return self._sched.build_connector_meta(scheduler_output)
 
+    @_hook(lambda side, out: side.end_transfers(out))
     def update_connector_output(self, connector_output: "KVConnectorOutput") -> None:
         self._sched.update_connector_output(connector_output)
 
+    @_hook(False)
     def has_pending_block_frees(self) -> bool:
         return self._sched.has_pending_block_frees()
 
+    @_hook(False)
     def has_pending_push_work(self) -> bool:
         return self._sched.has_pending_push_work()
 
+    @_hook(lambda side, request, *_: side.finish(request))
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._sched.request_finished(request, block_ids)
 
+    @_hook(lambda side, request, *_: side.finish(request))
     def request_finished_all_groups(self, request: "Request",
                                     block_ids: Tuple[List[int], ...]) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._sched.request_finished_all_groups(request, block_ids)
 
     # -- worker side (kvpool.vllm.worker) --
 
+    @_hook(lambda side, *_: side.without_pool())
     def register_kv_caches(self, kv_caches: Dict[str, torch.Tensor]) -> None:
         self._worker.register_kv_caches(kv_caches)
 
+    @_hook(None)
     def handle_preemptions(self, kv_connector_metadata: KVConnectorMetadata) -> None:
         self._worker.handle_preemptions(kv_connector_metadata)
 
+    @_hook(None)
     def unregister_kv_caches(self) -> None:
         self._worker.unregister_kv_caches()
 
+    @_hook(lambda side, *_: side.fail_loads())
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         self._worker.start_load_kv(forward_context)
 
+    @_hook(False)
     def has_connector_metadata(self) -> bool:
         """vLLM asks this before each attention layer of the forward, and
         calls the layer's hooks (wait_for_layer_load, save_kv_layer) only
@@ -230,6 +293,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         has_connector_metadata())."""
         return super().has_connector_metadata()
 
+    @_hook(None)
     def wait_for_layer_load(self, layer_name: str) -> None:
         self._worker.wait_for_layer_load(layer_name)
 
@@ -237,21 +301,27 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                       attn_metadata: "AttentionMetadata", **kwargs: Any) -> None:
         return  # all layers of a block are saved together, after the forward
 
+    @_hook(lambda side: side.skip_saves())
     def wait_for_save(self) -> None:
         self._worker.wait_for_save()
 
+    @_hook((None, None))
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         return self._worker.get_finished(finished_req_ids)
 
+    @_hook(lambda side, *_: side.no_results())
     def get_transfer_results(self, finished_req_ids: Set[str]) -> Any:
         return self._worker.get_transfer_results(finished_req_ids)
 
+    @_hook(lambda side: side.take_load_errors())
     def get_block_ids_with_load_errors(self) -> Set[int]:
         return self._worker.get_block_ids_with_load_errors()
 
+    @_hook(None)
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
         return self._worker.build_connector_worker_meta()
 
+    @_hook(None)
     def shutdown(self) -> None:
         side = self._sched if self._sched is not None else self._worker
         if side is not None:

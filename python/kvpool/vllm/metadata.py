@@ -32,6 +32,10 @@ class Transfer:
     # loads: seconds to wait for keys not in the pool yet (a prefill
     # engine is saving them: disaggregated prefill); 0: none
     wait: float = 0.0
+    # loads: the scheduler's own bookkeeping of it failed (a hook's
+    # fallback): the workers copy nothing and report its blocks failed,
+    # so that vLLM computes them
+    fail: bool = False
 
 
 @dataclass

@@ -17,6 +17,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadat
 from kvpool._connector import Pool
 from kvpool.vllm.identity import Identity
 from kvpool.vllm.metadata import KVPoolMetadata, KVPoolWorkerMetadata, Transfer
+from kvpool.vllm.pd import BadParams, decode_params, prefill_params, wants_decode
 
 if TYPE_CHECKING:
     from vllm.v1.core.kv_cache_manager import KVCacheBlocks
@@ -46,6 +47,7 @@ class _Lease:
     sent: bool = False
     background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
     wait: float = 0.0  # seconds its load waits for keys a prefill engine saves
+    fail: bool = False  # sent as a failed load (a hook's fallback: vLLM computes it)
 
 
 class SchedulerSide:
@@ -102,6 +104,77 @@ class SchedulerSide:
             c.release(lease.pages)
         except OSError as e:
             self._pool.failed("release", e)
+
+    # -- what a hook that failed falls back to (KVPoolConnector's _hook()):
+    # the request computed without the pool, none of vLLM's state stuck
+
+    def compute(self, request: "Request") -> Tuple[int, bool]:
+        """get_num_new_matched_tokens() that failed: nothing to load (its
+        lease let go), and none of it tried again."""
+        self._no_load.add(request.request_id)
+        self._release(request.request_id)
+        return 0, False
+
+    def fail_load(self, request: "Request", blocks: "KVCacheBlocks",
+                  num_external_tokens: int) -> None:
+        """update_state_after_alloc() that failed: vLLM counts the offered
+        tokens as there, so their load goes to the workers as failed (they
+        report its blocks, which vLLM computes), never dropped."""
+        rid = request.request_id
+        lease = self._leases.get(rid)
+        self._no_load.add(rid)
+        if lease is None or lease.sent:
+            return
+        span = slice(lease.start, lease.start + max(0, num_external_tokens) // self._block)
+        ids = blocks.get_block_ids()
+        lease.fail = True
+        lease.block_ids = list(ids[0][span])
+        if self._hybrid:
+            lease.groups = [list(g[span]) for g in ids]
+
+    def meta_of_failures(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
+        """build_connector_meta() that failed: the step's finished and
+        preempted requests, no save, and every load not sent yet sent as
+        failed."""
+        meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids),
+                              preempted=set(getattr(scheduler_output, "preempted_req_ids",
+                                                    None) or ()),
+                              hold=self._hold)
+        self._hold = set()
+        for rid, lease in self._leases.items():
+            if lease.sent or lease.block_ids is None:
+                continue
+            lease.sent = True
+            meta.loads.append(Transfer(rid, [], None, lease.block_ids,
+                                       background=lease.background, groups=lease.groups,
+                                       fail=True))
+            if lease.background:
+                self._loading.add(rid)
+        return meta
+
+    def end_transfers(self, connector_output: "KVConnectorOutput") -> None:
+        """What vLLM's report of the workers' transfers must update, even
+        when update_connector_output() failed: the loads and saves ended."""
+        self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
+        # vLLM passes these on once every worker reported them
+        self._loading -= set(connector_output.finished_recving or ())
+        self._holding -= set(connector_output.finished_sending or ())
+
+    def finish(self, request: "Request") -> Tuple[bool, Optional[int]]:
+        """request_finished()'s bookkeeping: whether vLLM keeps the
+        request's blocks for its saves, and how many blocks were saved."""
+        rid = request.request_id
+        self._release(rid)
+        self._requests.pop(rid, None)
+        saved = self._saved.pop(rid, None)
+        self._no_load.discard(rid)
+        # every worker's load, not only the first one's (tensor parallelism)
+        hold = rid in self._saving and rid not in self._loading
+        self._saving.discard(rid)
+        if hold:
+            self._hold.add(rid)
+            self._holding.add(rid)
+        return hold, saved
 
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
@@ -174,40 +247,21 @@ class SchedulerSide:
         """How many of the request's first n blocks a prefill engine says
         it saved to this pool (its kv_transfer_params, which the router
         passed on from the prefill engine's response: request_finished()'s
-        on that engine), or 0: none, or params that name another namespace
-        or other blocks (another model, seed or block size), which are
-        said once and ignored."""
-        params = getattr(request, "kv_transfer_params", None)
-        if not isinstance(params, dict) or not params.get("do_remote_prefill"):
-            return 0
-        kp = params.get("kvpool")
-        if not isinstance(kp, dict):
-            return 0  # another connector's params
+        on that engine), or 0: none, or params that kvpool.vllm.pd refuses
+        (malformed, or naming another namespace or other blocks): such a
+        request is computed here, counted (pd_refused), and each kind of
+        refusal is said once."""
         try:
-            ns, blocks, last = str(kp["namespace"]), int(kp["blocks"]), str(kp["last_key"])
-        except (KeyError, TypeError, ValueError):
-            self._pool.warn("pd-params", "a request's kv_transfer_params carry kvpool "
-                            "params without namespace, blocks and last_key (%r); such "
-                            "requests are computed here", kp)
+            pd = decode_params(getattr(request, "kv_transfer_params", None),
+                               self._ident.namespace, request.block_hashes, self._block)
+        except BadParams as e:
+            self._pool.count("pd_refused")
+            self._pool.warn(e.cond, "%s: such requests are computed here", e)
             return 0
-        if ns != self._ident.namespace:
-            self._pool.warn("pd-ns", "a request's prefill engine saved it to namespace "
-                            "'%s', this engine uses '%s' (another model, dtype, block size "
-                            "or hash seed): such requests are computed here", ns,
-                            self._ident.namespace)
-            return 0
-        if blocks <= 0:
-            return 0
-        # the prefill engine's last block is this request's: checked where
-        # it is, even when this engine loads one block less (a prompt of
+        # the prefill engine's last block is this request's (checked where
+        # it is), even when this engine loads one block less (a prompt of
         # whole blocks: vLLM computes at least its last token)
-        if blocks > len(request.block_hashes) or \
-                bytes(request.block_hashes[blocks - 1]).hex() != last[:64]:
-            self._pool.warn("pd-key", "a request's prefill engine saved blocks whose "
-                            "keys are not this request's (another prompt, or another "
-                            "hash seed): such requests are computed here")
-            return 0
-        return min(blocks, n)
+        return 0 if pd is None else min(pd.blocks, n)
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
@@ -289,7 +343,8 @@ class SchedulerSide:
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
             meta.loads.append(Transfer(rid, keys, parent, ids, background=lease.background,
-                                       groups=lease.groups, wait=lease.wait))
+                                       groups=lease.groups, wait=lease.wait,
+                                       fail=lease.fail))
             if lease.background:
                 self._loading.add(rid)
         if self._pool is None or not self._saves:
@@ -372,10 +427,7 @@ class SchedulerSide:
             if wm.load_blocks:
                 per = wm.load_seconds / wm.load_blocks
                 self._block_s = per if self._block_s is None else 0.7 * self._block_s + 0.3 * per
-        self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
-        # vLLM passes these on once every worker reported them
-        self._loading -= set(connector_output.finished_recving or ())
-        self._holding -= set(connector_output.finished_sending or ())
+        self.end_transfers(connector_output)
 
     def has_pending_block_frees(self) -> bool:
         """Finished requests' blocks, and a hybrid model's blocks pinned
@@ -397,18 +449,10 @@ class SchedulerSide:
         frees them when that load is reported, and no save of it can be
         running (its earlier ones ended or were dropped when it was
         preempted)."""
-        rid = request.request_id
-        self._release(rid)
-        self._requests.pop(rid, None)
-        saved = self._saved.pop(rid, None)
-        self._no_load.discard(rid)
-        # every worker's load, not only the first one's (tensor parallelism)
-        hold = rid in self._saving and rid not in self._loading
-        self._saving.discard(rid)
-        if hold:
-            self._hold.add(rid)
-            self._holding.add(rid)
-        return hold, self._pd_params(request, saved)
+        # the answer first: finish() is what the hook falls back to
+        params = self._pd_params(request, self._saved.get(request.request_id))
+        hold, _ = self.finish(request)
+        return hold, params
 
     def _pd_params(self, request: "Request", saved: Optional[int]) -> Optional[Dict[str, Any]]:
         """A prefill engine's answer to a request with do_remote_decode
@@ -416,8 +460,7 @@ class SchedulerSide:
         kv_transfer_params that let a decode engine on this pool find the
         prompt's blocks, which are saved or being saved (their saves were
         sent before the request finished). None for any other request."""
-        params = getattr(request, "kv_transfer_params", None)
-        if not isinstance(params, dict) or not params.get("do_remote_decode") or \
+        if not wants_decode(getattr(request, "kv_transfer_params", None)) or \
                 self._pool is None or not self._saves:
             return None
         hashes = request.block_hashes
@@ -425,14 +468,8 @@ class SchedulerSide:
         if blocks <= 0:
             return None
         self._pool.count("pd_prefills")
-        # vLLM's names (those its routers pass on and its NIXL connector
-        # sends), and kvpool's own
-        return {"do_remote_prefill": True, "do_remote_decode": False,
-                "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
-                "remote_port": None,
-                "kvpool": {"namespace": self._ident.namespace, "blocks": blocks,
-                           "tokens": blocks * self._block,
-                           "last_key": bytes(hashes[blocks - 1]).hex()}}
+        return prefill_params(self._ident.namespace, blocks, self._block,
+                              bytes(hashes[blocks - 1]))
 
     def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]
                                     ) -> Tuple[bool, Optional[Dict[str, Any]]]:

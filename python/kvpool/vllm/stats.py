@@ -36,6 +36,12 @@ COUNTERS = {
                    "params do_remote_decode) whose saved blocks it named in its answer.",
     "pd_loads": "Requests of a decode engine whose load waited for blocks a prefill "
                 "engine was still saving.",
+    "pd_refused": "Requests of a decode engine whose kv_transfer_params kvpool refused "
+                  "(malformed, or naming another namespace or other blocks): computed "
+                  "there.",
+    "hook_errors": "Exceptions a kvpool connector hook caught instead of letting them "
+                   "reach vLLM (the requests they touched were computed; the engine's "
+                   "log has the first of each hook).",
 }
 
 

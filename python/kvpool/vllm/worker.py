@@ -69,6 +69,7 @@ class WorkerSide:
         self._layers: Optional[LayerLoader] = None  # layerwise_load
         self._by_layer: Optional[tuple] = None  # the layer-by-layer load of this step
         self._loaded: Set[str] = set()
+        self._taken: Set[str] = set()  # requests whose load this step's start_load_kv took
         self._load_errors: Set[int] = set()
         self._recving: Set[str] = set()  # background loads answered in this step
         self._held: Set[str] = set()  # requests whose blocks vLLM keeps for their saves
@@ -153,15 +154,19 @@ class WorkerSide:
             self._saver.drain()
 
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
+        self._taken = set()
         meta = self._meta()
         if meta is None or not meta.loads:
             return
         now: List[Transfer] = []
         for t in meta.loads:
-            if t.background and self._mover is not None:
+            if t.fail:
+                self._fail_load(t)
+            elif t.background and self._mover is not None:
                 self._mover.load(t)
             else:
                 now.append(t)
+            self._taken.add(t.req_id)
         if now:
             self._finish_by_layer()
             if self._layers is not None:
@@ -175,6 +180,61 @@ class WorkerSide:
                 self._loaded.add(t.req_id)
                 if t.background:  # no thread to run it: answered in this step
                     self._recving.add(t.req_id)
+
+    def _fail_load(self, t: Transfer) -> None:
+        """t answered as failed, nothing copied: vLLM computes its blocks."""
+        self._load_failed(t, list(t.block_ids))
+        self._loaded.add(t.req_id)
+        if t.background:
+            self._recving.add(t.req_id)
+        if self._pool is not None:
+            self._pool.count("load_errors", len(t.block_ids))
+
+    # -- what a hook that failed falls back to (KVPoolConnector's _hook())
+
+    def fail_loads(self) -> None:
+        """start_load_kv() that failed: the step's loads it had not taken
+        are answered as failed (vLLM computes them), none left waiting."""
+        meta = self._meta()
+        for t in meta.loads if meta is not None else ():
+            if t.req_id not in self._taken:
+                self._taken.add(t.req_id)
+                self._fail_load(t)
+
+    def skip_saves(self) -> None:
+        """wait_for_save() that failed: the step's holds are kept (their
+        requests' blocks go back once no save of theirs runs), and its saves
+        that no thread took are skipped, counted, and their pins let go."""
+        meta = self._meta()
+        if meta is None:
+            return
+        self._held |= meta.hold
+        mover, saver = self._mover, self._saver
+        for t in meta.saves:
+            if not (mover is not None and mover.busy(t.req_id) or
+                    saver is not None and saver.busy(t.req_id)):
+                if self._pool is not None:
+                    self._pool.count("save_skipped", len(t.keys))
+                self._saves_ended([t])
+        if mover is not None:
+            mover.finish(meta.finished)
+        if saver is not None:
+            saver.finish(meta.finished)
+
+    def without_pool(self) -> None:
+        """register_kv_caches() that failed: this worker runs without the
+        pool (every load it is sent fails, and is computed)."""
+        self._pool, self._copier = None, None
+
+    def no_results(self) -> Any:
+        """get_transfer_results() that failed: nothing to report."""
+        return KVConnectorTransferResults(finished_sending=set(), finished_recving=set(),
+                                          failed_recving=set())
+
+    def take_load_errors(self) -> Set[int]:
+        """The blocks whose loads failed since the last call."""
+        errors, self._load_errors = self._load_errors, set()
+        return errors
 
     def _load_failed(self, t: Transfer, failed: List[int]) -> None:
         """What vLLM is told of blocks of t's load that did not get their
@@ -616,8 +676,7 @@ class WorkerSide:
 
     def get_block_ids_with_load_errors(self) -> Set[int]:
         self._finish_by_layer()
-        errors, self._load_errors = self._load_errors, set()
-        return errors
+        return self.take_load_errors()
 
     def build_connector_worker_meta(self) -> Optional[KVConnectorWorkerMetadata]:
         with self._cost_lock:
