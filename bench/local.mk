@@ -7,7 +7,7 @@
 # the freshly built libkvpool directly (no libtool wrapper script), so
 # perf and strace see the program itself.
 EXTRA_PROGRAMS = bench/pyref bench/rpc bench/keys bench/prefix bench/spill bench/frag bench/serve \
-	bench/list bench/remote bench/seal bench/nschurn bench/slabs bench/prep
+	bench/list bench/remote bench/seal bench/nschurn bench/slabs bench/prep bench/waits
 bench_pyref_SOURCES = bench/pyref.c
 bench_pyref_LDADD = client/libkvpool.la
 bench_pyref_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -71,6 +71,12 @@ bench_nschurn_LDFLAGS = $(AM_LDFLAGS) -no-install
 bench_prep_SOURCES = bench/prep.c bench/opt.c bench/opt.h
 bench_prep_LDADD = client/libkvpool.la
 bench_prep_LDFLAGS = $(AM_LDFLAGS) -no-install
+# bench/waits: publishes per second and another client's round trips
+# with and without 10,000 ACQUIREs waiting for keys; bench/run-waits.sh
+# starts its daemons (as root: the descriptors).
+bench_waits_SOURCES = bench/waits.c bench/opt.c bench/opt.h
+bench_waits_LDADD = client/libkvpshared.la client/libkvpool.la -lpthread
+bench_waits_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/slabs: leasing and first writing every page of a host pool with
 # and without --prefault, beside plain memfds; bench/run-slabs.sh starts
 # its daemons.
@@ -92,7 +98,7 @@ CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
 	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
-	bench/run-prep.sh bench/run-outage.sh \
+	bench/run-prep.sh bench/run-outage.sh bench/run-waits.sh \
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
@@ -209,7 +215,7 @@ BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
 BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-outage bench-slabs bench-ttft \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-waits bench-outage bench-slabs bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall bench-hit bench-pd
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
@@ -257,6 +263,12 @@ bench-nschurn: bench/nschurn$(EXEEXT) daemon/kvpoold$(EXEEXT)
 
 bench-prep: bench/prep$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_PREP_RUN)
+
+# make bench-waits: what 10,000 parked waits cost publishes and another
+# client (WAITS_REF=DIR: against DIR's kvpoold too, in the same rounds).
+bench-waits: bench/waits$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(SHELL) $(top_srcdir)/bench/run-waits.sh --builddir $(abs_top_builddir) \
+		--output $(abs_top_srcdir)/BENCHMARKS.md $${WAITS_REF:+--ref "$$WAITS_REF"}
 
 bench-outage: bench/remote$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_OUTAGE_RUN)

@@ -121,6 +121,11 @@ static const struct opt_def opt_table[] = {
 	{ "max-namespaces-per-uid", 0, OPT_UINT, OFF(max_ns_per_uid), 0, 1, 256,
 	  "N", "most namespaces one user may create; root and the daemon's user "
 	  "are not counted (default 16)", NULL },
+	{ "max-waits-per-uid", 0, OPT_UINT, OFF(max_waits_per_uid), 0, 0, 65536,
+	  "N", "most ACQUIREs of one user that wait for keys at once (a decode "
+	  "engine's wait for its prefill engine's blocks); past it an ACQUIRE with "
+	  "WAIT is refused; root and the daemon's user are not counted (default 256)",
+	  NULL },
 	{ "max-leases", 0, OPT_UINT, OFF(max_leases), 0, 1, 1ull << 32,
 	  "N", "most pages one client may hold (default 1048576)", NULL },
 	{ "max-msg-size", 0, OPT_SIZE, OFF(max_msg_size), 0, 4096, 256u << 10,
@@ -275,6 +280,7 @@ void options_defaults(struct options *o)
 	o->slab_ahead = true;	/* no client waits for a slab (--no-slab-ahead) */
 	o->max_clients = 256;
 	o->max_ns_per_uid = 16;
+	o->max_waits_per_uid = 256;
 	o->max_leases = 1u << 20;
 	/* vLLM's defaults, so that a kvpoold and a vLLM that configure
 	 * nothing agree: its default algorithm, sha256, and its NONE_HASH

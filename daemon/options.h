@@ -72,6 +72,8 @@ struct options {
 					 * user: any); 0: half of max_clients */
 	uint64_t max_ns_per_uid;	/* namespaces one uid may create (root and
 					 * the daemon's user: any) */
+	uint64_t max_waits_per_uid;	/* ACQUIREs with WAIT of one uid waiting
+					 * (root and the daemon's user: any) */
 	uint64_t max_leases;		/* pages one client may hold */
 	uint64_t max_msg_size;		/* bytes, header included */
 	uint64_t max_output;		/* bytes of replies a client leaves unread */

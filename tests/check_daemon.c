@@ -34,7 +34,7 @@
 #include "client/wire.h"
 #include "harness.h"
 
-#define OUT_MAX 8192
+#define OUT_MAX 32768
 
 /* connect_raw() - a plain SEQPACKET connection, for speaking bad protocol. */
 static int connect_raw(const char *sock)

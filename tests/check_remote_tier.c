@@ -214,6 +214,29 @@ START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 }
 END_TEST
 
+/* calls() - the calls of cmd ("set", "get") the cluster's masters have
+ * served so far. */
+static long calls(const char *cmd_name)
+{
+	char cmd[512], line[256], want[64];
+	size_t wl;
+	long n = 0;
+	FILE *f;
+	unsigned i;
+
+	wl = (size_t)snprintf(want, sizeof(want), "cmdstat_%s:calls=", cmd_name);
+	for (i = 0; i < 6; i++) {
+		snprintf(cmd, sizeof(cmd), "redis-cli -p %u info commandstats 2>/dev/null", port + i);
+		f = popen(cmd, "r");
+		ck_assert_ptr_nonnull(f);
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, want, wl))
+				n += strtol(line + wl, NULL, 10);
+		pclose(f);
+	}
+	return n;
+}
+
 /* sets() - SETs the cluster's masters have served so far. */
 static long sets(void)
 {
@@ -295,6 +318,80 @@ START_TEST(test_remote_a_waiting_acquire_gets_what_another_machine_publishes)
 	check_conservation(b.sock);
 	daemon_stop(&b);
 	daemon_stop(&a);
+}
+END_TEST
+
+/* An ACQUIRE of prompt p (which nobody publishes) on its own connection,
+ * waiting wait_ms, as a decode engine's does. */
+struct idle_wait {
+	const char *sock;
+	unsigned p;
+	uint32_t wait_ms;
+};
+
+static void *idle_wait(void *arg)
+{
+	const struct idle_wait *w = arg;
+	uint32_t *t = calloc(BLOCKS * BT, sizeof(*t));
+	kvp_key *keys = calloc(BLOCKS, sizeof(*keys));
+	kvp_page *out = calloc(BLOCKS, sizeof(*out));
+	kvp_client *c = join(w->sock);
+
+	ck_assert(t && keys && out);
+	harness_tokens(t, BLOCKS * BT, 0, 1000 + w->p);
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
+	ck_assert_int_eq(kvp_set_acquire_wait(c, w->wait_ms), 0);
+	ck_assert_int_eq(kvp_set_remote_policy(c, 1, 0), 0);
+	ck_assert_int_eq(kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL), 0);
+	kvp_close(c);
+	free(t);
+	free(keys);
+	free(out);
+	return NULL;
+}
+
+/* Item: 120 idle waits in a --remote namespace kept about 9,600 Redis
+ * commands a second going: each asked the cluster again every 160 ms,
+ * whatever the others did. Now each backs off to once a second, and all
+ * of them together ask at most 200 times a second. */
+START_TEST(test_remote_idle_waits_ask_the_cluster_within_a_budget)
+{
+	enum { WAITS = 120, WAIT_MS = 4000 };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	static struct idle_wait w[WAITS];
+	pthread_t th[WAITS];
+	struct daemon b;
+	long one, all;
+	unsigned i;
+
+	cluster("start", NULL);
+	cluster_url();
+	b_ready(&b, b_args);
+	/* what one ask of a prompt nobody saved costs the cluster */
+	one = calls("get");
+	w[0] = (struct idle_wait){ b.sock, WAITS, 1 };
+	idle_wait(&w[0]);
+	one = calls("get") - one;
+	ck_assert_int_ge(one, 1);
+	all = calls("get");
+	for (i = 0; i < WAITS; i++) {
+		w[i] = (struct idle_wait){ b.sock, i, WAIT_MS };
+		ck_assert_int_eq(pthread_create(&th[i], NULL, idle_wait, &w[i]), 0);
+	}
+	for (i = 0; i < WAITS; i++)
+		ck_assert_int_eq(pthread_join(th[i], NULL), 0);
+	all = calls("get") - all;
+	/* each asks once at first, then at most 200 asks a second for all:
+	 * 120 + 800 in 4 s (before: about 3,000) */
+	ck_assert_msg(all <= (WAITS + 200 * WAIT_MS / 1000 + WAITS) * one,
+		      "%u idle waits of %u ms cost %ld GETs (%ld an ask)", WAITS, WAIT_MS, all,
+		      one);
+	if (getenv("KVP_TEST_VERBOSE"))
+		fprintf(stderr, "%u idle waits of %u ms: %ld GETs, %ld an ask\n", WAITS, WAIT_MS,
+			all, one);
+	check_conservation(b.sock);
+	daemon_stop(&b);
 }
 END_TEST
 
@@ -874,6 +971,7 @@ static Suite *remote_tier_suite(void)
 	tcase_set_timeout(tc, 120);
 	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
 	ADD(test_remote_a_waiting_acquire_gets_what_another_machine_publishes);
+	ADD(test_remote_idle_waits_ask_the_cluster_within_a_budget);
 	ADD(test_remote_write_back_sends_what_leaves_the_pool);
 	ADD(test_remote_fetched_blocks_are_not_sent_back);
 	ADD(test_remote_daemon_counts_a_corrupted_value_as_a_miss);

@@ -13,6 +13,9 @@
 #                        processes of another uid, SIGHUP reloads
 #   tests/check_security integration: what a local user without rights
 #                        can do, tried by processes of another uid
+#   tests/check_waits    integration: ACQUIREs that wait for keys, as
+#                        another uid attacks them: parked waits cost only
+#                        what they wake, a bound per uid
 #   tests/check_tenants  integration: what one local user can do to
 #                        others, round two: tier-file preparations and
 #                        disk per user, secret files others may change
@@ -56,11 +59,11 @@
 if HAVE_CHECK
 check_PROGRAMS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
+	tests/check_security tests/check_waits tests/check_tenants tests/check_soak tests/check_model \
 	tests/check_systemd tests/check_events tests/check_events_router
 TESTS += tests/check_unit tests/check_daemon tests/check_core \
 	tests/check_share tests/check_spill tests/check_cli tests/check_access \
-	tests/check_security tests/check_tenants tests/check_soak tests/check_model \
+	tests/check_security tests/check_waits tests/check_tenants tests/check_soak tests/check_model \
 	tests/check_systemd tests/check_events tests/check_events_router
 
 # The daemon's convenience library brings the shared code (client/
@@ -112,6 +115,11 @@ tests_check_security_SOURCES = tests/check_security.c \
 	tests/harness.c tests/harness.h
 tests_check_security_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_check_security_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS)
+
+tests_check_waits_SOURCES = tests/check_waits.c \
+	tests/harness.c tests/harness.h
+tests_check_waits_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) -pthread
+tests_check_waits_LDADD = client/libkvpshared.la client/libkvpool.la $(CHECK_LIBS) -lpthread
 
 tests_check_soak_SOURCES = tests/check_soak.c \
 	tests/harness.c tests/harness.h

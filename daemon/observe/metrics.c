@@ -392,6 +392,23 @@ static void *serve(void *arg)
 	return NULL;
 }
 
+/* waits() - the ACQUIREs that wait for keys (requests/wait.c), after
+ * STATS' figures: the server's own counts, not on the wire. */
+static void waits(FILE *f, const struct server *s)
+{
+	fprintf(f, "# HELP kvpool_acquire_waits ACQUIREs waiting now for keys another client "
+		"is saving (WAIT: a decode engine's wait for its prefill engine's blocks).\n"
+		"# TYPE kvpool_acquire_waits gauge\nkvpool_acquire_waits %u\n"
+		"# HELP kvpool_acquire_waits_expired_total Waits that ended at their deadline "
+		"with keys still lacking (answered with what was held).\n"
+		"# TYPE kvpool_acquire_waits_expired_total counter\n"
+		"kvpool_acquire_waits_expired_total %llu\n"
+		"# HELP kvpool_acquire_waits_refused_total ACQUIREs with WAIT refused at "
+		"--max-waits-per-uid.\n# TYPE kvpool_acquire_waits_refused_total counter\n"
+		"kvpool_acquire_waits_refused_total %llu\n", s->kwait_n,
+		(unsigned long long)s->n.kwaits_expired, (unsigned long long)s->n.kwaits_refused);
+}
+
 /* histograms() - the latency histograms, after STATS' figures. */
 static void histograms(FILE *f, const struct server *s)
 {
@@ -434,6 +451,7 @@ static void metrics_render(struct metrics *m)
 
 		stats_metrics(f, st, (const void *)(buf + sizeof(*st)),
 			      (int)((len - sizeof(*st)) / sizeof(struct kvp_wire_ns_stats)));
+		waits(f, m->srv);
 		histograms(f, m->srv);
 		if (fclose(f) != 0) {
 			free(text);

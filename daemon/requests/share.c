@@ -560,7 +560,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits))
 		goto out;
 	/* a WAIT: the keys not held yet are being saved by another client */
-	if (hits < a.nkeys && wait_keys(c, req, &a))
+	if (hits < a.nkeys && wait_keys(c, req, &a, keys, hits))
 		goto out;
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))
@@ -776,8 +776,10 @@ void share_publish(struct conn *c, const struct kvp_wire_hdr *req,
 		parent_key = key;
 	}
 	conn_reply(c, req, KVP_S_OK, reply, wire_pages_size(pb.n), -1);
-	if (fresh)	/* ACQUIREs may wait for these keys */
-		wait_published(n, c->srv);
+	/* ACQUIREs may wait for these keys: O(1) a key where none does */
+	for (i = 0; fresh && i < pb.n; i++)
+		wait_published(n, c->srv, (const uint8_t *)ents + (size_t)i * sizeof(ent) +
+					  offsetof(struct kvp_wire_publish_ent, key));
 out_reply:
 	free(reply);
 out_seen:

@@ -7,13 +7,16 @@
  * (srv->dispatch, the continuation every connection carries), so the
  * modules it waited on (ns.c, the tiers) never call the dispatcher.
  * ACQUIREs that wait for keys other clients are still saving
- * (KVP_WIRE_ACQ_WAIT) wait on the server, woken by a PUBLISH of their
- * namespace or by the timer of the first deadline.
+ * (KVP_WIRE_ACQ_WAIT) wait on the server, indexed by the key each lacks:
+ * woken by a PUBLISH of that key, by a poll, or by the timer of the first
+ * deadline.
  */
 #include <errno.h>
 #include <poll.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 
 #include "client/wire.h"
@@ -21,6 +24,9 @@
 #include "daemon/requests/ns.h"
 #include "daemon/requests/wait.h"
 #include "daemon/serve/conn.h"
+#include "daemon/serve/server.h"
+#include "daemon/store/prefix.h"
+#include "daemon/store/siphash.h"
 #include "daemon/tiers/tier.h"
 #include "daemon/tiers/tier_remote.h"
 
@@ -184,95 +190,239 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 	return true;
 }
 
-/* --- ACQUIREs that wait for keys ------------------------------------------ */
+/* --- ACQUIREs that wait for keys ------------------------------------------
+ *
+ * A wait is indexed by the first key it lacks, in its namespace
+ * (srv->kwait_buckets, a chained hash table under a secret SipHash key,
+ * since clients choose keys), and queued by when it is next due
+ * (srv->kwait_heap, a binary heap: its deadline, or its next poll). A
+ * PUBLISH looks up each key it published: O(keys published + waits
+ * woken), whatever else waits. A woken wait resumes where it stopped,
+ * looking at the keys after the one it lacked, and is served again from
+ * the start only once it lacks none (or at its deadline); a poll (the
+ * remote tier, or a block held up in a tier) is served again as before,
+ * within KWAIT_POLLS_PER_S for the whole server. Nothing scans every
+ * wait.
+ */
 
 #define KWAIT_POLL_FIRST_MS	10u
-#define KWAIT_POLL_MAX_MS	160u
+#define KWAIT_POLL_MAX_MS	1000u
+#define KWAIT_POLLS_PER_S	200u	/* polls of all waits, each second */
+#define KWAIT_BUCKETS_MIN	64u
 
 static void kwait_arm(struct server *s);
 
-/* kwait_unlink() - take c off the server's list of key waits. */
-static void kwait_unlink(struct conn *c)
+/* kwait_due_at() - when c is next due: its deadline, or its poll. */
+static uint64_t kwait_due_at(const struct conn *c)
 {
-	struct conn **pp;
+	return c->kwait_poll_at && c->kwait_poll_at < c->kwait_deadline ? c->kwait_poll_at :
+									  c->kwait_deadline;
+}
 
-	for (pp = &c->srv->kwait_head; *pp; pp = &(*pp)->kwait_next)
-		if (*pp == c) {
-			*pp = c->kwait_next;
+/* --- the heap, by due time: O(log waits) a change */
+
+static void heap_set(struct server *s, uint32_t i, struct conn *c)
+{
+	s->kwait_heap[i] = c;
+	c->kwait_hidx = i;
+}
+
+static void heap_up(struct server *s, uint32_t i)
+{
+	struct conn *c = s->kwait_heap[i];
+
+	while (i > 0 && kwait_due_at(s->kwait_heap[(i - 1) / 2]) > kwait_due_at(c)) {
+		heap_set(s, i, s->kwait_heap[(i - 1) / 2]);
+		i = (i - 1) / 2;
+	}
+	heap_set(s, i, c);
+}
+
+static void heap_down(struct server *s, uint32_t i)
+{
+	struct conn *c = s->kwait_heap[i];
+	uint32_t k;
+
+	for (;;) {
+		k = 2 * i + 1;
+		if (k >= s->kwait_n)
 			break;
+		if (k + 1 < s->kwait_n &&
+		    kwait_due_at(s->kwait_heap[k + 1]) < kwait_due_at(s->kwait_heap[k]))
+			k++;
+		if (kwait_due_at(s->kwait_heap[k]) >= kwait_due_at(c))
+			break;
+		heap_set(s, i, s->kwait_heap[k]);
+		i = k;
+	}
+	heap_set(s, i, c);
+}
+
+static int heap_push(struct server *s, struct conn *c)
+{
+	if (s->kwait_n == s->kwait_cap) {
+		uint32_t cap = s->kwait_cap ? s->kwait_cap * 2 : 64;
+		struct conn **h = realloc(s->kwait_heap, cap * sizeof(*h));
+
+		if (!h)
+			return -ENOMEM;
+		s->kwait_heap = h;
+		s->kwait_cap = cap;
+	}
+	heap_set(s, s->kwait_n++, c);
+	heap_up(s, c->kwait_hidx);
+	return 0;
+}
+
+static void heap_del(struct server *s, struct conn *c)
+{
+	uint32_t i = c->kwait_hidx;
+	struct conn *last = s->kwait_heap[--s->kwait_n];
+
+	if (last == c)
+		return;
+	heap_set(s, i, last);
+	heap_up(s, i);
+	heap_down(s, last->kwait_hidx);
+}
+
+/* --- the index, by (namespace, the first key lacking): O(1) a change */
+
+static uint32_t kwait_bucket(const struct server *s, const struct ns *n, const uint8_t *key)
+{
+	uint8_t m[sizeof(n) + KVP_KEY_BYTES];
+
+	memcpy(m, &n, sizeof(n));
+	memcpy(m + sizeof(n), key, KVP_KEY_BYTES);
+	return (uint32_t)siphash24(s->kwait_seed, m, sizeof(m)) & (s->kwait_nbuckets - 1);
+}
+
+static void index_link(struct server *s, struct conn *c)
+{
+	struct conn **b = &s->kwait_buckets[kwait_bucket(s, c->ns, c->kwait_key)];
+
+	c->kwait_hnext = *b;
+	if (*b)
+		(*b)->kwait_hprev = &c->kwait_hnext;
+	*b = c;
+	c->kwait_hprev = b;
+}
+
+static void index_unlink(struct conn *c)
+{
+	if (!c->kwait_hprev)
+		return;
+	*c->kwait_hprev = c->kwait_hnext;
+	if (c->kwait_hnext)
+		c->kwait_hnext->kwait_hprev = c->kwait_hprev;
+	c->kwait_hnext = NULL;
+	c->kwait_hprev = NULL;
+}
+
+/* index_room() - buckets for one wait more: doubled (every wait linked
+ * again, O(waits) once per doubling) when waits outnumber them. */
+static int index_room(struct server *s)
+{
+	uint32_t nb = s->kwait_nbuckets, i;
+	struct conn **old = s->kwait_buckets, **b, *c, *next;
+
+	if (old && s->kwait_n < nb)
+		return 0;
+	if (!old)
+		(void)siphash_key(s->kwait_seed);	/* weaker, not fixed, without one */
+	nb = nb ? nb * 2 : KWAIT_BUCKETS_MIN;
+	b = calloc(nb, sizeof(*b));
+	if (!b)
+		return old ? 0 : -ENOMEM;	/* longer chains, not a failure */
+	s->kwait_buckets = b;
+	s->kwait_nbuckets = nb;
+	for (i = 0; old && i < nb / 2; i++)
+		for (c = old[i]; c; c = next) {
+			next = c->kwait_hnext;
+			c->kwait_hprev = NULL;
+			index_link(s, c);
 		}
-	c->kwait_next = NULL;
+	free(old);
+	return 0;
+}
+
+/* kwait_leave() - c waits no more: off the heap, the index and its
+ * uid's count. */
+static void kwait_leave(struct conn *c)
+{
+	struct server *s = c->srv;
+
+	if (!c->kwait)
+		return;
+	heap_del(s, c);
+	index_unlink(c);
+	server_waits_add(s, c->cred.uid, -1);
 	c->kwait = false;
 }
 
-/* kwait_take() - the waits for which due(c, arg) holds, off the list, in
- * the order they came. */
-static struct conn *kwait_take(struct server *s, bool (*due)(const struct conn *, const void *),
-			       const void *arg)
-{
-	struct conn *c, *next, *head = NULL, **tail = &head;
-
-	for (c = s->kwait_head; c; c = next) {
-		next = c->kwait_next;
-		if (!due(c, arg))
-			continue;
-		kwait_unlink(c);
-		*tail = c;
-		tail = &c->kwait_next;
-	}
-	return head;
-}
-
-/* kwait_go() - serve each of the list's requests again from the start
- * (it waits again, or is answered); drops the holds of their waits. */
+/* kwait_go() - serve c's request again from the start (it waits again,
+ * or is answered); drops the hold of its wait. */
 static void kwait_go(struct conn *c)
 {
-	struct conn *next;
-
-	for (; c; c = next) {
-		next = c->kwait_next;
-		c->kwait_next = NULL;
-		c->deferred = false;
-		if (!conn_closing(c)) {
-			redo(c);
-			if (!conn_closing(c) && !c->deferred)
-				conn_resume(c);
-		}
-		conn_put(c);
+	kwait_leave(c);
+	c->deferred = false;
+	if (!conn_closing(c)) {
+		redo(c);
+		if (!conn_closing(c) && !c->deferred)
+			conn_resume(c);
 	}
+	conn_put(c);
 }
 
-static bool kwait_due(const struct conn *c, const void *now)
+/* kwait_poll_next() - c polls again (the remote tier may have its keys by
+ * now, or a tier may read its block back): 10 ms after it began, then at
+ * twice the interval, up to a second. */
+static void kwait_poll_next(struct conn *c, uint64_t now)
 {
-	uint64_t t = *(const uint64_t *)now;
-
-	return c->kwait_deadline <= t || (c->kwait_poll_at && c->kwait_poll_at <= t);
+	c->kwait_poll_ms = c->kwait_poll_ms ? c->kwait_poll_ms * 2 : KWAIT_POLL_FIRST_MS;
+	if (c->kwait_poll_ms > KWAIT_POLL_MAX_MS)
+		c->kwait_poll_ms = KWAIT_POLL_MAX_MS;
+	c->kwait_poll_at = now + c->kwait_poll_ms;
 }
 
-static bool kwait_of_ns(const struct conn *c, const void *n)
+/* kwait_poll_ok() - one poll more this second: false past
+ * KWAIT_POLLS_PER_S (the poll waits for the next second). */
+static bool kwait_poll_ok(struct server *s, uint64_t now)
 {
-	return c->ns == n;
+	if (now / 1000 != s->kwait_poll_sec) {
+		s->kwait_poll_sec = now / 1000;
+		s->kwait_polls = 0;
+	}
+	return s->kwait_polls++ < KWAIT_POLLS_PER_S;
 }
 
-/* kwait_timer_done() - the first deadline came (or the timer was
- * cancelled for an earlier one): answer what is due, arm for the next. */
+/* kwait_timer_done() - the first due time came (or the timer was
+ * cancelled for an earlier one): deadlines are answered with what is
+ * held, polls served again within the budget; the timer is armed for
+ * the next. O(due x log waits). */
 static void kwait_timer_done(struct loop_op *op, int res)
 {
 	struct server *s = (struct server *)((char *)op - offsetof(struct server, kwait_op));
 	uint64_t now = loop_now_ms();
-	struct conn *due, *c;
+	struct conn *c;
 
 	(void)res;
 	s->kwait_armed = false;
-	due = kwait_take(s, kwait_due, &now);
-	for (c = due; c; c = c->kwait_next)
-		if (c->kwait_poll_at && c->kwait_poll_at <= now && c->kwait_deadline > now) {
+	while (s->kwait_n && kwait_due_at(c = s->kwait_heap[0]) <= now) {
+		if (c->kwait_deadline > now) {	/* a poll */
+			if (!kwait_poll_ok(s, now)) {
+				c->kwait_poll_at = (now / 1000 + 1) * 1000;
+				heap_down(s, 0);
+				continue;
+			}
 			/* the keys may have reached the remote tier from another
 			 * machine's daemon, which no PUBLISH here announces */
 			c->remote_tried = false;
-			c->kwait_poll_at = 0;
+		} else {
+			s->n.kwaits_expired++;	/* answered with what is held */
 		}
-	kwait_go(due);
+		kwait_go(c);
+	}
 	kwait_arm(s);
 }
 
@@ -285,20 +435,13 @@ static void kwait_cancel_done(struct loop_op *op, int res)
 	s->kwait_cancelling = false;
 }
 
-/* kwait_arm() - the timer at the first deadline of the waits; none when
+/* kwait_arm() - the timer at the first due time of the waits; none when
  * none waits (a timer armed for a later one, or for none, is cancelled
- * and armed again when it completes). */
+ * and armed again when it completes). O(1). */
 static void kwait_arm(struct server *s)
 {
-	uint64_t at = UINT64_MAX, now;
-	struct conn *c;
+	uint64_t at = s->kwait_n ? kwait_due_at(s->kwait_heap[0]) : UINT64_MAX, now;
 
-	for (c = s->kwait_head; c; c = c->kwait_next) {
-		if (c->kwait_deadline < at)
-			at = c->kwait_deadline;
-		if (c->kwait_poll_at && c->kwait_poll_at < at)
-			at = c->kwait_poll_at;
-	}
 	if (s->kwait_armed) {
 		/* nothing to wait for keeps no timer (nor the stop waiting) */
 		if ((at < s->kwait_at || at == UINT64_MAX) && !s->kwait_cancelling) {
@@ -342,7 +485,7 @@ static void kwait_poll_done(struct loop_op *op, int res)
 		}
 	}
 	if (c->kwait) {
-		kwait_unlink(c);
+		kwait_leave(c);
 		if (!conn_closing(c)) {
 			log_info("client %llu (%s, pid %d) hung up while its ACQUIRE waited for "
 				 "keys", (unsigned long long)c->id, c->name, (int)c->cred.pid);
@@ -354,17 +497,44 @@ static void kwait_poll_done(struct loop_op *op, int res)
 	conn_put(c);		/* the poll's */
 }
 
+/* kwait_enter() - c waits for keys[from] of its namespace: indexed by
+ * it, queued by its due time. False when memory ran out. */
+static bool kwait_enter(struct conn *c, const uint8_t *keys, uint32_t from)
+{
+	struct server *s = c->srv;
+
+	if (index_room(s) < 0)
+		return false;
+	memcpy(c->kwait_key, keys + (size_t)from * KVP_KEY_BYTES, KVP_KEY_BYTES);
+	c->kwait_from = from;
+	if (heap_push(s, c) < 0)
+		return false;
+	index_link(s, c);
+	server_waits_add(s, c->cred.uid, 1);
+	c->kwait = true;
+	return true;
+}
+
 bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
-	       const struct kvp_wire_acquire *a)
+	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits)
 {
 	struct server *s = c->srv;
 	uint64_t now = loop_now_ms();
-	struct conn **pp;
+	uint32_t limit = (uint32_t)s->opt->max_waits_per_uid;
 
-	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down)
+	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down || hits >= a->nkeys)
 		return false;
-	if (!c->kwait_deadline)
+	if (!c->kwait_deadline) {	/* its first try: admitted, or refused */
+		if (server_waits_of(s, c->cred.uid) >= limit) {
+			s->n.kwaits_refused++;
+			conn_error(c, req, KVP_S_LIMIT, "uid %u has %u ACQUIREs waiting for "
+				   "keys already (--max-waits-per-uid %u): this one is not "
+				   "held; ask without WAIT, or raise the limit",
+				   (unsigned)c->cred.uid, limit, limit);
+			return true;
+		}
 		c->kwait_deadline = now + a->wait_ms;
+	}
 	if (now >= c->kwait_deadline)
 		return false;	/* answered with what is held */
 	if (!c->kwait_polling) {
@@ -374,22 +544,20 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 		c->kwait_polling = true;
 		conn_hold(c);
 	}
-	/* with a remote tier, the keys may come from another machine: it is
-	 * asked again after 10 ms, then at twice the interval, up to 160 ms */
-	if (c->ns->remote) {
-		c->kwait_poll_ms = c->kwait_poll_ms ? c->kwait_poll_ms * 2 : KWAIT_POLL_FIRST_MS;
-		if (c->kwait_poll_ms > KWAIT_POLL_MAX_MS)
-			c->kwait_poll_ms = KWAIT_POLL_MAX_MS;
-		c->kwait_poll_at = now + c->kwait_poll_ms;
-	}
-	for (pp = &s->kwait_head; *pp; pp = &(*pp)->kwait_next)
-		;
-	*pp = c;
-	c->kwait_next = NULL;
-	c->kwait = true;
+	/* with a remote tier, the keys may come from another machine; a key
+	 * the pool has but cannot serve now (read back by another request,
+	 * or past a tier's read budget) comes without a PUBLISH: both are
+	 * asked again, 10 ms on, then at twice the interval */
+	if (c->ns->remote ||
+	    prefix_find(c->ns->idx, keys + (size_t)hits * KVP_KEY_BYTES) != PREFIX_NIL)
+		kwait_poll_next(c, now);
+	else
+		c->kwait_poll_at = 0;
+	if (!kwait_enter(c, keys, hits))
+		return false;
 	kwait_arm(s);
 	if (!s->kwait_armed) {	/* no timer for its deadline: no wait */
-		kwait_unlink(c);
+		kwait_leave(c);
 		return false;
 	}
 	c->wait_req = *req;
@@ -398,10 +566,52 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 	return true;
 }
 
-void wait_published(struct ns *n, struct server *s)
+/* kwait_resume() - c's missing key was published: look at the keys after
+ * it (O(keys newly found)); served again from the start once it lacks
+ * none, else indexed by the next one it lacks. */
+static void kwait_resume(struct conn *c)
 {
-	if (!s->kwait_head)
+	struct kvp_wire_acquire a;
+	const uint8_t *keys;
+	const void *raw;
+	uint32_t from = c->kwait_from + 1;
+	struct ns *n = c->ns;
+
+	if (wire_acquire_decode(c->rbuf + KVP_WIRE_HDR_SIZE, c->wait_req.len, &a, &keys,
+				&raw) < 0) {
+		kwait_go(c);	/* cannot be: it was decoded once; the handler says */
 		return;
-	kwait_go(kwait_take(s, kwait_of_ns, n));
+	}
+	while (from < a.nkeys && prefix_find(n->idx, keys + (size_t)from * KVP_KEY_BYTES) !=
+	       PREFIX_NIL)
+		from++;
+	if (from >= a.nkeys) {
+		kwait_go(c);
+		return;
+	}
+	memcpy(c->kwait_key, keys + (size_t)from * KVP_KEY_BYTES, KVP_KEY_BYTES);
+	c->kwait_from = from;
+	index_link(c->srv, c);
+}
+
+void wait_published(struct ns *n, struct server *s, const uint8_t *key)
+{
+	struct conn *c, *next, *woken = NULL;
+
+	if (!s->kwait_n)
+		return;
+	for (c = s->kwait_buckets[kwait_bucket(s, n, key)]; c; c = next) {
+		next = c->kwait_hnext;
+		if (c->ns != n || memcmp(c->kwait_key, key, KVP_KEY_BYTES))
+			continue;
+		index_unlink(c);
+		c->kwait_hnext = woken;	/* off the index: a list of their own */
+		woken = c;
+	}
+	for (c = woken; c; c = next) {
+		next = c->kwait_hnext;
+		c->kwait_hnext = NULL;
+		kwait_resume(c);
+	}
 	kwait_arm(s);
 }

@@ -65,16 +65,19 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 
 /* wait_keys() - c's ACQUIRE req (a) holds keys[0..hits) and not all
  * a->nkeys: with KVP_WIRE_ACQ_WAIT and before its deadline (a->wait_ms
- * from its first try), true: it waits, and is served again from the
- * start when a client publishes in its namespace or the deadline comes
- * (then it is answered with what is held). It leases nothing meanwhile,
- * and a client that hangs up meanwhile is let go at once. False: serve
- * it now. */
+ * from its first try), true: it waits, indexed by keys[hits], and is
+ * served again from the start once a client has published every key it
+ * lacked, at a poll (a remote namespace; a key held up in a tier), or at
+ * its deadline (then it is answered with what is held). It leases nothing
+ * meanwhile, and a client that hangs up meanwhile is let go at once. True
+ * too when c's uid has --max-waits-per-uid waits already: refused
+ * (answered). False: serve it now. */
 bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
-	       const struct kvp_wire_acquire *a);
+	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits);
 
-/* wait_published() - keys were published in n: the ACQUIREs that wait
- * for keys of n are served again. */
-void wait_published(struct ns *n, struct server *s);
+/* wait_published() - key was published in n: the ACQUIREs that lack it
+ * (as their first missing key) look past it, and are served again once
+ * they lack none. O(1 + waits that lacked it). */
+void wait_published(struct ns *n, struct server *s, const uint8_t *key);
 
 #endif /* KVP_WAIT_H */

@@ -83,12 +83,17 @@ struct conn {
 	unsigned rights;		/* ACCESS_* in its namespace */
 	struct conn *wait_next;		/* ns->wait_head list */
 	struct kvp_wire_hdr wait_req;	/* the request that waits (payload in rbuf) */
-	/* an ACQUIRE that waits for keys (requests/wait.c): on srv->kwait_head
-	 * until its deadline (0: none; a reply ends it), with a poll of the
-	 * socket in flight that hears the client hang up meanwhile */
-	struct conn *kwait_next;
+	/* an ACQUIRE that waits for keys (requests/wait.c): indexed by the
+	 * first key it lacks (srv->kwait_buckets) and queued by when it is
+	 * next due (srv->kwait_heap) until its deadline (0: none; a reply ends
+	 * it), with a poll of the socket in flight that hears the client hang
+	 * up meanwhile */
+	struct conn *kwait_hnext, **kwait_hprev;	/* its bucket's chain */
+	uint32_t kwait_hidx;		/* its place in the heap */
+	uint32_t kwait_from;		/* its keys found in order before... */
+	uint8_t kwait_key[KVP_KEY_BYTES];	/* ...this one, which it lacks */
 	uint64_t kwait_deadline;
-	uint64_t kwait_poll_at;		/* when the remote tier is asked again (0: never) */
+	uint64_t kwait_poll_at;		/* when it is served again to look (0: never) */
 	uint32_t kwait_poll_ms;		/* the interval it is asked again at */
 	bool kwait;
 	bool kwait_polling;
@@ -97,10 +102,12 @@ struct conn {
 	uint64_t connected_ms;		/* server uptime when it connected */
 };
 
-/* Connections of one uid, for --max-clients-per-uid. */
+/* Connections of one uid, for --max-clients-per-uid, and its ACQUIREs
+ * that wait for keys, for --max-waits-per-uid. */
 struct uid_conns {
 	uid_t uid;
 	uint32_t n;
+	uint32_t waits;
 };
 
 /* Counters of STATS, kept where the events happen. */
@@ -114,6 +121,9 @@ struct server_counters {
 	uint64_t retains;
 	uint64_t closed_output;		/* disconnected at --max-output */
 	uint64_t closed_idle;		/* disconnected at --idle-timeout */
+	uint64_t kwaits_expired;	/* ACQUIREs whose wait for keys ended at its
+					 * deadline, keys lacking (/metrics) */
+	uint64_t kwaits_refused;	/* ... refused at --max-waits-per-uid */
 	uint64_t errors_by_status[KVP_S__COUNT];
 	/* /metrics' latency histograms: each request, arrival to reply (a
 	 * request that waits, for a tier, the remote tier or a namespace, with
@@ -150,9 +160,16 @@ struct server {
 	struct loop_op idle_cancel_op;
 	struct __kernel_timespec idle_ts;
 	bool idle_armed;
-	/* ACQUIREs that wait for keys (requests/wait.c), and the timer of
-	 * the first one's deadline (armed while there is one) */
-	struct conn *kwait_head;
+	/* ACQUIREs that wait for keys (requests/wait.c): by the key each
+	 * lacks (a hash table under a secret key), by when each is next due
+	 * (a heap), and the timer of the first (armed while there is one) */
+	struct conn **kwait_buckets;	/* [kwait_nbuckets], a power of two */
+	uint32_t kwait_nbuckets;
+	uint8_t kwait_seed[16];
+	struct conn **kwait_heap;	/* [kwait_n] of [kwait_cap] */
+	uint32_t kwait_n, kwait_cap;
+	uint64_t kwait_poll_sec;	/* the second the polls below were in */
+	uint32_t kwait_polls;
 	struct loop_op kwait_op;
 	struct loop_op kwait_cancel_op;
 	struct __kernel_timespec kwait_ts;

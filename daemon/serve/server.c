@@ -106,6 +106,7 @@ static int uid_add(struct server *s, uid_t uid)
 		u = &s->uids[s->nuids++];
 		u->uid = uid;
 		u->n = 0;
+		u->waits = 0;
 	}
 	u->n++;
 	return 0;
@@ -117,6 +118,21 @@ static void uid_del(struct server *s, uid_t uid)
 
 	if (u && --u->n == 0)
 		*u = s->uids[--s->nuids];
+}
+
+uint32_t server_waits_of(struct server *s, uid_t uid)
+{
+	struct uid_conns *u = uid_counted(uid) ? uid_find(s, uid) : NULL;
+
+	return u ? u->waits : 0;
+}
+
+void server_waits_add(struct server *s, uid_t uid, int delta)
+{
+	struct uid_conns *u = uid_find(s, uid);
+
+	if (u)
+		u->waits = (uint32_t)((int64_t)u->waits + delta);
 }
 
 /* uid_limit() - --max-clients-per-uid, or half of --max-clients. */
@@ -603,6 +619,8 @@ void server_free(struct server *s)
 	if (!s)
 		return;
 	server_unlisten(s);
+	free(s->kwait_buckets);
+	free(s->kwait_heap);
 	free(s->uids);
 	free(s);
 }

@@ -87,4 +87,13 @@ void server_unlisten(struct server *s);
  * is its to free first. Call after the loop stopped; s may be NULL. */
 void server_free(struct server *s);
 
+/* server_waits_of() - the ACQUIREs of uid that wait for keys now
+ * (--max-waits-per-uid; 0 for root and the daemon's user, who are not
+ * counted). O(users). */
+uint32_t server_waits_of(struct server *s, uid_t uid);
+
+/* server_waits_add() - one such wait more (delta 1) or less (-1) for
+ * uid, a user with a connection served. */
+void server_waits_add(struct server *s, uid_t uid, int delta);
+
 #endif /* KVP_SERVER_H */

@@ -59,6 +59,25 @@ def leased(daemon):
     return st["pages_private"] + st["pages_shared"]
 
 
+def test_a_wait_resumes_past_keys_published_out_of_order(daemon):
+    # the wait lacks keys[0]: the last two come first (it is not woken),
+    # then the first two (woken by keys[0], it finds the rest and is
+    # answered with all four, not at its deadline)
+    with kvpool.Client(daemon.sock, "py", GEO) as w, \
+            kvpool.Client(daemon.sock, "py", GEO) as p:
+        keys = keys_of(p, 4)
+        w.set_acquire_wait(30)
+        get = in_thread(lambda: w.acquire(keys))
+        time.sleep(0.3)
+        publish(p, keys[2:], parent=keys[1])
+        time.sleep(0.3)
+        publish(p, keys[:2])
+        got, secs = get()
+        assert len(got.pages) == 4 and 0.5 <= secs < 15, secs
+        w.release(got.pages)
+    assert leased(daemon) == 0
+
+
 def test_a_wait_ends_when_another_client_publishes_the_keys(daemon):
     with kvpool.Client(daemon.sock, "py", GEO) as w, \
             kvpool.Client(daemon.sock, "py", GEO) as p:
