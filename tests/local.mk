@@ -302,7 +302,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	tests/python/test_xlang.py tests/python/test_mover.py tests/python/test_transfer.py \
 	tests/python/test_wait.py tests/python/test_pd.py tests/python/test_machines.py \
 	tests/python/test_wheel.py tests/python/test_docs.py tests/python/test_image.py \
-	tests/python/test_kubernetes.py \
+	tests/python/test_kubernetes.py tests/python/test_alerts.py \
 	tests/python/engine_site/sitecustomize.py \
 	python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/_kvpool.h python/src/client.c \

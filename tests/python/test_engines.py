@@ -320,6 +320,9 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves")
         d.stop()
         d.discard()
+        # an idle engine's /metrics says so with no request (before: it
+        # said connected until a step ran, and an alert never fired)
+        assert sides_reach(a, "daemon_gone", 2) == (2, 0)
         # no daemon: the engine serves, computing, and says so once
         q = Prompts(6)
         for _ in range(2):
@@ -333,6 +336,7 @@ def test_an_engine_serves_through_a_kvpoold_stop_and_shares_again_after_its_rest
         # worker connect (and the listing's own connection)
         d.wait_for(lambda st: len(kvpool.Client(d.sock).list_clients()) >= 3,
                    "a's scheduler and worker to connect again", 20)
+        assert sides_reach(a, "connected", 2) == (2, 1)  # still idle
         s = Prompts(7)
         a.complete(s.next())
         d.wait_for(lambda st: st["pages_cached"] >= PREFIX_BLOCKS, "a's saves after the restart")

@@ -78,7 +78,8 @@ def test_every_object_is_valid_for_kubernetes_1_37_with_no_unknown_field():
             if d["apiVersion"].startswith("monitoring.coreos.com/"):
                 continue  # no schema in kubernetes-validate: the next test reads it
             kubernetes_validate.validate(d, "1.37", strict=True)
-    assert sorted(seen) == ["DaemonSet", "Deployment", "Namespace", "PodMonitor"], seen
+    assert sorted(seen) == ["DaemonSet", "Deployment", "Namespace", "PodMonitor",
+                            "PrometheusRule"], seen
 
 
 def test_the_podmonitor_scrapes_each_kvpoolds_metrics_port():

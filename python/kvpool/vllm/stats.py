@@ -7,8 +7,11 @@ the connector (the scheduler, each worker) uses kvpoold now and, when it
 does not, why (docs/vllm.md)."""
 from __future__ import annotations
 
+import os
+import threading
+import time
 from dataclasses import dataclass
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional, Set
 
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import (
     KVConnectorPromMetrics,
@@ -36,6 +39,8 @@ COUNTERS = {
                    "params do_remote_decode) whose saved blocks it named in its answer.",
     "pd_loads": "Requests of a decode engine whose load waited for blocks a prefill "
                 "engine was still saving.",
+    "pd_late": "Requests of a decode engine whose wait for its prefill engine's blocks "
+               "ended at pd_wait_seconds with blocks lacking (computed there).",
     "pd_refused": "Requests of a decode engine whose kv_transfer_params kvpool refused "
                   "(malformed, or naming another namespace or other blocks): computed "
                   "there.",
@@ -70,6 +75,77 @@ STATES = {
                "next try",
     "unsupported": "the model's KV cache is not one kvpool pages hold: see the engine's log",
 }
+
+
+# how long a scrape's view of kvpoold's connections is reused, and how long
+# the look waits for kvpoold's answer
+LIVE_EVERY_S = 1.0
+LIVE_TIMEOUT_S = 0.5
+
+
+def _descendants(pid: int) -> Set[int]:
+    """pid's children, theirs, and so on (/proc). O(processes)."""
+    kids: Dict[int, list] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        ppid = int(st[st.rindex(")") + 2:].split()[1])
+        kids.setdefault(ppid, []).append(int(d))
+    out: Set[int] = set()
+    todo = [pid]
+    while todo:
+        for k in kids.get(todo.pop(), ()):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+class _Live:
+    """The connections kvpoold lists now (LIST_CLIENTS, which any client
+    may ask) of this API server's engine processes, by name ("vllm
+    scheduler", "vllm worker 0"): what a scrape of /metrics shows, so that
+    vllm:kvpool_connected follows each side's connection while the engine
+    is idle too (vLLM reports the sides' states only after a step). None
+    when kvpoold does not answer. Asked at most once a second."""
+
+    def __init__(self, socket: Optional[str]) -> None:
+        self.socket = socket
+        self._lock = threading.Lock()
+        self._at = -LIVE_EVERY_S
+        self._names: Optional[Set[str]] = None
+
+    def names(self) -> Optional[Set[str]]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._at < LIVE_EVERY_S:
+                return self._names
+            self._at = now
+            try:
+                import kvpool
+                with kvpool.Client(self.socket, timeout=LIVE_TIMEOUT_S) as c:
+                    clients = c.list_clients()
+            except (OSError, ValueError):
+                self._names = None
+            else:
+                mine = _descendants(os.getpid())
+                self._names = {c["name"] for c in clients if c["pid"] in mine}
+            return self._names
+
+
+def _live_state(side: str, reported: str, live: Optional[Set[str]]) -> str:
+    """A side's state at a scrape: what it reported, unless kvpoold's
+    listing says otherwise (gone, or its connection is back)."""
+    if reported not in ("connected", "daemon_gone"):
+        return reported  # refused, dropped, unsupported: kvpoold's list says nothing of it
+    if live is None:
+        return "daemon_gone"
+    return "connected" if "vllm " + side in live else "daemon_gone"
 
 
 @dataclass
@@ -124,11 +200,36 @@ class KVPoolPromMetrics(KVConnectorPromMetrics):
         self.sides = {i: {st: s.labels(*v, st) for st in STATES}
                       for i, v in per_engine_labelvalues.items()}
         self.where: Dict[int, Dict[str, str]] = {}  # engine -> side -> state
+        # at a scrape, the states as kvpoold's connections say (where the
+        # gauges take a function: prometheus_client's, one process)
+        extra = dict(getattr(getattr(vllm_config, "kv_transfer_config", None),
+                             "kv_connector_extra_config", None) or {})
+        self.live = _Live(extra.get("socket"))
+        for i in per_engine_labelvalues:
+            self._scraped(self.connected[i], lambda i=i: int(bool(self.where.get(i)) and all(
+                st == "connected" for st in self._states(i))))
+            for st, child in self.sides[i].items():
+                self._scraped(child, lambda i=i, st=st: sum(1 for s in self._states(i)
+                                                            if s == st))
         self.histograms = {}
         for name, (doc, buckets) in HISTOGRAMS.items():
             h = self._histogram_cls(name="vllm:kvpool_" + name, documentation=doc,
                                     buckets=list(buckets), labelnames=labelnames)
             self.histograms[name] = {i: h.labels(*v) for i, v in per_engine_labelvalues.items()}
+
+    @staticmethod
+    def _scraped(child: Any, fn: Callable[[], int]) -> None:
+        """child's value, computed at each scrape by fn where the gauge
+        can (else what observe() sets)."""
+        try:
+            child.set_function(fn)
+        except (AttributeError, ValueError, TypeError):  # Ray's, or multiprocess
+            pass
+
+    def _states(self, engine_idx: int) -> list:
+        where = self.where.get(engine_idx) or {}
+        live = self.live.names() if where else None
+        return [_live_state(side, st, live) for side, st in where.items()]
 
     def observe(self, transfer_stats_data: Dict[str, Any], engine_idx: int = 0) -> None:
         data = getattr(transfer_stats_data, "data", transfer_stats_data) or {}

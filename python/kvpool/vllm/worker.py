@@ -265,6 +265,7 @@ class WorkerSide:
         held = self._await_keys(t) if t.wait else []
         if t.wait and self._pool is not None:
             if len(held) < len(t.keys):
+                self._pool.count("pd_late")
                 self._pool.warn("pd-late", "%d of a request's %d blocks did not reach the "
                                 "pool within pd_wait_seconds (%gs) of its prefill engine's "
                                 "answer (its saves were skipped, slow, or it stopped): "
