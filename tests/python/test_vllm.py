@@ -390,6 +390,31 @@ def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(
     assert leased(pool) == 0
 
 
+def test_a_decode_engine_holds_at_most_pd_max_waits_waiting_handoffs(pool):
+    # three handoffs whose saves are held back 3 s, one decode engine that
+    # lets one request wait: the first waits and loads all its blocks, the
+    # two others are computed at once (counted) instead of holding the
+    # engine's blocks in the queue behind it
+    p = Engine(pool.sock, "--role", "kv_producer", env={"KVPOOL_TEST_SLOW_SAVE": "3"}).ready()
+    d = Engine(pool.sock, "--role", "kv_consumer", extra={"pd_max_waits": 1}).ready()
+    try:
+        prompts = [[(t * 7 + i * 31) % 900 + 5 for t in range(200)] for i in range(3)]
+        params = [p.call(op="run", prompts=[q], max_tokens=1, params=ROUTER,
+                         drain=False)["params"][0] for q in prompts]
+        assert [x["kvpool"]["blocks"] for x in params] == [12] * 3
+        r = d.call(op="run", prompts=prompts, max_tokens=2, params_each=params)
+        assert r["cached"] == [12 * BLOCK, 0, 0], r["cached"]
+        assert [len(o) for o in r["outputs"]] == [2] * 3
+        sd = d.call(op="stats")
+        assert sd["scheduler"]["pd_loads"] == 1 and sd["scheduler"]["pd_busy"] == 2
+        assert d.warnings("(pd_max_waits)") == 1
+        p.call(op="drain")
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0
+
+
 def test_a_prompt_of_whole_blocks_goes_from_prefill_to_decode_engine_too(pool):
     # 12 blocks and not a token more: the prefill engine saves all 12, the
     # decode engine loads 11 (vLLM computes at least the last token) after

@@ -407,13 +407,15 @@ class Engine:
                     self.params[o.request_id] = o.kv_transfer_params
         return out
 
-    def run(self, prompts, max_tokens, params=None, drain=True):
+    def run(self, prompts, max_tokens, params=None, drain=True, params_each=None):
         """Serve prompts to completion: their outputs, and per request the
         tokens vLLM computed itself and the ones it loaded from kvpool, and
         the kv_transfer_params of its answer. drain False: return once
-        they are answered, before the saves of their blocks end."""
+        they are answered, before the saves of their blocks end.
+        params_each: each prompt's params instead of params for all."""
         try:
-            rids = [self.add(p, max_tokens, params) for p in prompts]
+            rids = [self.add(p, max_tokens, params if params_each is None else params_each[i])
+                    for i, p in enumerate(prompts)]
         except Exception as e:  # noqa: BLE001 - vLLM's own check (its API server: 400)
             if type(e).__name__ != "VLLMValidationError":
                 raise
@@ -495,7 +497,7 @@ def serve():
             op = cmd["op"]
             if op == "run":
                 r = eng.run(cmd["prompts"], cmd.get("max_tokens", 4), cmd.get("params"),
-                            cmd.get("drain", True))
+                            cmd.get("drain", True), cmd.get("params_each"))
             elif op == "blocks":
                 r = {"blocks": [b.hex() for b in eng.blocks(cmd["rid"], cmd["n"],
                                                             cmd.get("layers"))]}

@@ -70,6 +70,8 @@ class SchedulerSide:
         self._async_load = settings["async_load_blocks"]
         self._step_share = settings["load_step_share"]
         self._pd_wait = settings["pd_wait_seconds"]
+        self._pd_max = settings["pd_max_waits"]
+        self._pd_waits: Set[str] = set()  # requests whose load waits for a prefill engine
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
@@ -158,6 +160,7 @@ class SchedulerSide:
         self._no_load |= set(getattr(connector_output, "failed_recving", None) or ())
         # vLLM passes these on once every worker reported them
         self._loading -= set(connector_output.finished_recving or ())
+        self._pd_waits -= set(connector_output.finished_recving or ())
         self._holding -= set(connector_output.finished_sending or ())
 
     def finish(self, request: "Request") -> Tuple[bool, Optional[int]]:
@@ -168,6 +171,7 @@ class SchedulerSide:
         self._requests.pop(rid, None)
         saved = self._saved.pop(rid, None)
         self._no_load.discard(rid)
+        self._pd_waits.discard(rid)
         # every worker's load, not only the first one's (tensor parallelism)
         hold = rid in self._saving and rid not in self._loading
         self._saving.discard(rid)
@@ -181,6 +185,7 @@ class SchedulerSide:
         rid = request.request_id
         self._requests.setdefault(rid, request)
         self._release(rid)  # asked again (not scheduled last time): look again
+        self._pd_waits.discard(rid)
         if self._pool is None:
             return 0, False
         hashes = request.block_hashes
@@ -215,10 +220,18 @@ class SchedulerSide:
         self._pool.count("lookups")
         hit = len(pages)
         self._pool.count("hit_blocks", hit)
+        if wanted > max(hit, start) and len(self._pd_waits) >= self._pd_max:
+            # as many wait already: this one takes what the pool holds
+            self._pool.count("pd_busy")
+            self._pool.warn("pd-busy", "%d requests wait for their prefill engines' blocks "
+                            "(pd_max_waits): more are served with what the pool holds and "
+                            "computed", self._pd_max)
+            wanted = 0
         if wanted > max(hit, start):
             # the prefill engine's saves have not all come: the load off the
             # step waits for the rest in kvpoold (ACQUIRE WAIT), the request
             # in WAITING_FOR_REMOTE_KVS, the others go on
+            self._pd_waits.add(rid)
             self._pool.count("pd_loads")
             self._pool.count("loads_off_step")
             self._saved[rid] = max(self._saved.get(rid, 0), wanted)

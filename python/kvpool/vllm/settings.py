@@ -69,6 +69,10 @@ SETTINGS: Tuple[Setting, ...] = (
             "disaggregated prefill, on a decode engine: how long a request's load waits "
             "for the blocks its prefill engine is still saving (then what is not there "
             "is computed here)", 0.001, 600),
+    Setting("pd_max_waits", "int", 32, "32",
+            "disaggregated prefill, on a decode engine: requests whose load may wait for "
+            "their prefill engine's blocks at once; past it a request loads what the pool "
+            "holds and computes the rest, counted in `pd_busy`", 1, 1 << 16),
     Setting("copy_cpus", "cpus", None, "the model runner's",
             "the CPUs of the connector's threads (loads and saves off the step), such as "
             "`\"1\"` or `\"8-15\"` (on a CPU engine, a core the model runner does not use)"),

@@ -41,6 +41,8 @@ COUNTERS = {
                 "engine was still saving.",
     "pd_late": "Requests of a decode engine whose wait for its prefill engine's blocks "
                "ended at pd_wait_seconds with blocks lacking (computed there).",
+    "pd_busy": "Requests of a decode engine that found pd_max_waits requests waiting for "
+               "their prefill engines' blocks: served with what the pool held.",
     "pd_refused": "Requests of a decode engine whose kv_transfer_params kvpool refused "
                   "(malformed, or naming another namespace or other blocks): computed "
                   "there.",
