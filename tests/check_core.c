@@ -703,6 +703,9 @@ START_TEST(test_core_exhausted_pool_refuses_all_or_none)
 	ck_assert_uint_eq(st.pages_private, 256);
 	ck_assert_uint_eq(st.pages_free, 0);
 	ck_assert_uint_eq(st.errors_nospc, 2);
+	/* the refusals are said, once a minute: the first alone */
+	ck_assert_uint_eq(log_count(&d, "refused 257 pages to client"), 1);
+	ck_assert_uint_eq(log_count(&d, "refused 7 pages"), 0);
 	ck_assert_int_eq(kvp_release(c, pages, 256), 0);
 	kvp_close(c);
 	daemon_stop(&d);

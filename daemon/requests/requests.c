@@ -113,6 +113,17 @@ bool requests_alloc_pages(struct conn *c, const struct kvp_wire_hdr *req, uint32
 	}
 	if (rc < 0) {
 		pool_counts(s->pool, ns->pool_ns, &pc);
+		/* an engine's save skipped: said once a minute a namespace */
+		if (log_every(&ns->nospc_said_ns, 60))
+			log_warn("namespace '%s': refused %u pages to client %llu (%s, pid %d): "
+				 "%llu private and %llu shared pages are leased, %u of %llu cached "
+				 "could be evicted; its saves are skipped until there is room "
+				 "(said once a minute; kvpool_request_errors_total{kind=\"nospc\"} "
+				 "counts them)", ns->name, n, (unsigned long long)c->id, c->name,
+				 (int)c->cred.pid, (unsigned long long)pc.by_state[PAGE_PRIVATE],
+				 (unsigned long long)pc.by_state[PAGE_SHARED],
+				 prefix_evictable(ns->idx),
+				 (unsigned long long)pc.by_state[PAGE_CACHED]);
 		conn_error(c, req, KVP_S_NOSPC, "namespace '%s': %u pages wanted, %llu can "
 			   "be had; of its %llu pages %llu are private and %llu shared "
 			   "(leased by its %u clients), %llu cached, of which %u could be "

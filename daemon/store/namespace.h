@@ -68,6 +68,7 @@ struct ns {
 	bool from_disk;		/* made at start-up from a tier file; no
 				 * client joined since */
 	unsigned faults_logged;	/* NS_FAULT_* kinds already logged */
+	uint64_t nospc_said_ns;	/* an ALLOC refused for room, last logged */
 	struct conn *wait_head;	/* requests waiting for staging buffers */
 	struct conn *wait_tail;
 	struct loop_op rate_op;	/* wakes the waiters when --spill-rate allows */
