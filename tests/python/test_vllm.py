@@ -354,15 +354,15 @@ def test_any_kv_transfer_params_leave_vllms_scheduler_serving_and_nothing_leased
 HOOKS = ["SchedulerSide.get_num_new_matched_tokens", "SchedulerSide.update_state_after_alloc",
          "SchedulerSide.build_connector_meta", "SchedulerSide.update_connector_output",
          "SchedulerSide.request_finished", "WorkerSide.start_load_kv",
-         "WorkerSide.wait_for_save"]
+         "WorkerSide.wait_for_save", "WorkerSide.get_finished"]
 
 
 def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(pool):
     # each hook in turn fails on every call (a bug, or input no check
     # foresaw) while B serves prompts A saved: vLLM's loop never sees the
-    # exception, every request is answered with A's tokens (what could not
-    # be loaded is computed), each hook's failure is said once and
-    # counted, and no page leaks
+    # exception, every request is answered with A's tokens and A's K/V in
+    # its blocks (what could not be loaded is computed, never left as it
+    # was), each hook's failure is said once and counted, and no page leaks
     a, b = engines(pool.sock, 2)
     try:
         for i, hook in enumerate(HOOKS):
@@ -370,9 +370,14 @@ def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(
             ref = a.call(op="run", prompts=[prompt], max_tokens=4)
             was = b.call(op="stats")
             b.call(op="raise", hooks=[hook])
+            # one token: the request finishes on its first output (a P/D
+            # prefill's shape, where vLLM reads request_finished()'s params)
+            b.call(op="run", prompts=[prompt[:100]], max_tokens=1)
             rb = b.call(op="run", prompts=[prompt], max_tokens=4)
             b.call(op="raise", hooks=[])
             assert rb["outputs"] == ref["outputs"], hook
+            assert b.call(op="blocks", rid=rb["rids"][0], n=12)["blocks"] == \
+                a.call(op="blocks", rid=ref["rids"][0], n=12)["blocks"], hook
             side = "scheduler" if hook.startswith("Scheduler") else "worker"
             assert b.call(op="stats")[side].get("hook_errors", 0) > \
                 was[side].get("hook_errors", 0), hook

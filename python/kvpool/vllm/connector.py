@@ -230,7 +230,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
 
-    @_hook(lambda side, request, *_: side.fail_load(request))
+    @_hook(lambda side, request, blocks, n, *_: side.fail_load(request, blocks, n))
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",
                                  num_external_tokens: int) -> None:
         self._sched.update_state_after_alloc(request, blocks, num_external_tokens)
@@ -251,12 +251,12 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     def has_pending_push_work(self) -> bool:
         return self._sched.has_pending_push_work()
 
-    @_hook(lambda side, request, *_: side.finish(request))
+    @_hook(lambda side, request, *_: (side.finish(request)[0], None))
     def request_finished(self, request: "Request",
                          block_ids: List[int]) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._sched.request_finished(request, block_ids)
 
-    @_hook(lambda side, request, *_: side.finish(request))
+    @_hook(lambda side, request, *_: (side.finish(request)[0], None))
     def request_finished_all_groups(self, request: "Request",
                                     block_ids: Tuple[List[int], ...]) -> Tuple[bool, Optional[Dict[str, Any]]]:
         return self._sched.request_finished_all_groups(request, block_ids)
@@ -305,7 +305,7 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     def wait_for_save(self) -> None:
         self._worker.wait_for_save()
 
-    @_hook((None, None))
+    @_hook(lambda side, *_: side.loads_answered())
     def get_finished(self, finished_req_ids: Set[str]) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
         return self._worker.get_finished(finished_req_ids)
 

@@ -96,6 +96,7 @@ class SchedulerSide:
         self._requests[request.request_id] = request
 
     def _release(self, req_id: str) -> None:
+        self._pd_waits.discard(req_id)  # no load of it waits now
         lease = self._leases.pop(req_id, None)
         if lease is None or not lease.pages or self._pool is None:
             return
@@ -171,7 +172,6 @@ class SchedulerSide:
         self._requests.pop(rid, None)
         saved = self._saved.pop(rid, None)
         self._no_load.discard(rid)
-        self._pd_waits.discard(rid)
         # every worker's load, not only the first one's (tensor parallelism)
         hold = rid in self._saving and rid not in self._loading
         self._saving.discard(rid)
@@ -185,7 +185,6 @@ class SchedulerSide:
         rid = request.request_id
         self._requests.setdefault(rid, request)
         self._release(rid)  # asked again (not scheduled last time): look again
-        self._pd_waits.discard(rid)
         if self._pool is None:
             return 0, False
         hashes = request.block_hashes
@@ -334,8 +333,7 @@ class SchedulerSide:
         meta = KVPoolMetadata(finished=set(scheduler_output.finished_req_ids),
                               preempted=set(getattr(scheduler_output, "preempted_req_ids",
                                                     None) or ()),
-                              hold=self._hold)
-        self._hold = set()
+                              hold=set(self._hold))
         # the engine's busy steps, for the in-step choice (_off_step())
         now = time.monotonic()
         if self._step_at is not None and self._step_busy and now - self._step_at < 1.0:
@@ -348,18 +346,23 @@ class SchedulerSide:
             # its saves not started were dropped (handle_preemptions): once
             # resumed, its blocks are sent again from the first
             self._saved.pop(rid, None)
+        sent = []
         for rid, lease in self._leases.items():
             ids = lease.block_ids
             if lease.sent or ids is None:
                 continue
-            lease.sent = True
             keys = lease.keys[lease.start:lease.start + len(ids)]
             parent = lease.keys[lease.start - 1] if lease.start else None
             meta.loads.append(Transfer(rid, keys, parent, ids, background=lease.background,
                                        groups=lease.groups, wait=lease.wait,
                                        fail=lease.fail))
-            if lease.background:
-                self._loading.add(rid)
+            sent.append(lease)
+        # what the workers are told is theirs now (were this hook to fail
+        # before here, its fallback would send it)
+        self._hold = set()
+        for lease in sent:
+            lease.sent = True
+        self._loading |= {t.req_id for t in meta.loads if t.background}
         if self._pool is None or not self._saves:
             return meta
         mgr = self._conn._kv_cache_manager
@@ -371,26 +374,38 @@ class SchedulerSide:
             req = self._requests.get(rid)
             if req is None or mgr is None:
                 continue
-            done = computed + scheduler_output.num_scheduled_tokens.get(rid, 0)
-            full = min(done // self._block, len(req.block_hashes))
-            first = self._saved.get(rid, 0)
-            if full <= first:
-                continue
-            if self._hybrid:
-                rows = [blks[first:full] for blks in mgr.get_blocks(rid).blocks]
-                if any(len(r) < full - first for r in rows):
-                    continue
-                t = self._pinned_save(rid, req, first, full, rows)
-            else:
-                ids = mgr.get_block_ids(rid)[0]
-                if len(ids) < full:
-                    continue
-                t = self._transfer(rid, req, first, full, list(ids[first:full]))
-            self._saved[rid] = full
-            if t is not None:
-                meta.saves.append(t)
-                self._saving.add(rid)
+            try:
+                self._save_of(meta, mgr, rid, req,
+                              computed + scheduler_output.num_scheduled_tokens.get(rid, 0))
+            except Exception as e:  # noqa: BLE001 - its saves skipped, the others go on
+                self._pool.count("hook_errors")
+                self._pool.warn("save-meta", "the saves of a request could not be made "
+                                "ready (%s: %s): skipped", type(e).__name__, str(e)[:200])
         return meta
+
+    def _save_of(self, meta: KVPoolMetadata, mgr: Any, rid: str, req: "Request",
+                 done: int) -> None:
+        """The save of request rid's full blocks past those the pool holds
+        or was sent, into meta, after its done tokens; nothing changes
+        before the save is made (a hybrid model's pins are the last step)."""
+        full = min(done // self._block, len(req.block_hashes))
+        first = self._saved.get(rid, 0)
+        if full <= first:
+            return
+        if self._hybrid:
+            rows = [blks[first:full] for blks in mgr.get_blocks(rid).blocks]
+            if any(len(r) < full - first for r in rows):
+                return
+            t = self._pinned_save(rid, req, first, full, rows)
+        else:
+            ids = mgr.get_block_ids(rid)[0]
+            if len(ids) < full:
+                return
+            t = self._transfer(rid, req, first, full, list(ids[first:full]))
+        self._saved[rid] = full
+        if t is not None:
+            meta.saves.append(t)
+            self._saving.add(rid)
 
     def _transfer(self, rid: str, req: "Request", first: int, full: int,
                   ids: List[int]) -> Transfer:
@@ -415,12 +430,12 @@ class SchedulerSide:
             rows = [r[skip:] for r in rows]
             if first >= full:
                 return None
+        t = self._transfer(rid, req, first, full, [b.block_id for b in rows[0]])
+        t.groups = [[b.block_id for b in r] for r in rows]
         pinned = [b for r in rows for b in r]
         self._conn._kv_cache_manager.block_pool.touch(pinned)
         self._jobs += 1
         self._pins[self._jobs] = pinned
-        t = self._transfer(rid, req, first, full, [b.block_id for b in rows[0]])
-        t.groups = [[b.block_id for b in r] for r in rows]
         t.job = self._jobs
         return t
 

@@ -163,9 +163,10 @@ class WorkerSide:
             if t.fail:
                 self._fail_load(t)
             elif t.background and self._mover is not None:
-                self._mover.load(t)
+                self._mover.load(t)  # the Mover answers it
             else:
                 now.append(t)
+                continue
             self._taken.add(t.req_id)
         if now:
             self._finish_by_layer()
@@ -177,6 +178,7 @@ class WorkerSide:
             else:
                 self._load_errors.update(self._load(now))
             for t in now:
+                self._taken.add(t.req_id)  # answered (were the load to raise: failed)
                 self._loaded.add(t.req_id)
                 if t.background:  # no thread to run it: answered in this step
                     self._recving.add(t.req_id)
@@ -227,9 +229,19 @@ class WorkerSide:
         self._pool, self._copier = None, None
 
     def no_results(self) -> Any:
-        """get_transfer_results() that failed: nothing to report."""
-        return KVConnectorTransferResults(finished_sending=set(), finished_recving=set(),
-                                          failed_recving=set())
+        """get_transfer_results() that failed: the loads answered so far
+        and the saves ended (none left waiting)."""
+        sending, recving = self.loads_answered()
+        failed, self._failed = self._failed, set()
+        return KVConnectorTransferResults(finished_sending=set(sending or ()),
+                                          finished_recving=set(recving or ()) | failed,
+                                          failed_recving=failed)
+
+    def loads_answered(self) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+        """get_finished() that failed: the loads answered so far, and the
+        saves ended."""
+        recving, self._recving = self._recving, set()
+        return self._sends_done() or None, recving or None
 
     def take_load_errors(self) -> Set[int]:
         """The blocks whose loads failed since the last call."""
@@ -646,25 +658,33 @@ class WorkerSide:
         """The background loads done (their requests may run) and the
         finished requests whose blocks vLLM kept until their saves ended."""
         self._finish_by_layer()  # vLLM may ask before wait_for_save (speculative decoding)
-        recving, self._recving = self._recving, set()
         meta = self._meta()
         if meta is not None and meta.empty and self._mover is not None:
             # nothing else to compute: the loads off the step are reported
             # in this step, not polled by the next ones
             self._mover.wait_loads(EMPTY_STEP_WAIT_S)
         if self._mover is not None:
+            # kept in self._recving until returned: were a later step here
+            # to raise, the hook's fallback (no_results()) answers them
             for t, failed in self._mover.loaded():
-                recving.add(t.req_id)
+                self._recving.add(t.req_id)
                 self._loaded.add(t.req_id)
                 self._load_failed(t, failed)
             self._saves_ended([t for t, _ in self._mover.ended()])
         if self._saver is not None:
             self._saves_ended(self._saver.ended())
+        sending = self._sends_done()
+        recving, self._recving = self._recving, set()
+        return sending or None, recving or None
+
+    def _sends_done(self) -> Set[str]:
+        """The finished requests vLLM kept for their saves whose saves all
+        ended: their blocks go back now."""
         sending = {r for r in self._held if not (self._mover is not None and self._mover.busy(r)
                                                   or self._saver is not None and
                                                   self._saver.busy(r))}
         self._held -= sending
-        return sending or None, recving or None
+        return sending
 
     def get_transfer_results(self, finished_req_ids: Set[str]):
         """get_finished(), and the background loads that failed (with more
