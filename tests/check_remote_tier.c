@@ -352,8 +352,8 @@ static void *idle_wait(void *arg)
 
 /* Item: 120 idle waits in a --remote namespace kept about 9,600 Redis
  * commands a second going: each asked the cluster again every 160 ms,
- * whatever the others did. Now each backs off to once a second, and all
- * of them together ask at most 200 times a second. */
+ * whatever the others did. Now all of them together ask at most 200
+ * times a second. */
 START_TEST(test_remote_idle_waits_ask_the_cluster_within_a_budget)
 {
 	enum { WAITS = 120, WAIT_MS = 4000 };

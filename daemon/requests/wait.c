@@ -206,7 +206,7 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
  */
 
 #define KWAIT_POLL_FIRST_MS	10u
-#define KWAIT_POLL_MAX_MS	1000u
+#define KWAIT_POLL_MAX_MS	160u
 #define KWAIT_POLLS_PER_S	200u	/* polls of all waits, each second */
 #define KWAIT_BUCKETS_MIN	64u
 
@@ -376,7 +376,8 @@ static void kwait_go(struct conn *c)
 
 /* kwait_poll_next() - c polls again (the remote tier may have its keys by
  * now, or a tier may read its block back): 10 ms after it began, then at
- * twice the interval, up to a second. */
+ * twice the interval, up to 160 ms (the budget of all polls bounds what
+ * many waits cost). */
 static void kwait_poll_next(struct conn *c, uint64_t now)
 {
 	c->kwait_poll_ms = c->kwait_poll_ms ? c->kwait_poll_ms * 2 : KWAIT_POLL_FIRST_MS;

@@ -183,9 +183,11 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	};
 	struct outbuf *o;
 
-	/* a reply ends the request, and its wait for keys */
+	/* a reply ends the request, its wait for keys and its ask of the
+	 * remote tier (the next request asks again) */
 	c->kwait_deadline = c->kwait_poll_at = 0;
 	c->kwait_poll_ms = 0;
+	c->remote_tried = false;
 	/* one reply per request: arrival to reply (a deferred one's too: the
 	 * connection reads no other request meanwhile) */
 	if (c->req_ns && req->op < sizeof(c->srv->n.rt) / sizeof(c->srv->n.rt[0])) {
