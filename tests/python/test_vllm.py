@@ -354,7 +354,10 @@ def test_any_kv_transfer_params_leave_vllms_scheduler_serving_and_nothing_leased
 HOOKS = ["SchedulerSide.get_num_new_matched_tokens", "SchedulerSide.update_state_after_alloc",
          "SchedulerSide.build_connector_meta", "SchedulerSide.update_connector_output",
          "SchedulerSide.request_finished", "WorkerSide.start_load_kv",
-         "WorkerSide.wait_for_save", "WorkerSide.get_finished"]
+         "WorkerSide.wait_for_save", "WorkerSide.get_finished",
+         # inside get_num_new_matched_tokens, once the pool's pages are
+         # leased (that hook's failure, said already)
+         "SchedulerSide._off_step"]
 
 
 def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(pool):
@@ -382,8 +385,11 @@ def test_a_connector_hook_that_raises_leaves_the_engine_serving_the_same_tokens(
             assert b.call(op="stats")[side].get("hook_errors", 0) > \
                 was[side].get("hook_errors", 0), hook
             assert b.call(op="leases")["scheduler"] == 0, hook
+            pool.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,
+                          "B's leases after %s raised" % hook, 10)
             said = [line for line in b.stderr().splitlines() if "failed (RuntimeError" in line]
-            assert len(said) == i + 1 and hook.split(".")[1] in said[-1], said
+            if not hook.endswith("_off_step"):  # each hook's first failure, once
+                assert len(said) == i + 1 and hook.split(".")[1] in said[-1], said
         # working hooks again: B loads what A saves
         prompt = [(t * 3) % 900 + 5 for t in range(200)]
         ref = a.call(op="run", prompts=[prompt], max_tokens=4)

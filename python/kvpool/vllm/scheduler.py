@@ -216,8 +216,11 @@ class SchedulerSide:
                 self._pool.failed("lookup", e)
                 self._saved.setdefault(rid, 0)
                 return 0, False
-        self._pool.count("lookups")
         hit = len(pages)
+        # held from here on: were this hook to fail below, its fallback
+        # (compute()) lets them go
+        self._leases[rid] = _Lease(pages, keys[:hit], start)
+        self._pool.count("lookups")
         self._pool.count("hit_blocks", hit)
         if wanted > max(hit, start) and len(self._pd_waits) >= self._pd_max:
             # as many wait already: this one takes what the pool holds
@@ -241,6 +244,7 @@ class SchedulerSide:
         have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
         self._saved[rid] = max(self._saved.get(rid, 0), have)
         if hit <= start:  # nothing past vLLM's own hit: no lease to hold
+            del self._leases[rid]
             if pages:
                 with self._pool.lock:
                     try:
