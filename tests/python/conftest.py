@@ -156,6 +156,55 @@ def client(daemon):
         yield c
 
 
+@contextlib.contextmanager
+def spill_drive(path, size, mode=0o700):
+    """A file system of size bytes at path (a new directory of mode), as a
+    node's spill drive is sized for the DaemonSet's --spill-size: kvpoold
+    refuses one with less free, and this machine's disk may have less
+    (CI's had 12.8 GiB for 16G). ext4 in a sparse file on a loop device:
+    what it costs this disk is what is written to it (tier files are
+    fallocated, not written). Unmounted at the end, or by a watcher that
+    outlives this process when it is killed first. Without a loop device
+    (not root), the plain directory when its disk has the room, else a
+    skip that says so."""
+    path = str(path)
+    os.mkdir(path, mode)
+    img = path + ".img"
+    why = "not root" if os.geteuid() != 0 else None
+    if why is None:
+        with open(img, "wb") as f:
+            f.truncate(size)
+        r = subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", "nodiscard", img],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            r = subprocess.run(["mount", "-o", "loop", img, path], capture_output=True,
+                               text=True)
+        why = (r.stderr or r.stdout).strip() if r.returncode else None
+        if why is not None:
+            os.unlink(img)
+    if why is not None:
+        vfs = os.statvfs(path)
+        if vfs.f_bavail * vfs.f_frsize < size:
+            pytest.skip("a spill drive of %d GiB: %s has %.1f GiB free and no loop device "
+                        "can be mounted (%s)" % (size >> 30, path,
+                                                 vfs.f_bavail * vfs.f_frsize / 2**30, why))
+        yield path
+        return
+    watcher = subprocess.Popen(
+        ["sh", "-c", 'tail --pid=%d -f /dev/null; umount -l "$0"; rm -f "$1"' % os.getpid(),
+         path, img], start_new_session=True, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        os.chmod(path, mode)  # the mounted root's, as made
+        yield path
+    finally:
+        if subprocess.run(["umount", path], capture_output=True).returncode != 0:
+            subprocess.run(["umount", "-l", path], capture_output=True)
+        watcher.kill()
+        watcher.wait()
+        os.unlink(img)
+
+
 def free_port():
     """A TCP port on loopback that nothing listens on now."""
     with socket.socket() as s:

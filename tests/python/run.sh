@@ -59,5 +59,5 @@ if [ $# -eq 0 ] && [ "${KVPOOL_IO:-}" = sync ]; then
 fi
 [ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py --ignore=test_machines.py \
 	--ignore=test_wheel.py --ignore=test_image.py .
-KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider \
+KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider --durations=15 \
 	-o console_output_style=classic "$@"

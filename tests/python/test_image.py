@@ -30,7 +30,8 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import TOP, free_port
+from conftest import TOP, free_port, spill_drive
+from test_kubernetes import flags, size
 
 BUILD = os.environ.get("KVPOOL_BUILDDIR", TOP)
 # Debian's podman on this kind of machine: runc (crun refuses its hybrid
@@ -135,7 +136,19 @@ def status(sock):
     return json.loads(r.stdout)
 
 
-def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(image, tmp_path):
+@pytest.fixture
+def node_spill(tmp_path):
+    """The node's /var/lib/kvpool as the kubelet makes a hostPath (root's,
+    0755), on a drive with room for the DaemonSet's --spill-size (one tier
+    file), as the node's is."""
+    _, c = daemonset()
+    with spill_drive(tmp_path / "var-lib-kvpool", size(flags(c["args"])["spill-size"])
+                     + (1 << 30), mode=0o755) as d:
+        yield d
+
+
+def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(image, tmp_path,
+                                                                              node_spill):
     info = json.loads(podman("image", "inspect", image).stdout)[0]
     cfg = info["Config"]
     assert cfg["User"] == "kvpool"
@@ -147,9 +160,8 @@ def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(i
     # then the DaemonSet's init container's command on them, with its
     # capabilities only
     init, kvpoold = daemonset()
-    sockdir, spill = tmp_path / "run-kvpool", tmp_path / "var-lib-kvpool"
-    for d in (sockdir, spill):
-        d.mkdir(mode=0o755)
+    sockdir, spill = tmp_path / "run-kvpool", node_spill
+    sockdir.mkdir(mode=0o755)
     podman("run", "--rm", "--network", "none", "--user", "0:0", *caps(init), *LIMITS,
            "-v", "%s:/run/kvpool" % sockdir, "-v", "%s:/var/lib/kvpool" % spill,
            "--entrypoint", init["command"][0], image, *init["command"][1:])

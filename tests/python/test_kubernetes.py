@@ -18,7 +18,7 @@ import urllib.request
 import kubernetes_validate
 import yaml
 
-from conftest import TOP, Daemon, free_port
+from conftest import TOP, Daemon, free_port, spill_drive
 from kvpool.vllm.settings import check_settings
 
 KDIR = os.path.join(TOP, "contrib", "kubernetes")
@@ -158,18 +158,20 @@ def test_kvpoold_takes_the_daemonsets_arguments(tmp_path):
     """This build's kvpoold with the DaemonSet's arguments (its spill and
     metrics on this machine's paths and a free port) starts and serves."""
     f = flags(kvpoold_container()["args"])
-    spill = tmp_path / "spill"
-    spill.mkdir(mode=0o700)
-    port = free_port()
-    f.update({"spill-dir": str(spill), "metrics-listen": "127.0.0.1:%d" % port})
-    f.setdefault("slab-size", "64M")  # kvpoold's default (the test daemon's is 1M)
-    # the image's entrypoint: kvpoold --foreground --backend host
-    d = Daemon(args=["--backend=host"] + ["--%s=%s" % kv for kv in f.items()])
-    try:
-        st = d.stats()
-        assert st["max_slabs"] * size(f["slab-size"]) == size(f["pool-size"]), st
-        assert "spill directory %s" % spill in d.read_log()
-        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-            assert b"kvpool_" in r.read()
-    finally:
-        d.stop()
+    # a drive with room for one tier file, as the node's has
+    with spill_drive(tmp_path / "spill", size(f["spill-size"]) + (1 << 30)) as spill:
+        port = free_port()
+        f.update({"spill-dir": spill, "metrics-listen": "127.0.0.1:%d" % port})
+        f.setdefault("slab-size", "64M")  # kvpoold's default (the test daemon's is 1M)
+        # the image's entrypoint: kvpoold --foreground --backend host
+        d = Daemon(args=["--backend=host"] + ["--%s=%s" % kv for kv in f.items()])
+        try:
+            st = d.stats()
+            assert st["max_slabs"] * size(f["slab-size"]) == size(f["pool-size"]), st
+            assert "spill directory %s" % spill in d.read_log()
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                        timeout=10) as r:
+                assert b"kvpool_" in r.read()
+        finally:
+            d.stop()
+            d.discard()
