@@ -413,3 +413,71 @@ KVP_API int kvp_publish_partial(kvp_client *c, const kvp_key *parent, kvp_page p
 	pthread_mutex_unlock(&c->mu);
 	return rc;
 }
+
+/* handoff() - one HANDOFF h; its reply's payload (out_len bytes) to out. */
+static int handoff(kvp_client *c, struct kvp_wire_handoff *h, void *out, size_t out_len)
+{
+	size_t len = 0;
+	int rc;
+
+	if (!c->has_ns)
+		return -ENOTCONN;
+	pthread_mutex_lock(&c->mu);
+	rc = client_call(c, KVP_OP_HANDOFF, h, sizeof(*h), NULL, 0, &len, NULL);
+	if (rc >= 0 && len != out_len)
+		rc = -EPROTO;
+	else if (rc >= 0 && out_len)
+		memcpy(out, c->buf + KVP_WIRE_HDR_SIZE, out_len);
+	pthread_mutex_unlock(&c->mu);
+	return rc < 0 ? rc : 0;
+}
+
+KVP_API int kvp_handoff_issue(kvp_client *c, const kvp_key *last, uint32_t blocks,
+			      uint32_t ttl_ms, kvp_ticket *out)
+{
+	struct kvp_wire_handoff h = { .what = KVP_HANDOFF_ISSUE, .blocks = blocks,
+				      .ttl_ms = ttl_ms };
+	struct kvp_wire_ticket t;
+	int rc;
+
+	if (!c || !last || !out || !blocks || !ttl_ms || ttl_ms > KVP_WIRE_WAIT_MAX_MS)
+		return -EINVAL;
+	memcpy(h.key, last->b, KVP_KEY_BYTES);
+	rc = handoff(c, &h, &t, sizeof(t));
+	if (rc < 0)
+		return rc;
+	_Static_assert(sizeof(t) == sizeof(out->b), "a ticket is its wire form");
+	memcpy(out->b, &t, sizeof(t));
+	return 0;
+}
+
+KVP_API int kvp_handoff_check(kvp_client *c, const kvp_ticket *t, const kvp_key *last,
+			      uint32_t *blocks)
+{
+	struct kvp_wire_handoff h = { .what = KVP_HANDOFF_CHECK };
+	struct kvp_wire_handoff_left left;
+	int rc;
+
+	if (!c || !t || !last)
+		return -EINVAL;
+	memcpy(h.key, last->b, KVP_KEY_BYTES);
+	memcpy(&h.ticket, t->b, sizeof(h.ticket));	/* as given: kvpoold judges it */
+	rc = handoff(c, &h, &left, sizeof(left));
+	if (rc < 0)
+		return rc;
+	if (!left.left_ms || left.left_ms > KVP_WIRE_WAIT_MAX_MS)
+		return -EPROTO;
+	if (blocks)
+		*blocks = h.ticket.blocks;
+	return (int)left.left_ms;
+}
+
+KVP_API int kvp_handoff_abandon(kvp_client *c, const kvp_key *key)
+{
+	struct kvp_wire_handoff h = { .what = KVP_HANDOFF_ABANDON };
+
+	if (!c || !key)
+		return -EINVAL;
+	memcpy(h.key, key->b, KVP_KEY_BYTES);
+	return handoff(c, &h, NULL, 0);
+}

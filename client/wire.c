@@ -247,6 +247,8 @@ const char *wire_op_str(uint32_t op)
 		return "DISCONNECT";
 	case KVP_OP_DROP_NS:
 		return "DROP_NS";
+	case KVP_OP_HANDOFF:
+		return "HANDOFF";
 	}
 	return "?";
 }

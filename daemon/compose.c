@@ -103,6 +103,8 @@ static int compose_remote_open(struct server *s, const struct options *o, char *
 		return (int)kl;
 	rc.key = key;
 	rc.key_len = (size_t)kl;
+	/* every daemon that shares the tier takes the others' handoff tickets */
+	handoff_key_from(key, (size_t)kl, s->ticket_key);
 	pw[0] = '\0';
 	if (o->remote_password_file[0]) {
 		int fd = options_secret_open("remote-password-file", o->remote_password_file,

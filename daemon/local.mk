@@ -14,6 +14,7 @@ KVPOOLD_SRCS = daemon/log.c daemon/options.c daemon/meminfo.c daemon/compose.c \
 	daemon/serve/server.c daemon/serve/conn.c daemon/serve/sockfile.c \
 	daemon/requests/requests.c daemon/requests/share.c daemon/requests/admin.c \
 	daemon/requests/wait.c daemon/requests/ns.c daemon/requests/access.c \
+	daemon/requests/handoff.c \
 	daemon/observe/events.c daemon/observe/events_pub.c daemon/observe/topic.c \
 	daemon/observe/hist.c
 noinst_HEADERS += daemon/log.h daemon/options.h daemon/meminfo.h daemon/compose.h \

@@ -533,6 +533,55 @@ KVP_API int kvp_contains(kvp_client *c, const kvp_key *parent, const kvp_key *ke
 KVP_API int kvp_set_acquire_wait(kvp_client *c, uint32_t ms);
 
 /*
+ * Handoffs (disaggregated prefill). A prefill engine that saves a prompt's
+ * blocks for a decode engine asks kvpoold for a ticket, and hands it over
+ * with the request (vLLM: its kv_transfer_params). The decode engine
+ * checks the ticket before it waits for the blocks: only a writer of the
+ * namespace can have one issued, and no one without kvpoold's ticket key
+ * can make one, so a request body cannot make a decode engine wait. A
+ * prefill engine that will not save a block (no room, an error) abandons
+ * it: waits for it end at once.
+ */
+#define KVP_TICKET_BYTES 32
+typedef struct kvp_ticket {
+	uint8_t b[KVP_TICKET_BYTES];	/* opaque; the same on every machine */
+} kvp_ticket;
+
+/*
+ * kvp_handoff_issue() - a ticket for a handoff of blocks blocks, the last
+ * of them under key last, valid ttl_ms milliseconds (1 .. 600,000; the
+ * clocks of machines that share a remote tier must agree to within the
+ * margin they need). Needs WRITE rights in the namespace. Daemons that
+ * share a --remote-key-file take each other's tickets; any other takes
+ * only its own, and not after it restarts. Returns 0, or -EINVAL,
+ * -ENOTCONN (no namespace joined), -EACCES (no WRITE), -EPIPE, -ETIMEDOUT; a daemon
+ * older than this library answers -EPROTONOSUPPORT (refused at HELLO).
+ */
+KVP_API int kvp_handoff_issue(kvp_client *c, const kvp_key *last, uint32_t blocks,
+			      uint32_t ttl_ms, kvp_ticket *out);
+
+/*
+ * kvp_handoff_check() - whether ticket t was issued in this namespace for
+ * the handoff whose last block is under key last and has not expired:
+ * the milliseconds it holds still (>= 1), or -ESTALE when not (forged,
+ * another prompt's, another daemon's, expired; kvp_last_error() says
+ * which), -EINVAL, -ENOTCONN, -EPIPE, -ETIMEDOUT. *blocks (when not NULL)
+ * is the handoff's block count, which the ticket carries. Needs READ.
+ */
+KVP_API int kvp_handoff_check(kvp_client *c, const kvp_ticket *t, const kvp_key *last,
+			      uint32_t *blocks);
+
+/*
+ * kvp_handoff_abandon() - the block under key will not be published by
+ * this client (its save was skipped or failed): the kvp_acquire() waits
+ * for it (kvp_set_acquire_wait()) that lack it as their first missing key
+ * are answered at once with what is held, and so are those that come to
+ * lack it in the next 120 s. Needs WRITE. Returns 0, or -EINVAL,
+ * -ENOTCONN, -EACCES, -EPIPE, -ETIMEDOUT, -EIO.
+ */
+KVP_API int kvp_handoff_abandon(kvp_client *c, const kvp_key *key);
+
+/*
  * kvp_set_lookups_counted() - counted 0: this client's kvp_acquire() calls
  * lease what another client of the same engine looked up already (vLLM's
  * workers load what its scheduler found), so kvpoold does not count them

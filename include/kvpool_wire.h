@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
-#define KVP_WIRE_VERSION	8u
+#define KVP_WIRE_VERSION	9u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -76,6 +76,7 @@ enum kvp_op {
 	KVP_OP_EVICT = 14,	/* admin: push cached pages out of the pool */
 	KVP_OP_DISCONNECT = 15,	/* admin: close a client's connection */
 	KVP_OP_DROP_NS = 16,	/* admin: forget a namespace and its pages */
+	KVP_OP_HANDOFF = 17,	/* P/D: a handoff's ticket: issue, check; abandon a key */
 };
 
 /* Key schemes of a namespace (enum kvp_key_scheme in kvpool.h). */
@@ -325,6 +326,52 @@ struct kvp_wire_publish_partial {
 };
 KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_partial) == 48,
 		  "kvp_wire_publish_partial is 48 bytes");
+
+/*
+ * HANDOFF request (since version 9): this struct. A handoff is a prefill
+ * engine's saves that a decode engine waits for; its ticket is kvpoold's
+ * proof that a writer of the namespace announced it, which no one
+ * without the daemon's ticket key can make.
+ * - ISSUE (WRITE rights): a ticket for the blocks key[] ends, blocks long,
+ *   valid ttl_ms (1 .. KVP_WIRE_WAIT_MAX_MS). Reply: struct
+ *   kvp_wire_ticket.
+ * - CHECK (READ rights): ticket is one this daemon (or one holding the
+ *   same --remote-key-file) issued in this namespace for the blocks key
+ *   ends, not expired. Reply: struct kvp_wire_handoff_left; STALE (with
+ *   why) when not.
+ * - ABANDON (WRITE rights): the block key will not be published (a save
+ *   skipped or failed): the ACQUIREs that wait for it as the first key
+ *   they lack are answered now with what is held, and so are those that
+ *   come to lack it in the next KVP_WIRE_ABANDON_MS. Reply: empty.
+ */
+struct kvp_wire_ticket {
+	uint64_t expires_ms;	/* CLOCK_REALTIME, milliseconds */
+	uint32_t blocks;	/* the handoff's blocks, the last under its key */
+	uint32_t reserved;	/* 0 */
+	uint8_t mac[16];
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_ticket) == 32, "kvp_wire_ticket is 32 bytes");
+
+struct kvp_wire_handoff {
+	uint32_t what;		/* KVP_HANDOFF_* */
+	uint32_t blocks;	/* ISSUE: the handoff's blocks; else 0 */
+	uint32_t ttl_ms;	/* ISSUE: how long the ticket holds; else 0 */
+	uint32_t reserved;	/* 0 */
+	uint8_t key[KVP_KEY_BYTES];
+	struct kvp_wire_ticket ticket;	/* CHECK: the ticket; else zeros */
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_handoff) == 80, "kvp_wire_handoff is 80 bytes");
+#define KVP_HANDOFF_ISSUE	1u
+#define KVP_HANDOFF_CHECK	2u
+#define KVP_HANDOFF_ABANDON	3u
+#define KVP_WIRE_ABANDON_MS	120000u
+
+/* CHECK reply. */
+struct kvp_wire_handoff_left {
+	uint32_t left_ms;	/* until the ticket expires (>= 1) */
+	uint32_t reserved;
+};
+KVP_STATIC_ASSERT(sizeof(struct kvp_wire_handoff_left) == 8, "kvp_wire_handoff_left is 8 bytes");
 
 /*
  * LIST_CLIENTS reply: struct kvp_wire_count, then count records. Request:

@@ -293,7 +293,7 @@ START_TEST(test_daemon_other_version_is_refused_with_request_id)
 	daemon_start(&d, NULL);
 	fd = connect_raw(d.sock);
 	wire_hdr_encode(buf, &req);
-	buf[4] = 9;	/* version 9 */
+	buf[4] = KVP_WIRE_VERSION + 1;	/* a version this daemon does not speak */
 	ck_assert_int_eq(send(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
 	ck_assert_int_eq(recv_reply(fd, &h), 0);
 	ck_assert_uint_eq(h.status, KVP_S_VERSION);

@@ -315,6 +315,34 @@ START_TEST(test_remote_a_waiting_acquire_gets_what_another_machine_publishes)
 	stats_of(b.sock, &st);
 	ck_assert_uint_eq(st.remote.restored, BLOCKS);
 	ck_assert_uint_eq(st.pages_shared + st.pages_private, 0);
+	/* a handoff's ticket that A's daemon issued holds on B's (they share
+	 * the key file), and on no daemon with another key */
+	{
+		kvp_client *ca = join(a.sock), *cb = join(b.sock), *cc;
+		const char *c_args[] = { "--pool-size", "4M", "--slab-size", "1M", "--remote",
+					 url, "--remote-key-file", NULL, NULL };
+		char other[128];
+		struct daemon c;
+		kvp_ticket t;
+		kvp_key k;
+		uint32_t blocks = 0;
+
+		memset(&k, 0x61, sizeof(k));
+		ck_assert_int_eq(kvp_handoff_issue(ca, &k, BLOCKS, 30000, &t), 0);
+		ck_assert_int_gt(kvp_handoff_check(cb, &t, &k, &blocks), 20000);
+		ck_assert_uint_eq(blocks, BLOCKS);
+		kvp_close(ca);
+		kvp_close(cb);
+		snprintf(other, sizeof(other), "%s.other", keyfile);
+		ck_assert_int_eq(sh("(umask 077; head -c 32 /dev/urandom > %s)", other), 0);
+		c_args[7] = other;
+		daemon_start(&c, c_args);
+		cc = join(c.sock);
+		ck_assert_int_eq(kvp_handoff_check(cc, &t, &k, NULL), -ESTALE);
+		kvp_close(cc);
+		daemon_stop(&c);
+		unlink(other);
+	}
 	check_conservation(b.sock);
 	daemon_stop(&b);
 	daemon_stop(&a);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <check.h>
@@ -370,6 +371,200 @@ START_TEST(test_waits_one_uid_parks_a_bounded_number)
 }
 END_TEST
 
+/* --- handoffs (HANDOFF): tickets only kvpoold makes, abandoned blocks */
+
+/* Issue 61, item 2: a decode engine waited on whatever a request body
+ * named. Now it waits only on a ticket kvpoold issued to a writer of
+ * the namespace, for these blocks, not expired. */
+START_TEST(test_handoff_tickets_are_the_daemons_alone)
+{
+	struct daemon d;
+	kvp_client *p, *look;
+	kvp_ticket t, f;
+	kvp_key k, k2;
+	uint32_t blocks = 0;
+	unsigned i;
+	pid_t child;
+	int left;
+
+	start(&d, "--access=look read @nogroup");
+	key_of(&k, 7, 2);
+	key_of(&k2, 7, 3);
+	ck_assert_int_eq(kvp_connect(d.sock, "park", &geo, &p), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, "look", &geo, &look), 0);
+	ck_assert_int_eq(kvp_handoff_issue(p, &k, 3, 60000, &t), 0);
+	left = kvp_handoff_check(p, &t, &k, &blocks);
+	ck_assert_int_gt(left, 50000);
+	ck_assert_int_le(left, 60000);
+	ck_assert_uint_eq(blocks, 3);
+	/* any bit of it changed: refused, saying why */
+	for (i = 0; i < KVP_TICKET_BYTES * 8; i++) {
+		f = t;
+		f.b[i / 8] ^= (uint8_t)(1u << (i % 8));
+		ck_assert_int_eq(kvp_handoff_check(p, &f, &k, NULL), -ESTALE);
+	}
+	ck_assert_ptr_nonnull(strstr(kvp_last_error(), "not issued for these 3 blocks in "
+				     "namespace 'park'"));
+	/* another prompt's last block, another namespace */
+	ck_assert_int_eq(kvp_handoff_check(p, &t, &k2, NULL), -ESTALE);
+	ck_assert_int_eq(kvp_handoff_check(look, &t, &k, NULL), -ESTALE);
+	/* expired */
+	ck_assert_int_eq(kvp_handoff_issue(p, &k, 3, 1, &f), 0);
+	usleep(5000);
+	ck_assert_int_eq(kvp_handoff_check(p, &f, &k, NULL), -ESTALE);
+	ck_assert_ptr_nonnull(strstr(kvp_last_error(), "the ticket expired"));
+	ck_assert_int_eq(kvp_handoff_issue(p, &k, 0, 1000, &f), -EINVAL);
+	ck_assert_int_eq(kvp_handoff_issue(p, &k, 1, KVP_WIRE_WAIT_MAX_MS + 1, &f), -EINVAL);
+	/* a reader checks, and issues and abandons nothing */
+	child = fork();
+	ck_assert_int_ge(child, 0);
+	if (child == 0) {
+		kvp_client *c;
+
+		become_nobody();
+		expect(kvp_connect(d.sock, "look", &geo, &c) == 0, 30);
+		expect(kvp_handoff_issue(c, &k, 3, 1000, &f) == -EACCES, 31);
+		expect(strstr(kvp_last_error(), "HANDOFF ISSUE needs write rights"), 32);
+		expect(kvp_handoff_abandon(c, &k) == -EACCES, 33);
+		expect(kvp_handoff_check(c, &t, &k, NULL) == -ESTALE, 34);
+		_exit(0);
+	}
+	child_wait(child);
+	kvp_close(look);
+	kvp_close(p);
+	/* another daemon (its own key) takes none of this one's */
+	daemon_stop(&d);
+	start(&d, NULL);
+	ck_assert_int_eq(kvp_connect(d.sock, "park", &geo, &p), 0);
+	ck_assert_int_eq(kvp_handoff_check(p, &t, &k, NULL), -ESTALE);
+	kvp_close(p);
+	daemon_stop(&d);
+}
+END_TEST
+
+/* publish_one() - key under parent (NULL: the root) in p's namespace. */
+static void publish_one(kvp_client *p, const kvp_key *parent, const kvp_key *key)
+{
+	kvp_page pg;
+
+	ck_assert_int_eq(kvp_alloc(p, 1, &pg), 0);
+	ck_assert_int_eq(kvp_publish(p, parent, &pg, key, 1, KVP_PRIO_NORMAL, &pg), 0);
+	ck_assert_int_eq(kvp_release(p, &pg, 1), 0);
+}
+
+/* wait_in_child() - a child that ACQUIREs keys[0..n) in "park", waiting
+ * up to 60 s: returns once kvpoold has received the request (STATS on
+ * s); the result (hits) and the ms it took come on *res_fd. */
+static pid_t wait_in_child(const char *sock, kvp_client *s, const kvp_key *keys, size_t n,
+			   int *res_fd)
+{
+	int ready[2], go[2], res[2];
+	kvp_stats_t st;
+	uint64_t r0;
+	unsigned polls = 0;
+	pid_t pid;
+	char b = 1;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	ck_assert_int_eq(pipe(go), 0);
+	ck_assert_int_eq(pipe(res), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_page pages[8];
+		kvp_client *c;
+		struct timespec a, z;
+		int out[2];
+
+		expect(kvp_connect(sock, "park", &geo, &c) == 0, 40);
+		expect(kvp_set_acquire_wait(c, 60000) == 0, 41);
+		expect(write(ready[1], &b, 1) == 1 && read(go[0], &b, 1) == 1, 42);
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		out[0] = kvp_acquire(c, NULL, keys, n, NULL, 0, pages, NULL);
+		clock_gettime(CLOCK_MONOTONIC, &z);
+		out[1] = (int)((z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000);
+		if (out[0] > 0)
+			kvp_release(c, pages, (size_t)out[0]);
+		expect(write(res[1], out, sizeof(out)) == sizeof(out), 43);
+		kvp_close(c);
+		_exit(0);
+	}
+	ck_assert_int_eq(read(ready[0], &b, 1), 1);
+	ck_assert_int_ge(kvp_stats(s, &st, NULL, 0), 0);
+	r0 = st.requests_total;
+	ck_assert_int_eq(write(go[1], &b, 1), 1);
+	do {	/* received (and parked) once STATS counts it and our STATSes */
+		ck_assert_int_ge(kvp_stats(s, &st, NULL, 0), 0);
+		polls++;
+		if (st.requests_total < r0 + polls + 1)
+			usleep(5000);
+	} while (st.requests_total < r0 + polls + 1 && polls < 3000);
+	close(ready[0]);
+	close(ready[1]);
+	close(go[0]);
+	close(go[1]);
+	close(res[1]);
+	*res_fd = res[0];
+	return pid;
+}
+
+/* Issue 61, item 3: a prefill engine that skipped its save left the
+ * decode engine waiting its whole wait. Abandoning the block ends the
+ * waits that lack it at once, parked or to come. */
+START_TEST(test_handoff_an_abandoned_block_ends_the_waits_for_it)
+{
+	struct daemon d;
+	kvp_client *p, *s, *c;
+	kvp_page pages[3];
+	kvp_key k[3], j[3];
+	int res, out[2];
+	pid_t pid;
+
+	start(&d, NULL);
+	for (int i = 0; i < 3; i++) {
+		key_of(&k[i], 9, (uint32_t)i);
+		key_of(&j[i], 10, (uint32_t)i);
+	}
+	ck_assert_int_eq(kvp_connect(d.sock, "park", &geo, &p), 0);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &s), 0);
+	/* parked for k[1] (k[0] held), then k[1] is abandoned: answered now */
+	publish_one(p, NULL, &k[0]);
+	pid = wait_in_child(d.sock, s, k, 3, &res);
+	ck_assert_int_eq(kvp_handoff_abandon(p, &k[1]), 0);
+	ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
+	child_wait(pid);
+	close(res);
+	ck_assert_int_eq(out[0], 1);
+	ck_assert_int_lt(out[1], 30000);	/* not its 60 s */
+	/* one that comes to lack it later is answered at once too */
+	ck_assert_int_eq(kvp_connect(d.sock, "park", &geo, &c), 0);
+	ck_assert_int_eq(kvp_set_acquire_wait(c, 60000), 0);
+	ck_assert_int_eq(kvp_acquire(c, NULL, k, 3, NULL, 0, pages, NULL), 1);
+	ck_assert_int_eq(kvp_release(c, pages, 1), 0);
+	/* parked for j[0]; j[1] abandoned meanwhile; j[0] comes: it looks
+	 * on, lacks j[1], and is answered with j[0] */
+	pid = wait_in_child(d.sock, s, j, 3, &res);
+	ck_assert_int_eq(kvp_handoff_abandon(p, &j[1]), 0);
+	publish_one(p, NULL, &j[0]);
+	ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
+	child_wait(pid);
+	close(res);
+	ck_assert_int_eq(out[0], 1);
+	ck_assert_int_lt(out[1], 30000);
+	/* published after all (another request computed it): a wait for
+	 * what follows waits as before, until its deadline */
+	publish_one(p, &j[0], &j[1]);
+	ck_assert_int_eq(kvp_set_acquire_wait(c, 50), 0);
+	ck_assert_int_eq(kvp_acquire(c, NULL, j, 3, NULL, 0, pages, NULL), 2);
+	ck_assert_int_eq(kvp_release(c, pages, 2), 0);
+	kvp_close(c);
+	kvp_close(s);
+	kvp_close(p);
+	check_conservation(d.sock);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *waits_suite(void)
 {
 	Suite *s = suite_create("waits");
@@ -383,6 +578,8 @@ static Suite *waits_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_waits_parked_waits_cost_nothing_until_their_keys_come);
 	tcase_add_test(tc, test_waits_one_uid_parks_a_bounded_number);
+	tcase_add_test(tc, test_handoff_tickets_are_the_daemons_alone);
+	tcase_add_test(tc, test_handoff_an_abandoned_block_ends_the_waits_for_it);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -405,8 +405,25 @@ static void waits(FILE *f, const struct server *s)
 		"kvpool_acquire_waits_expired_total %llu\n"
 		"# HELP kvpool_acquire_waits_refused_total ACQUIREs with WAIT refused at "
 		"--max-waits-per-uid.\n# TYPE kvpool_acquire_waits_refused_total counter\n"
-		"kvpool_acquire_waits_refused_total %llu\n", s->kwait_n,
-		(unsigned long long)s->n.kwaits_expired, (unsigned long long)s->n.kwaits_refused);
+		"kvpool_acquire_waits_refused_total %llu\n"
+		"# HELP kvpool_acquire_waits_abandoned_total Waits answered at once because "
+		"a key they lacked was abandoned (its prefill engine skipped or failed its "
+		"save).\n# TYPE kvpool_acquire_waits_abandoned_total counter\n"
+		"kvpool_acquire_waits_abandoned_total %llu\n"
+		"# HELP kvpool_handoff_tickets_issued_total Handoff tickets issued to prefill "
+		"engines.\n# TYPE kvpool_handoff_tickets_issued_total counter\n"
+		"kvpool_handoff_tickets_issued_total %llu\n"
+		"# HELP kvpool_handoff_tickets_refused_total Handoff tickets a decode engine "
+		"showed that were refused: forged, for other blocks, or expired.\n"
+		"# TYPE kvpool_handoff_tickets_refused_total counter\n"
+		"kvpool_handoff_tickets_refused_total %llu\n"
+		"# HELP kvpool_handoff_keys_abandoned_total Blocks a prefill engine said it "
+		"will not save (its save skipped or failed).\n"
+		"# TYPE kvpool_handoff_keys_abandoned_total counter\n"
+		"kvpool_handoff_keys_abandoned_total %llu\n", s->kwait_n,
+		(unsigned long long)s->n.kwaits_expired, (unsigned long long)s->n.kwaits_refused,
+		(unsigned long long)s->n.kwaits_abandoned, (unsigned long long)s->n.tickets_issued,
+		(unsigned long long)s->n.tickets_refused, (unsigned long long)s->n.keys_abandoned);
 }
 
 /* histograms() - the latency histograms, after STATS' figures. */

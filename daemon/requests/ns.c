@@ -327,6 +327,7 @@ static void ns_free(struct ns *n)
 		return;
 	}
 	tier_ns_gone(n);
+	free(n->gone);
 	prefix_free(n->idx);
 	free(n->ev_topic);
 	hosttier_close(n->host);

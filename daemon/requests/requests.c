@@ -811,6 +811,9 @@ void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 	case KVP_OP_DROP_NS:
 		admin_drop_ns(c, req, payload);
 		break;
+	case KVP_OP_HANDOFF:
+		handoff_handle(c, req, payload);
+		break;
 	default:
 		conn_error(c, req, KVP_S_OP, "unknown operation %u", req->op);
 		break;

@@ -13,6 +13,7 @@
 #define KVP_REQUESTS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "daemon/serve/conn.h"
@@ -64,5 +65,21 @@ void admin_list_prefixes(struct conn *c, const struct kvp_wire_hdr *req,
 void admin_evict(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *payload);
 void admin_disconnect(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *payload);
 void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *payload);
+
+/* handoff.c - disaggregated prefill's handoffs (HANDOFF): the tickets a
+ * prefill engine's connector is issued when it announces its saves and a
+ * decode engine's checks before it waits for them, and the blocks a
+ * prefill engine abandons (a save skipped or failed), which end the
+ * waits for them at once (wait_abandon()). A ticket is a MAC
+ * (HMAC-SHA256, cut to 16 bytes) of the namespace's name and model, the
+ * last block's key, the block count and the expiry, under the server's
+ * ticket key: a random one, or one made from --remote-key-file, so that
+ * every daemon that shares a remote tier takes the others' tickets.
+ * Nothing is kept per ticket. */
+#define HANDOFF_KEY_BYTES	32u
+void handoff_handle(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *payload);
+/* handoff_key_from() - the server's ticket key from the bytes of
+ * --remote-key-file (another domain than the sealing key's). */
+void handoff_key_from(const void *file, size_t len, uint8_t out[HANDOFF_KEY_BYTES]);
 
 #endif /* KVP_REQUESTS_H */

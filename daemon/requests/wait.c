@@ -286,6 +286,71 @@ static void heap_del(struct server *s, struct conn *c)
 	heap_down(s, last->kwait_hidx);
 }
 
+/* abandoned keys a namespace remembers, at most (the oldest gives way:
+ * a wait for it then lasts until its deadline, as before) */
+#define GONE_SLOTS	1024u
+#define GONE_PROBE	8u
+
+struct wait_gone {
+	uint64_t until_ms;	/* monotonic; 0: a free slot */
+	uint8_t key[KVP_KEY_BYTES];
+};
+
+/* --- abandoned keys (HANDOFF ABANDON): a namespace's, in a table of
+ * fixed size */
+
+static uint32_t gone_slot(const uint8_t *key)
+{
+	uint32_t h;
+
+	memcpy(&h, key, sizeof(h));	/* a hash already (vLLM's block hashes) */
+	return h;
+}
+
+/* abandoned() - key was abandoned in n in the last KVP_WIRE_ABANDON_MS. */
+static bool abandoned(const struct ns *n, const uint8_t *key)
+{
+	uint64_t now;
+	uint32_t i, at;
+
+	if (!n->gone)
+		return false;
+	now = loop_now_ms();
+	at = gone_slot(key);
+	for (i = 0; i < GONE_PROBE; i++) {
+		const struct wait_gone *g = &n->gone[(at + i) & (GONE_SLOTS - 1)];
+
+		if (g->until_ms > now && !memcmp(g->key, key, KVP_KEY_BYTES))
+			return true;
+	}
+	return false;
+}
+
+/* gone_add() - key abandoned in n from now: in a free or expired slot of
+ * its probe, else over the one that expires first. */
+static int gone_add(struct ns *n, const uint8_t *key)
+{
+	struct wait_gone *g, *pick = NULL;
+	uint64_t now = loop_now_ms();
+	uint32_t i, at;
+
+	if (!n->gone && !(n->gone = calloc(GONE_SLOTS, sizeof(*n->gone))))
+		return -ENOMEM;
+	at = gone_slot(key);
+	for (i = 0; i < GONE_PROBE; i++) {
+		g = &n->gone[(at + i) & (GONE_SLOTS - 1)];
+		if (g->until_ms > now && !memcmp(g->key, key, KVP_KEY_BYTES)) {
+			pick = g;	/* again: it holds longer */
+			break;
+		}
+		if (!pick || g->until_ms < pick->until_ms)
+			pick = g;
+	}
+	memcpy(pick->key, key, KVP_KEY_BYTES);
+	pick->until_ms = now + KVP_WIRE_ABANDON_MS;
+	return 0;
+}
+
 /* --- the index, by (namespace, the first key lacking): O(1) a change */
 
 static uint32_t kwait_bucket(const struct server *s, const struct ns *n, const uint8_t *key)
@@ -525,6 +590,10 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 
 	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down || hits >= a->nkeys)
 		return false;
+	if (abandoned(c->ns, keys + (size_t)hits * KVP_KEY_BYTES)) {
+		s->n.kwaits_abandoned++;
+		return false;	/* it will not come: answered with what is held */
+	}
 	if (!c->kwait_deadline) {	/* its first try: admitted, or refused */
 		if (server_waits_of(s, c->cred.uid) >= limit) {
 			s->n.kwaits_refused++;
@@ -586,8 +655,8 @@ static void kwait_resume(struct conn *c)
 	while (from < a.nkeys && prefix_find(n->idx, keys + (size_t)from * KVP_KEY_BYTES) !=
 	       PREFIX_NIL)
 		from++;
-	if (from >= a.nkeys) {
-		kwait_go(c);
+	if (from >= a.nkeys || abandoned(n, keys + (size_t)from * KVP_KEY_BYTES)) {
+		kwait_go(c);	/* served; or answered, the key it lacks abandoned */
 		return;
 	}
 	memcpy(c->kwait_key, keys + (size_t)from * KVP_KEY_BYTES, KVP_KEY_BYTES);
@@ -615,4 +684,29 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key)
 		kwait_resume(c);
 	}
 	kwait_arm(s);
+}
+
+int wait_abandon(struct ns *n, struct server *s, const uint8_t *key)
+{
+	struct conn *c, *next, *woken = NULL;
+
+	if (gone_add(n, key) < 0)
+		return -ENOMEM;
+	if (!s->kwait_n)
+		return 0;
+	for (c = s->kwait_buckets[kwait_bucket(s, n, key)]; c; c = next) {
+		next = c->kwait_hnext;
+		if (c->ns != n || memcmp(c->kwait_key, key, KVP_KEY_BYTES))
+			continue;
+		index_unlink(c);
+		c->kwait_hnext = woken;
+		woken = c;
+	}
+	for (c = woken; c; c = next) {
+		next = c->kwait_hnext;
+		c->kwait_hnext = NULL;
+		kwait_go(c);	/* wait_keys() finds the key abandoned: answered */
+	}
+	kwait_arm(s);
+	return 0;
 }

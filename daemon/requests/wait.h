@@ -80,4 +80,11 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
  * they lack none. O(1 + waits that lacked it). */
 void wait_published(struct ns *n, struct server *s, const uint8_t *key);
 
+/* wait_abandon() - key will not be published in n (HANDOFF ABANDON):
+ * the ACQUIREs that lack it (as their first missing key) are answered
+ * now with what is held, and so are those that come to lack it in the
+ * next KVP_WIRE_ABANDON_MS (n remembers its last GONE_SLOTS or so).
+ * O(1 + waits that lacked it). 0, or -ENOMEM. */
+int wait_abandon(struct ns *n, struct server *s, const uint8_t *key);
+
 #endif /* KVP_WAIT_H */

@@ -124,11 +124,16 @@ struct server_counters {
 	uint64_t kwaits_expired;	/* ACQUIREs whose wait for keys ended at its
 					 * deadline, keys lacking (/metrics) */
 	uint64_t kwaits_refused;	/* ... refused at --max-waits-per-uid */
+	uint64_t kwaits_abandoned;	/* ... answered at once: a key it lacked
+					 * was abandoned (HANDOFF ABANDON) */
+	uint64_t tickets_issued;	/* HANDOFF ISSUEs answered */
+	uint64_t tickets_refused;	/* HANDOFF CHECKs refused (forged, expired) */
+	uint64_t keys_abandoned;	/* HANDOFF ABANDONs */
 	uint64_t errors_by_status[KVP_S__COUNT];
 	/* /metrics' latency histograms: each request, arrival to reply (a
 	 * request that waits, for a tier, the remote tier or a namespace, with
 	 * its wait), by op; each block read back from a tier, read to lease */
-	struct hist rt[KVP_OP_DROP_NS + 1];
+	struct hist rt[KVP_OP_HANDOFF + 1];
 	struct hist restores;
 };
 
@@ -176,6 +181,9 @@ struct server {
 	uint64_t kwait_at;
 	bool kwait_armed;
 	bool kwait_cancelling;
+	/* the key of handoff tickets (requests/handoff.c): random, or
+	 * made from --remote-key-file (compose.c) */
+	uint8_t ticket_key[32];
 	struct save save;		/* the stop's save (tiers/save.c) */
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */

@@ -34,6 +34,7 @@
 #include "daemon/serve/server.h"
 #include "daemon/serve/sockfile.h"
 #include "daemon/store/lease.h"
+#include "daemon/store/siphash.h"
 
 #define container_of(ptr, type, member) \
 	((type *)((char *)(ptr) - offsetof(type, member)))
@@ -484,6 +485,10 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->be = be;
 	s->pool = pool;
 	s->admin_gid = admin_gid;
+	/* a daemon of its own: tickets no other daemon takes (compose.c
+	 * makes it from --remote-key-file where there is one) */
+	(void)siphash_key(s->ticket_key);
+	(void)siphash_key(s->ticket_key + 16);
 	*out = s;
 	return 0;
 }

@@ -40,6 +40,7 @@ enum ns_state {
 };
 
 struct ns_job;
+struct wait_gone;
 
 struct ns {
 	char name[KVP_NAME_MAX];
@@ -69,6 +70,7 @@ struct ns {
 				 * client joined since */
 	unsigned faults_logged;	/* NS_FAULT_* kinds already logged */
 	uint64_t nospc_said_ns;	/* an ALLOC refused for room, last logged */
+	struct wait_gone *gone;	/* keys abandoned (requests/wait.c), or NULL */
 	struct conn *wait_head;	/* requests waiting for staging buffers */
 	struct conn *wait_tail;
 	struct loop_op rate_op;	/* wakes the waiters when --spill-rate allows */

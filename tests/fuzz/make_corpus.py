@@ -15,7 +15,8 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 OP = dict(STATS=1, HELLO=2, MAP_SLAB=3, ALLOC=4, RELEASE=5, ACQUIRE=6,
           PUBLISH=7, PUBLISH_PARTIAL=8, COW=9, RETAIN=10, LIST_CLIENTS=11,
-          LIST_PAGES=12, LIST_PREFIXES=13, EVICT=14, DISCONNECT=15, DROP_NS=16)
+          LIST_PAGES=12, LIST_PREFIXES=13, EVICT=14, DISCONNECT=15, DROP_NS=16,
+          HANDOFF=17)
 
 
 def name(s, n):
@@ -55,6 +56,10 @@ def publish(ents, prio=1, parent=b"\0" * 32):
 def partial(page, tokens, prio=1, parent=b"\0" * 32):
     return (struct.pack("<QII", page, len(tokens), prio) + parent +
             b"".join(struct.pack("<I", t) for t in tokens))
+
+
+def handoff(what, k, blocks=0, ttl_ms=0, ticket=b"\0" * 32):
+    return struct.pack("<IIII", what, blocks, ttl_ms, 0) + k + ticket
 
 
 def chunk(op, payload):
@@ -172,6 +177,18 @@ SESSIONS = {
                  chunk("ACQUIRE", acquire([key(0)], flags=1)) +
                  chunk("ACQUIRE", acquire([key(0), key(1)], flags=2)) +
                  chunk("RELEASE", pages(handle(0))),
+    # a handoff: a ticket issued, a forged one checked, a block abandoned
+    # under a wait, a reader's ISSUE refused
+    "handoff": chunk("HELLO", hello()) + alloc(1) +
+               chunk("PUBLISH", publish([(handle(0), key(0))])) +
+               chunk("HANDOFF", handoff(1, key(1), blocks=2, ttl_ms=1000)) +
+               chunk("HANDOFF", handoff(2, key(1), ticket=struct.pack("<QII", 1, 2, 0) +
+                                        b"\1" * 16)) +
+               chunk("ACQUIRE", acquire([key(0), key(1), key(2)], flags=4, wait_ms=50)) +
+               chunk("HANDOFF", handoff(3, key(1))) +
+               chunk("ACQUIRE", acquire([key(0), key(1)], flags=4, wait_ms=50)) +
+               chunk("RELEASE", pages(handle(0))) + rules(2) + use(1, 1) +
+               chunk("HELLO", hello()) + chunk("HANDOFF", handoff(1, key(3), 1, 10)),
     "many-pages": chunk("HELLO", hello()) +
                   chunk("ALLOC", struct.pack("<II", 200, 0)) +
                   chunk("PUBLISH", publish([(handle(i), key(i)) for i in range(40)], 3)) +
