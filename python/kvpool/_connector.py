@@ -60,6 +60,7 @@ class Pool:
         self.samples: Dict[str, List[float]] = {}  # observe()
         self.changes = 0  # count() and observe() calls: a reader sees whether any came
         self._counting = threading.Lock()  # engines count from several threads
+        self._abandoned: List[bytes] = []  # abandon()'s keys, for flush_abandoned()
 
     def count(self, what: str, n: int = 1) -> None:
         with self._counting:
@@ -74,6 +75,34 @@ class Pool:
             if len(v) < 4096:
                 v.append(seconds)
             self.changes += 1
+
+    def abandon(self, keys: List[bytes]) -> None:
+        """The blocks under keys will not be saved (a save skipped or
+        failed): kept for flush_abandoned(), at most 4,096 (a decode
+        engine waiting for one past them waits its wait, as before)."""
+        with self._counting:
+            self._abandoned.extend(keys[:4096 - len(self._abandoned)])
+
+    def flush_abandoned(self) -> None:
+        """Tell kvpoold the blocks abandon() was given (Client.handoff_
+        abandon(), under lock): a decode engine waiting for one of them
+        computes at once rather than wait for it. Counted in pd_abandoned."""
+        with self._counting:
+            keys, self._abandoned = self._abandoned, []
+        if not keys:
+            return
+        with self.lock:
+            c = self.client()
+            if c is None:
+                return  # the daemon is gone: no one waits in it
+            for i, k in enumerate(keys):
+                try:
+                    c.handoff_abandon(k)
+                except OSError as e:
+                    self.failed("abandon", e)
+                    keys = keys[:i]
+                    break
+        self.count("pd_abandoned", len(keys))
 
     def take_samples(self) -> Dict[str, List[float]]:
         """The durations observed since the last call."""

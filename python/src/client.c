@@ -331,6 +331,76 @@ static PyObject *Client_contains(ClientObject *self, PyObject *args, PyObject *k
 	return PyLong_FromLong(rc);
 }
 
+static PyObject *Client_handoff_issue(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "last_key", "blocks", "ttl", NULL };
+	PyObject *okey;
+	unsigned int blocks;
+	double ttl;
+	char err[ERRBUF];
+	kvp_ticket t;
+	kvp_key k;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OId", kwlist, &okey, &blocks, &ttl))
+		return NULL;
+	if (!(ttl >= 0.001 && ttl <= KVP_WIRE_WAIT_MAX_MS / 1000.0) || !blocks) {
+		PyErr_Format(PyExc_ValueError, "handoff_issue(blocks=%u, ttl=%R): a ticket is "
+			     "for 1 block or more and holds 0.001 to %u seconds", blocks,
+			     PyTuple_GET_ITEM(args, 2), KVP_WIRE_WAIT_MAX_MS / 1000);
+		return NULL;
+	}
+	if (!client_ok(self) || key_from(okey, &k, "last_key") < 0)
+		return NULL;
+	CALL(rc, kvp_handoff_issue(self->c, &k, blocks, (uint32_t)(ttl * 1000.0), &t));
+	if (rc < 0)
+		return raise_kvp(rc, "handoff_issue", err);
+	return PyBytes_FromStringAndSize((const char *)t.b, sizeof(t.b));
+}
+
+static PyObject *Client_handoff_check(ClientObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "ticket", "last_key", NULL };
+	PyObject *okey;
+	Py_buffer b;
+	char err[ERRBUF];
+	uint32_t blocks = 0;
+	kvp_ticket t;
+	kvp_key k;
+	int rc;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "y*O", kwlist, &b, &okey))
+		return NULL;
+	if (b.len != KVP_TICKET_BYTES) {
+		PyErr_Format(PyExc_ValueError, "handoff_check(): a ticket is %u bytes, not %zd",
+			     KVP_TICKET_BYTES, b.len);
+		PyBuffer_Release(&b);
+		return NULL;
+	}
+	memcpy(t.b, b.buf, sizeof(t.b));
+	PyBuffer_Release(&b);
+	if (!client_ok(self) || key_from(okey, &k, "last_key") < 0)
+		return NULL;
+	CALL(rc, kvp_handoff_check(self->c, &t, &k, &blocks));
+	if (rc < 0)
+		return raise_kvp(rc, "handoff_check", err);
+	return Py_BuildValue("(dI)", rc / 1000.0, blocks);
+}
+
+static PyObject *Client_handoff_abandon(ClientObject *self, PyObject *arg)
+{
+	char err[ERRBUF];
+	kvp_key k;
+	int rc;
+
+	if (!client_ok(self) || key_from(arg, &k, "key") < 0)
+		return NULL;
+	CALL(rc, kvp_handoff_abandon(self->c, &k));
+	if (rc < 0)
+		return raise_kvp(rc, "handoff_abandon", err);
+	Py_RETURN_NONE;
+}
+
 static PyObject *Client_fileno(ClientObject *self, PyObject *unused)
 {
 	(void)unused;
@@ -641,6 +711,19 @@ static PyMethodDef Client_methods[] = {
 	{ "contains", (PyCFunction)(void (*)(void))Client_contains, METH_VARARGS | METH_KEYWORDS,
 	  "contains(keys, parent=None) -> how many leading keys the daemon holds (pool or "
 	  "local tier): nothing leased, no lookup counted." },
+	{ "handoff_issue", (PyCFunction)(void (*)(void))Client_handoff_issue,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "handoff_issue(last_key, blocks, ttl) -> ticket (32 bytes): kvpoold's proof that "
+	  "this writer announced a handoff of blocks blocks ending under last_key, for ttl "
+	  "seconds (disaggregated prefill: the decode engine checks it before it waits)." },
+	{ "handoff_check", (PyCFunction)(void (*)(void))Client_handoff_check,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "handoff_check(ticket, last_key) -> (seconds_left, blocks): the ticket was issued "
+	  "in this namespace for the handoff ending under last_key and holds; else Stale "
+	  "(forged, another prompt's or daemon's, expired)." },
+	{ "handoff_abandon", (PyCFunction)Client_handoff_abandon, METH_O,
+	  "handoff_abandon(key) - the block under key will not be published (its save was "
+	  "skipped or failed): waits that lack it end at once, now and for 120 s." },
 	{ "fileno", (PyCFunction)Client_fileno, METH_NOARGS,
 	  "fileno() -> the connection's socket, for poll() alone: POLLRDHUP/POLLHUP once "
 	  "the daemon closed the connection. Never read, write or close it." },

@@ -237,6 +237,13 @@ def doc_blocks(name):
     return blocks
 
 
+# hostile_pd_params() cases that are no refusal of the params (another
+# connector's, a real handoff asked both ways), and the one kvpoold refuses
+# (its ticket: well formed, not kvpoold's), counted in pd_tickets_refused
+NOT_PARAMS_REFUSED = ("NIXL's params", "both directions", "ticket forged")
+TICKET_REFUSED = ("ticket forged",)
+
+
 def hostile_pd_params(good):
     """kv_transfer_params that anyone who can send an engine HTTP requests
     may put in a request body, as (what, the params' JSON text): each field
@@ -283,6 +290,15 @@ def hostile_pd_params(good):
              ("last_key odd length", with_kp(last_key=kp["last_key"][:-1])),
              ("last_key a number", with_kp(last_key=7)),
              ("last_key another block's", with_kp(last_key="00" * 32)),
+             ("ticket forged", with_kp(ticket=kp["ticket"][:32] + "0" * 32)),
+             ("ticket for other blocks", with_kp(ticket=kp["ticket"][:16] + "ff" * 4 +
+                                                 kp["ticket"][24:])),
+             ("ticket not hex", with_kp(ticket="zz" * 32)),
+             ("ticket short", with_kp(ticket=kp["ticket"][:-2])),
+             ("ticket a number", with_kp(ticket=12)),
+             ("ticket a megabyte string", with_kp(ticket=big)),
+             ("no ticket", json.dumps(dict(good, kvpool={k: v for k, v in kp.items()
+                                                          if k != "ticket"}))),
              ("tokens wrong", with_kp(tokens=kp["tokens"] + 1)),
              ("tokens 1e400", raw_kp("tokens", "1e400")),
              ("an unknown field", with_kp(evil=1)),

@@ -28,7 +28,8 @@ import time
 import pytest
 
 import kvpool
-from conftest import TOP, Daemon, running, send_hostile_pd_params, tool
+from conftest import (TOP, NOT_PARAMS_REFUSED, TICKET_REFUSED, Daemon, running,
+                      send_hostile_pd_params, tool)
 
 sys.path.insert(0, os.path.join(TOP, "examples"))
 import vllm_engines as ve  # noqa: E402
@@ -453,9 +454,11 @@ def test_hostile_kv_transfer_params_leave_a_kv_both_engine_serving(models):
             # the first request's, and each case refused (not another
             # connector's params, nor a real handoff asked both ways)
             refused = 1 + sum(1 for w, st in statuses.items() if st == 200 and
-                              w not in ("NIXL's params", "both directions"))
-            assert refused >= 31, statuses
+                              w not in NOT_PARAMS_REFUSED)
+            assert refused >= 37, statuses
             assert metric_reaches(a, "pd_refused", refused) == refused
+            assert metric_reaches(a, "pd_tickets_refused", len(TICKET_REFUSED)) == \
+                len(TICKET_REFUSED)
             assert kvpool_metric(a, "hook_errors") == 0
             # no traceback through the connector (vLLM logs its own 400s' with one)
             assert a.log_lines("/kvpool/vllm/") == []

@@ -443,6 +443,7 @@ class Saver:
         self._on.pop(i, None)
         if not ok:
             self._pool.count("save_skipped", k)
+            self._pool.abandon(t.keys[:1])  # a decode engine waiting for it goes on
         self._ended.append(t)
         self.queued -= k
         r = self._rids.get(rid)

@@ -18,9 +18,10 @@ from typing import Any, Dict, Optional, Sequence
 __all__ = ["PDParams", "BadParams", "decode_params", "prefill_params", "wants_decode"]
 
 # the fields kvpool's own params carry ("kvpool": {...}), and no others
-FIELDS = ("namespace", "blocks", "tokens", "last_key")
+FIELDS = ("namespace", "blocks", "tokens", "last_key", "ticket")
 NAME_MAX = 63  # kvpoold's namespace names (KVP_NAME_MAX with its NUL)
 KEY_HEX_MAX = 128  # a block hash in hex: vLLM's are 32 bytes (sha256), 8 or 16 (xxhash)
+TICKET_HEX = 64  # kvpoold's handoff ticket (kvp_ticket: 32 bytes) in hex
 _HEX = frozenset(string.hexdigits.lower())
 
 
@@ -37,11 +38,14 @@ class BadParams(ValueError):
 
 @dataclass(frozen=True)
 class PDParams:
-    """A decode engine's request's handoff, as checked: its first blocks
+    """A decode engine's request's handoff, as parsed: its first blocks
     blocks are saved (or being saved) to this engine's namespace, the last
-    of them under key last_key."""
+    of them under key last_key, says ticket (kvpoold's, 32 bytes), which
+    kvpoold still has to check (Client.handoff_check()) before anything
+    waits for the blocks."""
     blocks: int
     last_key: bytes
+    ticket: bytes
 
 
 def _shown(v: Any) -> str:
@@ -131,15 +135,26 @@ def decode_params(params: Any, namespace: str, hashes: Sequence[Any],
         raise BadParams("a request's prefill engine saved blocks whose keys are not this "
                         "request's (\"last_key\" is not the hash of its block %d: another "
                         "prompt, or another hash seed)" % (blocks - 1), "pd-key")
-    return PDParams(blocks, key)
+    ticket = kp["ticket"]
+    if not isinstance(ticket, str) or len(ticket) != TICKET_HEX or \
+            not _HEX.issuperset(ticket):
+        raise BadParams("kv_transfer_params kvpool \"ticket\" is %s, not kvpoold's ticket "
+                        "(%d lower-case hex digits)" % (_shown(ticket), TICKET_HEX))
+    raw = bytes.fromhex(ticket)
+    if int.from_bytes(raw[8:12], "little") != blocks:
+        raise BadParams("kv_transfer_params kvpool \"ticket\" is for %d blocks, the params "
+                        "say %d" % (int.from_bytes(raw[8:12], "little"), blocks))
+    return PDParams(blocks, key, raw)
 
 
-def prefill_params(namespace: str, blocks: int, block: int, last_key: bytes) -> Dict[str, Any]:
+def prefill_params(namespace: str, blocks: int, block: int, last_key: bytes,
+                   ticket: bytes) -> Dict[str, Any]:
     """A prefill engine's answer to a request with do_remote_decode: vLLM's
     names (those its routers pass on and its NIXL connector sends), and
-    kvpool's own, which decode_params() takes back."""
+    kvpool's own, which decode_params() takes back, with the ticket
+    kvpoold issued for the handoff (Client.handoff_issue())."""
     return {"do_remote_prefill": True, "do_remote_decode": False,
             "remote_engine_id": None, "remote_block_ids": None, "remote_host": None,
             "remote_port": None,
             "kvpool": {"namespace": namespace, "blocks": blocks, "tokens": blocks * block,
-                       "last_key": bytes(last_key).hex()}}
+                       "last_key": bytes(last_key).hex(), "ticket": bytes(ticket).hex()}}

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tupl
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorMetadata
 
+import kvpool
 from kvpool._connector import Pool
 from kvpool.vllm.identity import Identity
 from kvpool.vllm.metadata import KVPoolMetadata, KVPoolWorkerMetadata, Transfer
@@ -35,6 +36,13 @@ __all__ = ["SchedulerSide", "IDLE_LOAD_S", "GUESS_BYTES_PER_S"]
 # is taken to copy at GUESS_BYTES_PER_S.
 IDLE_LOAD_S = 0.05
 GUESS_BYTES_PER_S = 2e9
+
+# How long a prefill engine's handoff ticket holds: the decode engine's
+# wait (pd_wait_seconds) plus the request's way there (the router, the
+# decode engine's queue), TICKET_WAITS times the wait and at least
+# TICKET_MIN_S, at most kvpoold's 600 s.
+TICKET_WAITS = 3
+TICKET_MIN_S = 30.0
 
 
 @dataclass
@@ -198,7 +206,7 @@ class SchedulerSide:
         start = num_computed_tokens // self._block
         # a decode engine's request whose prompt a prefill engine computed
         # and is saving (disaggregated prefill): its blocks are waited for
-        wanted = self._pd_blocks(request, n)
+        wanted, pd_wait = self._pd_blocks(request, n)
         if n <= start:
             # vLLM has it all: what the pool holds too is not copied again
             if self._saves:
@@ -238,7 +246,7 @@ class SchedulerSide:
             self._pool.count("loads_off_step")
             self._saved[rid] = max(self._saved.get(rid, 0), wanted)
             self._leases[rid] = _Lease(pages, keys[:wanted], start, background=True,
-                                       wait=self._pd_wait)
+                                       wait=pd_wait)
             return (wanted - start) * self._block, True
         # the block left to vLLM to compute may be in the pool too
         have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
@@ -259,25 +267,46 @@ class SchedulerSide:
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
 
-    def _pd_blocks(self, request: "Request", n: int) -> int:
+    def _pd_blocks(self, request: "Request", n: int) -> Tuple[int, float]:
         """How many of the request's first n blocks a prefill engine says
         it saved to this pool (its kv_transfer_params, which the router
         passed on from the prefill engine's response: request_finished()'s
-        on that engine), or 0: none, or params that kvpool.vllm.pd refuses
-        (malformed, or naming another namespace or other blocks): such a
-        request is computed here, counted (pd_refused), and each kind of
-        refusal is said once."""
+        on that engine), and how long a load may wait for them: the lesser
+        of pd_wait_seconds and what the handoff's ticket holds. (0, 0):
+        none; params that kvpool.vllm.pd refuses (malformed, or naming
+        another namespace or other blocks: counted in pd_refused), or
+        whose ticket kvpoold refuses (forged, another prompt's or
+        daemon's, expired: pd_tickets_refused): such a request is computed
+        here at once, and each kind of refusal is said once."""
         try:
             pd = decode_params(getattr(request, "kv_transfer_params", None),
                                self._ident.namespace, request.block_hashes, self._block)
         except BadParams as e:
             self._pool.count("pd_refused")
             self._pool.warn(e.cond, "%s: such requests are computed here", e)
-            return 0
+            return 0, 0.0
+        if pd is None:
+            return 0, 0.0
+        # only a ticket kvpoold issued to a writer of this namespace makes
+        # the request wait: a request body cannot
+        with self._pool.lock:
+            c = self._pool.client()
+            if c is None:
+                return 0, 0.0
+            try:
+                left, _ = c.handoff_check(pd.ticket, pd.last_key)
+            except kvpool.Stale as e:
+                self._pool.count("pd_tickets_refused")
+                self._pool.warn("pd-ticket-refused", "a request's handoff ticket was "
+                                "refused (%s): such requests are computed here", e)
+                return 0, 0.0
+            except OSError as e:
+                self._pool.failed("handoff", e)
+                return 0, 0.0
         # the prefill engine's last block is this request's (checked where
         # it is), even when this engine loads one block less (a prompt of
         # whole blocks: vLLM computes at least its last token)
-        return 0 if pd is None else min(pd.blocks, n)
+        return min(pd.blocks, n), min(self._pd_wait, left)
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
@@ -499,9 +528,19 @@ class SchedulerSide:
         blocks = min(len(hashes), request.num_prompt_tokens // self._block, saved or 0)
         if blocks <= 0:
             return None
+        last = bytes(hashes[blocks - 1])
+        ttl = min(600.0, max(TICKET_MIN_S, TICKET_WAITS * self._pd_wait))
+        with self._pool.lock:
+            c = self._pool.client()
+            if c is None:
+                return None  # no handoff without the pool: the decode engine computes
+            try:
+                ticket = c.handoff_issue(last, blocks, ttl)
+            except OSError as e:
+                self._pool.failed("handoff", e)
+                return None
         self._pool.count("pd_prefills")
-        return prefill_params(self._ident.namespace, blocks, self._block,
-                              bytes(hashes[blocks - 1]))
+        return prefill_params(self._ident.namespace, blocks, self._block, last, ticket)
 
     def request_finished_all_groups(self, request: "Request", block_ids: Tuple[List[int], ...]
                                     ) -> Tuple[bool, Optional[Dict[str, Any]]]:

@@ -40,12 +40,19 @@ COUNTERS = {
     "pd_loads": "Requests of a decode engine whose load waited for blocks a prefill "
                 "engine was still saving.",
     "pd_late": "Requests of a decode engine whose wait for its prefill engine's blocks "
-               "ended at pd_wait_seconds with blocks lacking (computed there).",
+               "ended with blocks lacking, at pd_wait_seconds or when the prefill engine "
+               "abandoned them (computed there).",
     "pd_busy": "Requests of a decode engine that found pd_max_waits requests waiting for "
                "their prefill engines' blocks: served with what the pool held.",
     "pd_refused": "Requests of a decode engine whose kv_transfer_params kvpool refused "
                   "(malformed, or naming another namespace or other blocks): computed "
                   "there.",
+    "pd_tickets_refused": "Requests of a decode engine whose handoff ticket kvpoold "
+                          "refused (forged, another prompt's or daemon's, expired): "
+                          "computed there at once.",
+    "pd_abandoned": "Saves a prefill engine skipped or failed whose first block it told "
+                    "kvpoold it will not save: a decode engine waiting for it computes "
+                    "at once.",
     "hook_errors": "Exceptions a kvpool connector hook caught instead of letting them "
                    "reach vLLM (the requests they touched were computed; the engine's "
                    "log has the first of each hook).",

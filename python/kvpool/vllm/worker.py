@@ -217,11 +217,20 @@ class WorkerSide:
                     saver is not None and saver.busy(t.req_id)):
                 if self._pool is not None:
                     self._pool.count("save_skipped", len(t.keys))
+                    self._abandon([t])
                 self._saves_ended([t])
         if mover is not None:
             mover.finish(meta.finished)
         if saver is not None:
             saver.finish(meta.finished)
+
+    def _abandon(self, saves: Sequence[Transfer]) -> None:
+        """These saves will not reach the pool: the first block of each is
+        abandoned in kvpoold (get_finished() sends them), so that a decode
+        engine waiting for it computes at once rather than wait
+        pd_wait_seconds."""
+        if self._pool is not None:
+            self._pool.abandon([t.keys[0] for t in saves if t.keys])
 
     def without_pool(self) -> None:
         """register_kv_caches() that failed: this worker runs without the
@@ -280,9 +289,9 @@ class WorkerSide:
                 self._pool.count("pd_late")
                 self._pool.warn("pd-late", "%d of a request's %d blocks did not reach the "
                                 "pool within pd_wait_seconds (%gs) of its prefill engine's "
-                                "answer (its saves were skipped, slow, or it stopped): "
-                                "computed here", len(t.keys) - len(held), len(t.keys),
-                                t.wait)
+                                "answer (its saves were skipped or failed and it said so, "
+                                "or they were slow, or it stopped): computed here",
+                                len(t.keys) - len(held), len(t.keys), t.wait)
             else:
                 self._pool.clear("pd-late", "a prefill engine's blocks came in time again")
         try:
@@ -506,8 +515,9 @@ class WorkerSide:
             if pool is not None and self._copier is not None:
                 # a request whose earlier blocks are not in the pool cannot
                 # chain its later ones: skipped, and counted as the thread does
-                pool.count("save_skipped", sum(len(t.keys) for t in meta.saves
-                                               if t.req_id in self._broken))
+                broken = [t for t in meta.saves if t.req_id in self._broken]
+                pool.count("save_skipped", sum(len(t.keys) for t in broken))
+                self._abandon(broken)
                 if saves:
                     self._broken |= set(self._save(saves))
             self._saves_ended(meta.saves)
@@ -521,6 +531,7 @@ class WorkerSide:
                 r = mover.save(t.req_id, (t, ready), len(t.keys))
             if r != "queued":
                 pool.count("save_skipped", len(t.keys))
+                self._abandon([t])
                 self._saves_ended([t])
             q = saver or mover
             if r == "full":
@@ -581,6 +592,7 @@ class WorkerSide:
             except (OSError, ValueError) as e:
                 pool.failed("save", e)
                 pool.count("save_skipped", total)
+                self._abandon(saves)
                 return [t.req_id for t in saves]
             pool.clear("full", "the pool has room again; saving")
             for t, r in zip(saves, results):
@@ -591,6 +603,7 @@ class WorkerSide:
                 pool.count("save_skipped", len(t.keys))
                 if t.req_id not in failed:
                     failed.append(t.req_id)
+                    self._abandon([t])
                 if r is not None:  # its publish failed (None: an earlier one of its request)
                     pool.failed("publish", r)
             if err is not None:
@@ -611,6 +624,7 @@ class WorkerSide:
             except OSError as e:
                 pool.failed("save", e)
                 pool.count("save_skipped", total)
+                self._abandon(saves)
                 return [t.req_id for t in saves]
             pool.clear("full", "the pool has room again; saving")
             pairs: List[List[Tuple[int, int]]] = []
@@ -641,6 +655,7 @@ class WorkerSide:
                         pool.failed("publish", e)
                         pool.count("save_skipped", len(pages))
                         failed.append(t.req_id)
+                        self._abandon([t])
                         continue
                     dups = [q for p, q in zip(pages, canon) if q != p]
                     release += dups
@@ -650,6 +665,7 @@ class WorkerSide:
             except (OSError, ValueError) as e:
                 pool.failed("save", e)
                 pool.count("save_skipped", total)
+                self._abandon(saves)
                 return [t.req_id for t in saves]
         return failed
 
@@ -673,6 +689,8 @@ class WorkerSide:
             self._saves_ended([t for t, _ in self._mover.ended()])
         if self._saver is not None:
             self._saves_ended(self._saver.ended())
+        if self._pool is not None:
+            self._pool.flush_abandoned()
         sending = self._sends_done()
         recving, self._recving = self._recving, set()
         return sending or None, recving or None
