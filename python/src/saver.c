@@ -117,6 +117,8 @@ enum {
 	SV_SKIPPED,	/* an earlier job of its chain is not in the pool */
 	SV_FAILED,	/* its batch or its publish failed: what, rc, err */
 	SV_GONE,	/* the Client was closed */
+	SV_PARTIAL,	/* its leading blocks published (saved, dups), the rest found
+			 * no room in the pool: what, rc, err as SV_FAILED's */
 };
 
 /* One submit(): the connection and the copy its jobs share. */
@@ -135,6 +137,8 @@ struct sv_job {
 	kvp_key parent_key;
 	const kvp_key *parent;
 	size_t n;
+	size_t keep;		/* the leading blocks it publishes (n, or fewer
+				 * when the pool had room for fewer) */
 	kvp_key *keys;
 	int64_t *blocks;
 	struct tokens tok;
@@ -287,9 +291,54 @@ static void fail_all(struct sv_job *j, int status, int rc, const char *what, con
 }
 
 /*
+ * alloc_fit() - n fresh pages did not fit: as many as do, in ALLOCs of
+ * halving sizes (the daemon's are all or none), at least half of what
+ * fits. How many (into out), 0 when not one does.
+ */
+static size_t alloc_fit(kvp_client *c, size_t n, kvp_page *out)
+{
+	size_t got = 0, step = n / 2;
+
+	while (step && got < n) {
+		if (step > n - got)
+			step = n - got;
+		if (kvp_alloc(c, step, out + got) == 0)
+			got += step;
+		else
+			step /= 2;
+	}
+	return got;
+}
+
+/* keep_fit() - got pages of the batch's total: the jobs that fit whole
+ * keep theirs, the one across the line its leading blocks, those past it
+ * none (failed: no room, err). The pages they keep, in order. */
+static void keep_fit(struct sv_job *first, size_t got, int rc, const char *err)
+{
+	struct sv_job *j;
+	size_t at = 0;
+
+	for (j = first; j; j = j->next) {
+		if (j->status != -1)
+			continue;
+		j->keep = at >= got ? 0 : got - at < j->n ? got - at : j->n;
+		at += j->keep;
+		if (j->keep < j->n) {	/* SV_PARTIAL once its leading ones are in */
+			j->rc = rc;
+			j->what = "alloc";
+			snprintf(j->err, sizeof(j->err), "%s", err);
+		}
+		if (!j->keep)
+			j->status = SV_FAILED;
+	}
+}
+
+/*
  * run_batch() - ALLOC the batch's pages, copy its blocks in, PUBLISH each
  * job (a job whose chain broke is skipped), RELEASE: the pool's Lock held,
- * no GIL. Its jobs' results and the batch's record are set.
+ * no GIL. Its jobs' results and the batch's record are set. When the pool
+ * has room for fewer pages than the batch's, the leading blocks that fit
+ * are saved (a decode engine loads them, and computes the rest).
  */
 static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec)
 {
@@ -312,10 +361,12 @@ static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec
 	}
 	pthread_mutex_lock(&s->mu);
 	for (j = first; j; j = j->next)
-		if (broken_at(s, j->chain) >= 0)
+		if (broken_at(s, j->chain) >= 0) {
 			j->status = SV_SKIPPED;
-		else
+		} else {
+			j->keep = j->n;
 			total += j->n;
+		}
 	pthread_mutex_unlock(&s->mu);
 	if (!total)
 		goto out;
@@ -329,20 +380,27 @@ static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec
 	}
 	rc = kvp_alloc(c, total, fresh);
 	if (rc < 0) {
+		size_t got;
+
 		SAVE_ERROR(err);
-		fail_all(first, SV_FAILED, rc, "alloc", err);
-		goto out;
+		got = rc == -ENOSPC && total > 1 ? alloc_fit(c, total, fresh) : 0;
+		if (!got) {
+			fail_all(first, SV_FAILED, rc, "alloc", err);
+			goto out;
+		}
+		keep_fit(first, got, rc, err);
+		total = got;
 	}
 	for (j = first, at = 0; j; j = j->next) {
 		if (j->status != -1)
 			continue;
-		rc = page_pairs(c, fresh + at, j->blocks, j->n, true, pairs + 2 * at);
+		rc = page_pairs(c, fresh + at, j->blocks, j->keep, true, pairs + 2 * at);
 		if (rc < 0) {
 			SAVE_ERROR(err);
 			fail_all(first, SV_FAILED, rc, "page_index", err);
 			break;
 		}
-		at += j->n;
+		at += j->keep;
 	}
 	if (at == total && bc_plan_check(plan, pairs, total, cerr, sizeof(cerr)) < 0) {
 		fail_all(first, SV_FAILED, -EINVAL, "copy", cerr);
@@ -358,8 +416,9 @@ static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec
 				j->status = SV_SKIPPED;
 			pthread_mutex_unlock(&s->mu);
 			if (j->status == -1) {
+				/* a partial one's first keep blocks and their tokens */
 				rc = kvp_publish_tokens(c, NULL, j->parent, fresh + at, j->keys,
-							j->has_tok ? j->tok.v : NULL, j->n,
+							j->has_tok ? j->tok.v : NULL, j->keep,
 							first->g->prio, canon + at);
 				if (rc < 0) {
 					SAVE_ERROR(j->err);
@@ -367,13 +426,13 @@ static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec
 					j->rc = rc;
 					j->what = "publish";
 				} else {
-					j->status = SV_SAVED;
-					for (i = at; i < at + j->n; i++)
+					j->status = j->keep < j->n ? SV_PARTIAL : SV_SAVED;
+					for (i = at; i < at + j->keep; i++)
 						if (canon[i] != fresh[i])
 							rel[total + nrel++] = canon[i];
 						else
 							j->saved++;
-					j->dups = j->n - j->saved;
+					j->dups = j->keep - j->saved;
 				}
 			}
 			if (j->status != SV_SAVED) {
@@ -381,7 +440,7 @@ static void run_batch(SaverObject *s, struct sv_job *first, struct sv_batch *rec
 				break_chain(s, j->chain);
 				pthread_mutex_unlock(&s->mu);
 			}
-			at += j->n;
+			at += j->keep;
 		}
 	}
 	/* every fresh page goes (a published one stays in the index), and
@@ -636,7 +695,7 @@ static PyObject *job_result(struct sv_job *j)
 	PyObject *e;
 	char what[32];
 
-	if (j->status != SV_FAILED)
+	if (j->status != SV_FAILED && j->status != SV_PARTIAL)
 		return Py_BuildValue("(Linnss)", j->id, j->status, (Py_ssize_t)j->saved,
 				     (Py_ssize_t)j->dups, NULL, NULL);
 	snprintf(what, sizeof(what), "save: %s", j->what);
@@ -646,8 +705,8 @@ static PyObject *job_result(struct sv_job *j)
 		e = error_object(j->rc, what, j->err);
 	if (!e)
 		return NULL;
-	return Py_BuildValue("(LinnsN)", j->id, j->status, (Py_ssize_t)0, (Py_ssize_t)0,
-			     j->what, e);
+	return Py_BuildValue("(LinnsN)", j->id, j->status, (Py_ssize_t)j->saved,
+			     (Py_ssize_t)j->dups, j->what, e);
 }
 
 static PyObject *Saver_reap(SaverObject *self, PyObject *unused)
@@ -835,7 +894,8 @@ static PyMethodDef Saver_methods[] = {
 	  "first job's id)]): "
 	  "the jobs and batches done since the last call. status: 0 saved, 1 skipped (its "
 	  "chain broke), 2 failed (what: alloc, page_index, copy, publish; error: the "
-	  "exception), 3 the Client was closed." },
+	  "exception), 3 the Client was closed, 4 partial (saved and dups of its leading "
+	  "blocks; the rest found no room: what alloc, error NoSpace)." },
 	{ "drop", (PyCFunction)Saver_drop, METH_O,
 	  "drop(chains) -> [id]: the queued jobs of these chains are dropped (their ids); "
 	  "waits for the batch that runs, if it holds some; the chains are forgotten." },

@@ -212,6 +212,40 @@ def test_the_saver_keeps_a_chains_order_and_skips_after_a_failure(daemon):
     assert held(daemon) == 0 and st["pages_cached"] == 3
 
 
+def test_the_saver_saves_the_leading_blocks_that_fit_a_pool_with_room_for_fewer():
+    """A batch of more blocks than the pool has room for (saves were all
+    or none: a decode engine waiting for them got nothing): the jobs that
+    fit are saved, the one across the line saves its leading blocks and
+    says NoSpace (status 4, its saved count), the ones past it fail for
+    room, its chain's later job is skipped; the pool holds exactly those
+    blocks, bit for bit, and no page is kept."""
+    from conftest import running
+    src, dst = engine_kv(), engine_kv(fill=False)
+    with running(["--pool-size", "64K", "--slab-size", "64K"]) as d:
+        with kvpool.Client(d.sock, "ns", GEO) as c:
+            # 64 KiB of pages of 512 bytes (2 x 2 layers x 2 heads x 4 tokens
+            # x 8 x f16): room for 128
+            a, b, e = keys(1, 100), keys(2, 100), keys(3, 10)
+            ids = [i % BLOCKS for i in range(100)]
+            s = Saving(c, batch=1024)
+            s.submit([(1, 1, a, None, ids, None), (2, 2, b, None, ids, None),
+                      (3, 3, e, None, ids[:10], None)], src)
+            r, _ = s.results()
+            assert r[1] == (0, 100, 0, None, None)
+            assert r[2][:3] == (4, 28, 0) and r[2][3] == "alloc"
+            assert isinstance(r[2][4], kvpool.NoSpace)
+            assert r[3][0] == 2 and isinstance(r[3][4], kvpool.NoSpace)
+            s.submit([(4, 2, keys(4, 1), b[27], [0], None)], src)  # later, chain 2
+            assert s.results()[0][4][0] == 1
+            s.close()
+            assert c.contains(a) == 100 and c.contains(b) == 28 and c.contains(e) == 0
+            loaded, err = c.load_blocks(b[:28], None, ids[:28], *sides(c, dst, False))
+            assert loaded == 28 and err is None
+            for l in range(GEO.layers):
+                assert torch.equal(bits(dst[l]), bits(src[l]))
+        assert held(d) == 0 and d.stats()["pages_cached"] == 128
+
+
 def test_the_saver_waits_for_the_pools_lock_and_drop_waits_for_the_batch(daemon):
     """A batch runs only while no other thread holds the pool's lock; drop()
     takes a chain's queued jobs off and waits for the batch that runs."""

@@ -327,6 +327,9 @@ class Mover:
         return dropped
 
 
+PARTIAL = 4  # Saver.reap()'s status of a job whose leading blocks alone fit
+
+
 class Saver:
     """A worker's saves off the engine's step on a thread that never takes
     the GIL (kvpool._kvpool.Saver, python/src/saver.c): with host tensors
@@ -438,12 +441,15 @@ class Saver:
         _pin(self._cpus, self._log, "the connector's saving thread")
         self._c.run()
 
-    def _end(self, i: int, ok: bool) -> None:
+    def _end(self, i: int, ok: bool, kept: int = 0) -> None:
+        """Job i ended: ok, or not, its first kept blocks saved (a partial
+        save: the pool had room for those)."""
         rid, t, k = self._jobs.pop(i)
         self._on.pop(i, None)
         if not ok:
-            self._pool.count("save_skipped", k)
-            self._pool.abandon(t.keys[:1])  # a decode engine waiting for it goes on
+            self._pool.count("save_skipped", k - kept)
+            # a decode engine waiting for the first block not saved goes on
+            self._pool.abandon(t.keys[kept:kept + 1])
         self._ended.append(t)
         self.queued -= k
         r = self._rids.get(rid)
@@ -481,15 +487,15 @@ class Saver:
                 failures.append(("release", err, self._on.get(first)))
         saved = False
         for i, status, n, dups, what, err in jobs:
-            if status == 0:
+            if status in (0, PARTIAL):  # all its blocks, or the leading ones that fit
                 pool.count("saved_blocks", n)
                 pool.count("dedups", dups)
-                saved = True
-            elif err is not None:
+                saved = saved or status == 0
+            if err is not None:
                 failures.append(("publish" if what == "publish" else "save", err,
                                  self._on.get(i)))
             if i in self._jobs:
-                self._end(i, status == 0)
+                self._end(i, status == 0, n + dups)
         if saved:
             pool.clear("full", "the pool has room again; saving")
         if failures:
