@@ -576,7 +576,8 @@ KVP_API int kvp_handoff_check(kvp_client *c, const kvp_ticket *t, const kvp_key 
  * this client (its save was skipped or failed): the kvp_acquire() waits
  * for it (kvp_set_acquire_wait()) that lack it as their first missing key
  * are answered at once with what is held, and so are those that come to
- * lack it in the next 120 s. Needs WRITE. Returns 0, or -EINVAL,
+ * lack it in the next 10 minutes (as long as a ticket holds), until a
+ * client publishes it. Needs WRITE. Returns 0, or -EINVAL,
  * -ENOTCONN, -EACCES, -EPIPE, -ETIMEDOUT, -EIO.
  */
 KVP_API int kvp_handoff_abandon(kvp_client *c, const kvp_key *key);

@@ -342,7 +342,8 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_publish_partial) == 48,
  * - ABANDON (WRITE rights): the block key will not be published (a save
  *   skipped or failed): the ACQUIREs that wait for it as the first key
  *   they lack are answered now with what is held, and so are those that
- *   come to lack it in the next KVP_WIRE_ABANDON_MS. Reply: empty.
+ *   come to lack it in the next KVP_WIRE_ABANDON_MS (as long as a ticket
+ *   holds), until a client publishes it after all. Reply: empty.
  */
 struct kvp_wire_ticket {
 	uint64_t expires_ms;	/* CLOCK_REALTIME, milliseconds */
@@ -364,7 +365,7 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_handoff) == 80, "kvp_wire_handoff is 80
 #define KVP_HANDOFF_ISSUE	1u
 #define KVP_HANDOFF_CHECK	2u
 #define KVP_HANDOFF_ABANDON	3u
-#define KVP_WIRE_ABANDON_MS	120000u
+#define KVP_WIRE_ABANDON_MS	KVP_WIRE_WAIT_MAX_MS	/* a ticket's longest */
 
 /* CHECK reply. */
 struct kvp_wire_handoff_left {

@@ -557,6 +557,21 @@ START_TEST(test_handoff_an_abandoned_block_ends_the_waits_for_it)
 	ck_assert_int_eq(kvp_set_acquire_wait(c, 50), 0);
 	ck_assert_int_eq(kvp_acquire(c, NULL, j, 3, NULL, 0, pages, NULL), 2);
 	ck_assert_int_eq(kvp_release(c, pages, 2), 0);
+	/* and once published it is abandoned no more: gone from the pool
+	 * again (evicted), a wait that lacks it waits its whole wait */
+	ck_assert_int_ge(kvp_evict(s, "park", 0), 2);
+	publish_one(p, NULL, &j[0]);
+	{
+		struct timespec a, z;
+		long ms;
+
+		clock_gettime(CLOCK_MONOTONIC, &a);
+		ck_assert_int_eq(kvp_acquire(c, NULL, j, 3, NULL, 0, pages, NULL), 1);
+		ck_assert_int_eq(kvp_release(c, pages, 1), 0);
+		clock_gettime(CLOCK_MONOTONIC, &z);
+		ms = (z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000;
+		ck_assert_int_ge(ms, 45);
+	}
 	kvp_close(c);
 	kvp_close(s);
 	kvp_close(p);

@@ -17,6 +17,9 @@
 #include "daemon/serve/server.h"
 #include "daemon/store/namespace.h"
 
+/* how far ahead of this one another daemon's clock may run */
+#define CLOCK_SKEW_MS	60000u
+
 static uint64_t realtime_ms(void)
 {
 	struct timespec ts;
@@ -137,6 +140,15 @@ static void check(struct conn *c, const struct kvp_wire_hdr *req, const struct k
 			   "these %u blocks in namespace '%s' by this daemon, nor by one that "
 			   "shares its --remote-key-file: forged, or for another prompt; "
 			   "compute the request", t->blocks, c->ns->name);
+		return;
+	}
+	if (t->expires_ms > now + KVP_WIRE_WAIT_MAX_MS + CLOCK_SKEW_MS) {
+		c->srv->n.tickets_refused++;
+		conn_error(c, req, KVP_S_STALE, "HANDOFF CHECK: the ticket expires %llu s from "
+			   "now, past the longest a ticket holds (%u s): the issuing daemon's "
+			   "clock is ahead of this one's; keep the machines' clocks in step",
+			   (unsigned long long)((t->expires_ms - now) / 1000),
+			   KVP_WIRE_WAIT_MAX_MS / 1000);
 		return;
 	}
 	if (t->expires_ms <= now) {

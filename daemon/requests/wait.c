@@ -286,8 +286,10 @@ static void heap_del(struct server *s, struct conn *c)
 	heap_down(s, last->kwait_hidx);
 }
 
-/* abandoned keys a namespace remembers, at most (the oldest gives way:
- * a wait for it then lasts until its deadline, as before) */
+/* a namespace's abandoned keys: a table of GONE_SLOTS, a key in one of
+ * the GONE_PROBE slots after its hash; where those are taken, the one
+ * that expires first gives way (a wait for it then lasts until its
+ * deadline, as before) */
 #define GONE_SLOTS	1024u
 #define GONE_PROBE	8u
 
@@ -324,6 +326,19 @@ static bool abandoned(const struct ns *n, const uint8_t *key)
 			return true;
 	}
 	return false;
+}
+
+/* ungone() - key is no longer abandoned in n (a client published it). */
+static void ungone(struct ns *n, const uint8_t *key)
+{
+	uint32_t i, at = gone_slot(key);
+
+	for (i = 0; i < GONE_PROBE; i++) {
+		struct wait_gone *g = &n->gone[(at + i) & (GONE_SLOTS - 1)];
+
+		if (!memcmp(g->key, key, KVP_KEY_BYTES))
+			g->until_ms = 0;
+	}
 }
 
 /* gone_add() - key abandoned in n from now: in a free or expired slot of
@@ -668,6 +683,8 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key)
 {
 	struct conn *c, *next, *woken = NULL;
 
+	if (n->gone)
+		ungone(n, key);	/* published after all: waits for it wait again */
 	if (!s->kwait_n)
 		return;
 	for (c = s->kwait_buckets[kwait_bucket(s, n, key)]; c; c = next) {

@@ -486,9 +486,15 @@ int server_init(struct server **out, struct loop *l, const struct options *o,
 	s->pool = pool;
 	s->admin_gid = admin_gid;
 	/* a daemon of its own: tickets no other daemon takes (compose.c
-	 * makes it from --remote-key-file where there is one) */
-	(void)siphash_key(s->ticket_key);
-	(void)siphash_key(s->ticket_key + 16);
+	 * makes it from --remote-key-file where there is one); a key anyone
+	 * could guess would let them make tickets */
+	if (siphash_key(s->ticket_key) < 0 || siphash_key(s->ticket_key + 16) < 0) {
+		snprintf(err, errlen, "no random bytes for the handoff ticket key: getrandom() "
+			 "and /dev/urandom failed; give kvpoold access to /dev/urandom");
+		explicit_bzero(s->ticket_key, sizeof(s->ticket_key));
+		free(s);
+		return -EIO;
+	}
 	*out = s;
 	return 0;
 }

@@ -91,18 +91,21 @@ class Pool:
             keys, self._abandoned = self._abandoned, []
         if not keys:
             return
+        sent = 0
         with self.lock:
             c = self.client()
             if c is None:
                 return  # the daemon is gone: no one waits in it
-            for i, k in enumerate(keys):
+            for k in keys:
                 try:
                     c.handoff_abandon(k)
-                except OSError as e:
+                    sent += 1
+                except (kvpool.DaemonGone, kvpool.NotConnected, ConnectionError) as e:
                     self.failed("abandon", e)
-                    keys = keys[:i]
                     break
-        self.count("pd_abandoned", len(keys))
+                except OSError as e:  # this one (said once); the others still go
+                    self.failed("abandon", e)
+        self.count("pd_abandoned", sent)
 
     def take_samples(self) -> Dict[str, List[float]]:
         """The durations observed since the last call."""

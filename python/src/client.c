@@ -345,9 +345,13 @@ static PyObject *Client_handoff_issue(ClientObject *self, PyObject *args, PyObje
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "OId", kwlist, &okey, &blocks, &ttl))
 		return NULL;
 	if (!(ttl >= 0.001 && ttl <= KVP_WIRE_WAIT_MAX_MS / 1000.0) || !blocks) {
-		PyErr_Format(PyExc_ValueError, "handoff_issue(blocks=%u, ttl=%R): a ticket is "
-			     "for 1 block or more and holds 0.001 to %u seconds", blocks,
-			     PyTuple_GET_ITEM(args, 2), KVP_WIRE_WAIT_MAX_MS / 1000);
+		PyObject *t = PyFloat_FromDouble(ttl);
+
+		if (t)
+			PyErr_Format(PyExc_ValueError, "handoff_issue(blocks=%u, ttl=%R): a ticket "
+				     "is for 1 block or more and holds 0.001 to %u seconds",
+				     blocks, t, KVP_WIRE_WAIT_MAX_MS / 1000);
+		Py_XDECREF(t);
 		return NULL;
 	}
 	if (!client_ok(self) || key_from(okey, &k, "last_key") < 0)
@@ -723,7 +727,8 @@ static PyMethodDef Client_methods[] = {
 	  "(forged, another prompt's or daemon's, expired)." },
 	{ "handoff_abandon", (PyCFunction)Client_handoff_abandon, METH_O,
 	  "handoff_abandon(key) - the block under key will not be published (its save was "
-	  "skipped or failed): waits that lack it end at once, now and for 120 s." },
+	  "skipped or failed): waits that lack it end at once, now and for 10 minutes "
+	  "(until it is published after all)." },
 	{ "fileno", (PyCFunction)Client_fileno, METH_NOARGS,
 	  "fileno() -> the connection's socket, for poll() alone: POLLRDHUP/POLLHUP once "
 	  "the daemon closed the connection. Never read, write or close it." },

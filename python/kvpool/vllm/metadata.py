@@ -36,6 +36,10 @@ class Transfer:
     # fallback): the workers copy nothing and report its blocks failed,
     # so that vLLM computes them
     fail: bool = False
+    # saves: its request is a disaggregated prefill's (do_remote_decode): a
+    # decode engine may wait for its blocks, so what does not reach the
+    # pool is abandoned in kvpoold (HANDOFF ABANDON), and the wait ends
+    handoff: bool = False
 
 
 @dataclass

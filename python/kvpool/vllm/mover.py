@@ -449,7 +449,8 @@ class Saver:
         if not ok:
             self._pool.count("save_skipped", k - kept)
             # a decode engine waiting for the first block not saved goes on
-            self._pool.abandon(t.keys[kept:kept + 1])
+            if t.handoff:
+                self._pool.abandon(t.keys[kept:kept + 1])
         self._ended.append(t)
         self.queued -= k
         r = self._rids.get(rid)

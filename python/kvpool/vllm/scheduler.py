@@ -80,6 +80,9 @@ class SchedulerSide:
         self._pd_wait = settings["pd_wait_seconds"]
         self._pd_max = settings["pd_max_waits"]
         self._pd_waits: Set[str] = set()  # requests whose load waits for a prefill engine
+        # each P/D request's handoff as its params and ticket were judged
+        # (its blocks, its wait), once: vLLM asks again while it waits
+        self._pd_known: Dict[str, Tuple[int, float]] = {}
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
@@ -178,6 +181,7 @@ class SchedulerSide:
         rid = request.request_id
         self._release(rid)
         self._requests.pop(rid, None)
+        self._pd_known.pop(rid, None)
         saved = self._saved.pop(rid, None)
         self._no_load.discard(rid)
         # every worker's load, not only the first one's (tensor parallelism)
@@ -277,7 +281,17 @@ class SchedulerSide:
         another namespace or other blocks: counted in pd_refused), or
         whose ticket kvpoold refuses (forged, another prompt's or
         daemon's, expired: pd_tickets_refused): such a request is computed
-        here at once, and each kind of refusal is said once."""
+        here at once, and each kind of refusal is said once. Judged once a
+        request (one CHECK), its answer kept until it finishes."""
+        rid = request.request_id
+        known = self._pd_known.get(rid)
+        if known is None:
+            known = self._pd_known[rid] = self._pd_judge(request)
+        return min(known[0], n), known[1]
+
+    def _pd_judge(self, request: "Request") -> Tuple[int, float]:
+        """_pd_blocks() of a request not judged yet: its handoff's blocks
+        (all of them), its wait."""
         try:
             pd = decode_params(getattr(request, "kv_transfer_params", None),
                                self._ident.namespace, request.block_hashes, self._block)
@@ -306,7 +320,7 @@ class SchedulerSide:
         # the prefill engine's last block is this request's (checked where
         # it is), even when this engine loads one block less (a prompt of
         # whole blocks: vLLM computes at least its last token)
-        return min(pd.blocks, n), min(self._pd_wait, left)
+        return pd.blocks, min(self._pd_wait, left)
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
@@ -445,7 +459,8 @@ class SchedulerSide:
         keys = [bytes(h) for h in req.block_hashes[first:full]]
         parent = bytes(req.block_hashes[first - 1]) if first else None
         tokens = list(req.all_token_ids[first * self._block:full * self._block])
-        return Transfer(rid, keys, parent, ids, tokens)
+        return Transfer(rid, keys, parent, ids, tokens,
+                        handoff=wants_decode(getattr(req, "kv_transfer_params", None)))
 
     def _pinned_save(self, rid: str, req: "Request", first: int, full: int,
                      rows: list) -> Optional[Transfer]:

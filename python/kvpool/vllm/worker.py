@@ -225,12 +225,12 @@ class WorkerSide:
             saver.finish(meta.finished)
 
     def _abandon(self, saves: Sequence[Transfer]) -> None:
-        """These saves will not reach the pool: the first block of each is
-        abandoned in kvpoold (get_finished() sends them), so that a decode
-        engine waiting for it computes at once rather than wait
-        pd_wait_seconds."""
+        """These saves will not reach the pool: the first block of each
+        that a decode engine may wait for (a disaggregated prefill's) is
+        abandoned in kvpoold (get_finished() sends them), so that the
+        decode engine computes at once rather than wait pd_wait_seconds."""
         if self._pool is not None:
-            self._pool.abandon([t.keys[0] for t in saves if t.keys])
+            self._pool.abandon([t.keys[0] for t in saves if t.keys and t.handoff])
 
     def without_pool(self) -> None:
         """register_kv_caches() that failed: this worker runs without the
