@@ -575,6 +575,7 @@ END_TEST
 static char redis_dir[] = "/tmp/kvpool-redis-XXXXXX";
 static char redis_url[64], redis_key[128];
 static bool redis_up;
+static bool redis_made;	/* redis_dir exists (mkdtemp may put an X in its name) */
 
 /* free_port() - a TCP port of loopback no one listens on now, or 0. */
 static unsigned free_port(void)
@@ -609,6 +610,7 @@ static void redis_start(void)
 	port = free_port();
 	if (!port || !mkdtemp(redis_dir))
 		return;
+	redis_made = true;
 	snprintf(redis_url, sizeof(redis_url), "redis://127.0.0.1:%u", port);
 	snprintf(redis_key, sizeof(redis_key), "%s/remote.key", redis_dir);
 	f = fopen(redis_key, "w");
@@ -626,8 +628,8 @@ static void redis_stop(void)
 {
 	char cmd[512];
 
-	if (strchr(redis_dir, 'X'))
-		return;		/* never made */
+	if (!redis_made)
+		return;
 	snprintf(cmd, sizeof(cmd), "sh %s/tests/redis-cluster.sh stop %s/redis; "
 		 "rm -rf %s", KVP_SRCDIR, redis_dir, redis_dir);
 	if (system(cmd) != 0)
