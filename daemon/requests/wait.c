@@ -679,23 +679,34 @@ static void kwait_resume(struct conn *c)
 	index_link(c->srv, c);
 }
 
-void wait_published(struct ns *n, struct server *s, const uint8_t *key)
+/* lacking() - the waits of n whose first missing key is key, off the
+ * index, as a list of their own (through kwait_hnext). O(1 + them). */
+static struct conn *lacking(struct server *s, struct ns *n, const uint8_t *key)
 {
 	struct conn *c, *next, *woken = NULL;
 
-	if (n->gone)
-		ungone(n, key);	/* published after all: waits for it wait again */
 	if (!s->kwait_n)
-		return;
+		return NULL;
 	for (c = s->kwait_buckets[kwait_bucket(s, n, key)]; c; c = next) {
 		next = c->kwait_hnext;
 		if (c->ns != n || memcmp(c->kwait_key, key, KVP_KEY_BYTES))
 			continue;
 		index_unlink(c);
-		c->kwait_hnext = woken;	/* off the index: a list of their own */
+		c->kwait_hnext = woken;
 		woken = c;
 	}
-	for (c = woken; c; c = next) {
+	return woken;
+}
+
+void wait_published(struct ns *n, struct server *s, const uint8_t *key)
+{
+	struct conn *c, *next;
+
+	if (n->gone)
+		ungone(n, key);	/* published after all: waits for it wait again */
+	if (!s->kwait_n)
+		return;
+	for (c = lacking(s, n, key); c; c = next) {
 		next = c->kwait_hnext;
 		c->kwait_hnext = NULL;
 		kwait_resume(c);
@@ -705,21 +716,13 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key)
 
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key)
 {
-	struct conn *c, *next, *woken = NULL;
+	struct conn *c, *next;
 
 	if (gone_add(n, key) < 0)
 		return -ENOMEM;
 	if (!s->kwait_n)
 		return 0;
-	for (c = s->kwait_buckets[kwait_bucket(s, n, key)]; c; c = next) {
-		next = c->kwait_hnext;
-		if (c->ns != n || memcmp(c->kwait_key, key, KVP_KEY_BYTES))
-			continue;
-		index_unlink(c);
-		c->kwait_hnext = woken;
-		woken = c;
-	}
-	for (c = woken; c; c = next) {
+	for (c = lacking(s, n, key); c; c = next) {
 		next = c->kwait_hnext;
 		c->kwait_hnext = NULL;
 		kwait_go(c);	/* wait_keys() finds the key abandoned: answered */
