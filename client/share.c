@@ -99,33 +99,42 @@ int client_map_all(struct kvp_client *c, const kvp_page *pages, size_t n)
 	return 0;
 }
 
+/* the flags of kvp_acquire_opts are the wire's */
+_Static_assert(KVP_ACQUIRE_LOAD == KVP_WIRE_ACQ_LOAD && KVP_ACQUIRE_WAIT == KVP_WIRE_ACQ_WAIT &&
+	       KVP_ACQUIRE_HANDOFF == KVP_WIRE_ACQ_HANDOFF, "KVP_ACQUIRE_* are the wire's flags");
+#define ACQUIRE_FLAGS	(KVP_ACQUIRE_LOAD | KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF)
+/* the first kvp_acquire_opts' size: a caller's may not be smaller */
+#define ACQUIRE_OPTS_V1	32u
+
 /* acquire_batch() - one ACQUIRE of n keys with ntokens tokens from the
- * first key's block on. */
+ * first key's block on, with options o. */
 static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 			 const kvp_key *keys, size_t n, const uint32_t *tokens,
-			 size_t ntokens, kvp_page *pages, kvp_partial *partial)
+			 size_t ntokens, kvp_page *pages, kvp_partial *partial,
+			 const kvp_acquire_opts *o)
 {
 	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens,
-				      .prefill_rate = c->prefill_rate,
-				      .remote_max_us = c->remote_max_us,
-				      .flags = c->acquire_flags |
-					       (c->wait_ms ? KVP_WIRE_ACQ_WAIT : 0),
-				      .wait_ms = c->wait_ms };
+				      .prefill_rate = o->prefill_rate,
+				      .remote_max_us = o->remote_max_us,
+				      .flags = o->flags, .wait_ms = o->wait_ms };
 	struct kvp_wire_acquire_reply rep;
 	size_t len = 0, i, klen = n * KVP_KEY_BYTES, tlen = ntokens * sizeof(*tokens);
+	size_t hlen = o->flags & KVP_ACQUIRE_HANDOFF ? KVP_KEY_BYTES : 0;
 	uint8_t *tmp;
 	int rc;
 
 	memcpy(a.parent, parent, sizeof(a.parent));
-	/* keys and tokens travel as one tail of the message */
-	tmp = malloc(klen + tlen + 1);
+	/* keys, tokens and the handoff's key travel as one tail of the message */
+	tmp = malloc(klen + tlen + hlen + 1);
 	if (!tmp)
 		return -ENOMEM;
 	if (klen)
 		memcpy(tmp, keys, klen);
 	if (tlen)
 		memcpy(tmp + klen, tokens, tlen);
-	rc = client_call(c, KVP_OP_ACQUIRE, &a, sizeof(a), tmp, klen + tlen, &len, NULL);
+	if (hlen)
+		memcpy(tmp + klen + tlen, o->handoff.b, hlen);
+	rc = client_call(c, KVP_OP_ACQUIRE, &a, sizeof(a), tmp, klen + tlen + hlen, &len, NULL);
 	free(tmp);
 	if (rc < 0)
 		return rc;
@@ -162,11 +171,23 @@ static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 	return rc < 0 ? rc : (int)rep.hits;
 }
 
-KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
-			size_t n, const uint32_t *tokens, size_t ntokens,
-			kvp_page *pages, kvp_partial *partial)
+/* defaults() - the options kvp_acquire() uses on c (c->mu held). */
+static void defaults(const struct kvp_client *c, kvp_acquire_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->flags = c->acquire_flags | (c->wait_ms ? KVP_ACQUIRE_WAIT : 0);
+	o->wait_ms = c->wait_ms;
+	o->prefill_rate = c->prefill_rate;
+	o->remote_max_us = c->remote_max_us;
+}
+
+/* acquire() - kvp_acquire() with options o, or c's when o is NULL. */
+static int acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys, size_t n,
+		   const uint32_t *tokens, size_t ntokens, kvp_page *pages,
+		   kvp_partial *partial, const kvp_acquire_opts *o)
 {
 	size_t per, done = 0, k, bt, from, cnt;
+	kvp_acquire_opts mine;
 	const uint8_t *par;
 	int rc = 0;
 
@@ -181,9 +202,14 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 	if (partial)
 		*partial = (kvp_partial){ 0, 0 };
 	pthread_mutex_lock(&c->mu);
+	if (!o) {
+		defaults(c, &mine);
+		o = &mine;
+	}
 	/* keys per message: each with its block's tokens when there are any */
 	per = (c->buf_size - KVP_WIRE_HDR_SIZE - sizeof(struct kvp_wire_acquire) -
-	       bt * sizeof(*tokens)) / (KVP_KEY_BYTES + (ntokens ? bt * sizeof(*tokens) : 0));
+	       bt * sizeof(*tokens) - KVP_KEY_BYTES) /
+	      (KVP_KEY_BYTES + (ntokens ? bt * sizeof(*tokens) : 0));
 	par = parent_or_root(c, parent);
 	do {
 		k = n - done < per ? n - done : per;
@@ -193,7 +219,7 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 		if (cnt > (k + 1) * bt - 1)
 			cnt = (k + 1) * bt - 1;
 		rc = acquire_batch(c, par, keys + done, k, cnt ? tokens + from : NULL, cnt,
-				   pages + done, partial);
+				   pages + done, partial, o);
 		if (rc < 0)
 			break;
 		done += (size_t)rc;
@@ -205,6 +231,50 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 		client_release_batch(c, pages, done);
 	pthread_mutex_unlock(&c->mu);
 	return rc < 0 ? rc : (int)done;
+}
+
+KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
+			size_t n, const uint32_t *tokens, size_t ntokens,
+			kvp_page *pages, kvp_partial *partial)
+{
+	return acquire(c, parent, keys, n, tokens, ntokens, pages, partial, NULL);
+}
+
+KVP_API int kvp_acquire_with(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
+			     size_t n, const uint32_t *tokens, size_t ntokens,
+			     kvp_page *pages, kvp_partial *partial,
+			     const kvp_acquire_opts *opts, size_t opts_size)
+{
+	kvp_acquire_opts o;
+	size_t i;
+
+	if (!opts || opts_size < ACQUIRE_OPTS_V1)
+		return -EINVAL;
+	for (i = sizeof(o); i < opts_size; i++)
+		if (((const uint8_t *)opts)[i])
+			return -E2BIG;	/* a field this library does not know */
+	memset(&o, 0, sizeof(o));
+	memcpy(&o, opts, opts_size < sizeof(o) ? opts_size : sizeof(o));
+	if ((o.flags & ~ACQUIRE_FLAGS) ||
+	    ((o.flags & KVP_ACQUIRE_WAIT) ? !o.wait_ms || o.wait_ms > KVP_WIRE_WAIT_MAX_MS :
+					    o.wait_ms || (o.flags & KVP_ACQUIRE_HANDOFF)))
+		return -EINVAL;
+	return acquire(c, parent, keys, n, tokens, ntokens, pages, partial, &o);
+}
+
+KVP_API int kvp_acquire_defaults(kvp_client *c, kvp_acquire_opts *opts, size_t opts_size)
+{
+	kvp_acquire_opts o;
+
+	if (!c || !opts || opts_size < ACQUIRE_OPTS_V1)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	defaults(c, &o);
+	pthread_mutex_unlock(&c->mu);
+	memcpy(opts, &o, opts_size < sizeof(o) ? opts_size : sizeof(o));
+	if (opts_size > sizeof(o))	/* fields of a newer struct: not set */
+		memset((uint8_t *)opts + sizeof(o), 0, opts_size - sizeof(o));
+	return 0;
 }
 
 KVP_API int kvp_set_acquire_wait(kvp_client *c, uint32_t ms)

@@ -118,19 +118,22 @@ uint32_t wire_u32_at(const void *a, size_t i)
 }
 
 int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
-			const uint8_t **keys, const void **tail)
+			const uint8_t **keys, const void **tail, const uint8_t **handoff)
 {
 	const uint8_t *p = payload;
+	uint64_t body;
 
 	if (len < sizeof(*a))
 		return -KVP_S_PROTO;
 	memcpy(a, p, sizeof(*a));
 	/* 64-bit sums: counts up to 2^32 cannot wrap */
-	if ((uint64_t)len != sizeof(*a) + (uint64_t)a->nkeys * KVP_KEY_BYTES +
-			     (uint64_t)a->ntokens * sizeof(uint32_t))
+	body = sizeof(*a) + (uint64_t)a->nkeys * KVP_KEY_BYTES +
+	       (uint64_t)a->ntokens * sizeof(uint32_t);
+	if ((uint64_t)len != body + (a->flags & KVP_WIRE_ACQ_HANDOFF ? KVP_KEY_BYTES : 0))
 		return -KVP_S_PROTO;
 	*keys = p + sizeof(*a);
 	*tail = p + sizeof(*a) + (size_t)a->nkeys * KVP_KEY_BYTES;
+	*handoff = a->flags & KVP_WIRE_ACQ_HANDOFF ? p + body : NULL;
 	return 0;
 }
 

@@ -75,10 +75,11 @@ static inline uint32_t wire_max_pages(size_t max_msg)
 /*
  * wire_acquire_decode() - an ACQUIRE request: *a, then keys (nkeys x
  * KVP_KEY_BYTES, unaligned) and tokens (ntokens uint32_t, unaligned: read
- * with wire_u32_at()). -KVP_S_PROTO unless the length matches exactly.
+ * with wire_u32_at()), then with KVP_WIRE_ACQ_HANDOFF the handoff's key
+ * (*handoff; else NULL). -KVP_S_PROTO unless the length matches exactly.
  */
 int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
-			const uint8_t **keys, const void **tokens);
+			const uint8_t **keys, const void **tokens, const uint8_t **handoff);
 
 /* wire_publish_decode() - a PUBLISH request: *pb, then n entries of
  * struct kvp_wire_publish_ent (read with wire_publish_ent_at()), then

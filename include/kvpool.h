@@ -509,6 +509,56 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 			kvp_page *pages, kvp_partial *partial);
 
 /*
+ * Per-call options of kvp_acquire_with(): what kvp_set_acquire_wait(),
+ * kvp_set_lookups_counted() and kvp_set_remote_policy() set for each
+ * kvp_acquire() of a client, given to one call alone, as liburing takes
+ * flags per submission; and what only a call can say (the handoff a wait
+ * is for). Those setters stay, and kvp_acquire() is kvp_acquire_with()
+ * with what they set (kvp_acquire_defaults()).
+ *
+ * The struct may grow at its end: a caller passes the sizeof it was
+ * built with, and fields a smaller struct lacks are 0; a larger one's
+ * bytes past what this library knows must be 0 (else -E2BIG).
+ */
+#define KVP_ACQUIRE_LOAD	0x1u	/* not a lookup: another client of the engine
+					 * looked the keys up (kvp_set_lookups_counted(0)) */
+#define KVP_ACQUIRE_WAIT	0x4u	/* wait up to wait_ms for keys not held yet
+					 * (kvp_set_acquire_wait()) */
+#define KVP_ACQUIRE_HANDOFF	0x8u	/* with WAIT: the wait is for the handoff whose
+					 * last key is handoff; it ends at once when that
+					 * key is abandoned, or when the client issued its
+					 * ticket hangs up before publishing it */
+typedef struct kvp_acquire_opts {
+	uint32_t flags;		/* KVP_ACQUIRE_* */
+	uint32_t wait_ms;	/* with KVP_ACQUIRE_WAIT: 1 .. 600,000; else 0 */
+	uint32_t prefill_rate;	/* as kvp_set_remote_policy() */
+	uint32_t remote_max_us;
+	kvp_key handoff;	/* with KVP_ACQUIRE_HANDOFF: kvp_handoff_issue()'s last */
+} kvp_acquire_opts;
+
+/*
+ * kvp_acquire_with() - kvp_acquire() with this call's options opts
+ * (opts_size: sizeof(*opts) as the caller was built), not the client's.
+ * Returns as kvp_acquire(), and -EINVAL for an unknown flag, a wait out
+ * of range, HANDOFF without WAIT or an opts_size under the first
+ * struct's (32), -E2BIG for bytes past what this library knows that are
+ * not 0. A daemon older than this library answers an ACQUIRE with
+ * HANDOFF by closing the connection (-EPIPE).
+ */
+KVP_API int kvp_acquire_with(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
+			     size_t n, const uint32_t *tokens, size_t ntokens,
+			     kvp_page *pages, kvp_partial *partial,
+			     const kvp_acquire_opts *opts, size_t opts_size);
+
+/*
+ * kvp_acquire_defaults() - the options kvp_acquire() uses on c (its
+ * setters'), into *opts of opts_size bytes (sizeof(*opts) as the caller
+ * was built; fields this library does not know are 0): a call that
+ * changes one starts from them. Returns 0, or -EINVAL.
+ */
+KVP_API int kvp_acquire_defaults(kvp_client *c, kvp_acquire_opts *opts, size_t opts_size);
+
+/*
  * kvp_contains() - how many leading keys of keys[0..n) (the blocks after
  * parent; NULL: the root) the daemon holds, in its pool or a local tier:
  * a block a client is about to save that the pool has already need not

@@ -237,7 +237,7 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_pages) == 8, "kvp_wire_pages is 8 bytes
 /*
  * ACQUIRE request: this struct, nkeys keys of KVP_KEY_BYTES, then ntokens
  * uint32_t token ids from the first key's block on (0 .. (nkeys + 1) x
- * block_tokens - 1 of them). The daemon leases the pages of the longest
+ * block_tokens - 1 of them), then with KVP_WIRE_ACQ_HANDOFF one key. The daemon leases the pages of the longest
  * indexed prefix of the keys, hits blocks; then, when the tokens reach
  * past block hits' start, the longest partial page under keys[hits - 1]
  * (under parent when hits is 0) whose tokens are a prefix of that
@@ -273,11 +273,18 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 56, "kvp_wire_acquire is 56
  * for (another client is computing them: a decode engine waits for its
  * prefill engine's saves) up to wait_ms milliseconds; the reply comes
  * once every key is held, or at the deadline with the prefix held then
- * (since version 8). */
+ * (since version 8). HANDOFF (with WAIT, since version 9): the wait is
+ * for a handoff, and the payload ends with one key more, after the
+ * tokens: the key HANDOFF ISSUE was asked for (the handoff's last
+ * block). The wait ends at once, answered with what is held, when that
+ * key is abandoned, or when the client that was issued the ticket hangs
+ * up before the key is published (a prefill engine that died). */
 #define KVP_WIRE_ACQ_LOAD	0x1u
 #define KVP_WIRE_ACQ_PROBE	0x2u
 #define KVP_WIRE_ACQ_WAIT	0x4u
-#define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE | KVP_WIRE_ACQ_WAIT)
+#define KVP_WIRE_ACQ_HANDOFF	0x8u
+#define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE | KVP_WIRE_ACQ_WAIT | \
+				 KVP_WIRE_ACQ_HANDOFF)
 #define KVP_WIRE_WAIT_MAX_MS	600000u
 
 /* ACQUIRE reply: this struct, then hits page handles. */

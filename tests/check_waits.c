@@ -453,10 +453,11 @@ static void publish_one(kvp_client *p, const kvp_key *parent, const kvp_key *key
 }
 
 /* wait_in_child() - a child that ACQUIREs keys[0..n) in "park", waiting
- * up to 60 s: returns once kvpoold has received the request (STATS on
- * s); the result (hits) and the ms it took come on *res_fd. */
+ * up to 60 s (for the handoff whose last key is handoff, when not NULL):
+ * returns once kvpoold has received the request (STATS on s); the result
+ * (hits) and the ms it took come on *res_fd. */
 static pid_t wait_in_child(const char *sock, kvp_client *s, const kvp_key *keys, size_t n,
-			   int *res_fd)
+			   const kvp_key *handoff, int *res_fd)
 {
 	int ready[2], go[2], res[2];
 	kvp_stats_t st;
@@ -471,16 +472,20 @@ static pid_t wait_in_child(const char *sock, kvp_client *s, const kvp_key *keys,
 	pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
+		kvp_acquire_opts o = { .flags = KVP_ACQUIRE_WAIT, .wait_ms = 60000 };
 		kvp_page pages[8];
 		kvp_client *c;
 		struct timespec a, z;
 		int out[2];
 
+		if (handoff) {
+			o.flags |= KVP_ACQUIRE_HANDOFF;
+			o.handoff = *handoff;
+		}
 		expect(kvp_connect(sock, "park", &geo, &c) == 0, 40);
-		expect(kvp_set_acquire_wait(c, 60000) == 0, 41);
 		expect(write(ready[1], &b, 1) == 1 && read(go[0], &b, 1) == 1, 42);
 		clock_gettime(CLOCK_MONOTONIC, &a);
-		out[0] = kvp_acquire(c, NULL, keys, n, NULL, 0, pages, NULL);
+		out[0] = kvp_acquire_with(c, NULL, keys, n, NULL, 0, pages, NULL, &o, sizeof(o));
 		clock_gettime(CLOCK_MONOTONIC, &z);
 		out[1] = (int)((z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000);
 		if (out[0] > 0)
@@ -529,7 +534,7 @@ START_TEST(test_handoff_an_abandoned_block_ends_the_waits_for_it)
 	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &s), 0);
 	/* parked for k[1] (k[0] held), then k[1] is abandoned: answered now */
 	publish_one(p, NULL, &k[0]);
-	pid = wait_in_child(d.sock, s, k, 3, &res);
+	pid = wait_in_child(d.sock, s, k, 3, NULL, &res);
 	ck_assert_int_eq(kvp_handoff_abandon(p, &k[1]), 0);
 	ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
 	child_wait(pid);
@@ -543,7 +548,7 @@ START_TEST(test_handoff_an_abandoned_block_ends_the_waits_for_it)
 	ck_assert_int_eq(kvp_release(c, pages, 1), 0);
 	/* parked for j[0]; j[1] abandoned meanwhile; j[0] comes: it looks
 	 * on, lacks j[1], and is answered with j[0] */
-	pid = wait_in_child(d.sock, s, j, 3, &res);
+	pid = wait_in_child(d.sock, s, j, 3, NULL, &res);
 	ck_assert_int_eq(kvp_handoff_abandon(p, &j[1]), 0);
 	publish_one(p, NULL, &j[0]);
 	ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
@@ -580,6 +585,155 @@ START_TEST(test_handoff_an_abandoned_block_ends_the_waits_for_it)
 }
 END_TEST
 
+/* prefill_child() - a prefill engine in a child: issued a ticket for the
+ * handoff of keys[0..n), it publishes the first saved of them, says so
+ * on the returned fd, and waits to be killed. */
+static pid_t prefill_child(const char *sock, const kvp_key *keys, uint32_t n, uint32_t saved,
+			   int *ready_fd)
+{
+	int ready[2];
+	pid_t pid;
+	char b = 1;
+
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_ticket t;
+		kvp_client *c;
+
+		expect(kvp_connect(sock, "park", &geo, &c) == 0, 50);
+		expect(kvp_handoff_issue(c, &keys[n - 1], n, 60000, &t) == 0, 51);
+		for (uint32_t i = 0; i < saved; i++)
+			publish_one(c, i ? &keys[i - 1] : NULL, &keys[i]);
+		expect(write(ready[1], &b, 1) == 1, 52);
+		pause();	/* killed: it dies, as an engine does */
+		_exit(0);
+	}
+	close(ready[1]);
+	*ready_fd = ready[0];
+	return pid;
+}
+
+/* kill_child() - SIGKILL pid and reap it. */
+static void kill_child(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFSIGNALED(st));
+}
+
+/* Issue 61, item 3: a prefill engine that died mid-handoff left the
+ * decode engine waiting its whole wait (pd_wait_seconds), nothing having
+ * abandoned the blocks it would not save. A wait that names its handoff
+ * (KVP_ACQUIRE_HANDOFF) ends once the client that was issued the
+ * handoff's ticket hangs up without publishing the handoff's last key. */
+START_TEST(test_handoff_a_prefill_engine_that_dies_ends_the_waits_for_it)
+{
+	kvp_acquire_opts o = { .flags = KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF,
+			       .wait_ms = 60000 };
+	struct daemon d;
+	kvp_client *s, *c;
+	kvp_page pages[4];
+	kvp_key h[4], g[2];
+	int res, ready, out[2];
+	uint8_t big[sizeof(o) + 8];
+	struct timespec a, z;
+	pid_t pid, pre;
+	char b;
+	long ms;
+
+	start(&d, NULL);
+	for (int i = 0; i < 4; i++)
+		key_of(&h[i], 11, (uint32_t)i);
+	for (int i = 0; i < 2; i++)
+		key_of(&g[i], 12, (uint32_t)i);
+	ck_assert_int_eq(kvp_connect(d.sock, NULL, NULL, &s), 0);
+	/* the prefill engine saved 1 of 4 blocks; a decode engine waits for
+	 * the handoff (parked for h[1]); the prefill engine dies */
+	pre = prefill_child(d.sock, h, 4, 1, &ready);
+	ck_assert_int_eq(read(ready, &b, 1), 1);
+	close(ready);
+	pid = wait_in_child(d.sock, s, h, 4, &h[3], &res);
+	kill_child(pre);
+	ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
+	child_wait(pid);
+	close(res);
+	ck_assert_int_eq(out[0], 1);
+	ck_assert_int_lt(out[1], 30000);	/* not its 60 s */
+	ck_assert_uint_eq(log_count(&d, "hung up before it published the last block of 1 "
+				    "handoff in namespace 'park'"), 1);
+	/* a decode engine that comes later does not wait at all */
+	ck_assert_int_eq(kvp_connect(d.sock, "park", &geo, &c), 0);
+	o.handoff = h[3];
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, h, 4, NULL, 0, pages, NULL, &o, sizeof(o)), 1);
+	clock_gettime(CLOCK_MONOTONIC, &z);
+	ck_assert_int_eq(kvp_release(c, pages, 1), 0);
+	ms = (z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000;
+	ck_assert_int_lt(ms, 30000);
+	/* a prefill engine that published its whole handoff before it died
+	 * abandons nothing: gone from the pool since (evicted), the blocks
+	 * are waited for as long as the wait says */
+	pre = prefill_child(d.sock, g, 2, 2, &ready);
+	ck_assert_int_eq(read(ready, &b, 1), 1);
+	close(ready);
+	kill_child(pre);
+	ck_assert_int_ge(kvp_evict(s, "park", 0), 2);
+	o.handoff = g[1];
+	o.wait_ms = 300;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, sizeof(o)), 0);
+	clock_gettime(CLOCK_MONOTONIC, &z);
+	ms = (z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000;
+	ck_assert_int_ge(ms, 250);
+	/* the options are checked before anything is sent */
+	o.flags = KVP_ACQUIRE_HANDOFF;
+	o.wait_ms = 0;
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, sizeof(o)),
+			 -EINVAL);
+	o.flags = 0x40;
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, sizeof(o)),
+			 -EINVAL);
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, 8), -EINVAL);
+	memset(big, 0, sizeof(big));
+	ck_assert_int_eq(kvp_acquire_defaults(c, (kvp_acquire_opts *)(void *)big, sizeof(big)), 0);
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL,
+					  (kvp_acquire_opts *)(void *)big, sizeof(big)), 0);
+	big[sizeof(o) + 3] = 1;	/* a field this library does not know */
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL,
+					  (kvp_acquire_opts *)(void *)big, sizeof(big)), -E2BIG);
+	/* and by kvpoold, for what the library would not send: HANDOFF
+	 * without WAIT is refused; a payload without its key is malformed */
+	{
+		struct kvp_wire_acquire wa = { .nkeys = 1, .flags = KVP_WIRE_ACQ_HANDOFF };
+		uint8_t msg[sizeof(wa) + 2 * KVP_KEY_BYTES];
+		char why[256];
+		int fd = raw_connect(d.sock);
+
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(raw_hello(fd, "park", &geo, why, sizeof(why)), KVP_S_OK);
+		memset(wa.parent, 0, sizeof(wa.parent));
+		memcpy(msg, &wa, sizeof(wa));
+		memcpy(msg + sizeof(wa), g[0].b, KVP_KEY_BYTES);
+		memcpy(msg + sizeof(wa) + KVP_KEY_BYTES, g[1].b, KVP_KEY_BYTES);
+		ck_assert_int_eq(raw_send(fd, KVP_OP_ACQUIRE, 2, msg, sizeof(msg)), 0);
+		ck_assert_int_eq(raw_recv(fd, 2, why, sizeof(why), NULL), KVP_S_INVAL);
+		ck_assert_ptr_nonnull(strstr(why, "no HANDOFF"));
+		ck_assert_int_eq(raw_send(fd, KVP_OP_ACQUIRE, 3, msg, sizeof(msg) - KVP_KEY_BYTES),
+				 0);
+		ck_assert_int_eq(raw_recv(fd, 3, why, sizeof(why), NULL), KVP_S_PROTO);
+		close(fd);
+	}
+	kvp_close(c);
+	kvp_close(s);
+	check_conservation(d.sock);
+	daemon_stop(&d);
+}
+END_TEST
+
 static Suite *waits_suite(void)
 {
 	Suite *s = suite_create("waits");
@@ -595,6 +749,7 @@ static Suite *waits_suite(void)
 	tcase_add_test(tc, test_waits_one_uid_parks_a_bounded_number);
 	tcase_add_test(tc, test_handoff_tickets_are_the_daemons_alone);
 	tcase_add_test(tc, test_handoff_an_abandoned_block_ends_the_waits_for_it);
+	tcase_add_test(tc, test_handoff_a_prefill_engine_that_dies_ends_the_waits_for_it);
 	suite_add_tcase(s, tc);
 	return s;
 }

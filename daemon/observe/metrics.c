@@ -420,10 +420,16 @@ static void waits(FILE *f, const struct server *s)
 		"# HELP kvpool_handoff_keys_abandoned_total Blocks a prefill engine said it "
 		"will not save (its save skipped or failed).\n"
 		"# TYPE kvpool_handoff_keys_abandoned_total counter\n"
-		"kvpool_handoff_keys_abandoned_total %llu\n", s->kwait_n,
+		"kvpool_handoff_keys_abandoned_total %llu\n"
+		"# HELP kvpool_handoff_orphaned_total Handoffs whose prefill engine's "
+		"connection ended before their last block was published (an engine that "
+		"died): their last keys abandoned.\n"
+		"# TYPE kvpool_handoff_orphaned_total counter\n"
+		"kvpool_handoff_orphaned_total %llu\n", s->kwait_n,
 		(unsigned long long)s->n.kwaits_expired, (unsigned long long)s->n.kwaits_refused,
 		(unsigned long long)s->n.kwaits_abandoned, (unsigned long long)s->n.tickets_issued,
-		(unsigned long long)s->n.tickets_refused, (unsigned long long)s->n.keys_abandoned);
+		(unsigned long long)s->n.tickets_refused, (unsigned long long)s->n.keys_abandoned,
+		(unsigned long long)s->n.handoffs_orphaned);
 }
 
 /* histograms() - the latency histograms, after STATS' figures. */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * handoff.c - HANDOFF: tickets issued and checked, keys abandoned (see
- * requests.h).
+ * handoff.c - HANDOFF: tickets issued and checked, keys abandoned, and
+ * the handoffs of a client that hangs up (see requests.h).
  */
 #include <endian.h>
 #include <errno.h>
@@ -11,14 +11,27 @@
 
 #include "client/keys.h"
 #include "client/wire.h"
+#include "daemon/log.h"
+#include "daemon/loop/loop.h"
 #include "daemon/requests/access.h"
 #include "daemon/requests/requests.h"
 #include "daemon/requests/wait.h"
 #include "daemon/serve/server.h"
 #include "daemon/store/namespace.h"
+#include "daemon/store/prefix.h"
 
 /* how far ahead of this one another daemon's clock may run */
 #define CLOCK_SKEW_MS	60000u
+/* the tickets a connection remembers: its last, which a prefill engine's
+ * handoffs in flight at once are far fewer than */
+#define CONN_TICKETS	256u
+
+/* a ticket a connection was issued: the handoff's last key, and until
+ * when (monotonic) the ticket holds; 0: a free slot */
+struct conn_ticket {
+	uint64_t until_ms;
+	uint8_t key[KVP_KEY_BYTES];
+};
 
 static uint64_t realtime_ms(void)
 {
@@ -118,12 +131,50 @@ static void issue(struct conn *c, const struct kvp_wire_hdr *req, const struct k
 			   h->ttl_ms, KVP_WIRE_WAIT_MAX_MS);
 		return;
 	}
+	if (!c->tickets && !(c->tickets = calloc(CONN_TICKETS, sizeof(*c->tickets)))) {
+		conn_error(c, req, KVP_S_INTERNAL, "out of memory for the tickets of client "
+			   "%llu", (unsigned long long)c->id);
+		return;
+	}
 	memset(&t, 0, sizeof(t));
 	t.blocks = h->blocks;
 	t.expires_ms = realtime_ms() + h->ttl_ms;
 	ticket_mac(c->srv, c->ns, h->key, t.blocks, t.expires_ms, t.mac);
+	/* remembered over the oldest: should this client go before the
+	 * handoff's last block is published, the waits for it end */
+	c->tickets[c->ticket_next].until_ms = loop_now_ms() + h->ttl_ms;
+	memcpy(c->tickets[c->ticket_next].key, h->key, KVP_KEY_BYTES);
+	c->ticket_next = (c->ticket_next + 1) % CONN_TICKETS;
 	c->srv->n.tickets_issued++;
 	conn_reply(c, req, KVP_S_OK, &t, sizeof(t), -1);
+}
+
+void handoff_conn_gone(struct conn *c)
+{
+	struct server *s = c->srv;
+	struct ns *n = c->ns;
+	uint64_t now = loop_now_ms();
+	uint32_t i, orphaned = 0;
+
+	if (!c->tickets)
+		return;
+	for (i = 0; i < CONN_TICKETS && !s->shutting_down; i++) {
+		const struct conn_ticket *t = &c->tickets[i];
+
+		if (t->until_ms <= now || prefix_find(n->idx, t->key) != PREFIX_NIL)
+			continue;	/* expired (its waits ended), or published */
+		if (wait_abandon(n, s, t->key) == 0)
+			orphaned++;
+	}
+	free(c->tickets);
+	c->tickets = NULL;
+	if (!orphaned)
+		return;
+	s->n.handoffs_orphaned += orphaned;
+	log_info("client %llu (%s, pid %d) hung up before it published the last block of "
+		 "%u handoff%s in namespace '%s': the waits for them end (their decode "
+		 "engines compute those requests)", (unsigned long long)c->id, c->name,
+		 (int)c->cred.pid, orphaned, orphaned == 1 ? "" : "s", n->name);
 }
 
 static void check(struct conn *c, const struct kvp_wire_hdr *req, const struct kvp_wire_handoff *h)

@@ -829,6 +829,7 @@ void requests_conn_gone(struct conn *c)
 		hset_fini(&c->leases.h);	/* no namespace, no lease */
 		return;
 	}
+	handoff_conn_gone(c);
 	dropped = lease_drop_all(&c->leases, c->srv->pool, n);
 	n->clients--;
 	if (dropped)

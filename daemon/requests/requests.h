@@ -74,10 +74,16 @@ void admin_drop_ns(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t
  * (HMAC-SHA256, cut to 16 bytes) of the namespace's name and model, the
  * last block's key, the block count and the expiry, under the server's
  * ticket key: a random one, or one made from --remote-key-file, so that
- * every daemon that shares a remote tier takes the others' tickets.
- * Nothing is kept per ticket. */
+ * every daemon that shares a remote tier takes the others' tickets. The
+ * issuing connection keeps its last tickets' keys (CONN_TICKETS): when it
+ * hangs up before one is published (a prefill engine that died), that
+ * key is abandoned, so the waits for its handoff end at once. */
 #define HANDOFF_KEY_BYTES	32u
 void handoff_handle(struct conn *c, const struct kvp_wire_hdr *req, const uint8_t *payload);
+/* handoff_conn_gone() - c leaves its namespace: the last keys of the
+ * handoffs it was issued tickets for that hold still and are not
+ * published are abandoned (wait_abandon()). O(CONN_TICKETS). */
+void handoff_conn_gone(struct conn *c);
 /* handoff_key_from() - the server's ticket key from the bytes of
  * --remote-key-file (another domain than the sealing key's). */
 void handoff_key_from(const void *file, size_t len, uint8_t out[HANDOFF_KEY_BYTES]);

@@ -488,7 +488,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	struct kvp_wire_acquire a;
 	struct pending *pd;
 	struct plan pl;
-	const uint8_t *keys;
+	const uint8_t *keys, *handoff;
 	const void *raw;
 	uint32_t *tail, *ents, hits, got, pe, tokens = 0;
 	uint64_t *pages;
@@ -496,9 +496,9 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	bool writing, wait = false;
 	int err;
 
-	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw) < 0) {
-		conn_fatal(c, req, KVP_S_PROTO, "ACQUIRE key or token count disagrees "
-			   "with the payload");
+	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw, &handoff) < 0) {
+		conn_fatal(c, req, KVP_S_PROTO, "ACQUIRE key or token count (or its "
+			   "HANDOFF flag's key) disagrees with the payload");
 		return;
 	}
 	if (!requests_need_ns(c, req))
@@ -506,18 +506,19 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	n = c->ns;
 	if (a.flags & ~KVP_WIRE_ACQ_ALL) {
 		conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: the flags this daemon "
-			   "knows are LOAD (0x%x), PROBE (0x%x) and WAIT (0x%x); is the "
-			   "client newer than kvpoold?", a.flags, KVP_WIRE_ACQ_LOAD,
-			   KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT);
+			   "knows are LOAD (0x%x), PROBE (0x%x), WAIT (0x%x) and HANDOFF "
+			   "(0x%x); is the client newer than kvpoold?", a.flags,
+			   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT,
+			   KVP_WIRE_ACQ_HANDOFF);
 		return;
 	}
 	if ((a.flags & KVP_WIRE_ACQ_WAIT) ?
 	    !a.wait_ms || a.wait_ms > KVP_WIRE_WAIT_MAX_MS || (a.flags & KVP_WIRE_ACQ_PROBE) :
-	    a.wait_ms != 0) {
+	    a.wait_ms != 0 || (a.flags & KVP_WIRE_ACQ_HANDOFF)) {
 		conn_error(c, req, KVP_S_INVAL, "ACQUIRE with flags 0x%x and wait_ms %u: a "
 			   "WAIT (0x%x) waits 1 to %u ms and is no PROBE; without WAIT, "
-			   "wait_ms is 0", a.flags, a.wait_ms, KVP_WIRE_ACQ_WAIT,
-			   KVP_WIRE_WAIT_MAX_MS);
+			   "wait_ms is 0 and there is no HANDOFF (0x%x)", a.flags, a.wait_ms,
+			   KVP_WIRE_ACQ_WAIT, KVP_WIRE_WAIT_MAX_MS, KVP_WIRE_ACQ_HANDOFF);
 		return;
 	}
 	if (a.flags & KVP_WIRE_ACQ_PROBE) {
@@ -560,7 +561,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits))
 		goto out;
 	/* a WAIT: the keys not held yet are being saved by another client */
-	if (hits < a.nkeys && wait_keys(c, req, &a, keys, hits))
+	if (hits < a.nkeys && wait_keys(c, req, &a, keys, hits, handoff))
 		goto out;
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))

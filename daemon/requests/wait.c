@@ -377,6 +377,20 @@ static uint32_t kwait_bucket(const struct server *s, const struct ns *n, const u
 	return (uint32_t)siphash24(s->kwait_seed, m, sizeof(m)) & (s->kwait_nbuckets - 1);
 }
 
+/* link_handoff() - c on the chain of its handoff's key. */
+static void link_handoff(struct server *s, struct conn *c)
+{
+	struct conn **b = &s->kwait_tbuckets[kwait_bucket(s, c->ns, c->kwait_handoff)];
+
+	c->kwait_tnext = *b;
+	if (*b)
+		(*b)->kwait_tprev = &c->kwait_tnext;
+	*b = c;
+	c->kwait_tprev = b;
+}
+
+/* index_link() - c in the index under the key it lacks, and under its
+ * handoff's key when it waits for one (and is not there yet). */
 static void index_link(struct server *s, struct conn *c)
 {
 	struct conn **b = &s->kwait_buckets[kwait_bucket(s, c->ns, c->kwait_key)];
@@ -386,17 +400,28 @@ static void index_link(struct server *s, struct conn *c)
 		(*b)->kwait_hprev = &c->kwait_hnext;
 	*b = c;
 	c->kwait_hprev = b;
+	if (c->kwait_has_handoff && !c->kwait_tprev)
+		link_handoff(s, c);
 }
 
-static void index_unlink(struct conn *c)
+/* index_unlink() - c off the chain of the key it lacks (it may be linked
+ * again under the next); off its handoff's too when all. */
+static void index_unlink(struct conn *c, bool all)
 {
-	if (!c->kwait_hprev)
-		return;
-	*c->kwait_hprev = c->kwait_hnext;
-	if (c->kwait_hnext)
-		c->kwait_hnext->kwait_hprev = c->kwait_hprev;
-	c->kwait_hnext = NULL;
-	c->kwait_hprev = NULL;
+	if (c->kwait_hprev) {
+		*c->kwait_hprev = c->kwait_hnext;
+		if (c->kwait_hnext)
+			c->kwait_hnext->kwait_hprev = c->kwait_hprev;
+		c->kwait_hnext = NULL;
+		c->kwait_hprev = NULL;
+	}
+	if (all && c->kwait_tprev) {
+		*c->kwait_tprev = c->kwait_tnext;
+		if (c->kwait_tnext)
+			c->kwait_tnext->kwait_tprev = c->kwait_tprev;
+		c->kwait_tnext = NULL;
+		c->kwait_tprev = NULL;
+	}
 }
 
 /* index_room() - buckets for one wait more: doubled (every wait linked
@@ -404,7 +429,7 @@ static void index_unlink(struct conn *c)
 static int index_room(struct server *s)
 {
 	uint32_t nb = s->kwait_nbuckets, i;
-	struct conn **old = s->kwait_buckets, **b, *c, *next;
+	struct conn **old = s->kwait_buckets, **b, **t, *c, *next;
 
 	if (old && s->kwait_n < nb)
 		return 0;
@@ -412,15 +437,34 @@ static int index_room(struct server *s)
 		(void)siphash_key(s->kwait_seed);	/* weaker, not fixed, without one */
 	nb = nb ? nb * 2 : KWAIT_BUCKETS_MIN;
 	b = calloc(nb, sizeof(*b));
-	if (!b)
+	t = calloc(nb, sizeof(*t));
+	if (!b || !t) {
+		free(b);
+		free(t);
 		return old ? 0 : -ENOMEM;	/* longer chains, not a failure */
+	}
+	/* each chain moves on its own: a wait being woken is off the chain
+	 * of the key it lacked (kwait_hnext lists the woken then), not off
+	 * its handoff's */
 	s->kwait_buckets = b;
 	s->kwait_nbuckets = nb;
 	for (i = 0; old && i < nb / 2; i++)
 		for (c = old[i]; c; c = next) {
 			next = c->kwait_hnext;
-			c->kwait_hprev = NULL;
-			index_link(s, c);
+			b = &s->kwait_buckets[kwait_bucket(s, c->ns, c->kwait_key)];
+			c->kwait_hnext = *b;
+			if (*b)
+				(*b)->kwait_hprev = &c->kwait_hnext;
+			*b = c;
+			c->kwait_hprev = b;
+		}
+	free(old);
+	old = s->kwait_tbuckets;
+	s->kwait_tbuckets = t;
+	for (i = 0; old && i < nb / 2; i++)
+		for (c = old[i]; c; c = next) {
+			next = c->kwait_tnext;
+			link_handoff(s, c);
 		}
 	free(old);
 	return 0;
@@ -435,9 +479,10 @@ static void kwait_leave(struct conn *c)
 	if (!c->kwait)
 		return;
 	heap_del(s, c);
-	index_unlink(c);
+	index_unlink(c, true);
 	server_waits_add(s, c->cred.uid, -1);
 	c->kwait = false;
+	c->kwait_has_handoff = false;
 }
 
 /* kwait_go() - serve c's request again from the start (it waits again,
@@ -578,9 +623,11 @@ static void kwait_poll_done(struct loop_op *op, int res)
 	conn_put(c);		/* the poll's */
 }
 
-/* kwait_enter() - c waits for keys[from] of its namespace: indexed by
- * it, queued by its due time. False when memory ran out. */
-static bool kwait_enter(struct conn *c, const uint8_t *keys, uint32_t from)
+/* kwait_enter() - c waits for keys[from] of its namespace (for the
+ * handoff whose key is handoff, when not NULL): indexed by it (and by
+ * the handoff), queued by its due time. False when memory ran out. */
+static bool kwait_enter(struct conn *c, const uint8_t *keys, uint32_t from,
+			const uint8_t *handoff)
 {
 	struct server *s = c->srv;
 
@@ -588,6 +635,9 @@ static bool kwait_enter(struct conn *c, const uint8_t *keys, uint32_t from)
 		return false;
 	memcpy(c->kwait_key, keys + (size_t)from * KVP_KEY_BYTES, KVP_KEY_BYTES);
 	c->kwait_from = from;
+	c->kwait_has_handoff = handoff != NULL;
+	if (handoff)
+		memcpy(c->kwait_handoff, handoff, KVP_KEY_BYTES);
 	if (heap_push(s, c) < 0)
 		return false;
 	index_link(s, c);
@@ -597,7 +647,8 @@ static bool kwait_enter(struct conn *c, const uint8_t *keys, uint32_t from)
 }
 
 bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
-	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits)
+	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits,
+	       const uint8_t *handoff)
 {
 	struct server *s = c->srv;
 	uint64_t now = loop_now_ms();
@@ -605,7 +656,8 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 
 	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down || hits >= a->nkeys)
 		return false;
-	if (abandoned(c->ns, keys + (size_t)hits * KVP_KEY_BYTES)) {
+	if (abandoned(c->ns, keys + (size_t)hits * KVP_KEY_BYTES) ||
+	    (handoff && abandoned(c->ns, handoff))) {
 		s->n.kwaits_abandoned++;
 		return false;	/* it will not come: answered with what is held */
 	}
@@ -638,7 +690,7 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 		kwait_poll_next(c, now);
 	else
 		c->kwait_poll_at = 0;
-	if (!kwait_enter(c, keys, hits))
+	if (!kwait_enter(c, keys, hits, handoff))
 		return false;
 	kwait_arm(s);
 	if (!s->kwait_armed) {	/* no timer for its deadline: no wait */
@@ -657,21 +709,23 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 static void kwait_resume(struct conn *c)
 {
 	struct kvp_wire_acquire a;
-	const uint8_t *keys;
+	const uint8_t *keys, *handoff;
 	const void *raw;
 	uint32_t from = c->kwait_from + 1;
 	struct ns *n = c->ns;
 
 	if (wire_acquire_decode(c->rbuf + KVP_WIRE_HDR_SIZE, c->wait_req.len, &a, &keys,
-				&raw) < 0) {
+				&raw, &handoff) < 0) {
 		kwait_go(c);	/* cannot be: it was decoded once; the handler says */
 		return;
 	}
 	while (from < a.nkeys && prefix_find(n->idx, keys + (size_t)from * KVP_KEY_BYTES) !=
 	       PREFIX_NIL)
 		from++;
-	if (from >= a.nkeys || abandoned(n, keys + (size_t)from * KVP_KEY_BYTES)) {
-		kwait_go(c);	/* served; or answered, the key it lacks abandoned */
+	if (from >= a.nkeys || abandoned(n, keys + (size_t)from * KVP_KEY_BYTES) ||
+	    (handoff && abandoned(n, handoff))) {
+		/* served; or answered, the key it lacks or its handoff abandoned */
+		kwait_go(c);
 		return;
 	}
 	memcpy(c->kwait_key, keys + (size_t)from * KVP_KEY_BYTES, KVP_KEY_BYTES);
@@ -691,7 +745,7 @@ static struct conn *lacking(struct server *s, struct ns *n, const uint8_t *key)
 		next = c->kwait_hnext;
 		if (c->ns != n || memcmp(c->kwait_key, key, KVP_KEY_BYTES))
 			continue;
-		index_unlink(c);
+		index_unlink(c, false);
 		c->kwait_hnext = woken;
 		woken = c;
 	}
@@ -714,19 +768,46 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key)
 	kwait_arm(s);
 }
 
+/* awaiting() - the waits of n for the handoff whose key is key, off the
+ * index, as a list of their own (through kwait_hnext). O(1 + them). A
+ * wait off its key's chain is on a list of woken waits already (this
+ * call's lacking(), or a wake further up the stack): it looks at the
+ * abandoned keys when its turn comes. */
+static struct conn *awaiting(struct server *s, struct ns *n, const uint8_t *key)
+{
+	struct conn *c, *next, *woken = NULL;
+
+	for (c = s->kwait_tbuckets[kwait_bucket(s, n, key)]; c; c = next) {
+		next = c->kwait_tnext;
+		if (c->ns != n || !c->kwait_hprev ||
+		    memcmp(c->kwait_handoff, key, KVP_KEY_BYTES))
+			continue;
+		index_unlink(c, true);
+		c->kwait_hnext = woken;
+		woken = c;
+	}
+	return woken;
+}
+
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key)
 {
-	struct conn *c, *next;
+	struct conn *c, *next, *list[2];
+	unsigned i;
 
 	if (gone_add(n, key) < 0)
 		return -ENOMEM;
 	if (!s->kwait_n)
 		return 0;
-	for (c = lacking(s, n, key); c; c = next) {
-		next = c->kwait_hnext;
-		c->kwait_hnext = NULL;
-		kwait_go(c);	/* wait_keys() finds the key abandoned: answered */
-	}
+	/* both lists first: a wait answered may wait again, under another
+	 * key, before the second list is made */
+	list[0] = lacking(s, n, key);
+	list[1] = s->kwait_tbuckets ? awaiting(s, n, key) : NULL;
+	for (i = 0; i < 2; i++)
+		for (c = list[i]; c; c = next) {
+			next = c->kwait_hnext;
+			c->kwait_hnext = NULL;
+			kwait_go(c);	/* wait_keys() finds the key abandoned: answered */
+		}
 	kwait_arm(s);
 	return 0;
 }

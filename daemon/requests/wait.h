@@ -68,23 +68,28 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
  * from its first try), true: it waits, indexed by keys[hits], and is
  * served again from the start once a client has published every key it
  * lacked, at a poll (a remote namespace; a key held up in a tier), or at
- * its deadline (then it is answered with what is held). It leases nothing
+ * its deadline (then it is answered with what is held). With handoff (the
+ * key of the handoff it waits for, KVP_WIRE_ACQ_HANDOFF), it is answered
+ * at once when that key is abandoned (wait_abandon()). It leases nothing
  * meanwhile, and a client that hangs up meanwhile is let go at once. True
  * too when c's uid has --max-waits-per-uid waits already: refused
  * (answered). False: serve it now. */
 bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
-	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits);
+	       const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t hits,
+	       const uint8_t *handoff);
 
 /* wait_published() - key was published in n: the ACQUIREs that lack it
  * (as their first missing key) look past it, and are served again once
  * they lack none. O(1 + waits that lacked it). */
 void wait_published(struct ns *n, struct server *s, const uint8_t *key);
 
-/* wait_abandon() - key will not be published in n (HANDOFF ABANDON):
- * the ACQUIREs that lack it (as their first missing key) are answered
- * now with what is held, and so are those that come to lack it in the
- * next KVP_WIRE_ABANDON_MS (n remembers its last GONE_SLOTS or so).
- * O(1 + waits that lacked it). 0, or -ENOMEM. */
+/* wait_abandon() - key will not be published in n (HANDOFF ABANDON, or
+ * the client issued the ticket of a handoff that ends with key hung up):
+ * the ACQUIREs that lack it (as their first missing key) or wait for the
+ * handoff it ends are answered now with what is held, and so are those
+ * that come to in the next KVP_WIRE_ABANDON_MS (n remembers its last
+ * GONE_SLOTS or so), until a client publishes it. O(1 + waits that lacked
+ * it). 0, or -ENOMEM. */
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key);
 
 #endif /* KVP_WAIT_H */

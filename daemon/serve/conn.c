@@ -42,6 +42,7 @@ static void conn_free(struct conn *c)
 		c->next->prev = c->prev;
 	s->conn_gone(c);
 	close(c->fd);
+	free(c->tickets);	/* handoff.c's, once it is done with them */
 	free(c->rbuf);
 	free(c);
 }

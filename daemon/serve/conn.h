@@ -92,12 +92,22 @@ struct conn {
 	uint32_t kwait_hidx;		/* its place in the heap */
 	uint32_t kwait_from;		/* its keys found in order before... */
 	uint8_t kwait_key[KVP_KEY_BYTES];	/* ...this one, which it lacks */
+	/* a wait for a handoff (KVP_WIRE_ACQ_HANDOFF) is indexed by the
+	 * handoff's key too (srv->kwait_tbuckets) */
+	struct conn *kwait_tnext, **kwait_tprev;
+	uint8_t kwait_handoff[KVP_KEY_BYTES];
+	bool kwait_has_handoff;
 	uint64_t kwait_deadline;
 	uint64_t kwait_poll_at;		/* when it is served again to look (0: never) */
 	uint32_t kwait_poll_ms;		/* the interval it is asked again at */
 	bool kwait;
 	bool kwait_polling;
 	struct loop_op kwait_poll_op;
+	/* the handoffs it was issued tickets for (requests/handoff.c): when
+	 * it hangs up before publishing one's last key, that key is
+	 * abandoned; its last CONN_TICKETS, allocated at its first ISSUE */
+	struct conn_ticket *tickets;
+	uint32_t ticket_next;
 	uint64_t evicted;		/* pages an EVICT moved before it waited */
 	uint64_t connected_ms;		/* server uptime when it connected */
 };
@@ -129,6 +139,8 @@ struct server_counters {
 	uint64_t tickets_issued;	/* HANDOFF ISSUEs answered */
 	uint64_t tickets_refused;	/* HANDOFF CHECKs refused (forged, expired) */
 	uint64_t keys_abandoned;	/* HANDOFF ABANDONs */
+	uint64_t handoffs_orphaned;	/* handoffs abandoned because the client
+					 * issued their ticket hung up first */
 	uint64_t errors_by_status[KVP_S__COUNT];
 	/* /metrics' latency histograms: each request, arrival to reply (a
 	 * request that waits, for a tier, the remote tier or a namespace, with
@@ -169,6 +181,7 @@ struct server {
 	 * lacks (a hash table under a secret key), by when each is next due
 	 * (a heap), and the timer of the first (armed while there is one) */
 	struct conn **kwait_buckets;	/* [kwait_nbuckets], a power of two */
+	struct conn **kwait_tbuckets;	/* [kwait_nbuckets], by handoff key */
 	uint32_t kwait_nbuckets;
 	uint8_t kwait_seed[16];
 	struct conn **kwait_heap;	/* [kwait_n] of [kwait_cap] */

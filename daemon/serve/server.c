@@ -631,6 +631,7 @@ void server_free(struct server *s)
 		return;
 	server_unlisten(s);
 	free(s->kwait_buckets);
+	free(s->kwait_tbuckets);
 	free(s->kwait_heap);
 	free(s->uids);
 	free(s);

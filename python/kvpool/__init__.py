@@ -271,11 +271,21 @@ class Client(_kvpool.Client):
         return i
 
     def acquire(self, keys: Union[Key, Sequence[Key]], tokens: Optional[Tokens] = None,
-                parent: Optional[Key] = None) -> Acquired:
+                parent: Optional[Key] = None, **options: Any) -> Acquired:
         """Lease the longest cached prefix of keys. With tokens (the token ids
         from the first key's block on), also the partial page after it whose
-        tokens they continue. The caller releases what it got."""
-        pages, partial = super().acquire(keys, tokens, parent)
+        tokens they continue. The caller releases what it got.
+
+        Keyword options apply to this call alone (None or absent: the
+        client's, as set_acquire_wait(), set_lookups_counted() and
+        set_remote_policy() set them): wait (seconds to wait for keys
+        another client is still saving), handoff (with wait: the last key
+        of the handoff the wait is for, handoff_issue()'s; the wait ends
+        at once when its prefill engine abandons it or hangs up first),
+        load (True: the keys were looked up already, not counted as
+        lookups), prefill_rate and remote_max_us (the remote tier's
+        policy)."""
+        pages, partial = super().acquire(keys, tokens, parent, **options)
         return Acquired(pages, partial)
 
     def page_view(self, page: int) -> memoryview:

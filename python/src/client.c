@@ -257,22 +257,98 @@ static PyObject *Client_cow(ClientObject *self, PyObject *arg)
 	return l;
 }
 
+/* acquire_opts() - this call's options: the client's, changed by the
+ * keywords given (None: as the client's). 1 when any was, 0 when none,
+ * -1 with an exception. */
+static int acquire_opts(ClientObject *self, kvp_acquire_opts *o, PyObject *owait,
+			PyObject *ohandoff, PyObject *oload, PyObject *orate, PyObject *omax)
+{
+	const kvp_key *hk;
+	kvp_key k;
+	double secs;
+
+	if (owait == Py_None && ohandoff == Py_None && oload == Py_None &&
+	    orate == Py_None && omax == Py_None)
+		return 0;
+	kvp_acquire_defaults(self->c, o, sizeof(*o));
+	if (owait != Py_None) {
+		secs = PyFloat_AsDouble(owait);
+		if (secs == -1.0 && PyErr_Occurred())
+			return -1;
+		if (!(secs >= 0.0 && secs <= KVP_WIRE_WAIT_MAX_MS / 1000.0)) {
+			PyErr_Format(PyExc_ValueError, "acquire(wait=%R): the wait is 0 to %u "
+				     "seconds", owait, KVP_WIRE_WAIT_MAX_MS / 1000);
+			return -1;
+		}
+		/* a wait shorter than a millisecond is one, not none */
+		o->wait_ms = secs > 0.0 && secs < 0.001 ? 1 : (uint32_t)(secs * 1000.0);
+		o->flags = o->wait_ms ? o->flags | KVP_ACQUIRE_WAIT : o->flags & ~KVP_ACQUIRE_WAIT;
+	}
+	if (ohandoff != Py_None) {
+		if (opt_key(ohandoff, &k, &hk, "handoff") < 0)
+			return -1;
+		if (!(o->flags & KVP_ACQUIRE_WAIT)) {
+			PyErr_SetString(PyExc_ValueError, "acquire(handoff=...): a handoff is "
+					"what a wait is for: give wait too (or set_acquire_wait())");
+			return -1;
+		}
+		o->flags |= KVP_ACQUIRE_HANDOFF;
+		o->handoff = k;
+	}
+	if (oload != Py_None) {
+		int load = PyObject_IsTrue(oload);
+
+		if (load < 0)
+			return -1;
+		o->flags = load ? o->flags | KVP_ACQUIRE_LOAD : o->flags & ~KVP_ACQUIRE_LOAD;
+	}
+	if (orate != Py_None) {
+		unsigned long v = PyLong_AsUnsignedLong(orate);
+
+		if (PyErr_Occurred() || v > UINT32_MAX) {
+			PyErr_Format(PyExc_ValueError, "acquire(prefill_rate=%R): tokens per "
+				     "second, 0 to %u", orate, UINT32_MAX);
+			return -1;
+		}
+		o->prefill_rate = (uint32_t)v;
+	}
+	if (omax != Py_None) {
+		unsigned long v = PyLong_AsUnsignedLong(omax);
+
+		if (PyErr_Occurred() || v > UINT32_MAX) {
+			PyErr_Format(PyExc_ValueError, "acquire(remote_max_us=%R): 0 to %u",
+				     omax, UINT32_MAX);
+			return -1;
+		}
+		o->remote_max_us = (uint32_t)v;
+	}
+	return 1;
+}
+
 static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = { "keys", "tokens", "parent", NULL };
+	static char *kwlist[] = { "keys", "tokens", "parent", "wait", "handoff", "load",
+				  "prefill_rate", "remote_max_us", NULL };
 	PyObject *okeys, *otok = NULL, *oparent = NULL, *pages = NULL, *res = NULL;
+	PyObject *owait = Py_None, *ohandoff = Py_None, *oload = Py_None;
+	PyObject *orate = Py_None, *omax = Py_None;
 	const kvp_key *parent;
 	kvp_partial partial = { 0, 0 };
+	kvp_acquire_opts o;
 	struct tokens t;
 	char err[ERRBUF];
 	kvp_key pk, *keys;
 	kvp_page *out;
 	Py_ssize_t n;
-	int rc;
+	int rc, with;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &okeys, &otok, &oparent))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$OOOOO", kwlist, &okeys, &otok,
+					 &oparent, &owait, &ohandoff, &oload, &orate, &omax))
 		return NULL;
 	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0)
+		return NULL;
+	with = acquire_opts(self, &o, owait, ohandoff, oload, orate, omax);
+	if (with < 0)
 		return NULL;
 	keys = keys_from(okeys, &n);
 	if (!keys)
@@ -286,8 +362,12 @@ static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw
 		PyErr_NoMemory();
 		goto done;
 	}
-	CALL(rc, kvp_acquire(self->c, parent, keys, (size_t)n, t.v, (size_t)t.n, out,
-			     t.n ? &partial : NULL));
+	if (with)
+		CALL(rc, kvp_acquire_with(self->c, parent, keys, (size_t)n, t.v, (size_t)t.n,
+					  out, t.n ? &partial : NULL, &o, sizeof(o)));
+	else
+		CALL(rc, kvp_acquire(self->c, parent, keys, (size_t)n, t.v, (size_t)t.n, out,
+				     t.n ? &partial : NULL));
 	if (rc < 0) {
 		raise_kvp(rc, "acquire", err);
 		goto done;
@@ -699,8 +779,14 @@ static PyMethodDef Client_methods[] = {
 	{ "cow", (PyCFunction)Client_cow, METH_O,
 	  "cow(pages) -> private copies of pages this client holds." },
 	{ "acquire", (PyCFunction)(void (*)(void))Client_acquire, METH_VARARGS | METH_KEYWORDS,
-	  "acquire(keys, tokens=None, parent=None) -> (pages, partial): the longest cached "
-	  "prefix, and with tokens the partial page after it as (page, tokens) or None." },
+	  "acquire(keys, tokens=None, parent=None, *, wait=None, handoff=None, load=None, "
+	  "prefill_rate=None, remote_max_us=None) -> (pages, partial): the longest cached "
+	  "prefix, and with tokens the partial page after it as (page, tokens) or None. The "
+	  "keywords are this call's options (None: the client's, as set_acquire_wait(), "
+	  "set_lookups_counted() and set_remote_policy() set them): wait, seconds to wait "
+	  "for keys not held yet; handoff, the last key of the handoff the wait is for "
+	  "(it ends when the handoff's prefill engine abandons it or hangs up first); "
+	  "load, True when the keys were looked up already (not counted as lookups)." },
 	{ "publish", (PyCFunction)(void (*)(void))Client_publish, METH_VARARGS | METH_KEYWORDS,
 	  "publish(pages, keys, parent=None, priority=1, tokens=None) -> canonical pages; "
 	  "tokens: the blocks' token ids (block_tokens each), for KV events." },

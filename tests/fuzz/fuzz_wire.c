@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct kvp_wire_publish_partial pp;
 	struct kvp_wire_stats st;
 	struct kvp_wire_ns_stats ns[4];
-	const uint8_t *keys;
+	const uint8_t *keys, *handoff;
 	const void *raw, *ents, *handles;
 	size_t nraw;
 	uint8_t out[KVP_WIRE_HDR_SIZE];
@@ -56,9 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(size == sizeof(struct kvp_wire_pages) + (size_t)n * 8);
 		break;
 	case 2:
-		if (wire_acquire_decode(data, size, &a, &keys, &raw) == 0)
+		if (wire_acquire_decode(data, size, &a, &keys, &raw, &handoff) == 0) {
 			CHECK(size == sizeof(a) + (size_t)a.nkeys * KVP_KEY_BYTES +
-				      (size_t)a.ntokens * 4);
+				      (size_t)a.ntokens * 4 + (handoff ? KVP_KEY_BYTES : 0));
+			CHECK(!handoff == !(a.flags & KVP_WIRE_ACQ_HANDOFF));
+			CHECK(!handoff || handoff + KVP_KEY_BYTES == data + size);
+		}
 		break;
 	case 3:
 		if (wire_publish_decode(data, size, &pb, &ents, &raw, &nraw) == 0)

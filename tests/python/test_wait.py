@@ -186,3 +186,31 @@ def test_a_wait_out_of_range_is_refused_and_changes_nothing(daemon):
         keys = keys_of(c, 2)
         got, secs = in_thread(lambda: c.acquire(keys))()  # still no wait
         assert got.pages == [] and secs < 15
+
+
+def test_a_wait_for_a_handoff_ends_when_its_prefill_client_closes_first(daemon):
+    # a wait that names its handoff (acquire(wait=, handoff=): the ticket's
+    # key) ends as soon as the client that was issued the ticket closes
+    # with the handoff's last block unpublished; the client's own options
+    # (set_acquire_wait()) are not touched by a call's
+    with kvpool.Client(daemon.sock, "py", GEO) as w:
+        keys = keys_of(w, 4)
+        p = kvpool.Client(daemon.sock, "py", GEO)
+        p.handoff_issue(keys[-1], 4, 60)
+        publish(p, keys[:1])
+        get = in_thread(lambda: w.acquire(keys, wait=30, handoff=keys[-1], load=True))
+        time.sleep(0.3)
+        p.close()
+        got, secs = get()
+        assert len(got.pages) == 1 and secs < 15, secs
+        w.release(got.pages)
+        # the client's default is still no wait, and a call's options are
+        # checked before anything is sent
+        got, secs = in_thread(lambda: w.acquire(keys))()
+        assert len(got.pages) == 1 and secs < 15
+        w.release(got.pages)
+        with pytest.raises(ValueError, match="give wait too"):
+            w.acquire(keys, handoff=keys[-1])
+        with pytest.raises(ValueError, match="0 to 600 seconds"):
+            w.acquire(keys, wait=601)
+    assert leased(daemon) == 0

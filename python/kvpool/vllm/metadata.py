@@ -40,6 +40,10 @@ class Transfer:
     # decode engine may wait for its blocks, so what does not reach the
     # pool is abandoned in kvpoold (HANDOFF ABANDON), and the wait ends
     handoff: bool = False
+    # loads that wait: the last key of the handoff they wait for (its
+    # ticket's): kvpoold ends the wait when the prefill engine abandons
+    # the handoff or hangs up before saving it
+    handoff_key: Optional[bytes] = None
 
 
 @dataclass

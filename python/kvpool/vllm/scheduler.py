@@ -55,6 +55,7 @@ class _Lease:
     sent: bool = False
     background: bool = False  # the request waits in WAITING_FOR_REMOTE_KVS
     wait: float = 0.0  # seconds its load waits for keys a prefill engine saves
+    handoff: Optional[bytes] = None  # the last key of the handoff it waits for
     fail: bool = False  # sent as a failed load (a hook's fallback: vLLM computes it)
 
 
@@ -82,7 +83,7 @@ class SchedulerSide:
         self._pd_waits: Set[str] = set()  # requests whose load waits for a prefill engine
         # each P/D request's handoff as its params and ticket were judged
         # (its blocks, its wait), once: vLLM asks again while it waits
-        self._pd_known: Dict[str, Tuple[int, float]] = {}
+        self._pd_known: Dict[str, Tuple[int, float, Optional[bytes]]] = {}
         self._requests: Dict[str, "Request"] = {}
         self._leases: Dict[str, _Lease] = {}
         self._saved: Dict[str, int] = {}  # blocks known to be in the pool, or sent to save
@@ -210,7 +211,7 @@ class SchedulerSide:
         start = num_computed_tokens // self._block
         # a decode engine's request whose prompt a prefill engine computed
         # and is saving (disaggregated prefill): its blocks are waited for
-        wanted, pd_wait = self._pd_blocks(request, n)
+        wanted, pd_wait, handoff = self._pd_blocks(request, n)
         if n <= start:
             # vLLM has it all: what the pool holds too is not copied again
             if self._saves:
@@ -250,7 +251,7 @@ class SchedulerSide:
             self._pool.count("loads_off_step")
             self._saved[rid] = max(self._saved.get(rid, 0), wanted)
             self._leases[rid] = _Lease(pages, keys[:wanted], start, background=True,
-                                       wait=pd_wait)
+                                       wait=pd_wait, handoff=handoff)
             return (wanted - start) * self._block, True
         # the block left to vLLM to compute may be in the pool too
         have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
@@ -271,12 +272,14 @@ class SchedulerSide:
         self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
         return (hit - start) * self._block, background
 
-    def _pd_blocks(self, request: "Request", n: int) -> Tuple[int, float]:
+    def _pd_blocks(self, request: "Request", n: int) -> Tuple[int, float, Optional[bytes]]:
         """How many of the request's first n blocks a prefill engine says
         it saved to this pool (its kv_transfer_params, which the router
         passed on from the prefill engine's response: request_finished()'s
         on that engine), and how long a load may wait for them: the lesser
-        of pd_wait_seconds and what the handoff's ticket holds. (0, 0):
+        of pd_wait_seconds and what the handoff's ticket holds, and the
+        handoff's last key (kvpoold ends the wait should its prefill engine
+        abandon the handoff or die first). (0, 0, None):
         none; params that kvpool.vllm.pd refuses (malformed, or naming
         another namespace or other blocks: counted in pd_refused), or
         whose ticket kvpoold refuses (forged, another prompt's or
@@ -287,40 +290,40 @@ class SchedulerSide:
         known = self._pd_known.get(rid)
         if known is None:
             known = self._pd_known[rid] = self._pd_judge(request)
-        return min(known[0], n), known[1]
+        return min(known[0], n), known[1], known[2]
 
-    def _pd_judge(self, request: "Request") -> Tuple[int, float]:
+    def _pd_judge(self, request: "Request") -> Tuple[int, float, Optional[bytes]]:
         """_pd_blocks() of a request not judged yet: its handoff's blocks
-        (all of them), its wait."""
+        (all of them), its wait, its last key."""
         try:
             pd = decode_params(getattr(request, "kv_transfer_params", None),
                                self._ident.namespace, request.block_hashes, self._block)
         except BadParams as e:
             self._pool.count("pd_refused")
             self._pool.warn(e.cond, "%s: such requests are computed here", e)
-            return 0, 0.0
+            return 0, 0.0, None
         if pd is None:
-            return 0, 0.0
+            return 0, 0.0, None
         # only a ticket kvpoold issued to a writer of this namespace makes
         # the request wait: a request body cannot
         with self._pool.lock:
             c = self._pool.client()
             if c is None:
-                return 0, 0.0
+                return 0, 0.0, None
             try:
                 left, _ = c.handoff_check(pd.ticket, pd.last_key)
             except kvpool.Stale as e:
                 self._pool.count("pd_tickets_refused")
                 self._pool.warn("pd-ticket-refused", "a request's handoff ticket was "
                                 "refused (%s): such requests are computed here", e)
-                return 0, 0.0
+                return 0, 0.0, None
             except OSError as e:
                 self._pool.failed("handoff", e)
-                return 0, 0.0
+                return 0, 0.0, None
         # the prefill engine's last block is this request's (checked where
         # it is), even when this engine loads one block less (a prompt of
         # whole blocks: vLLM computes at least its last token)
-        return pd.blocks, min(self._pd_wait, left)
+        return pd.blocks, min(self._pd_wait, left), pd.last_key
 
     def _off_step(self, blocks: int, rid: str) -> bool:
         """Whether a load of blocks runs off the step (its request waits in
@@ -402,7 +405,7 @@ class SchedulerSide:
             parent = lease.keys[lease.start - 1] if lease.start else None
             meta.loads.append(Transfer(rid, keys, parent, ids, background=lease.background,
                                        groups=lease.groups, wait=lease.wait,
-                                       fail=lease.fail))
+                                       fail=lease.fail, handoff_key=lease.handoff))
             sent.append(lease)
         # what the workers are told is theirs now (were this hook to fail
         # before here, its fallback would send it)

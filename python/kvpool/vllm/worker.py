@@ -322,12 +322,12 @@ class WorkerSide:
             if c is None:
                 return []
             try:
-                c.set_acquire_wait(t.wait)
-                # with a remote tier, the blocks may come from another
-                # machine's prefill engine: fetching them always beats
-                # computing them here
-                c.set_remote_policy(prefill_rate=1)
-                return list(c.acquire(t.keys, parent=t.parent).pages)
+                # the wait is for the handoff (kvpoold ends it should the
+                # prefill engine abandon the handoff or die); with a remote
+                # tier, the blocks may come from another machine's prefill
+                # engine: fetching them always beats computing them here
+                return list(c.acquire(t.keys, parent=t.parent, wait=t.wait,
+                                      handoff=t.handoff_key, prefill_rate=1).pages)
             except OSError as e:
                 w.failed("wait", e)  # the load goes on with what the pool holds
                 return []
