@@ -296,6 +296,7 @@ dist_check_SCRIPTS += tests/python/run.sh tests/python/engines.sh
 TESTS += tests/python/run.sh tests/python/engines.sh
 EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/test_model_server.py \
 	tests/python/test_gpu.py tests/python/test_vllm.py tests/python/vllm_engine.py \
+	tests/python/engine_zygote.py \
 	tests/python/test_sglang.py tests/python/sglang_side.py tests/python/test_copy.py \
 	tests/python/test_metrics.py tests/python/test_deploy.py tests/python/test_events.py \
 	tests/python/fetch_sdist_file.py tests/python/test_engines.py \

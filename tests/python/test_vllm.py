@@ -4,7 +4,11 @@ PyPI into the test venv): engines are separate processes
 (tests/python/vllm_engine.py), each with vLLM's Scheduler loading the
 connector through its connector factory, and a worker side driven the way
 vLLM's model runner drives it, on CPU KV tensors, against one real kvpoold.
+
+The engines are forked from one process that imported torch and vLLM once
+(engine_zygote.py): each would spend about 10 s of CPU importing them.
 """
+import atexit
 import json
 import os
 import subprocess
@@ -16,6 +20,7 @@ import pytest
 
 import kvpool
 from conftest import HERE, TOP, Daemon, running, tool
+from engine_zygote import Zygote
 
 pytest.importorskip("torch", reason="torch is not installed in this venv")
 try:
@@ -29,6 +34,18 @@ BLOCK = 16
 PROMPT = [(i * 7) % 900 + 5 for i in range(200)]  # 12 full blocks and 8 tokens
 
 
+_zygote = []
+
+
+def zygote():
+    """The engines' fork server, started at the first engine."""
+    if not _zygote:
+        _zygote.append(Zygote(dict(os.environ, PYTHONHASHSEED=SEED,
+                                   PYTHONPATH=os.path.join(TOP, "python"))))
+        atexit.register(_zygote[0].close)
+    return _zygote[0]
+
+
 class Engine:
     """One engine process; call(op=...) sends a command, returns the reply."""
 
@@ -39,12 +56,18 @@ class Engine:
         # one model, as "model" in kv_connector_extra_config does for users
         cfg = dict({"socket": sock, "retry_seconds": 0.2, "model": "test/tiny-llama"},
                    **(extra or {}))
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "vllm_engine.py"), "--model",
-             os.path.join(self.dir, "model"), "--extra", json.dumps(cfg), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(self.err_path, "w"),
-            text=True, env=dict(dict(os.environ, PYTHONHASHSEED=SEED), **(env or {}),
-                                PYTHONPATH=os.path.join(TOP, "python")))
+        argv = ["--model", os.path.join(self.dir, "model"), "--extra", json.dumps(cfg), *args]
+        env = dict(dict(os.environ, PYTHONHASHSEED=SEED), **(env or {}),
+                   PYTHONPATH=os.path.join(TOP, "python"))
+        with open(self.err_path, "w") as err:
+            z = zygote()
+            if z.takes(env):  # forked: the imports are done
+                self.proc = z.spawn(argv, env, err)
+            else:  # another hash seed: a process of its own
+                self.proc = subprocess.Popen(
+                    [sys.executable, os.path.join(HERE, "vllm_engine.py"), *argv],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
+                    env=env)
 
     def ready(self):
         line = self.proc.stdout.readline()

@@ -186,12 +186,13 @@ class Worker(KVConnectorModelRunnerMixin):
         self.vc, self.block = vc, block
         heads, k, v = KINDS[kind]
         self.heads, self.cell = heads, k + v
-        # a one-rank distributed setup, as vLLM's worker makes it on start
-        import tempfile
+        # a one-rank distributed setup, as vLLM's worker makes it on start;
+        # its file store in the engine's directory, which the test removes
         from vllm.config import set_current_vllm_config
         from vllm.distributed.parallel_state import (ensure_model_parallel_initialized,
                                                      init_distributed_environment)
-        init = tempfile.mktemp(prefix="kvpool-vllm-dist-")
+        init = os.path.join(os.path.dirname(os.path.abspath(vc.model_config.model)),
+                            "dist-init")
         with set_current_vllm_config(vc):
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method="file://" + init)
