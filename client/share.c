@@ -103,8 +103,11 @@ int client_map_all(struct kvp_client *c, const kvp_page *pages, size_t n)
 _Static_assert(KVP_ACQUIRE_LOAD == KVP_WIRE_ACQ_LOAD && KVP_ACQUIRE_WAIT == KVP_WIRE_ACQ_WAIT &&
 	       KVP_ACQUIRE_HANDOFF == KVP_WIRE_ACQ_HANDOFF, "KVP_ACQUIRE_* are the wire's flags");
 #define ACQUIRE_FLAGS	(KVP_ACQUIRE_LOAD | KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF)
-/* the first kvp_acquire_opts' size: a caller's may not be smaller */
-#define ACQUIRE_OPTS_V1	32u
+/* the first kvp_acquire_opts' size: a caller's may not be smaller (a
+ * struct cut short would cut its last field: the handoff's key) */
+#define ACQUIRE_OPTS_V1	48u
+_Static_assert(sizeof(kvp_acquire_opts) == ACQUIRE_OPTS_V1,
+	       "kvp_acquire_opts grows only at its end, and then ACQUIRE_OPTS_V1 stays");
 
 /* acquire_batch() - one ACQUIRE of n keys with ntokens tokens from the
  * first key's block on, with options o. */
@@ -206,10 +209,15 @@ static int acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys, si
 		defaults(c, &mine);
 		o = &mine;
 	}
-	/* keys per message: each with its block's tokens when there are any */
+	/* keys per message: each with its block's tokens when there are any
+	 * (and the handoff's key after them) */
 	per = (c->buf_size - KVP_WIRE_HDR_SIZE - sizeof(struct kvp_wire_acquire) -
-	       bt * sizeof(*tokens) - KVP_KEY_BYTES) /
+	       bt * sizeof(*tokens) - (o->flags & KVP_ACQUIRE_HANDOFF ? KVP_KEY_BYTES : 0)) /
 	      (KVP_KEY_BYTES + (ntokens ? bt * sizeof(*tokens) : 0));
+	if (!per) {	/* a block's tokens fill a message: none can be asked */
+		pthread_mutex_unlock(&c->mu);
+		return -EMSGSIZE;
+	}
 	par = parent_or_root(c, parent);
 	do {
 		k = n - done < per ? n - done : per;

@@ -502,7 +502,8 @@ KVP_API int kvp_block_keys(const kvp_client *c, const kvp_key *parent,
  *
  * One round trip per about 2,500 blocks with tokens (8,000 without).
  * Returns hits (0..n), or -EDQUOT (lease limit), -EINVAL (too many
- * tokens), -EPIPE, -ENOMEM. The caller releases what it got.
+ * tokens), -EMSGSIZE (one block's tokens do not fit in the daemon's
+ * largest message), -EPIPE, -ENOMEM. The caller releases what it got.
  */
 KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
 			size_t n, const uint32_t *tokens, size_t ntokens,
@@ -541,9 +542,9 @@ typedef struct kvp_acquire_opts {
  * (opts_size: sizeof(*opts) as the caller was built), not the client's.
  * Returns as kvp_acquire(), and -EINVAL for an unknown flag, a wait out
  * of range, HANDOFF without WAIT or an opts_size under the first
- * struct's (32), -E2BIG for bytes past what this library knows that are
+ * struct's (48), -E2BIG for bytes past what this library knows that are
  * not 0. A daemon older than this library answers an ACQUIRE with
- * HANDOFF by closing the connection (-EPIPE).
+ * HANDOFF with a protocol error, and closes the connection (-EPROTO).
  */
 KVP_API int kvp_acquire_with(kvp_client *c, const kvp_key *parent, const kvp_key *keys,
 			     size_t n, const uint32_t *tokens, size_t ntokens,

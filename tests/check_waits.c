@@ -615,6 +615,78 @@ static pid_t prefill_child(const char *sock, const kvp_key *keys, uint32_t n, ui
 	return pid;
 }
 
+struct handoff_waiter {
+	const char *sock;
+	const kvp_key *keys;
+	size_t n;
+	const kvp_key *handoff;
+	int done_fd;
+};
+
+/* handoff_waiter() - one connection, one ACQUIRE that waits up to 60 s
+ * for w's handoff; its hits and ms on done_fd. */
+static void *handoff_waiter(void *arg)
+{
+	const struct handoff_waiter *w = arg;
+	kvp_acquire_opts o = { .flags = KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF,
+			       .wait_ms = 60000, .handoff = *w->handoff };
+	kvp_page pages[8];
+	kvp_client *c;
+	struct timespec a, z;
+	int out[2];
+
+	expect(kvp_connect(w->sock, "park", &geo, &c) == 0, 60);
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	out[0] = kvp_acquire_with(c, NULL, w->keys, w->n, NULL, 0, pages, NULL, &o, sizeof(o));
+	clock_gettime(CLOCK_MONOTONIC, &z);
+	out[1] = (int)((z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000);
+	expect(write(w->done_fd, out, sizeof(out)) == sizeof(out), 61);
+	kvp_close(c);
+	return NULL;
+}
+
+/* handoff_waits() - a child with count connections, each an ACQUIRE
+ * of keys[0..n) that waits for the handoff; returns once kvpoold has
+ * received every one (STATS on s); their results come on *res_fd. */
+static pid_t handoff_waits(const char *sock, kvp_client *s, const kvp_key *keys, size_t n,
+			   const kvp_key *handoff, unsigned count, int *res_fd)
+{
+	int res[2];
+	kvp_stats_t st;
+	uint64_t r0;
+	unsigned polls = 0;
+	pid_t pid;
+
+	ck_assert_int_eq(pipe(res), 0);
+	ck_assert_int_ge(kvp_stats(s, &st, NULL, 0), 0);
+	r0 = st.requests_total;
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static struct handoff_waiter w;
+		pthread_t t[WAITERS * 2];
+
+		w = (struct handoff_waiter){ sock, keys, n, handoff, res[1] };
+		for (unsigned i = 0; i < count; i++)
+			expect(pthread_create(&t[i], NULL, handoff_waiter, &w) == 0, 62);
+		for (unsigned i = 0; i < count; i++)
+			pthread_join(t[i], NULL);
+		_exit(0);
+	}
+	close(res[1]);
+	/* each connects (HELLO, MAP_SLAB...) then asks: received once STATS
+	 * counts count ACQUIREs more than a HELLO each and our STATSes */
+	do {
+		ck_assert_int_ge(kvp_stats(s, &st, NULL, 0), 0);
+		polls++;
+		if (st.requests_total < r0 + polls + 2 * count)
+			usleep(5000);
+	} while (st.requests_total < r0 + polls + 2 * count && polls < 3000);
+	usleep(100000);	/* the last one's ACQUIRE parked after its count */
+	*res_fd = res[0];
+	return pid;
+}
+
 /* kill_child() - SIGKILL pid and reap it. */
 static void kill_child(pid_t pid)
 {
@@ -674,6 +746,29 @@ START_TEST(test_handoff_a_prefill_engine_that_dies_ends_the_waits_for_it)
 	ck_assert_int_eq(kvp_release(c, pages, 1), 0);
 	ms = (z.tv_sec - a.tv_sec) * 1000 + (z.tv_nsec - a.tv_nsec) / 1000000;
 	ck_assert_int_lt(ms, 30000);
+	/* another prefill engine computes the prompt again: issued a ticket
+	 * for it, the handoff is abandoned no more, and a decode engine waits
+	 * for it (2 x WAITERS of them: the waits' index grows meanwhile);
+	 * that one dies too: every wait ends */
+	{
+		unsigned count = 2 * WAITERS, got = 0;
+
+		pre = prefill_child(d.sock, h, 4, 0, &ready);	/* h[0] is cached */
+		ck_assert_int_eq(read(ready, &b, 1), 1);
+		close(ready);
+		pid = handoff_waits(d.sock, s, h, 4, &h[3], count, &res);
+		usleep(300000);	/* they wait: not answered before the kill */
+		kill_child(pre);
+		while (got < count) {
+			ck_assert_int_eq(read(res, out, sizeof(out)), sizeof(out));
+			ck_assert_int_eq(out[0], 1);
+			ck_assert_int_ge(out[1], 300);
+			ck_assert_int_lt(out[1], 30000);
+			got++;
+		}
+		child_wait(pid);
+		close(res);
+	}
 	/* a prefill engine that published its whole handoff before it died
 	 * abandons nothing: gone from the pool since (evicted), the blocks
 	 * are waited for as long as the wait says */
@@ -698,6 +793,8 @@ START_TEST(test_handoff_a_prefill_engine_that_dies_ends_the_waits_for_it)
 	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, sizeof(o)),
 			 -EINVAL);
 	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, 8), -EINVAL);
+	/* one cut short of its key would wait under another */
+	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL, &o, 40), -EINVAL);
 	memset(big, 0, sizeof(big));
 	ck_assert_int_eq(kvp_acquire_defaults(c, (kvp_acquire_opts *)(void *)big, sizeof(big)), 0);
 	ck_assert_int_eq(kvp_acquire_with(c, NULL, g, 2, NULL, 0, pages, NULL,

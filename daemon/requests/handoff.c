@@ -121,6 +121,27 @@ void handoff_key_from(const void *file, size_t len, uint8_t out[HANDOFF_KEY_BYTE
 
 /* --- the request */
 
+/* remember() - c was issued a ticket for the handoff ending with key,
+ * holding until until_ms: in its slot for the key, else over the oldest.
+ * O(CONN_TICKETS). */
+static void remember(struct conn *c, const uint8_t *key, uint64_t until_ms)
+{
+	struct conn_ticket *t = NULL;
+	uint32_t i;
+
+	for (i = 0; i < CONN_TICKETS && !t; i++)
+		if (c->tickets[i].until_ms && !memcmp(c->tickets[i].key, key, KVP_KEY_BYTES))
+			t = &c->tickets[i];
+	if (!t) {
+		t = &c->tickets[c->ticket_next];
+		c->ticket_next = (c->ticket_next + 1) % CONN_TICKETS;
+		t->until_ms = 0;
+		memcpy(t->key, key, KVP_KEY_BYTES);
+	}
+	if (until_ms > t->until_ms)
+		t->until_ms = until_ms;
+}
+
 static void issue(struct conn *c, const struct kvp_wire_hdr *req, const struct kvp_wire_handoff *h)
 {
 	struct kvp_wire_ticket t;
@@ -140,11 +161,12 @@ static void issue(struct conn *c, const struct kvp_wire_hdr *req, const struct k
 	t.blocks = h->blocks;
 	t.expires_ms = realtime_ms() + h->ttl_ms;
 	ticket_mac(c->srv, c->ns, h->key, t.blocks, t.expires_ms, t.mac);
-	/* remembered over the oldest: should this client go before the
-	 * handoff's last block is published, the waits for it end */
-	c->tickets[c->ticket_next].until_ms = loop_now_ms() + h->ttl_ms;
-	memcpy(c->tickets[c->ticket_next].key, h->key, KVP_KEY_BYTES);
-	c->ticket_next = (c->ticket_next + 1) % CONN_TICKETS;
+	/* remembered (once a key, over the oldest): should this client go
+	 * before the handoff's last block is published, the waits for it
+	 * end; and a key abandoned before (a prefill engine that died, whose
+	 * prompt this one computes again) is abandoned no more */
+	remember(c, h->key, loop_now_ms() + h->ttl_ms);
+	wait_unabandon(c->ns, h->key);
 	c->srv->n.tickets_issued++;
 	conn_reply(c, req, KVP_S_OK, &t, sizeof(t), -1);
 }

@@ -328,7 +328,8 @@ static bool abandoned(const struct ns *n, const uint8_t *key)
 	return false;
 }
 
-/* ungone() - key is no longer abandoned in n (a client published it). */
+/* ungone() - key is no longer abandoned in n (a client published it, or
+ * was issued a ticket for it). */
 static void ungone(struct ns *n, const uint8_t *key)
 {
 	uint32_t i, at = gone_slot(key);
@@ -657,7 +658,7 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || s->shutting_down || hits >= a->nkeys)
 		return false;
 	if (abandoned(c->ns, keys + (size_t)hits * KVP_KEY_BYTES) ||
-	    (handoff && abandoned(c->ns, handoff))) {
+	    (handoff && (c->kwait_handoff_gone || abandoned(c->ns, handoff)))) {
 		s->n.kwaits_abandoned++;
 		return false;	/* it will not come: answered with what is held */
 	}
@@ -723,7 +724,7 @@ static void kwait_resume(struct conn *c)
 	       PREFIX_NIL)
 		from++;
 	if (from >= a.nkeys || abandoned(n, keys + (size_t)from * KVP_KEY_BYTES) ||
-	    (handoff && abandoned(n, handoff))) {
+	    (handoff && (c->kwait_handoff_gone || abandoned(n, handoff)))) {
 		/* served; or answered, the key it lacks or its handoff abandoned */
 		kwait_go(c);
 		return;
@@ -768,25 +769,33 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key)
 	kwait_arm(s);
 }
 
-/* awaiting() - the waits of n for the handoff whose key is key, off the
- * index, as a list of their own (through kwait_hnext). O(1 + them). A
- * wait off its key's chain is on a list of woken waits already (this
- * call's lacking(), or a wake further up the stack): it looks at the
- * abandoned keys when its turn comes. */
+/* awaiting() - the waits of n for the handoff whose key is key, marked,
+ * off the index, as a list of their own (through kwait_hnext). O(1 +
+ * them). A wait off its key's chain is on a list of woken waits already
+ * (this call's lacking(), or a wake further up the stack): its mark ends
+ * it when its turn comes. */
 static struct conn *awaiting(struct server *s, struct ns *n, const uint8_t *key)
 {
 	struct conn *c, *next, *woken = NULL;
 
 	for (c = s->kwait_tbuckets[kwait_bucket(s, n, key)]; c; c = next) {
 		next = c->kwait_tnext;
-		if (c->ns != n || !c->kwait_hprev ||
-		    memcmp(c->kwait_handoff, key, KVP_KEY_BYTES))
+		if (c->ns != n || memcmp(c->kwait_handoff, key, KVP_KEY_BYTES))
+			continue;
+		c->kwait_handoff_gone = true;	/* whatever the table keeps */
+		if (!c->kwait_hprev)
 			continue;
 		index_unlink(c, true);
 		c->kwait_hnext = woken;
 		woken = c;
 	}
 	return woken;
+}
+
+void wait_unabandon(struct ns *n, const uint8_t *key)
+{
+	if (n->gone)
+		ungone(n, key);
 }
 
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key)

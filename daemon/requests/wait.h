@@ -92,4 +92,9 @@ void wait_published(struct ns *n, struct server *s, const uint8_t *key);
  * it). 0, or -ENOMEM. */
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key);
 
+/* wait_unabandon() - key is abandoned in n no more: a client was issued a
+ * ticket for a handoff that ends with it (a prefill engine computes the
+ * prompt again, after the one that abandoned it). O(1). */
+void wait_unabandon(struct ns *n, const uint8_t *key);
+
 #endif /* KVP_WAIT_H */

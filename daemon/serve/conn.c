@@ -188,6 +188,7 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	 * remote tier (the next request asks again) */
 	c->kwait_deadline = c->kwait_poll_at = 0;
 	c->kwait_poll_ms = 0;
+	c->kwait_handoff_gone = false;
 	c->remote_tried = false;
 	/* one reply per request: arrival to reply (a deferred one's too: the
 	 * connection reads no other request meanwhile) */

@@ -97,6 +97,7 @@ struct conn {
 	struct conn *kwait_tnext, **kwait_tprev;
 	uint8_t kwait_handoff[KVP_KEY_BYTES];
 	bool kwait_has_handoff;
+	bool kwait_handoff_gone;	/* its handoff was abandoned (until the reply) */
 	uint64_t kwait_deadline;
 	uint64_t kwait_poll_at;		/* when it is served again to look (0: never) */
 	uint32_t kwait_poll_ms;		/* the interval it is asked again at */

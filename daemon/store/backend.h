@@ -79,6 +79,14 @@ struct backend {
 int backend_host_init(struct backend *be, char *err, size_t errlen);
 
 /*
+ * backend_host_bytes() - a backend for plain host memory that is no
+ * pool's: to_host() and from_host() are memcpy, nothing else may be
+ * called. What a tier moves that is not a page (the remote tier's small
+ * values) goes through it, whatever the pool's backend.
+ */
+struct backend *backend_host_bytes(void);
+
+/*
  * backend_cuda_init() - the CUDA backend on device: each slab is one
  * cudaMalloc, exported to clients with one cudaIpcGetMemHandle. Returns 0,
  * or -ENODEV (no device answers) / -ENOTSUP (built without CUDA) / -errno

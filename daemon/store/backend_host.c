@@ -303,6 +303,19 @@ static const struct backend_ops host_ops = {
 	.fini = host_fini,
 };
 
+struct backend *backend_host_bytes(void)
+{
+	static const struct backend_ops bytes_ops = {
+		.name = "host bytes",
+		.kind = KVP_BACKEND_HOST,
+		.to_host = host_to_host,
+		.from_host = host_to_host,
+	};
+	static struct backend be = { .ops = &bytes_ops };
+
+	return &be;
+}
+
 /*
  * backend_host_init() - see backend.h. Probes memfd_create once so that a
  * kernel without it fails at start-up, not at the first allocation.

@@ -270,7 +270,11 @@ static int acquire_opts(ClientObject *self, kvp_acquire_opts *o, PyObject *owait
 	if (owait == Py_None && ohandoff == Py_None && oload == Py_None &&
 	    orate == Py_None && omax == Py_None)
 		return 0;
+	/* the client's lock, which a waiting acquire on another thread holds
+	 * (for up to its wait): not with the GIL */
+	Py_BEGIN_ALLOW_THREADS
 	kvp_acquire_defaults(self->c, o, sizeof(*o));
+	Py_END_ALLOW_THREADS
 	if (owait != Py_None) {
 		secs = PyFloat_AsDouble(owait);
 		if (secs == -1.0 && PyErr_Occurred())
@@ -289,7 +293,7 @@ static int acquire_opts(ClientObject *self, kvp_acquire_opts *o, PyObject *owait
 			return -1;
 		if (!(o->flags & KVP_ACQUIRE_WAIT)) {
 			PyErr_SetString(PyExc_ValueError, "acquire(handoff=...): a handoff is "
-					"what a wait is for: give wait too (or set_acquire_wait())");
+					"what a wait is for: give wait=SECONDS, more than 0");
 			return -1;
 		}
 		o->flags |= KVP_ACQUIRE_HANDOFF;

@@ -209,7 +209,7 @@ def test_a_wait_for_a_handoff_ends_when_its_prefill_client_closes_first(daemon):
         got, secs = in_thread(lambda: w.acquire(keys))()
         assert len(got.pages) == 1 and secs < 15
         w.release(got.pages)
-        with pytest.raises(ValueError, match="give wait too"):
+        with pytest.raises(ValueError, match="give wait=SECONDS"):
             w.acquire(keys, handoff=keys[-1])
         with pytest.raises(ValueError, match="0 to 600 seconds"):
             w.acquire(keys, wait=601)
