@@ -349,6 +349,148 @@ START_TEST(test_remote_a_waiting_acquire_gets_what_another_machine_publishes)
 }
 END_TEST
 
+/* A decode engine's wait on machine B for prompt p, as its connector
+ * asks (for the handoff of its last block when handoff): what it got,
+ * and in how long. */
+struct handoff_wait {
+	const char *sock;
+	unsigned p;
+	uint32_t wait_ms;
+	bool handoff;
+	unsigned hits;
+	double secs;
+};
+
+/* prompt_keys() - the keys of prompt p's BLOCKS blocks. */
+static void prompt_keys(kvp_client *c, unsigned p, kvp_key *keys)
+{
+	static uint32_t t[BLOCKS * BT];
+
+	harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* as serve_prompts() */
+	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
+}
+
+/* publish_head() - the first m blocks of prompt p, through c. */
+static void publish_head(kvp_client *c, unsigned p, unsigned m)
+{
+	static uint32_t t[BLOCKS * BT];
+	static kvp_page out[BLOCKS];
+
+	harness_tokens(t, BLOCKS * BT, 0, p + 1);
+	harness_serve(c, t, (size_t)m * BT, out);
+	ck_assert_int_eq(kvp_release(c, out, m), 0);
+}
+
+static void *handoff_wait(void *arg)
+{
+	struct handoff_wait *w = arg;
+	kvp_acquire_opts o = { .flags = KVP_ACQUIRE_WAIT, .wait_ms = w->wait_ms,
+			       .prefill_rate = 1 };
+	static kvp_key keys[BLOCKS];
+	static kvp_page out[BLOCKS];
+	kvp_client *c = join(w->sock);
+	struct timespec t0, t1;
+	int h;
+
+	prompt_keys(c, w->p, keys);
+	if (w->handoff) {
+		o.flags |= KVP_ACQUIRE_HANDOFF;
+		o.handoff = keys[BLOCKS - 1];
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	h = kvp_acquire_with(c, NULL, keys, BLOCKS, NULL, 0, out, NULL, &o, sizeof(o));
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
+	if (h)
+		ck_assert_int_eq(kvp_release(c, out, (size_t)h), 0);
+	w->hits = (unsigned)h;
+	w->secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	kvp_close(c);
+	return NULL;
+}
+
+/* Issue 61, item 3, across machines: a prefill engine on machine A that
+ * died mid-handoff, or abandoned a block, ended the waits for it on A's
+ * daemon only; a decode engine on machine B waited all of its wait. A's
+ * daemon now says the abandon in the cluster, and B's finds it as its
+ * waits poll. */
+START_TEST(test_remote_a_handoff_abandoned_on_one_machine_ends_the_wait_on_another)
+{
+	const char *a_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote",
+				 url, "--remote-key-file", keyfile, "--remote-write", "through",
+				 NULL };
+	const char *b_args[] = { "--pool-size", "64M", "--slab-size", "4M", "--remote", url,
+				 "--remote-key-file", keyfile, NULL };
+	struct handoff_wait w = { .p = 20, .wait_ms = 20000, .handoff = true };
+	static kvp_key keys[BLOCKS];
+	struct daemon a, b;
+	kvp_client *ca;
+	kvp_ticket t;
+	pthread_t th;
+	int ready[2];
+	pid_t pid;
+	char c1;
+
+	cluster("start", NULL);
+	cluster_url();
+	daemon_start(&a, a_args);
+	b_ready(&b, b_args);
+	w.sock = b.sock;
+	/* A's prefill engine saved 10 of the prompt's blocks and dies; B's
+	 * decode engine waits for the handoff */
+	ck_assert_int_eq(pipe(ready), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		kvp_client *c = join(a.sock);
+
+		prompt_keys(c, w.p, keys);
+		expect(kvp_handoff_issue(c, &keys[BLOCKS - 1], BLOCKS, 60000, &t) == 0, 70);
+		publish_head(c, w.p, 10);
+		expect(write(ready[1], &c1, 1) == 1, 71);
+		pause();
+		_exit(0);
+	}
+	ck_assert_int_eq(read(ready[0], &c1, 1), 1);
+	ck_assert_int_eq(pthread_create(&th, NULL, handoff_wait, &w), 0);
+	usleep(500000);	/* B fetched the 10, and waits for the 11th */
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(w.hits, 10);
+	ck_assert_msg(w.secs >= 0.4 && w.secs < 10.0, "the wait took %.2f s", w.secs);
+	/* another prefill engine on A computes the prompt again: issued a
+	 * ticket for it, it is abandoned no more, and B's decode engine
+	 * waits its whole wait (1.5 s: nobody saves the rest) */
+	ca = join(a.sock);
+	prompt_keys(ca, w.p, keys);
+	ck_assert_int_eq(kvp_handoff_issue(ca, &keys[BLOCKS - 1], BLOCKS, 60000, &t), 0);
+	usleep(1300000);	/* the cluster has A's word; B's of the abandon is old */
+	w.wait_ms = 1500;
+	handoff_wait(&w);
+	ck_assert_uint_eq(w.hits, 10);
+	ck_assert_msg(w.secs >= 1.4, "the wait took %.2f s", w.secs);
+	/* a block A's prefill engine abandons (its save failed) ends B's
+	 * wait that lacks it */
+	publish_head(ca, w.p + 1, 5);
+	w = (struct handoff_wait){ .sock = b.sock, .p = w.p + 1, .wait_ms = 20000 };
+	ck_assert_int_eq(pthread_create(&th, NULL, handoff_wait, &w), 0);
+	usleep(500000);
+	prompt_keys(ca, w.p, keys);
+	ck_assert_int_eq(kvp_handoff_abandon(ca, &keys[5]), 0);
+	ck_assert_int_eq(pthread_join(th, NULL), 0);
+	ck_assert_uint_eq(w.hits, 5);
+	ck_assert_msg(w.secs >= 0.4 && w.secs < 10.0, "the wait took %.2f s", w.secs);
+	kvp_close(ca);
+	check_conservation(b.sock);
+	check_conservation(a.sock);
+	daemon_stop(&b);
+	daemon_stop(&a);
+	close(ready[0]);
+	close(ready[1]);
+}
+END_TEST
+
 /* An ACQUIRE of prompt p (which nobody publishes) on its own connection,
  * waiting wait_ms, as a decode engine's does. */
 struct idle_wait {
@@ -999,6 +1141,7 @@ static Suite *remote_tier_suite(void)
 	tcase_set_timeout(tc, 120);
 	ADD(test_remote_daemons_share_prefixes_through_a_cluster);
 	ADD(test_remote_a_waiting_acquire_gets_what_another_machine_publishes);
+	ADD(test_remote_a_handoff_abandoned_on_one_machine_ends_the_wait_on_another);
 	ADD(test_remote_idle_waits_ask_the_cluster_within_a_budget);
 	ADD(test_remote_write_back_sends_what_leaves_the_pool);
 	ADD(test_remote_fetched_blocks_are_not_sent_back);

@@ -558,7 +558,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	/* the rest of the chain is nowhere here: the remote tier may have it
 	 * (then the request is served again once it is back in the pool) */
 	if (hits < a.nkeys && prefix_find(n->idx, keys + (size_t)hits * KVP_KEY_BYTES) ==
-	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits))
+	    PREFIX_NIL && wait_remote(c, req, &a, keys, hits, handoff))
 		goto out;
 	/* a WAIT: the keys not held yet are being saved by another client */
 	if (hits < a.nkeys && wait_keys(c, req, &a, keys, hits, handoff))

@@ -163,12 +163,25 @@ void wait_wake(struct ns *n, int status, const char *msg)
 	}
 }
 
+/* what another machine abandoned, found in the remote tier, holds here
+ * this long: the waits it ends now see it, and a wait that comes later
+ * asks the tier again (the key may be abandoned no more) */
+#define REMOTE_GONE_MS	1000u
+
+static int abandon_here(struct ns *n, struct server *s, const uint8_t *key, uint64_t ms);
+
 /* remote_done() - tier_remote_fetch()'s continuation: what came back is
- * in the pool; serve the ACQUIRE again, not asking the remote tier twice. */
-static void remote_done(void *arg)
+ * in the pool, and the keys abandoned on another machine (gone, ngone)
+ * are abandoned here too, for REMOTE_GONE_MS; serve the ACQUIRE again,
+ * not asking the remote tier twice. */
+static void remote_done(void *arg, const uint8_t *gone, uint32_t ngone)
 {
 	struct conn *c = arg;
+	uint32_t i;
 
+	for (i = 0; i < ngone && !conn_closing(c); i++)
+		(void)abandon_here(c->ns, c->srv, gone + (size_t)i * KVP_KEY_BYTES,
+				   REMOTE_GONE_MS);
 	if (!conn_closing(c)) {
 		c->deferred = false;
 		c->remote_tried = true;
@@ -180,9 +193,11 @@ static void remote_done(void *arg)
 }
 
 bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
-		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from)
+		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from,
+		 const uint8_t *handoff)
 {
-	if (c->remote_tried || !tier_remote_fetch(c->ns, a, keys, from, remote_done, c))
+	if (c->remote_tried ||
+	    !tier_remote_fetch(c->ns, a, keys, from, handoff, remote_done, c))
 		return false;
 	c->wait_req = *req;
 	c->deferred = true;
@@ -342,9 +357,9 @@ static void ungone(struct ns *n, const uint8_t *key)
 	}
 }
 
-/* gone_add() - key abandoned in n from now: in a free or expired slot of
- * its probe, else over the one that expires first. */
-static int gone_add(struct ns *n, const uint8_t *key)
+/* gone_add() - key abandoned in n for ms from now: in a free or expired
+ * slot of its probe, else over the one that expires first. */
+static int gone_add(struct ns *n, const uint8_t *key, uint64_t ms)
 {
 	struct wait_gone *g, *pick = NULL;
 	uint64_t now = loop_now_ms();
@@ -363,7 +378,8 @@ static int gone_add(struct ns *n, const uint8_t *key)
 			pick = g;
 	}
 	memcpy(pick->key, key, KVP_KEY_BYTES);
-	pick->until_ms = now + KVP_WIRE_ABANDON_MS;
+	if (pick->until_ms < now + ms)
+		pick->until_ms = now + ms;
 	return 0;
 }
 
@@ -796,14 +812,24 @@ void wait_unabandon(struct ns *n, const uint8_t *key)
 {
 	if (n->gone)
 		ungone(n, key);
+	tier_remote_abandoned(n, key, false);	/* and on the other machines */
 }
 
 int wait_abandon(struct ns *n, struct server *s, const uint8_t *key)
 {
+	tier_remote_abandoned(n, key, true);	/* the other machines' waits end too */
+	return abandon_here(n, s, key, KVP_WIRE_ABANDON_MS);
+}
+
+/* abandon_here() - wait_abandon() in this daemon alone, the key
+ * abandoned for ms (what another machine abandoned, found in the remote
+ * tier, for less). */
+static int abandon_here(struct ns *n, struct server *s, const uint8_t *key, uint64_t ms)
+{
 	struct conn *c, *next, *list[2];
 	unsigned i;
 
-	if (gone_add(n, key) < 0)
+	if (gone_add(n, key, ms) < 0)
 		return -ENOMEM;
 	if (!s->kwait_n)
 		return 0;

@@ -55,13 +55,16 @@ bool wait_tier(struct conn *c, const struct kvp_wire_hdr *req, uint32_t n);
  * true; false when nothing would wake it. */
 bool wait_tier_room(struct conn *c, const struct kvp_wire_hdr *req, struct ns *ns);
 
-/* wait_remote() - c's ACQUIRE req (a, with a->nkeys keys) found
- * keys[0..from) locally and not keys[from]: when the remote tier was not
- * asked for this request yet and fetching is worth it
- * (tier_remote_fetch()), true: the request waits and is served again once
- * the blocks are back. False: serve it with what the pool has. */
+/* wait_remote() - c's ACQUIRE req (a, with a->nkeys keys; a WAIT for
+ * the handoff of key handoff, or NULL) found keys[0..from) locally and
+ * not keys[from]: when the remote tier was not asked for this request yet
+ * and fetching is worth it (tier_remote_fetch()), true: the request waits
+ * and is served again once the blocks are back, and what another
+ * machine abandoned of keys[from] and handoff is abandoned here too.
+ * False: serve it with what the pool has. */
 bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
-		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from);
+		 const struct kvp_wire_acquire *a, const uint8_t *keys, uint32_t from,
+		 const uint8_t *handoff);
 
 /* wait_keys() - c's ACQUIRE req (a) holds keys[0..hits) and not all
  * a->nkeys: with KVP_WIRE_ACQ_WAIT and before its deadline (a->wait_ms
@@ -84,7 +87,8 @@ bool wait_keys(struct conn *c, const struct kvp_wire_hdr *req,
 void wait_published(struct ns *n, struct server *s, const uint8_t *key);
 
 /* wait_abandon() - key will not be published in n (HANDOFF ABANDON, or
- * the client issued the ticket of a handoff that ends with key hung up):
+ * the client issued the ticket of a handoff that ends with key hung up;
+ * said to the remote tier too, tier_remote_abandoned()):
  * the ACQUIREs that lack it (as their first missing key) or wait for the
  * handoff it ends are answered now with what is held, and so are those
  * that come to in the next KVP_WIRE_ABANDON_MS (n remembers its last
@@ -94,7 +98,8 @@ int wait_abandon(struct ns *n, struct server *s, const uint8_t *key);
 
 /* wait_unabandon() - key is abandoned in n no more: a client was issued a
  * ticket for a handoff that ends with it (a prefill engine computes the
- * prompt again, after the one that abandoned it). O(1). */
+ * prompt again, after the one that abandoned it); with a remote tier, on
+ * the other machines too (one small SET a ticket). O(1). */
 void wait_unabandon(struct ns *n, const uint8_t *key);
 
 #endif /* KVP_WAIT_H */

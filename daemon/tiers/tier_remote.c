@@ -8,10 +8,13 @@
  * block is indexed behind a missing one. The request is then served again
  * from the start, marked as tried, so it never fetches twice.
  */
+#include <endian.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "client/keys.h"
 #include "client/wire.h"
 #include "daemon/log.h"
 #include "daemon/remote/remote.h"
@@ -25,7 +28,7 @@
 #define RID_BYTES 16u
 
 struct rfetch {
-	void (*done)(void *arg);	/* the caller's continuation */
+	void (*done)(void *arg, const uint8_t *gone, uint32_t ngone);	/* the caller's */
 	void *arg;
 	struct ns *n;
 	uint8_t rid[RID_BYTES];		/* the identity it asked under */
@@ -41,7 +44,54 @@ struct rfetch {
 		struct rfetch *f;
 		uint32_t i;
 	} *ones;
+	/* a WAIT's: whether its first missing key and its handoff's were
+	 * abandoned on another machine (tier_remote_abandoned()) */
+	struct rmark {
+		struct rfetch *f;
+		uint8_t key[KVP_KEY_BYTES];	/* the block's key */
+		uint64_t until;			/* the value: le64, wall-clock ms */
+		int res;
+	} marks[TIER_REMOTE_GONE_MAX];
+	uint32_t nmarks;
 };
+
+/* how far ahead of this one another daemon's clock may run */
+#define MARK_SKEW_MS	60000u
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* mark_key() - the name under which block key's abandon is kept: no
+ * block's (a hash of another domain). */
+static void mark_key(const uint8_t *key, uint8_t out[KVP_KEY_BYTES])
+{
+	static const char domain[] = "kvpool abandoned block 1";
+	struct keys_sha256 s;
+
+	keys_sha256_init(&s);
+	keys_sha256_update(&s, domain, sizeof(domain));
+	keys_sha256_update(&s, key, KVP_KEY_BYTES);
+	keys_sha256_final(&s, out);
+}
+
+void tier_remote_abandoned(struct ns *n, const uint8_t *key, bool abandoned)
+{
+	uint64_t until = htole64(abandoned ? wall_ms() + KVP_WIRE_ABANDON_MS : 0);
+	uint8_t mk[KVP_KEY_BYTES];
+
+	if (!n->remote)
+		return;
+	mark_key(key, mk);
+	/* a cache's write: a tier that cannot take it now loses it, and the
+	 * waits elsewhere last until their deadlines, as before */
+	(void)remote_put(n->remote, backend_host_bytes(), n->rid, mk, &until, sizeof(until),
+			 NULL, NULL);
+}
 
 /*
  * A SET in flight whose answer the KV events wait for: its block is
@@ -198,22 +248,78 @@ static void index_fetched(struct rfetch *f)
 	}
 }
 
-static void fetch_done(void *arg, int res)
+/* fetch_end() - the last GET of f ended: index what came back, tell the
+ * caller what was abandoned elsewhere, free f. */
+static void fetch_end(struct rfetch *f)
 {
-	struct rfetch_one *o = arg;
-	struct rfetch *f = o->f;
+	uint8_t gone[TIER_REMOTE_GONE_MAX * KVP_KEY_BYTES];
+	uint64_t now = wall_ms(), until;
+	uint32_t i, ngone = 0;
 
-	f->res[o->i] = res;
-	if (--f->outstanding)
-		return;
 	index_fetched(f);
-	f->done(f->arg);	/* now the pool has what came back */
+	for (i = 0; i < f->nmarks; i++) {
+		until = le64toh(f->marks[i].until);
+		/* holding still, and not further ahead than any can */
+		if (f->marks[i].res == 0 && until > now &&
+		    until <= now + KVP_WIRE_ABANDON_MS + MARK_SKEW_MS) {
+			memcpy(gone + (size_t)ngone++ * KVP_KEY_BYTES, f->marks[i].key,
+			       KVP_KEY_BYTES);
+		}
+	}
+	f->done(f->arg, gone, ngone);	/* now the pool has what came back */
 	free(f->keys);
 	free(f->ids);
 	free(f->pages);
 	free(f->res);
 	free(f->ones);
 	free(f);
+}
+
+static void fetch_done(void *arg, int res)
+{
+	struct rfetch_one *o = arg;
+	struct rfetch *f = o->f;
+
+	f->res[o->i] = res;
+	if (!--f->outstanding)
+		fetch_end(f);
+}
+
+static void mark_done(void *arg, int res)
+{
+	struct rmark *m = arg;
+	struct rfetch *f = m->f;
+
+	m->res = res;
+	if (!--f->outstanding)
+		fetch_end(f);
+}
+
+/* ask_marks() - with a WAIT, ask whether keys[from] and the handoff's key
+ * were abandoned on another machine; each GET that went out holds f. */
+static void ask_marks(struct rfetch *f, const struct kvp_wire_acquire *a, const uint8_t *first,
+		      const uint8_t *handoff)
+{
+	const uint8_t *ask[TIER_REMOTE_GONE_MAX] = { first, handoff };
+	uint8_t mk[KVP_KEY_BYTES];
+	uint32_t i;
+
+	if (!(a->flags & KVP_WIRE_ACQ_WAIT))
+		return;
+	for (i = 0; i < TIER_REMOTE_GONE_MAX; i++) {
+		struct rmark *m = &f->marks[f->nmarks];
+
+		if (!ask[i] || (i && !memcmp(ask[i], first, KVP_KEY_BYTES)))
+			continue;
+		*m = (struct rmark){ .f = f, .res = -EAGAIN };
+		memcpy(m->key, ask[i], KVP_KEY_BYTES);
+		mark_key(ask[i], mk);
+		if (remote_get(f->n->remote, backend_host_bytes(), f->n->rid, mk, &m->until,
+			       sizeof(m->until), mark_done, m) < 0)
+			continue;
+		f->nmarks++;
+		f->outstanding++;
+	}
 }
 
 /*
@@ -266,7 +372,8 @@ static void keep_ids(struct rfetch *f, const struct kvp_wire_acquire *a, const u
 }
 
 bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uint8_t *keys,
-		       uint32_t from, void (*done)(void *arg), void *arg)
+		       uint32_t from, const uint8_t *handoff,
+		       void (*done)(void *arg, const uint8_t *gone, uint32_t ngone), void *arg)
 {
 	struct pool *p = n->pool;
 	struct rfetch *f;
@@ -318,6 +425,7 @@ bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uin
 			pool_unref(p, f->pages[i]);
 		goto out_free;
 	}
+	ask_marks(f, a, f->keys, handoff);
 	n->remote_st.fetches++;
 	/* what is above the fetched blocks, here in the pool, is used now in
 	 * Redis too: it goes after them, not before */

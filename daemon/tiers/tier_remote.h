@@ -23,15 +23,36 @@ struct ns;
 void tier_remote_published(struct ns *n, uint32_t e, const void *page);
 
 /*
+ * tier_remote_abandoned() - block key will not be published in n (a
+ * prefill engine's ABANDON, or its connection gone): said to the remote
+ * tier too, so that the waits for it on other machines end. A sealed
+ * value of 8 bytes (until when it holds, by the wall clock:
+ * KVP_WIRE_ABANDON_MS on) under a name of its own (rpage_key() of the
+ * SHA-256 of a domain and key), sent as a page is, never waited for.
+ * abandoned false: it is abandoned no more (a prefill engine was issued a
+ * ticket for it): the value says so (it holds until 0).
+ */
+void tier_remote_abandoned(struct ns *n, const uint8_t *key, bool abandoned);
+
+/* what a fetch found abandoned on another machine: at most the first key
+ * it lacked and its handoff's */
+#define TIER_REMOTE_GONE_MAX	2u
+
+/*
  * tier_remote_fetch() - an ACQUIRE of n (a, with a->nkeys keys) found
  * keys[0..from) locally and not keys[from]: fetch keys[from..nkeys) from
  * the remote tier when it is up and that is faster than recomputing them
- * (at a's prefill rate, else the daemon's) and than a's cut-off. True
- * when the fetch went out: done(arg) is called from the loop once what
- * came back is indexed (never before this returns); false to serve the
- * request with what the pool has.
+ * (at a's prefill rate, else the daemon's) and than a's cut-off. A WAIT
+ * also asks whether keys[from], and the key of the handoff it waits for
+ * (handoff, or NULL), were abandoned on another machine
+ * (tier_remote_abandoned()). True when the fetch went out: done(arg,
+ * gone, ngone) is called from the loop once what came back is indexed
+ * (never before this returns), with the keys found abandoned (ngone of
+ * KVP_KEY_BYTES at gone, for the call alone); false to serve the request
+ * with what the pool has.
  */
 bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uint8_t *keys,
-		       uint32_t from, void (*done)(void *arg), void *arg);
+		       uint32_t from, const uint8_t *handoff,
+		       void (*done)(void *arg, const uint8_t *gone, uint32_t ngone), void *arg);
 
 #endif /* KVP_TIER_REMOTE_H */
