@@ -193,11 +193,13 @@ static void put_give_up(struct rreq *q, bool sent, const char *why)
 {
 	struct remote *r = q->r;
 
-	if (sent)
+	if (q->note)
+		;	/* a note lost: its waits last until their deadlines */
+	else if (sent)
 		r->st.put_errors++;
 	else
 		r->st.put_skipped++;
-	if (!r->closing)
+	if (!r->closing && !q->note)
 		say_unwritten(r, why);
 	rreq_forget(r, q);
 	rreq_finish(q, r->closing ? -ECANCELED : -EIO);
@@ -208,7 +210,9 @@ void rreq_retry(struct rreq *q, const char *why)
 {
 	struct remote *r = q->r;
 
-	if (r->closing || q->errs >= PUT_TRIES || now_ns() - q->born_ns > PUT_MAX_AGE_NS) {
+	/* a note is sent once: again, it could land after a later one */
+	if (r->closing || q->note || q->errs >= PUT_TRIES ||
+	    now_ns() - q->born_ns > PUT_MAX_AGE_NS) {
 		put_give_up(q, true, why);
 	} else {
 		q->hops = 0;	/* MAX_HOPS bounds one chain of redirects */
@@ -227,8 +231,10 @@ static int put_send(struct rnode *nd, struct rreq *q)
 		rate_give(r, q->cmdlen);
 		return -EAGAIN;
 	}
-	r->st.puts += !q->tries++;	/* a page, once: not each time it is sent */
-	r->st.bytes_out += RPAGE_HDR + q->bytes;
+	if (!q->tries++ && !q->note)
+		r->st.puts++;	/* a page, once: not each time it is sent */
+	if (!q->note)
+		r->st.bytes_out += RPAGE_HDR + q->bytes;
 	return 0;
 }
 
@@ -490,9 +496,10 @@ static bool get_takes(const struct rnode *nd)
 	       nd->inflight < nd->r->c.max_inflight;
 }
 
-int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
+/* get() - remote_get() and remote_note_get(). */
+static int get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
-	       remote_done_fn done, void *arg)
+	       remote_done_fn done, void *arg, bool note)
 {
 	struct rreq *q = req_new(r, true, id, key, bytes, done, arg);
 	struct rnode *nd;
@@ -501,20 +508,35 @@ int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 		return -ENOMEM;
 	q->dst = dst;
 	q->be = be;
+	q->note = note;
 	nd = route(r, q);
 	if (!get_takes(nd) || !rate_take(r, bytes + RPAGE_HDR)) {
 		free(q);
-		r->st.skipped++;
+		r->st.skipped += !note;
 		return -EAGAIN;
 	}
 	if (rreq_send(nd, q, NULL, 0, false) < 0) {
 		rate_give(r, bytes + RPAGE_HDR);
 		free(q);
-		r->st.skipped++;
+		r->st.skipped += !note;
 		return -EAGAIN;
 	}
-	r->st.gets++;
+	r->st.gets += !note;
 	return 0;
+}
+
+int remote_get(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
+	       const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
+	       remote_done_fn done, void *arg)
+{
+	return get(r, be, id, key, dst, bytes, done, arg, false);
+}
+
+int remote_note_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
+		    remote_done_fn done, void *arg)
+{
+	return get(r, backend_host_bytes(), id, key, dst, bytes, done, arg, true);
 }
 
 /* format_set() - "SET key value" of q in RESP, the value its header and
@@ -525,8 +547,15 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 	char head[64], *buf;
 	int hl;
 
-	hl = snprintf(head, sizeof(head), "*3\r\n$3\r\nSET\r\n$%u\r\n", RPAGE_KEY_LEN);
-	*len = (size_t)hl + RPAGE_KEY_LEN + 2 + 24 + RPAGE_HDR + q->bytes + 2;
+	char px[48] = "";
+	int pl = 0;
+
+	if (q->ttl_ms)	/* a note's: SET key value PX ms */
+		pl = snprintf(px, sizeof(px), "$2\r\nPX\r\n$%d\r\n%u\r\n",
+			      snprintf(NULL, 0, "%u", q->ttl_ms), q->ttl_ms);
+	hl = snprintf(head, sizeof(head), "*%d\r\n$3\r\nSET\r\n$%u\r\n", q->ttl_ms ? 5 : 3,
+		      RPAGE_KEY_LEN);
+	*len = (size_t)hl + RPAGE_KEY_LEN + 2 + 24 + RPAGE_HDR + q->bytes + 2 + (size_t)pl;
 	buf = malloc(*len);
 	if (!buf)
 		return NULL;
@@ -543,13 +572,15 @@ static char *format_set(struct remote *r, const struct rreq *q, const void *src,
 		return NULL;
 	}
 	memcpy(buf + hl + RPAGE_HDR + q->bytes, "\r\n", 2);
-	*len = (size_t)hl + RPAGE_HDR + q->bytes + 2;
+	memcpy(buf + hl + RPAGE_HDR + q->bytes + 2, px, (size_t)pl);
+	*len = (size_t)hl + RPAGE_HDR + q->bytes + 2 + (size_t)pl;
 	return buf;
 }
 
-int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
+/* put() - remote_put() and remote_note_put() (ttl_ms: a note's). */
+static int put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
 	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
-	       remote_done_fn done, void *arg)
+	       remote_done_fn done, void *arg, bool note, uint32_t ttl_ms)
 {
 	struct rreq *q;
 	struct rnode *nd;
@@ -560,6 +591,8 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	if (!q)
 		return -ENOMEM;
 	q->be = be;
+	q->note = note;
+	q->ttl_ms = ttl_ms;
 	q->cmd = format_set(r, q, src, &q->cmdlen);
 	if (!q->cmd) {
 		free(q);
@@ -580,6 +613,20 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	if (!nd || nd->wait_head || put_send(nd, q) < 0)
 		put_wait(r, q);		/* in order, behind the others */
 	return 0;
+}
+
+int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_BYTES],
+	       const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+	       remote_done_fn done, void *arg)
+{
+	return put(r, be, id, key, src, bytes, done, arg, false, 0);
+}
+
+int remote_note_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+		    uint32_t ttl_ms)
+{
+	return put(r, backend_host_bytes(), id, key, src, bytes, NULL, NULL, true, ttl_ms);
 }
 
 /*

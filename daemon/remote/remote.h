@@ -118,6 +118,25 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	       remote_done_fn done, void *arg);
 
 /*
+ * Notes: small values of the tier's own beside the pages (a block that
+ * will not come: tiers/tier_remote.c), sealed as pages are, under names
+ * made as theirs. remote_note_put() stores bytes at src as note key of
+ * namespace id for ttl_ms (SET PX), sent once: one that finds its node
+ * gone or gets an error is lost, never sent again behind a later note of
+ * the same key. remote_note_get() reads one into dst (bytes of host
+ * memory), as remote_get() reads a page. Neither counts as a page does
+ * (gets, hits, misses, puts, bytes), nor in the measured latency and
+ * bandwidth of remote_fetch_ns(). Return as remote_put() and
+ * remote_get().
+ */
+int remote_note_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+		    uint32_t ttl_ms);
+int remote_note_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
+		    remote_done_fn done, void *arg);
+
+/*
  * remote_touch() - tell Redis the value of block key was used now (TOUCH:
  * its LRU clock), at most once a second per key; never waits, never
  * queues: a node down or at its in-flight cap is skipped. Returns true

@@ -74,6 +74,8 @@ struct rreq {
 					 * (an ASK sent it to the node it waits for) */
 	unsigned errs;			/* SET: error replies so far */
 	uint64_t born_ns;		/* SET: when remote_put() took it */
+	bool note;			/* a note (remote_note_put/get()), no page */
+	uint32_t ttl_ms;		/* a note's SET: its time to live */
 };
 
 /* A TOUCH on its way, for the redirect it may get (rnode_touch_reply()). */

@@ -41,6 +41,22 @@ int remote_put(struct remote *r, struct backend *be, const uint8_t id[RPAGE_ID_B
 	return -EAGAIN;
 }
 
+int remote_note_put(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], const void *src, uint64_t bytes,
+		    uint32_t ttl_ms)
+{
+	(void)r, (void)id, (void)key, (void)src, (void)bytes, (void)ttl_ms;
+	return -EAGAIN;
+}
+
+int remote_note_get(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
+		    const uint8_t key[KVP_KEY_BYTES], void *dst, uint64_t bytes,
+		    remote_done_fn done, void *arg)
+{
+	(void)r, (void)id, (void)key, (void)dst, (void)bytes, (void)done, (void)arg;
+	return -EAGAIN;
+}
+
 bool remote_touch(struct remote *r, const uint8_t id[RPAGE_ID_BYTES],
 		  const uint8_t key[KVP_KEY_BYTES])
 {

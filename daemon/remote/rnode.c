@@ -469,16 +469,18 @@ static int get_value(struct rreq *q, const redisReply *rep)
 	int rc;
 
 	if (rep->type == REDIS_REPLY_NIL) {
-		r->st.misses++;
+		r->st.misses += !q->note;
 		return -ENOENT;
 	}
 	if (rep->type != REDIS_REPLY_STRING) {
 		r->st.errors++;
 		return -EIO;
 	}
-	r->st.bytes_in += rep->len;
-	q->node->busy_bytes += rep->len;
-	q->node->busy_replies++;
+	if (!q->note) {	/* a note's few bytes would say the tier is slow */
+		r->st.bytes_in += rep->len;
+		q->node->busy_bytes += rep->len;
+		q->node->busy_replies++;
+	}
 	if (rep->integer == DIRECT_FAILED) {
 		r->st.errors++;
 		return -EIO;
@@ -500,7 +502,7 @@ static int get_value(struct rreq *q, const redisReply *rep)
 		r->st.forged += rc == -EKEYREJECTED;
 		return rc;
 	}
-	r->st.hits++;
+	r->st.hits += !q->note;
 	return 0;
 }
 
@@ -678,8 +680,9 @@ void rnode_got_reply(redisAsyncContext *ac, void *reply, void *priv)
 		rreq_finish(q, -EIO);
 	} else {
 		q->node->erred = false;
-		hist_add(&r->st.gets_hist, rtt);
-		if (q->idle_sent)	/* nothing queued before it: a latency sample */
+		if (!q->note)
+			hist_add(&r->st.gets_hist, rtt);
+		if (q->idle_sent && !q->note)	/* nothing queued before it: a sample */
 			r->st.latency_ns = r->st.latency_ns ? (r->st.latency_ns * 7 + rtt) / 8
 							     : rtt;
 		res = get_value(q, rep);

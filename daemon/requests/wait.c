@@ -179,7 +179,7 @@ static void remote_done(void *arg, const uint8_t *gone, uint32_t ngone)
 	struct conn *c = arg;
 	uint32_t i;
 
-	for (i = 0; i < ngone && !conn_closing(c); i++)
+	for (i = 0; i < ngone; i++)	/* c is held: its namespace with it */
 		(void)abandon_here(c->ns, c->srv, gone + (size_t)i * KVP_KEY_BYTES,
 				   REMOTE_GONE_MS);
 	if (!conn_closing(c)) {
@@ -371,15 +371,18 @@ static int gone_add(struct ns *n, const uint8_t *key, uint64_t ms)
 	for (i = 0; i < GONE_PROBE; i++) {
 		g = &n->gone[(at + i) & (GONE_SLOTS - 1)];
 		if (g->until_ms > now && !memcmp(g->key, key, KVP_KEY_BYTES)) {
-			pick = g;	/* again: it holds longer */
+			pick = g;	/* again */
 			break;
 		}
 		if (!pick || g->until_ms < pick->until_ms)
 			pick = g;
 	}
-	memcpy(pick->key, key, KVP_KEY_BYTES);
-	if (pick->until_ms < now + ms)
+	if (pick->until_ms <= now || memcmp(pick->key, key, KVP_KEY_BYTES)) {
+		memcpy(pick->key, key, KVP_KEY_BYTES);	/* a slot of its own */
 		pick->until_ms = now + ms;
+	} else if (pick->until_ms < now + ms) {
+		pick->until_ms = now + ms;	/* again: the longer of the two */
+	}
 	return 0;
 }
 

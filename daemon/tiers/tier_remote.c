@@ -88,9 +88,10 @@ void tier_remote_abandoned(struct ns *n, const uint8_t *key, bool abandoned)
 		return;
 	mark_key(key, mk);
 	/* a cache's write: a tier that cannot take it now loses it, and the
-	 * waits elsewhere last until their deadlines, as before */
-	(void)remote_put(n->remote, backend_host_bytes(), n->rid, mk, &until, sizeof(until),
-			 NULL, NULL);
+	 * waits elsewhere last until their deadlines, as before; Redis drops
+	 * it once no daemon would take it */
+	(void)remote_note_put(n->remote, n->rid, mk, &until, sizeof(until),
+			      KVP_WIRE_ABANDON_MS + MARK_SKEW_MS);
 }
 
 /*
@@ -257,7 +258,7 @@ static void fetch_end(struct rfetch *f)
 	uint32_t i, ngone = 0;
 
 	index_fetched(f);
-	for (i = 0; i < f->nmarks; i++) {
+	for (i = 0; i < f->nmarks && !memcmp(f->rid, f->n->rid, RID_BYTES); i++) {
 		until = le64toh(f->marks[i].until);
 		/* holding still, and not further ahead than any can */
 		if (f->marks[i].res == 0 && until > now &&
@@ -314,8 +315,8 @@ static void ask_marks(struct rfetch *f, const struct kvp_wire_acquire *a, const 
 		*m = (struct rmark){ .f = f, .res = -EAGAIN };
 		memcpy(m->key, ask[i], KVP_KEY_BYTES);
 		mark_key(ask[i], mk);
-		if (remote_get(f->n->remote, backend_host_bytes(), f->n->rid, mk, &m->until,
-			       sizeof(m->until), mark_done, m) < 0)
+		if (remote_note_get(f->n->remote, f->n->rid, mk, &m->until, sizeof(m->until),
+				    mark_done, m) < 0)
 			continue;
 		f->nmarks++;
 		f->outstanding++;
@@ -371,6 +372,35 @@ static void keep_ids(struct rfetch *f, const struct kvp_wire_acquire *a, const u
 	f->nids_blocks = nb;
 }
 
+/* marks_only() - a WAIT whose blocks are not fetched (not worth it, no
+ * room, its node refuses): it asks whether they were abandoned all the
+ * same, unless the client never lets it ask the tier. True when asked:
+ * done() follows as for a fetch. */
+static bool marks_only(struct ns *n, const struct kvp_wire_acquire *a, const uint8_t *first,
+		       const uint8_t *handoff,
+		       void (*done)(void *arg, const uint8_t *gone, uint32_t ngone), void *arg)
+{
+	struct rfetch *f;
+
+	if (!(a->flags & KVP_WIRE_ACQ_WAIT) || a->remote_max_us == KVP_REMOTE_NEVER)
+		return false;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return false;
+	f->done = done;
+	f->arg = arg;
+	f->n = n;
+	memcpy(f->rid, n->rid, RID_BYTES);
+	f->outstanding = 1;	/* held while sending */
+	ask_marks(f, a, first, handoff);
+	if (!f->nmarks) {
+		free(f);
+		return false;
+	}
+	f->outstanding--;
+	return true;
+}
+
 bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uint8_t *keys,
 		       uint32_t from, const uint8_t *handoff,
 		       void (*done)(void *arg, const uint8_t *gone, uint32_t ngone), void *arg)
@@ -385,7 +415,7 @@ bool tier_remote_fetch(struct ns *n, const struct kvp_wire_acquire *a, const uin
 	if (count > n->remote_fetch_max)
 		count = n->remote_fetch_max;
 	if (!worth_it(n, a, count))
-		return false;
+		return marks_only(n, a, keys + (size_t)from * KVP_KEY_BYTES, handoff, done, arg);
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return false;
@@ -440,5 +470,5 @@ out_free:
 	free(f->res);
 	free(f->ones);
 	free(f);
-	return false;
+	return marks_only(n, a, keys + (size_t)from * KVP_KEY_BYTES, handoff, done, arg);
 }
