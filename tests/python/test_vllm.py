@@ -534,6 +534,28 @@ def test_a_prefill_engine_that_cannot_save_ends_the_decode_engines_wait_at_once(
         assert leased(small) == 0
 
 
+def test_a_prefill_engine_whose_save_raises_ends_the_decode_engines_wait_at_once(pool):
+    # a hybrid model's saves go through the connector's thread (the
+    # Mover): one that raised anything but OSError (a copy that cannot
+    # run, a bug) was skipped without abandoning its blocks, and the
+    # decode engine waited all of pd_wait_seconds
+    p = Engine(pool.sock, "--role", "kv_producer", "--kv-kind", "swa").ready()
+    d = Engine(pool.sock, "--role", "kv_consumer", "--kv-kind", "swa",
+               extra={"pd_wait_seconds": 20}).ready()
+    try:
+        p.call(op="raise", hooks=["WorkerSide._save_now"])
+        params = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER)["params"][0]
+        assert p.call(op="stats")["worker"]["pd_abandoned"] >= 1
+        t0 = time.monotonic()
+        rd = d.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
+        assert time.monotonic() - t0 < 10
+        assert len(rd["outputs"][0]) == 4
+    finally:
+        p.close()
+        d.close()
+    assert leased(pool) == 0
+
+
 def test_a_prompt_of_whole_blocks_goes_from_prefill_to_decode_engine_too(pool):
     # 12 blocks and not a token more: the prefill engine saves all 12, the
     # decode engine loads 11 (vLLM computes at least the last token) after

@@ -568,6 +568,11 @@ class WorkerSide:
             if self._copier.whole and all(t.groups is None for t in saves):
                 return self._save_whole(saves)
             return self._save_now(saves)
+        except BaseException:
+            # whatever failed (the caller says it), a decode engine does
+            # not wait for these blocks (abandoning one twice is harmless)
+            self._abandon(saves)
+            raise
         finally:
             if saves:
                 self._pool.observe("save_seconds", time.monotonic() - t0)
