@@ -436,11 +436,14 @@ int main(int argc, char **argv)
 				 "--no-prefault so that a slab memory cannot hold is refused "
 				 "(-ENOSPC) instead", size_text(opt.pool_size, a, sizeof(a)),
 				 size_text(room, b, sizeof(b)), what);
-		else if (opt.pool_size > room)
-			log_info("--pool-size %s is more than the %s of memory left to "
-				 "kvpoold (%s): allocations past that are refused (-ENOSPC)",
+		else if (opt.pool_size > room)	/* a pool that can never fill: say it */
+			log_warn("--pool-size %s is more than the %s of memory left to "
+				 "kvpoold (%s; %.1fx): allocations past that are refused "
+				 "(-ENOSPC), and the pool is never as large as configured; "
+				 "lower --pool-size, or give kvpoold the memory",
 				 size_text(opt.pool_size, a, sizeof(a)),
-				 size_text(room, b, sizeof(b)), what);
+				 size_text(room, b, sizeof(b)), what,
+				 room ? (double)opt.pool_size / (double)room : 0.0);
 	}
 	rc = pool_init(&pool, &be, opt.pool_size, opt.slab_size);
 	if (rc < 0) {

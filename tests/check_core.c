@@ -882,7 +882,8 @@ START_TEST(test_core_by_default_a_memory_limit_refuses_slabs_and_kills_nobody)
 	read_file(d.log, log, sizeof(log));
 	ck_assert_msg(strstr(log, "--pool-size 512.0 MiB is more than the") &&
 		      strstr(log, "the memory limit of cgroup") &&
-		      strstr(log, "allocations past that are refused (-ENOSPC)"), "%s", log);
+		      strstr(log, "allocations past that are refused (-ENOSPC)") &&
+		      strstr(log, "warn: --pool-size 512.0 MiB"), "%s", log);
 	connect_ok(d.sock, &c);
 	/* slabs come while the limit has room; then -ENOSPC, not a kill */
 	while ((rc = kvp_alloc(c, BATCH, pages + n)) == 0)

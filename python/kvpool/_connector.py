@@ -165,9 +165,12 @@ class Pool:
         except kvpool.Mismatch as e:
             self.state = "refused"
             self._next = time.monotonic() + max(self.retry, 60.0)
+            # the hint is the seed's: said only when the seed is what differs
+            # (a geometry, model or scheme that differs says so itself)
+            hint = self.hint if self.hint and "key_seed" in str(e) else ""
             self.warn("mismatch", "namespace '%s' refused this instance: %s%s; serving "
                       "without the shared KV cache", self.namespace, e,
-                      "; " + self.hint if self.hint else "")
+                      "; " + hint if hint else "")
             return None
         except OSError as e:
             self.state = "daemon_gone"

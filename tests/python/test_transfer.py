@@ -385,3 +385,27 @@ def test_a_lost_connections_failure_reaped_late_leaves_the_new_connection_alone(
     finally:
         s.close()
         pool.close()
+
+
+def test_a_refused_identity_names_the_hash_seed_only_when_the_seed_differs(daemon, caplog):
+    """The connectors' word on a refusal: the seed's hint (set
+    PYTHONHASHSEED to kvpoold's --key-seed) came with every refusal, a
+    geometry's too, and sent its reader to the wrong setting."""
+    import dataclasses
+    import logging
+    from kvpool._connector import Pool
+    hint = "PYTHONHASHSEED=7: run kvpoold with --key-seed 7"
+    with kvpool.Client(daemon.sock, "ns", GEO):  # the namespace, of GEO
+        other = dataclasses.replace(GEO, head_dim=128)
+        for geo, seed, says in ((other, None, False), (GEO, "7", True)):
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="test"):
+                pool = Pool(logging.getLogger("test"), "worker", daemon.sock, "ns", geo,
+                            seed=seed, hint=hint)
+                with pool.lock:
+                    assert pool.client() is None
+                assert pool.state == "refused"
+            said = " ".join(r.getMessage() for r in caplog.records)
+            assert "refused this instance" in said
+            assert (hint in said) == says, said
+            pool.close()
