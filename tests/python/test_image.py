@@ -172,6 +172,9 @@ def test_the_image_serves_clients_in_other_containers_as_the_daemonset_runs_it(i
     port = free_port()
     args = [a if not a.startswith("--metrics-listen=") else "--metrics-listen=127.0.0.1:%d" % port
             for a in kvpoold["args"]]
+    # the DaemonSet's rules name its engines' users; this test's clients
+    # (the examples' namespace) are given theirs the same way
+    args.append("--access=llama-3.1-8b read,write 20000,20001,20003")
     name = "kvpool-test-%d" % os.getpid()
     podman("run", "-d", "--name", name, "--network", "host", "--user", "%d:%d"
            % (KVPOOL_ID, KVPOOL_ID), "--read-only", *caps(kvpoold), "--security-opt",
