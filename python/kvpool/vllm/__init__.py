@@ -64,10 +64,30 @@ One module a job:
     identity.py   the namespace, geometry and key scheme of an instance
     settings.py   kv_connector_extra_config's keys, checked at start
     stats.py      the counters and histograms in vLLM's metrics
+    __main__.py   `python -m kvpool.vllm check-config`: a config checked
+                  without an engine
+
+The names below are imported when first used (vLLM's factory asks this
+module for KVPoolConnector): `python -m kvpool.vllm check-config` needs
+neither vLLM nor torch, and answers in a fraction of a second.
 """
-from kvpool.vllm.connector import KVPoolConnector
-from kvpool.vllm.identity import Identity, identity_of, key_seed_of
-from kvpool.vllm.metadata import KVPoolMetadata, KVPoolWorkerMetadata
+import importlib
+from typing import Any
 
 __all__ = ["KVPoolConnector", "KVPoolMetadata", "KVPoolWorkerMetadata", "Identity",
            "identity_of", "key_seed_of"]
+_WHERE = {"KVPoolConnector": "connector", "KVPoolMetadata": "metadata",
+          "KVPoolWorkerMetadata": "metadata", "Identity": "identity",
+          "identity_of": "identity", "key_seed_of": "identity"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError("module 'kvpool.vllm' has no attribute %r" % name)
+    value = getattr(importlib.import_module("kvpool.vllm." + _WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(list(globals()) + __all__)

@@ -206,6 +206,16 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
         return KVPoolStats(data=delta)
 
     @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config: Dict[str, Any]) -> bool:
+        """vLLM asks this while it makes its config (VllmConfig, in the API
+        server, before any model loads) where CUDA graphs are full (GPUs):
+        the settings are checked here first, so that a mistake stops `vllm
+        serve` at once, not after the model has loaded. layerwise_load's
+        copies run between the layers, which a full CUDA graph's replay
+        would skip: vLLM then uses PIECEWISE graphs."""
+        return bool(check_settings(extra_config)["layerwise_load"])
+
+    @classmethod
     def build_kv_connector_stats(cls, data: Optional[Dict[str, Any]] = None
                                  ) -> Optional[KVPoolStats]:
         return KVPoolStats(data=dict(data or {}))
