@@ -280,15 +280,28 @@ def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(mode
             assert a.complete(y.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
             assert b.complete(x.next()).cached_tokens >= PREFIX_BLOCKS * ve.BLOCK
 
-            # b dies with SIGKILL in the middle of a long request (long
-            # enough that an API server behind its engine under make -j2
-            # check has not sent it all by the first token: 256 once had)
+            # b dies with SIGKILL in the middle of a long request: once its
+            # engine runs it (vLLM's own gauge), not at the first token the
+            # client sees (a loaded API server once held the stream back
+            # until all 2,048 tokens were made)
             z = Prompts(4, prefix=4000)
-            try:
-                r = b.complete(z.next(), 2048, on_first_token=b.kill)
-                assert len(r.tokens) < 2048
-            except (OSError, http.client.HTTPException):
-                pass  # the connection broke rather than ended (mid-chunk)
+            box = {}
+
+            def ask():
+                try:
+                    box["r"] = b.complete(z.next(), 2048)
+                except (OSError, http.client.HTTPException):
+                    box["r"] = None  # the connection broke rather than ended
+            t = threading.Thread(target=ask)
+            t.start()
+            end = time.monotonic() + 120
+            while not running_requests(b):
+                assert time.monotonic() < end and t.is_alive(), "b never ran the request"
+                time.sleep(0.05)
+            b.kill()
+            t.join(60)
+            assert not t.is_alive()
+            assert box["r"] is None or len(box["r"].tokens) < 2048
             no_engine_clients_but(d, 2)  # a's scheduler and model runner stay
             assert leased(d) == 0
             # a goes on serving, from the pool too
@@ -297,6 +310,16 @@ def test_two_engines_at_once_share_both_ways_and_a_killed_one_leaks_nothing(mode
         finally:
             stop_all(a, b)
         nothing_held(d)
+
+
+def running_requests(e):
+    """vllm:num_requests_running on e's /metrics (0 when it cannot say)."""
+    try:
+        text = e.metrics()
+    except (OSError, http.client.HTTPException):
+        return 0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:num_requests_running"))
 
 
 def no_engine_clients_but(d, n, timeout=30):
