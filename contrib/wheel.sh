@@ -22,6 +22,15 @@
 #                         (default: made in BUILDDIR/build-wheel/tools with
 #                         pip, from PyPI)
 #   JOBS                  make's parallel jobs (default: the CPUs)
+#   KVPOOL_WHEEL_STRICT   1: a bundled library older than the build
+#                         machine's Debian package of it fails the build
+#                         (default: it is named, on stderr)
+#
+# Each wheel carries auditwheel's SBOM (PEP 770: .dist-info/sboms/), which
+# names every bundled library's Debian package and version; `kvpoold
+# --version --verbose` prints them. This script then names each one older
+# than the package Debian offers this machine now (apt-cache policy): a
+# security update the wheel lacks.
 set -eu
 
 prog=wheel.sh
@@ -100,4 +109,33 @@ for w in "$work"/raw/*.whl; do
 	PATH=$tools/bin:$PATH LD_LIBRARY_PATH=$stage/lib "$tools/bin/auditwheel" repair -w "$out" "$w" >"$work/repair.log" 2>&1 ||
 		{ cat "$work/repair.log" >&2; die "auditwheel repair $w failed"; }
 done
+
+# 4. what the wheels bundle, from their SBOMs: each library older than
+# Debian's package of it now is named (the wheels bundle the same ones)
+stale=0
+first=$(ls "$out"/kvpool-*.whl | head -n 1)
+"$tools/bin/python" - "$first" >"$work/bundled" <<'PY' || die "$first: no SBOM of its bundled libraries (auditwheel 6.5 or newer writes one)"
+import json, sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+boms = [n for n in z.namelist() if "/sboms/" in n and n.endswith(".json")]
+if not boms:
+    sys.exit(1)
+for n in boms:
+    for c in json.loads(z.read(n)).get("components", []):
+        if c.get("purl", "").startswith("pkg:deb/"):
+            print(c["name"], c["version"])
+PY
+while read -r pkg ver; do
+	have=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: *//p')
+	case $have in ''|'(none)') continue ;; esac
+	if dpkg --compare-versions "$ver" lt "$have"; then
+		echo "$prog: the wheels bundle $pkg $ver; Debian has $have: apt-get install" \
+			"--only-upgrade $pkg, then make wheel again" >&2
+		stale=$((stale + 1))
+	fi
+done <"$work/bundled"
+echo "$prog: the wheels bundle $(wc -l <"$work/bundled") Debian libraries (their SBOM:" \
+	"kvpoold --version --verbose), $stale older than Debian's"
+[ "$stale" -eq 0 ] || [ "${KVPOOL_WHEEL_STRICT:-0}" != 1 ] ||
+	die "KVPOOL_WHEEL_STRICT=1: $stale bundled libraries are older than Debian's (above)"
 ls "$out"/kvpool-*.whl

@@ -20,6 +20,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+#ifdef HAVE_LIBMICROHTTPD
+#include <microhttpd.h>
+#endif
+#ifdef HAVE_KV_EVENTS
+#include <zmq.h>
+#endif
+#ifdef HAVE_REMOTE
+#include <hiredis.h>
+#include <sodium.h>
+#endif
+#ifdef HAVE_LIBCRYPTO
+#include <openssl/crypto.h>
+#endif
+
 #include "client/wire.h"
 #include "daemon/compose.h"
 #include "daemon/log.h"
@@ -436,6 +451,34 @@ void compose_reload(struct server *s)
 		 "namespaces share remote pages under another name now (other settings "
 		 "need a restart)", s->nrules, s->keys.nshares, s->opt->config_file,
 		 s->nconns, cut, reshared);
+}
+
+void compose_print_libraries(FILE *f)
+{
+	unsigned x = XXH_versionNumber();
+
+	fprintf(f, "libraries, as they report themselves now:\n");
+	fprintf(f, "  xxHash %u.%u.%u\n", x / 10000, x / 100 % 100, x % 100);
+#ifdef HAVE_LIBMICROHTTPD
+	fprintf(f, "  libmicrohttpd %s\n", MHD_get_version());
+#endif
+#ifdef HAVE_KV_EVENTS
+	{
+		int a, b, c;
+
+		zmq_version(&a, &b, &c);
+		fprintf(f, "  libzmq %d.%d.%d\n", a, b, c);
+	}
+#endif
+#ifdef HAVE_REMOTE
+	fprintf(f, "  libsodium %s\n", sodium_version_string());
+	/* hiredis reports no version of its own: the one built against */
+	fprintf(f, "  hiredis %d.%d.%d (built with)\n", HIREDIS_MAJOR, HIREDIS_MINOR,
+		HIREDIS_PATCH);
+#endif
+#ifdef HAVE_LIBCRYPTO
+	fprintf(f, "  %s\n", OpenSSL_version(OPENSSL_VERSION));
+#endif
 }
 
 void compose_close(struct server *s)

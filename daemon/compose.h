@@ -52,4 +52,9 @@ void compose_reload(struct server *s);
  */
 void compose_close(struct server *s);
 
+/* compose_print_libraries() - the libraries kvpoold runs with and their
+ * versions, as each reports itself at run time (or as it was built, where
+ * it reports none): `kvpoold --version --verbose`. */
+void compose_print_libraries(FILE *f);
+
 #endif /* KVP_COMPOSE_H */

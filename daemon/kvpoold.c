@@ -362,6 +362,10 @@ int main(int argc, char **argv)
 	rc = options_parse(&opt, argc, argv, err, sizeof(err));
 	if (rc == 1)
 		return 0;
+	if (rc == 2) {		/* --version --verbose */
+		compose_print_libraries(stdout);
+		return 0;
+	}
 	if (rc < 0) {
 		fprintf(stderr, "kvpoold: %s\n", err);
 		return 2;

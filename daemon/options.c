@@ -329,7 +329,8 @@ void options_usage(void)
 		printf("  %-24s %s\n", flag, d->help);
 	}
 	printf("  -h, --help               show this help and exit\n"
-	       "  -V, --version            show the version and exit\n"
+	       "  -V, --version            show the version and exit (with --verbose: and\n"
+	       "                           the libraries kvpoold runs with, their versions)\n"
 	       "\n"
 	       "Every long option is also a config-file key (e.g. `max-clients = 64`).\n"
 	       "SIGTERM or SIGINT shuts the daemon down cleanly. See kvpoold(8).\n");
@@ -899,6 +900,11 @@ int options_parse(struct options *o, int argc, char **argv,
 #else
 			printf("built without hiredis: no --remote\n");
 #endif
+			/* --version --verbose: and the libraries it runs with
+			 * (kvpoold.c prints them) */
+			for (idx = 1; idx < argc; idx++)
+				if (!strcmp(argv[idx], "--verbose"))
+					return 2;
 			return 1;
 		case 'c':
 			if (strlen(optarg) >= sizeof(o->config_file)) {

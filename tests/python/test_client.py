@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kvpool
-from conftest import GEO, TOP, Daemon
+from conftest import GEO, TOP, Daemon, tool
 
 GOLDEN = os.path.join(TOP, "tests", "golden", "keys_vllm_algos.txt")
 
@@ -478,3 +478,24 @@ def test_the_listings_and_admin_calls(client, daemon):
                     "the disconnected client's leases going")
     with pytest.raises(kvpool.DaemonGone):
         client.alloc(1)
+
+
+def test_kvpoold_says_the_libraries_it_runs_with():
+    """`kvpoold --version --verbose`: each library kvpoold is linked with
+    and its version as the library reports it now (an OS update shows
+    here without a rebuild)."""
+    import re
+    import subprocess
+    r = subprocess.run([tool("daemon/kvpoold"), "--version", "--verbose"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("kvpoold (kvpool) "), r.stdout + r.stderr
+    libs = r.stdout.split("libraries, as they report themselves now:\n", 1)[1]
+    assert re.search(r"^  xxHash \d+\.\d+\.\d+$", libs, re.M), libs
+    for built, line in (("libmicrohttpd", r"^  libmicrohttpd \d+\.\d+\.\d+"),
+                        ("libzmq", r"^  libzmq \d+\.\d+\.\d+$"),
+                        ("hiredis", r"^  libsodium \d+\.\d+\.\d+$")):
+        if "built with %s" % built in r.stdout:
+            assert re.search(line, libs, re.M), (line, libs)
+    r = subprocess.run([tool("daemon/kvpoold"), "--version"], capture_output=True, text=True,
+                       timeout=60)
+    assert "libraries" not in r.stdout  # without --verbose: as before

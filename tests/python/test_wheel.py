@@ -59,6 +59,8 @@ def wheels():
     r = subprocess.run(["sh", os.path.join(TOP, "contrib", "wheel.sh"), BUILD, d],
                        capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, "contrib/wheel.sh failed:\n" + r.stdout + r.stderr
+    # it says what the wheels bundle, and names what Debian has newer
+    assert re.search(r"the wheels bundle \d+ Debian libraries", r.stdout), r.stdout
     made = sorted(glob.glob(os.path.join(d, "kvpool-*.whl")))
     assert made, r.stdout + r.stderr
     pythons = {}
@@ -133,6 +135,16 @@ def test_each_wheel_in_a_fresh_venv_runs_its_daemon_cli_and_client(wheels, tmp_p
         r = run([os.path.join(bindir, "kvpool"), "--version"], cwd="/")
         assert r.returncode == 0 and r.stdout.startswith(
             "kvpool %s (libkvpool %s)" % (version, version)), (w, r.stdout, r.stderr)
+        # what it bundles, which no OS update reaches: its SBOM names each
+        # library's Debian package and version, and kvpoold says them
+        r = run([os.path.join(bindir, "kvpoold"), "--version", "--verbose"], cwd="/")
+        assert r.returncode == 0 and "bundled in this wheel (its SBOM" in r.stdout, r.stdout
+        said = r.stdout.split("bundled in this wheel", 1)[1]
+        for pkg in ("libzmq5", "libgnutls30", "libhiredis", "libsodium23", "libmicrohttpd12",
+                    "libssl3", "libkrb5-3", "libp11-kit0"):
+            assert re.search(r"\n  %s\S* \S+ \(pkg:deb/debian/" % re.escape(pkg), said), \
+                (pkg, said)
+        assert "libzmq " in r.stdout.split("bundled in this wheel", 1)[0]  # as it runs
         r = run([os.path.join(bindir, "python"), "-c", "import importlib.metadata as m, kvpool; "
                  "print(m.version('kvpool'), kvpool.__version__, kvpool.library_version())"],
                 cwd="/")
