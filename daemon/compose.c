@@ -21,18 +21,8 @@
 #include <unistd.h>
 
 #include <xxhash.h>
-#ifdef HAVE_LIBMICROHTTPD
-#include <microhttpd.h>
-#endif
 #ifdef HAVE_KV_EVENTS
 #include <zmq.h>
-#endif
-#ifdef HAVE_REMOTE
-#include <hiredis.h>
-#include <sodium.h>
-#endif
-#ifdef HAVE_LIBCRYPTO
-#include <openssl/crypto.h>
 #endif
 
 #include "client/wire.h"
@@ -459,9 +449,6 @@ void compose_print_libraries(FILE *f)
 
 	fprintf(f, "libraries, as they report themselves now:\n");
 	fprintf(f, "  xxHash %u.%u.%u\n", x / 10000, x / 100 % 100, x % 100);
-#ifdef HAVE_LIBMICROHTTPD
-	fprintf(f, "  libmicrohttpd %s\n", MHD_get_version());
-#endif
 #ifdef HAVE_KV_EVENTS
 	{
 		int a, b, c;
@@ -470,15 +457,7 @@ void compose_print_libraries(FILE *f)
 		fprintf(f, "  libzmq %d.%d.%d\n", a, b, c);
 	}
 #endif
-#ifdef HAVE_REMOTE
-	fprintf(f, "  libsodium %s\n", sodium_version_string());
-	/* hiredis reports no version of its own: the one built against */
-	fprintf(f, "  hiredis %d.%d.%d (built with)\n", HIREDIS_MAJOR, HIREDIS_MINOR,
-		HIREDIS_PATCH);
-#endif
-#ifdef HAVE_LIBCRYPTO
-	fprintf(f, "  %s\n", OpenSSL_version(OPENSSL_VERSION));
-#endif
+	remote_print_libraries(f);
 }
 
 void compose_close(struct server *s)

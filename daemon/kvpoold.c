@@ -364,6 +364,7 @@ int main(int argc, char **argv)
 		return 0;
 	if (rc == 2) {		/* --version --verbose */
 		compose_print_libraries(stdout);
+		metrics_print_library(stdout);
 		return 0;
 	}
 	if (rc < 0) {

@@ -104,10 +104,33 @@ def words(n: int, rng: random.Random) -> List[str]:
 
 # --- engines ----------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
+def bind_free(s: socket.socket) -> int:
+    """Bind s on loopback to a port nothing listens on now: its number. In
+    the range KVPOOL_TEST_PORTS names (LO-HI: kvpool's tests take their
+    ports there, README's test section), else one the kernel picks."""
+    spec = os.environ.get("KVPOOL_TEST_PORTS")
+    if not spec:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+    try:
+        lo, hi = (int(x) for x in spec.split("-"))
+        assert 0 < lo <= hi < 65536
+    except (ValueError, AssertionError):
+        raise ValueError("KVPOOL_TEST_PORTS=%s is not LO-HI, two ports" % spec) from None
+    for _ in range(1000):
+        port = random.randint(lo, hi)
+        try:
+            s.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port in KVPOOL_TEST_PORTS=%s" % spec)
+
+
+def free_port() -> int:
+    """A port on loopback that nothing listens on now (bind_free())."""
+    with socket.socket() as s:
+        return bind_free(s)
 
 
 @dataclass

@@ -580,18 +580,13 @@ static bool redis_made;	/* redis_dir exists (mkdtemp may put an X in its name) *
 /* free_port() - a TCP port of loopback no one listens on now, or 0. */
 static unsigned free_port(void)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t l = sizeof(a);
+	struct sockaddr_in a;
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	unsigned port = 0;
+	int port = fd >= 0 ? harness_bind_loopback(fd, &a) : -1;
 
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &l) == 0)
-		port = ntohs(a.sin_port);
 	if (fd >= 0)
 		close(fd);
-	return port;
+	return port > 0 ? (unsigned)port : 0;
 }
 
 /* redis_start() - a Redis server on a free port and a key file for
@@ -725,7 +720,7 @@ START_TEST(test_events_router_rules_that_cannot_hold_stop_the_start)
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
 
 	ck_assert_int_ge(fd, 0);
-	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_gt(harness_bind_loopback(fd, &a), 0);
 	ck_assert_int_eq(listen(fd, 1), 0);
 	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
 	snprintf(rule, sizeof(rule), NS " tcp://127.0.0.1:%u", ntohs(a.sin_port));

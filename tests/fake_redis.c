@@ -19,6 +19,7 @@
 #include <check.h>
 
 #include "fake_redis.h"
+#include "harness.h"
 
 #define MAX_CONNS	32
 #define MAX_ARGS	8
@@ -215,7 +216,7 @@ void fake_listen(struct fake_redis *f, const char *dir)
 	f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	ck_assert_int_ge(f->lfd, 0);
 	setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_gt(harness_bind_loopback(f->lfd, &a), 0);
 	ck_assert_int_eq(listen(f->lfd, 64), 0);
 	ck_assert_int_eq(getsockname(f->lfd, (struct sockaddr *)&a, &al), 0);
 	f->port = ntohs(a.sin_port);

@@ -20,6 +20,8 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -542,6 +544,53 @@ void child_wait(pid_t pid)
 	ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 		      "the child failed at step %d (see its message above)",
 		      WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+}
+
+/* test_ports() - KVPOOL_TEST_PORTS's range into *lo, *hi: false when it
+ * is unset; a malformed one aborts the test, naming it. */
+static bool test_ports(unsigned *lo, unsigned *hi)
+{
+	const char *spec = getenv("KVPOOL_TEST_PORTS");
+
+	if (!spec || !*spec)
+		return false;
+	ck_assert_msg(sscanf(spec, "%u-%u", lo, hi) == 2 && *lo > 0 && *lo <= *hi &&
+		      *hi < 65536, "KVPOOL_TEST_PORTS=%s is not LO-HI, two ports", spec);
+	return true;
+}
+
+int harness_bind_loopback(int fd, struct sockaddr_in *a)
+{
+	socklen_t l = sizeof(*a);
+	unsigned lo, hi, i;
+
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (!test_ports(&lo, &hi)) {
+		if (bind(fd, (struct sockaddr *)a, sizeof(*a)) < 0 ||
+		    getsockname(fd, (struct sockaddr *)a, &l) < 0)
+			return -errno;
+		return ntohs(a->sin_port);
+	}
+	for (i = 0; i < 1000; i++) {
+		a->sin_port = htons((uint16_t)(lo + (unsigned)random() % (hi - lo + 1)));
+		if (bind(fd, (struct sockaddr *)a, sizeof(*a)) == 0)
+			return ntohs(a->sin_port);
+	}
+	return -EADDRINUSE;
+}
+
+unsigned harness_port_base(unsigned span)
+{
+	unsigned lo, hi, slots;
+
+	if (!test_ports(&lo, &hi))
+		return 0;
+	slots = (hi - lo + 1) / span;
+	ck_assert_msg(slots > 0, "KVPOOL_TEST_PORTS=%u-%u holds fewer than the %u ports a "
+		      "Redis cluster of a test takes", lo, hi, span);
+	return lo + (unsigned)(getpid() % (int)slots) * span;
 }
 
 uint64_t harness_now_ns(void)

@@ -149,6 +149,22 @@ extern gid_t harness_nogroup_gid;
 /* harness_now_ns() - CLOCK_MONOTONIC in nanoseconds. */
 uint64_t harness_now_ns(void);
 
+/* --- ports ---------------------------------------------------------------
+ *
+ * KVPOOL_TEST_PORTS=LO-HI confines the TCP ports the tests take (README's
+ * test section); unset, the kernel picks free ones.
+ */
+
+struct sockaddr_in;
+
+/* harness_bind_loopback() - bind fd (a TCP socket) on loopback to a port
+ * nothing listens on now, into *a: the port, or -errno. */
+int harness_bind_loopback(int fd, struct sockaddr_in *a);
+
+/* harness_port_base() - with KVPOOL_TEST_PORTS, the first of span ports
+ * of the range for this process (pid), else 0: the caller's own choice. */
+unsigned harness_port_base(unsigned span);
+
 /* harness_have_nobody() - true when the tests run as root and the users
  * nobody and nogroup exist (harness_nobody_uid and _gid are set then). */
 bool harness_have_nobody(void);

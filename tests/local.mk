@@ -173,7 +173,8 @@ tests_check_remote_faults_CFLAGS = $(tests_check_remote_CFLAGS)
 tests_check_remote_faults_LDADD = $(tests_check_remote_LDADD)
 check_PROGRAMS += tests/check_hostile
 TESTS += tests/check_hostile
-tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h
+tests_check_hostile_SOURCES = tests/check_hostile.c tests/fake_redis.c tests/fake_redis.h \
+	tests/harness.c tests/harness.h
 tests_check_hostile_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(HIREDIS_CFLAGS) $(URING_CFLAGS)
 tests_check_hostile_LDADD = daemon/libkvpoold.la client/libkvpool.la $(CHECK_LIBS) \
 	$(HIREDIS_LIBS)

@@ -17,6 +17,7 @@
 
 #include <check.h>
 
+#include "harness.h"
 #include "redis_fixture.h"
 
 char root[64];		/* the parent's: every test's cluster under it */
@@ -115,8 +116,11 @@ void rf_setup(void)
 	ck_assert_ptr_nonnull(mkdtemp(dir));
 	/* a range of its own per process: tests run in parallel */
 	/* data ports 10000..19999, so that the cluster bus ports (+10000) are
-	 * below the ephemeral ports and no test's data port is another's bus */
-	port = 10000 + (unsigned)(getpid() % 499) * 20;
+	 * below the ephemeral ports and no test's data port is another's bus;
+	 * or KVPOOL_TEST_PORTS's (the bus ports are 10000 above them) */
+	port = harness_port_base(20);
+	if (!port)
+		port = 10000 + (unsigned)(getpid() % 499) * 20;
 }
 
 /* rf_teardown() - stop this test's cluster (main() stops what a failed

@@ -772,7 +772,17 @@ void metrics_free(struct metrics *m)
 	free(m);
 }
 
+void metrics_print_library(FILE *f)
+{
+	fprintf(f, "  libmicrohttpd %s\n", MHD_get_version());
+}
+
 #else /* !HAVE_LIBMICROHTTPD */
+
+void metrics_print_library(FILE *f)
+{
+	(void)f;
+}
 
 bool metrics_built(void)
 {

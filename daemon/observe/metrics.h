@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "daemon/loop/loop.h"
 #include "daemon/serve/server.h"
@@ -38,5 +39,9 @@ void metrics_stop(struct metrics *m);
 /* metrics_free() - stop the HTTP thread and free m (after the loop
  * stopped); m may be NULL. */
 void metrics_free(struct metrics *m);
+
+/* metrics_print_library() - "  libmicrohttpd VERSION" (kvpoold --version
+ * --verbose), as the library reports it; nothing when built without. */
+void metrics_print_library(FILE *f);
 
 #endif /* KVP_METRICS_H */

@@ -26,6 +26,11 @@
 #include <string.h>
 #include <time.h>
 
+#include <sodium.h>
+#ifdef HAVE_LIBCRYPTO
+#include <openssl/crypto.h>
+#endif
+
 #include "daemon/log.h"
 #include "daemon/remote/remote_int.h"
 #include "daemon/remote/rloop.h"
@@ -993,4 +998,15 @@ bool remote_serving(const struct remote *r)
 const char *remote_describe(const struct remote *r)
 {
 	return r->desc;
+}
+
+void remote_print_libraries(FILE *f)
+{
+	fprintf(f, "  libsodium %s\n", sodium_version_string());
+	/* hiredis reports no version of its own: the one built against */
+	fprintf(f, "  hiredis %d.%d.%d (built with)\n", HIREDIS_MAJOR, HIREDIS_MINOR,
+		HIREDIS_PATCH);
+#ifdef HAVE_LIBCRYPTO
+	fprintf(f, "  %s\n", OpenSSL_version(OPENSSL_VERSION));
+#endif
 }

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvpool_wire.h"
 #include "daemon/loop/loop.h"
@@ -171,6 +172,10 @@ bool remote_serving(const struct remote *r);
 uint64_t remote_fetch_ns(const struct remote *r, uint32_t n, uint64_t bytes);
 
 void remote_get_stats(const struct remote *r, struct remote_stats *st);
+
+/* remote_print_libraries() - the remote tier's libraries and their
+ * versions, one "  NAME VERSION" line each (kvpoold --version --verbose). */
+void remote_print_libraries(FILE *f);
 
 /* remote_describe() - "redis-cluster (3 seeds)" and the like, for logs. */
 const char *remote_describe(const struct remote *r);

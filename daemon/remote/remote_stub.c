@@ -104,3 +104,8 @@ const char *remote_describe(const struct remote *r)
 	(void)r;
 	return "(none)";
 }
+
+void remote_print_libraries(FILE *f)
+{
+	(void)f;	/* built without the remote tier: none of its libraries */
+}

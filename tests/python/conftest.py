@@ -19,6 +19,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(TOP, "python"))
+sys.path.insert(1, os.path.join(TOP, "examples"))
 
 import kvpool  # noqa: E402
 
@@ -205,11 +206,7 @@ def spill_drive(path, size, mode=0o700):
         os.unlink(img)
 
 
-def free_port():
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from vllm_engines import bind_free, free_port  # noqa: E402,F401 (KVPOOL_TEST_PORTS)
 
 
 def doc_blocks(name):

@@ -419,10 +419,10 @@ def test_events_refused_endpoint(tmp_path):
     import socket
     import subprocess
     from conftest import tool
+    from conftest import bind_free
     busy = socket.socket()
-    busy.bind(("127.0.0.1", 0))
+    port = bind_free(busy)
     busy.listen(1)
-    port = busy.getsockname()[1]
     for ep in ("tcp://127.0.0.1:%d" % port, "nonsense://x"):
         r = subprocess.run([tool("daemon/kvpoold"), "--foreground", "--socket",
                             str(tmp_path / "s.sock"), "--kv-events", ep],

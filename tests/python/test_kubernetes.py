@@ -355,7 +355,6 @@ def test_kvpoold_takes_the_remote_key_from_the_daemonsets_secret_volume(tmp_path
     kubelet lays that volume out, opens the remote tier with it; the
     same volume at 0660 is refused, naming the file."""
     import shutil
-    import socket as sk
     ds = one("DaemonSet")
     pod = ds["spec"]["template"]["spec"]
     (vol,) = [v for v in pod["volumes"] if "secret" in v]
@@ -367,10 +366,7 @@ def test_kvpoold_takes_the_remote_key_from_the_daemonsets_secret_volume(tmp_path
     if redis is None:
         import pytest
         pytest.skip("no redis-server (Debian's redis-server: contrib/quickstart test)")
-    s = sk.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    port = free_port()
     rs = subprocess.Popen([redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                            "--appendonly", "no"], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 import kvpool
-from conftest import GEO, Daemon, free_port, running, tool
+from conftest import GEO, Daemon, bind_free, free_port, running, tool
 
 
 def get(url, timeout=5):
@@ -177,9 +177,8 @@ def test_latency_histograms_count_each_request_and_each_restore_once():
 
 def test_a_port_in_use_or_a_bad_address_stops_start_up_with_the_reason():
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        port = bind_free(s)
         s.listen()
-        port = s.getsockname()[1]
         with pytest.raises(RuntimeError) as e:
             Daemon(["--metrics-listen", "127.0.0.1:%d" % port])
         assert "cannot listen on 127.0.0.1 port %d: Address already in use" % port in \
