@@ -6,6 +6,7 @@
  * and the main() both test programs share.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -130,6 +131,44 @@ void rf_teardown(void)
 	sh("%s/tests/redis-cluster.sh stop %s", KVP_SRCDIR, dir);
 }
 
+/* stop_all() - every cluster under root stopped, root removed. */
+static void stop_all(void)
+{
+	sh("for d in %s/*/; do [ -d \"$d\" ] && %s/tests/redis-cluster.sh stop \"$d\"; done; "
+	   "rm -rf %s", root, KVP_SRCDIR, root);
+}
+
+/*
+ * watch() - a process of a session of its own (a signal to the suite's
+ * process group does not reach it) that waits for this program to end,
+ * however it ends (the suite stopped: SIGTERM, a CI time-out, SIGKILL),
+ * then stops what it left: the Redis servers daemonize, and would stay.
+ * It waits on a pipe whose write end this program and its forked tests
+ * hold (close-on-exec: no server keeps it open).
+ */
+static void watch(void)
+{
+	int p[2];
+	pid_t pid;
+	char b;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return;		/* no watcher: the end of main() still stops them */
+	pid = fork();
+	if (pid == 0) {
+		setsid();
+		signal(SIGTERM, SIG_IGN);
+		signal(SIGINT, SIG_IGN);
+		signal(SIGHUP, SIG_IGN);
+		close(p[1]);
+		while (read(p[0], &b, 1) < 0 && errno == EINTR)
+			;
+		stop_all();
+		_exit(0);
+	}
+	close(p[0]);	/* p[1] open until this program and its tests are gone */
+}
+
 int rf_main(Suite *(*suite)(void), const char *prog)
 {
 	SRunner *sr;
@@ -151,13 +190,13 @@ int rf_main(Suite *(*suite)(void), const char *prog)
 		fprintf(stderr, "%s: cannot write %s\n", prog, keyfile);
 		return EXIT_FAILURE;
 	}
+	watch();
 	sr = srunner_create(suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	/* a failed test's teardown does not run: stop what it left here */
-	sh("for d in %s/*/; do [ -d \"$d\" ] && %s/tests/redis-cluster.sh stop \"$d\"; done; "
-	   "rm -rf %s", root, KVP_SRCDIR, root);
+	stop_all();
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 

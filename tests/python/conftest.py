@@ -25,6 +25,17 @@ import kvpool  # noqa: E402
 
 GEO = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
                       dtype=kvpool.DType.F16, model="test/python")
+
+
+def _stop_on_sigterm(signum, frame):
+    """The suite stopped (SIGTERM: a CI time-out, make's end): as Ctrl-C,
+    so that pytest stops and every fixture's end, with block's and finally
+    runs, which stop what the tests started (daemons, engines, Redis,
+    network namespaces, mounts); a default SIGTERM left them all behind."""
+    raise KeyboardInterrupt("SIGTERM: the test suite was stopped")
+
+
+signal.signal(signal.SIGTERM, _stop_on_sigterm)
 BUILD = os.environ.get("KVPOOL_BUILDDIR", TOP)
 
 
