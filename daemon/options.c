@@ -69,6 +69,8 @@ const char *options_backend_name(unsigned backend)
 	return backend < 3 ? backend_names[backend] : "?";
 }
 
+/* getopt's value of --verbose (with --version): no short option's */
+#define OPT_VERBOSE	2
 #define OFF(f) offsetof(struct options, f)
 #define SZ(f) sizeof(((struct options *)0)->f)
 
@@ -844,7 +846,7 @@ static int options_check(const struct options *o, char *err, size_t errlen)
 int options_parse(struct options *o, int argc, char **argv,
 		  char *err, size_t errlen)
 {
-	struct option longopts[N_OPTS + 4];
+	struct option longopts[N_OPTS + 5];
 	char shortopts[3 * N_OPTS + 16], why[OPTIONS_PATH_MAX + 128];
 	char *sp = shortopts;
 	bool argv_salt, argv_url;
@@ -867,7 +869,8 @@ int options_parse(struct options *o, int argc, char **argv,
 	longopts[N_OPTS + 0] = (struct option){ "config", required_argument, NULL, 'c' };
 	longopts[N_OPTS + 1] = (struct option){ "help", no_argument, NULL, 'h' };
 	longopts[N_OPTS + 2] = (struct option){ "version", no_argument, NULL, 'V' };
-	longopts[N_OPTS + 3] = (struct option){ NULL, 0, NULL, 0 };
+	longopts[N_OPTS + 3] = (struct option){ "verbose", no_argument, NULL, OPT_VERBOSE };
+	longopts[N_OPTS + 4] = (struct option){ NULL, 0, NULL, 0 };
 	strcpy(sp, "c:hV");
 
 	/* Pass 1: --help, --version and the config file. */
@@ -906,6 +909,8 @@ int options_parse(struct options *o, int argc, char **argv,
 				if (!strcmp(argv[idx], "--verbose"))
 					return 2;
 			return 1;
+		case OPT_VERBOSE:	/* --version's, before or after it */
+			break;
 		case 'c':
 			if (strlen(optarg) >= sizeof(o->config_file)) {
 				snprintf(err, errlen, "--config: path too long");
@@ -943,6 +948,11 @@ int options_parse(struct options *o, int argc, char **argv,
 	while ((c = getopt_long(argc, argv, shortopts, longopts, &idx)) != -1) {
 		const struct opt_def *d = NULL;
 
+		if (c == OPT_VERBOSE) {
+			snprintf(err, errlen, "--verbose goes with --version (kvpoold --version "
+				 "--verbose: the libraries it runs with)");
+			return -EINVAL;
+		}
 		if (c >= 256)
 			d = &opt_table[c - 256];
 		for (i = 0; !d && i < N_OPTS; i++)

@@ -561,6 +561,7 @@ static bool test_ports(unsigned *lo, unsigned *hi)
 
 int harness_bind_loopback(int fd, struct sockaddr_in *a)
 {
+	static bool seeded;
 	socklen_t l = sizeof(*a);
 	unsigned lo, hi, i;
 
@@ -573,6 +574,12 @@ int harness_bind_loopback(int fd, struct sockaddr_in *a)
 			return -errno;
 		return ntohs(a->sin_port);
 	}
+	if (!seeded) {	/* each process its own picks: tests run side by side */
+		srandom((unsigned)getpid() ^ (unsigned)harness_now_ns());
+		seeded = true;
+	}
+	/* the range's lower half: the upper one is the Redis Clusters' */
+	hi = lo + (hi - lo + 1) / 2 - 1;
 	for (i = 0; i < 1000; i++) {
 		a->sin_port = htons((uint16_t)(lo + (unsigned)random() % (hi - lo + 1)));
 		if (bind(fd, (struct sockaddr *)a, sizeof(*a)) == 0)
@@ -587,9 +594,12 @@ unsigned harness_port_base(unsigned span)
 
 	if (!test_ports(&lo, &hi))
 		return 0;
+	ck_assert_msg(hi + 10000 <= 65535, "KVPOOL_TEST_PORTS=%u-%u: a Redis Cluster's bus "
+		      "ports are 10000 above its ports; keep the range under 55536", lo, hi);
+	lo += (hi - lo + 1) / 2;	/* the upper half: single ports take the lower */
 	slots = (hi - lo + 1) / span;
-	ck_assert_msg(slots > 0, "KVPOOL_TEST_PORTS=%u-%u holds fewer than the %u ports a "
-		      "Redis cluster of a test takes", lo, hi, span);
+	ck_assert_msg(slots > 0, "KVPOOL_TEST_PORTS=%u-%u: its upper half holds fewer than "
+		      "the %u ports a Redis Cluster of a test takes", lo, hi, span);
 	return lo + (unsigned)(getpid() % (int)slots) * span;
 }
 

@@ -158,11 +158,13 @@ uint64_t harness_now_ns(void);
 struct sockaddr_in;
 
 /* harness_bind_loopback() - bind fd (a TCP socket) on loopback to a port
- * nothing listens on now, into *a: the port, or -errno. */
+ * nothing listens on now (KVPOOL_TEST_PORTS's lower half), into *a: the
+ * port, or -errno. */
 int harness_bind_loopback(int fd, struct sockaddr_in *a);
 
 /* harness_port_base() - with KVPOOL_TEST_PORTS, the first of span ports
- * of the range for this process (pid), else 0: the caller's own choice. */
+ * of its upper half for this process (pid), else 0: the caller's own
+ * choice. */
 unsigned harness_port_base(unsigned span);
 
 /* harness_have_nobody() - true when the tests run as root and the users

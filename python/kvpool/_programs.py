@@ -50,11 +50,13 @@ def bundled() -> List[Tuple[str, str, str]]:
 
 def kvpoold() -> None:
     args = sys.argv[1:]
-    if "--version" in args and "--verbose" in args:
+    if ("--version" in args or "-V" in args) and "--verbose" in args:
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bin", "kvpoold")
         if os.path.exists(path):
-            sys.stdout.write(subprocess.run([path] + args, stdout=subprocess.PIPE,
-                                            text=True).stdout)
+            r = subprocess.run([path] + args, stdout=subprocess.PIPE, text=True)
+            sys.stdout.write(r.stdout)
+            if r.returncode != 0:
+                sys.exit(r.returncode)
             libs = bundled()
             print("bundled in this wheel (its SBOM; no OS update reaches them: install "
                   "a newer wheel):" if libs else "bundled in this wheel: none named by an SBOM")

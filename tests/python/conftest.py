@@ -27,11 +27,21 @@ GEO = kvpool.Geometry(layers=2, kv_heads=2, head_dim=64, block_tokens=16,
                       dtype=kvpool.DType.F16, model="test/python")
 
 
+_PYTEST_PID = os.getpid()
+
+
 def _stop_on_sigterm(signum, frame):
     """The suite stopped (SIGTERM: a CI time-out, make's end): as Ctrl-C,
     so that pytest stops and every fixture's end, with block's and finally
     runs, which stop what the tests started (daemons, engines, Redis,
-    network namespaces, mounts); a default SIGTERM left them all behind."""
+    network namespaces, mounts); a default SIGTERM left them all behind.
+    Once: a second SIGTERM does not cut those ends short. A process forked
+    from this one (or one that imports conftest) dies as before."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if os.getpid() == _PYTEST_PID
+                  else signal.SIG_DFL)
+    if os.getpid() != _PYTEST_PID:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise KeyboardInterrupt("SIGTERM: the test suite was stopped")
 
 

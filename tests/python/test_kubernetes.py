@@ -215,6 +215,10 @@ def test_kvpoold_goes_on_gpu_nodes_before_the_engines_and_leaves_after_them():
         epod = dep["spec"]["template"]["spec"]
         assert "nvidia.com/gpu" in epod["containers"][0]["resources"]["limits"]
         assert "priorityClassName" not in epod
+        # the engines go on those nodes too (no admission plugin adds it)
+        assert [t for t in pod["tolerations"] if t.get("key") == "nvidia.com/gpu"] == \
+            [t for t in epod.get("tolerations", []) if t.get("key") == "nvidia.com/gpu"], \
+            dep["metadata"]["name"]
 
 
 def test_only_prometheus_reaches_the_metrics_port():
