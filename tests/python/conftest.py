@@ -94,8 +94,11 @@ class Daemon:
                 break
             if " listening on " in self.read_log():
                 return  # it listens (built without libsystemd: no READY=1)
-        self.proc.kill()
-        raise RuntimeError("kvpoold did not become ready: " + self.read_log())
+        # a start that failed leaves nothing behind: the caller has no
+        # Daemon to discard (its log is in the error)
+        why = self.read_log()
+        self.discard()
+        raise RuntimeError("kvpoold did not become ready: " + why)
 
     def read_log(self):
         with open(self.log) as f:

@@ -38,8 +38,9 @@ def test_a_python_block_runs_as_written_twice(n):
                                capture_output=True, text=True, timeout=120)
             assert r.returncode == 0, BLOCKS[n][1] + r.stderr
         assert d.stats()["pages_private"] == 0
-    finally:
         d.stop()
+    finally:
+        d.discard()  # its directory too (it left one behind a run)
 
 
 def test_the_install_from_the_source_tree_works_as_written(tmp_path):
