@@ -111,10 +111,11 @@ int cli_connect(const struct cli *cli, kvp_client **c)
 	why = kvp_last_error();
 	switch (rc) {
 	case -EPROTONOSUPPORT:
-		fprintf(stderr, "kvpool: protocol version mismatch: kvpoold at %s does not "
-			"speak protocol version %u of this kvpool %s%s%s. Use the kvpool "
-			"that came with the running kvpoold, or restart kvpoold from this "
-			"release.\n", path, KVP_WIRE_VERSION, PACKAGE_VERSION,
+		fprintf(stderr, "kvpool: protocol version mismatch: kvpoold at %s speaks "
+			"none of the protocol versions of this kvpool %s (%u, and %u: the "
+			"previous release's)%s%s. Use the kvpool that came with the running "
+			"kvpoold, or restart kvpoold from this release or the one before "
+			"it.\n", path, PACKAGE_VERSION, KVP_WIRE_VERSION, KVP_WIRE_VERSION_MIN,
 			*why ? "; it says: " : "", why);
 		break;
 	default:

@@ -245,7 +245,7 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 		size_t len, const void *tail, size_t tail_len,
 		size_t *reply_len, int *fd)
 {
-	struct kvp_wire_hdr hdr = { .op = op, .req_id = c->next_req_id++ };
+	struct kvp_wire_hdr hdr = { .version = c->proto, .op = op, .req_id = c->next_req_id++ };
 	struct kvp_wire_hdr rh;
 	uint32_t limit = 0;
 	int rfd = -1, rc;
@@ -291,13 +291,20 @@ int client_call(struct kvp_client *c, uint16_t op, const void *payload,
 		if (n < 0)
 			return (int)n;
 		rc = wire_hdr_decode(c->buf, (size_t)n, &rh);
+		if (rc == 0 || rc == -KVP_S_VERSION)
+			c->peer_version = rh.version;
+		/* replies come in the connection's version; a kvpoold that
+		 * refuses it at HELLO answers in its own */
+		if (rc == 0 && rh.version != c->proto && rh.status != KVP_S_VERSION)
+			rc = -KVP_S_PROTO;
 		if (rc < 0 || !(rh.flags & KVP_WIRE_F_REPLY)) {
 			if (rfd >= 0)
 				close(rfd);
 			if (rc == -KVP_S_VERSION)
 				client_set_error("the daemon speaks protocol version %u, this "
-					  "libkvpool %u: use matching versions", rh.version,
-					  KVP_WIRE_VERSION);
+						 "libkvpool versions %u to %u: upgrade the older of "
+						 "the two (docs/deploy.md, \"Upgrades\")", rh.version,
+						 KVP_WIRE_VERSION_MIN, KVP_WIRE_VERSION);
 			return rc == -KVP_S_VERSION ? -EPROTONOSUPPORT : -EPROTO;
 		}
 		if (rh.req_id == hdr.req_id)
@@ -532,6 +539,54 @@ KVP_API int kvp_set_timeout(kvp_client *c, uint32_t ms)
 	return 0;
 }
 
+/* dial() - connect c to the socket at sa (closing the one it had), with
+ * the limit ms from the connect on (a full backlog: a daemon that does
+ * not accept), HELLO included. 0 or -errno, said. */
+static int dial(struct kvp_client *c, const struct sockaddr_un *sa, const char *path,
+		uint32_t ms)
+{
+	int rc;
+
+	if (c->fd >= 0)
+		close(c->fd);
+	c->sock_ms = 0;
+	c->dead = false;
+	c->bye[0] = '\0';
+	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (c->fd < 0)
+		return -errno;
+	rc = sock_limit(c, ms);
+	if (rc < 0)
+		return rc;
+	if (connect(c->fd, (const struct sockaddr *)sa, sizeof(*sa)) == 0)
+		return 0;
+	rc = -errno;
+	if (ms && (rc == -EAGAIN || rc == -EWOULDBLOCK)) {
+		rc = -ETIMEDOUT;
+		client_set_error("kvpoold at %s did not take the connection within %u ms "
+				 "(stopped, hung or overloaded: see its log); try again "
+				 "later, or raise the limit", path, ms);
+	} else {
+		connect_error(rc, path);
+	}
+	return rc;
+}
+
+int client_needs(const struct kvp_client *c, uint16_t version, const char *what)
+{
+	if (c->proto >= version)
+		return 0;
+	client_set_error("kvpoold speaks protocol version %u, which has no %s (version %u "
+			 "and later): upgrade kvpoold to use them; everything else works",
+			 c->proto, what, version);
+	return -EPROTONOSUPPORT;
+}
+
+KVP_API int kvp_protocol(const kvp_client *c)
+{
+	return c ? c->proto : -EINVAL;
+}
+
 KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out)
 {
@@ -580,34 +635,27 @@ KVP_API int kvp_connect_timeout(const char *socket_path, const char *ns,
 	rc = grow_buf(c, KVP_WIRE_MAX_MSG_DEFAULT);
 	if (rc < 0)
 		goto out_free;
-	c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (c->fd < 0) {
-		rc = -errno;
-		goto out_free;
-	}
-	/* the limit holds from the connect on (a full backlog: a daemon that
-	 * does not accept), HELLO included */
 	c->timeout_ms = ms;
-	rc = sock_limit(c, ms);
+	c->proto = KVP_WIRE_VERSION;
+	rc = dial(c, &sa, socket_path, ms);
 	if (rc < 0)
 		goto out_free;
-	if (connect(c->fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		rc = -errno;
-		if (ms && (rc == -EAGAIN || rc == -EWOULDBLOCK)) {
-			rc = -ETIMEDOUT;
-			client_set_error("kvpoold at %s did not take the connection within %u ms "
-					 "(stopped, hung or overloaded: see its log); try again "
-					 "later, or raise the limit", socket_path, ms);
-		} else {
-			connect_error(rc, socket_path);
-		}
-		goto out_free;
-	}
 	rc = hello(c, ns, g, name);
+	if (rc == -EPROTONOSUPPORT && c->peer_version >= KVP_WIRE_VERSION_MIN &&
+	    c->peer_version < c->proto) {
+		/* a kvpoold of the previous release: it closed the connection
+		 * after its refusal; say HELLO again in its version */
+		c->proto = c->peer_version;
+		last_error[0] = '\0';
+		rc = dial(c, &sa, socket_path, ms);
+		if (rc < 0)
+			goto out_free;
+		rc = hello(c, ns, g, name);
+	}
 	if (rc == -EPROTO && !last_error[0])
 		client_set_error("%s answered with a message that is not kvpool protocol version "
 			  "%u: a kvpoold of another release, or not a kvpoold socket",
-			  socket_path, KVP_WIRE_VERSION);
+			  socket_path, c->proto);
 	if (rc < 0)
 		goto out_free;
 	rc = grow_buf(c, c->hello.max_msg);

@@ -33,6 +33,10 @@ struct slab_map {
 struct kvp_client {
 	pthread_mutex_t mu;	/* serializes every call on this client */
 	int fd;
+	/* the protocol version it speaks: KVP_WIRE_VERSION, or the older one
+	 * (KVP_WIRE_VERSION_MIN ..) of a kvpoold that refused it at HELLO */
+	uint16_t proto;
+	uint16_t peer_version;	/* the version of the last reply's header */
 	uint64_t next_req_id;
 	uint8_t *buf;		/* one message */
 	size_t buf_size;
@@ -67,6 +71,10 @@ int client_held_sub(struct kvp_client *c, kvp_page h);
 
 /* client_dead() - 0, or -EPIPE when c's connection is gone, saying why (client.c). */
 int client_dead(struct kvp_client *c);
+
+/* client_needs() - 0 when c speaks protocol version (or later); else
+ * -EPROTONOSUPPORT, saying that kvpoold's older version lacks what. */
+int client_needs(const struct kvp_client *c, uint16_t version, const char *what);
 
 /* client_set_error() - this thread's kvp_last_error() text. */
 void client_set_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -267,6 +267,8 @@ KVP_API int kvp_acquire_with(kvp_client *c, const kvp_key *parent, const kvp_key
 	    ((o.flags & KVP_ACQUIRE_WAIT) ? !o.wait_ms || o.wait_ms > KVP_WIRE_WAIT_MAX_MS :
 					    o.wait_ms || (o.flags & KVP_ACQUIRE_HANDOFF)))
 		return -EINVAL;
+	if (c && (o.flags & ~wire_acq_flags(c->proto)))
+		return client_needs(c, wire_op_since(KVP_OP_HANDOFF), "waits for a handoff");
 	return acquire(c, parent, keys, n, tokens, ntokens, pages, partial, &o);
 }
 
@@ -500,6 +502,9 @@ static int handoff(kvp_client *c, struct kvp_wire_handoff *h, void *out, size_t 
 
 	if (!c->has_ns)
 		return -ENOTCONN;
+	rc = client_needs(c, wire_op_since(KVP_OP_HANDOFF), "handoffs");
+	if (rc < 0)
+		return rc;
 	pthread_mutex_lock(&c->mu);
 	rc = client_call(c, KVP_OP_HANDOFF, h, sizeof(*h), NULL, 0, &len, NULL);
 	if (rc >= 0 && len != out_len)

@@ -25,7 +25,7 @@ void wire_hdr_encode(void *buf, const struct kvp_wire_hdr *hdr)
 	uint8_t *p = buf;
 
 	put32(p + 0, KVP_WIRE_MAGIC);
-	put16(p + 4, KVP_WIRE_VERSION);
+	put16(p + 4, hdr->version ? hdr->version : KVP_WIRE_VERSION);
 	put16(p + 6, hdr->op);
 	put32(p + 8, hdr->flags);
 	put32(p + 12, hdr->status);
@@ -50,13 +50,23 @@ int wire_hdr_decode(const void *buf, size_t n, struct kvp_wire_hdr *hdr)
 	hdr->reserved = get32(p + 28);
 	if (hdr->magic != KVP_WIRE_MAGIC)
 		return -KVP_S_PROTO;
-	if (hdr->version != KVP_WIRE_VERSION)
+	if (hdr->version < KVP_WIRE_VERSION_MIN || hdr->version > KVP_WIRE_VERSION)
 		return -KVP_S_VERSION;
 	if (hdr->reserved != 0 || (hdr->flags & ~KVP_WIRE_F_REPLY) != 0)
 		return -KVP_S_PROTO;
 	if (hdr->len != n - KVP_WIRE_HDR_SIZE)
 		return -KVP_S_PROTO;
 	return 0;
+}
+
+uint16_t wire_op_since(uint16_t op)
+{
+	return op == KVP_OP_HANDOFF ? 9 : 0;
+}
+
+uint32_t wire_acq_flags(uint16_t version)
+{
+	return version >= 9 ? KVP_WIRE_ACQ_ALL : KVP_WIRE_ACQ_ALL & ~KVP_WIRE_ACQ_HANDOFF;
 }
 
 int wire_fixed_decode(const void *payload, size_t len, void *out, size_t size)
@@ -117,10 +127,12 @@ uint32_t wire_u32_at(const void *a, size_t i)
 	return v;
 }
 
-int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
-			const uint8_t **keys, const void **tail, const uint8_t **handoff)
+int wire_acquire_decode(uint16_t version, const void *payload, size_t len,
+			struct kvp_wire_acquire *a, const uint8_t **keys, const void **tail,
+			const uint8_t **handoff)
 {
 	const uint8_t *p = payload;
+	bool key;
 	uint64_t body;
 
 	if (len < sizeof(*a))
@@ -129,11 +141,12 @@ int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire
 	/* 64-bit sums: counts up to 2^32 cannot wrap */
 	body = sizeof(*a) + (uint64_t)a->nkeys * KVP_KEY_BYTES +
 	       (uint64_t)a->ntokens * sizeof(uint32_t);
-	if ((uint64_t)len != body + (a->flags & KVP_WIRE_ACQ_HANDOFF ? KVP_KEY_BYTES : 0))
+	key = (a->flags & wire_acq_flags(version) & KVP_WIRE_ACQ_HANDOFF) != 0;
+	if ((uint64_t)len != body + (key ? KVP_KEY_BYTES : 0))
 		return -KVP_S_PROTO;
 	*keys = p + sizeof(*a);
 	*tail = p + sizeof(*a) + (size_t)a->nkeys * KVP_KEY_BYTES;
-	*handoff = a->flags & KVP_WIRE_ACQ_HANDOFF ? p + body : NULL;
+	*handoff = key ? p + body : NULL;
 	return 0;
 }
 

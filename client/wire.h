@@ -20,7 +20,8 @@
 
 /*
  * wire_hdr_encode() - write hdr into buf (KVP_WIRE_HDR_SIZE bytes).
- * Magic and version are filled in; the other fields come from hdr.
+ * The magic is filled in, the version too when hdr->version is 0 (this
+ * build's, KVP_WIRE_VERSION); the other fields come from hdr.
  */
 void wire_hdr_encode(void *buf, const struct kvp_wire_hdr *hdr);
 
@@ -30,10 +31,22 @@ void wire_hdr_encode(void *buf, const struct kvp_wire_hdr *hdr);
  * Returns 0 and fills *hdr, or -KVP_S_PROTO when the message is shorter
  * than a header, the magic is wrong, reserved bits are set or hdr.len
  * differs from n - header size; -KVP_S_VERSION when the version is not
- * KVP_WIRE_VERSION (hdr is still filled so the reply can name the op and
- * request id).
+ * one this build speaks, KVP_WIRE_VERSION_MIN to KVP_WIRE_VERSION (hdr is
+ * still filled so the reply can name the op and request id). Whether it
+ * is the connection's version is the caller's to check.
  */
 int wire_hdr_decode(const void *buf, size_t n, struct kvp_wire_hdr *hdr);
+
+/*
+ * wire_op_since() - the protocol version that added op: a connection of
+ * an older version is answered OP for it, as that version's daemon
+ * answered. 0 for the operations of every version this build speaks, and
+ * for unknown ones.
+ */
+uint16_t wire_op_since(uint16_t op);
+
+/* wire_acq_flags() - the ACQUIRE flags (KVP_WIRE_ACQ_*) of version. */
+uint32_t wire_acq_flags(uint16_t version);
 
 /*
  * wire_fixed_decode() - copy a payload that must be exactly size bytes
@@ -73,12 +86,14 @@ static inline uint32_t wire_max_pages(size_t max_msg)
 }
 
 /*
- * wire_acquire_decode() - an ACQUIRE request: *a, then keys (nkeys x
- * KVP_KEY_BYTES, unaligned) and tokens (ntokens uint32_t, unaligned: read
- * with wire_u32_at()), then with KVP_WIRE_ACQ_HANDOFF the handoff's key
- * (*handoff; else NULL). -KVP_S_PROTO unless the length matches exactly.
+ * wire_acquire_decode() - an ACQUIRE request of a connection of version:
+ * *a, then keys (nkeys x KVP_KEY_BYTES, unaligned) and tokens (ntokens
+ * uint32_t, unaligned: read with wire_u32_at()), then with
+ * KVP_WIRE_ACQ_HANDOFF (since version 9) the handoff's key (*handoff;
+ * else NULL). -KVP_S_PROTO unless the length matches exactly.
  */
-int wire_acquire_decode(const void *payload, size_t len, struct kvp_wire_acquire *a,
+int wire_acquire_decode(uint16_t version, const void *payload, size_t len,
+			struct kvp_wire_acquire *a,
 			const uint8_t **keys, const void **tokens, const uint8_t **handoff);
 
 /* wire_publish_decode() - a PUBLISH request: *pb, then n entries of

@@ -305,10 +305,22 @@ KVP_API const char *kvp_last_error(void);
  * kvp_last_error() says what failed and what to do: the path tried, and
  * for -EACCES the directory or socket that refused, its owner, group and
  * mode, and the kvpoold option (--socket-group) that would let this user
- * in.
+ * in. -EPROTONOSUPPORT: kvpoold speaks no protocol version this library
+ * does (this release's and the previous one's, KVP_WIRE_VERSION_MIN to
+ * KVP_WIRE_VERSION). A kvpoold of the previous release is spoken to in
+ * its version (kvp_protocol()): what it lacks returns -EPROTONOSUPPORT,
+ * saying so, and everything else works.
  */
 KVP_API int kvp_connect(const char *socket_path, const char *ns,
 			const kvp_geometry *g, kvp_client **out);
+
+/*
+ * kvp_protocol() - the protocol version c speaks with its kvpoold:
+ * KVP_WIRE_VERSION, or the previous release's when the daemon is of that
+ * release (then kvp_handoff_*() and KVP_ACQUIRE_HANDOFF, protocol 9's,
+ * return -EPROTONOSUPPORT). -EINVAL when c is NULL.
+ */
+KVP_API int kvp_protocol(const kvp_client *c);
 
 /*
  * kvp_connect_as() - kvp_connect() under a name of the client's own (at

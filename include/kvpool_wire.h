@@ -30,6 +30,13 @@ extern "C" {
 
 #define KVP_WIRE_MAGIC		0x3150564bu	/* "KVP1" in memory order */
 #define KVP_WIRE_VERSION	9u
+/* The oldest version this build speaks: the previous release's (N-1).
+ * kvpoold answers a connection in the version of its first message, from
+ * KVP_WIRE_VERSION_MIN to KVP_WIRE_VERSION, and refuses there what a
+ * later version added; libkvpool, refused at HELLO by a kvpoold of
+ * version KVP_WIRE_VERSION_MIN or later, says HELLO again in that one
+ * (docs/protocol.md, "Versions"). */
+#define KVP_WIRE_VERSION_MIN	8u
 #define KVP_WIRE_HDR_SIZE	32u
 /* Largest packet either side sends unless the daemon is configured with a
  * larger limit; a larger packet is a protocol error. */
@@ -121,7 +128,7 @@ enum kvp_status {
 /* struct kvp_wire_hdr - 32 bytes in front of every message. */
 struct kvp_wire_hdr {
 	uint32_t magic;		/* KVP_WIRE_MAGIC */
-	uint16_t version;	/* KVP_WIRE_VERSION */
+	uint16_t version;	/* the connection's version (see KVP_WIRE_VERSION_MIN) */
 	uint16_t op;		/* enum kvp_op */
 	uint32_t flags;		/* KVP_WIRE_F_* */
 	uint32_t status;	/* replies: enum kvp_status; requests: 0 */

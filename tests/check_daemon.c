@@ -304,6 +304,98 @@ START_TEST(test_daemon_other_version_is_refused_with_request_id)
 }
 END_TEST
 
+/* send_v() - one request of version v on fd: header and payload. */
+static void send_v(int fd, uint16_t v, uint16_t op, uint64_t id, const void *pl, size_t len)
+{
+	struct kvp_wire_hdr req = { .version = v, .op = op, .req_id = id, .len = (uint32_t)len };
+	unsigned char buf[KVP_WIRE_HDR_SIZE + 1024];
+
+	ck_assert_uint_le(len, 1024);
+	wire_hdr_encode(buf, &req);
+	if (len)
+		memcpy(buf + KVP_WIRE_HDR_SIZE, pl, len);
+	ck_assert_int_eq(send(fd, buf, KVP_WIRE_HDR_SIZE + len, 0),
+			 (ssize_t)(KVP_WIRE_HDR_SIZE + len));
+}
+
+/* recv_text() - the next reply on fd and its error text (NUL-ended). */
+static void recv_text(int fd, struct kvp_wire_hdr *h, char *text, size_t size)
+{
+	unsigned char buf[4096];
+	ssize_t n = recv(fd, buf, sizeof(buf), 0);
+	size_t tl;
+
+	ck_assert_int_ge(n, KVP_WIRE_HDR_SIZE);
+	ck_assert_int_eq(wire_hdr_decode(buf, (size_t)n, h), 0);
+	tl = (size_t)n - KVP_WIRE_HDR_SIZE < size - 1 ? (size_t)n - KVP_WIRE_HDR_SIZE : size - 1;
+	memcpy(text, buf + KVP_WIRE_HDR_SIZE, tl);
+	text[tl] = '\0';
+}
+
+START_TEST(test_daemon_serves_a_client_of_the_previous_protocol_in_its_version)
+{
+	const uint16_t old = KVP_WIRE_VERSION_MIN;
+	struct kvp_wire_hello hello = { .ns = "prev", .model = "m", .client_name = "old",
+					.layers = 2, .kv_heads = 2, .head_dim = 16,
+					.block_tokens = 16, .dtype = KVP_WIRE_DTYPE_F16 };
+	struct kvp_wire_acquire a = { .nkeys = 1, .flags = KVP_WIRE_ACQ_WAIT | 0x8u,
+				      .wait_ms = 10 };
+	unsigned char acq[sizeof(a) + KVP_KEY_BYTES] = { 0 };
+	struct kvp_wire_handoff ho = { .what = KVP_HANDOFF_ABANDON };
+	struct kvp_wire_hdr h;
+	char text[600];
+	struct daemon d;
+	kvp_client *now;
+	int fd;
+
+	ck_assert_uint_eq(old, KVP_WIRE_VERSION - 1);	/* N and N-1 */
+	daemon_start(&d, NULL);
+	fd = connect_raw(d.sock);
+	send_v(fd, old, KVP_OP_HELLO, 1, &hello, sizeof(hello));
+	recv_text(fd, &h, text, sizeof(text));
+	ck_assert_msg(h.status == KVP_S_OK, "HELLO at version %u: %u %s", old, h.status, text);
+	ck_assert_uint_eq(h.version, old);	/* answered in its version */
+	/* what came later is refused as that version's daemon refused it,
+	 * and the connection goes on */
+	send_v(fd, old, KVP_OP_HANDOFF, 2, &ho, sizeof(ho));
+	recv_text(fd, &h, text, sizeof(text));
+	ck_assert_uint_eq(h.status, KVP_S_OP);
+	ck_assert_uint_eq(h.version, old);
+	ck_assert_msg(strstr(text, "HANDOFF is protocol version 9's"), "%s", text);
+	/* the previous version's ACQUIRE has no handoff key after its tokens:
+	 * HANDOFF (0x8) is an unknown flag there (INVAL), not a short payload */
+	memcpy(acq, &a, sizeof(a));
+	send_v(fd, old, KVP_OP_ACQUIRE, 3, acq, sizeof(acq));
+	recv_text(fd, &h, text, sizeof(text));
+	ck_assert_msg(h.status == KVP_S_INVAL && strstr(text, "this connection speaks 8"),
+		      "%u %s", h.status, text);
+	/* a client of this release beside it, sharing the namespace */
+	ck_assert_int_eq(kvp_connect(d.sock, "prev", &(kvp_geometry){ .layers = 2,
+			 .kv_heads = 2, .head_dim = 16, .block_tokens = 16,
+			 .dtype = KVP_DTYPE_F16, .model = "m" }, &now), 0);
+	ck_assert_int_eq(kvp_protocol(now), KVP_WIRE_VERSION);
+	kvp_close(now);
+	/* a connection keeps the version it began in */
+	send_v(fd, KVP_WIRE_VERSION, KVP_OP_STATS, 4, NULL, 0);
+	recv_text(fd, &h, text, sizeof(text));
+	ck_assert_uint_eq(h.status, KVP_S_VERSION);
+	ck_assert_uint_eq(h.version, old);
+	ck_assert_msg(strstr(text, "began in 8"), "%s", text);
+	ck_assert_int_eq(recv_reply(fd, &h), -1);
+	close(fd);
+	/* one older than that is refused in this daemon's version, which
+	 * the client's error names */
+	fd = connect_raw(d.sock);
+	send_v(fd, old - 1, KVP_OP_STATS, 5, NULL, 0);
+	recv_text(fd, &h, text, sizeof(text));
+	ck_assert_uint_eq(h.status, KVP_S_VERSION);
+	ck_assert_uint_eq(h.version, KVP_WIRE_VERSION);
+	ck_assert_msg(strstr(text, "speaks versions 8 to 9"), "%s", text);
+	close(fd);
+	daemon_stop(&d);
+}
+END_TEST
+
 START_TEST(test_daemon_unknown_op_keeps_the_connection)
 {
 	struct kvp_wire_hdr req = { .op = 999, .req_id = 5 }, h;
@@ -991,6 +1083,7 @@ static Suite *daemon_suite(void)
 	tcase_add_test(tc, test_daemon_makes_the_next_slab_ahead_within_the_budget);
 	tcase_add_test(tc, test_daemon_garbage_gets_error_then_close_others_unaffected);
 	tcase_add_test(tc, test_daemon_other_version_is_refused_with_request_id);
+	tcase_add_test(tc, test_daemon_serves_a_client_of_the_previous_protocol_in_its_version);
 	tcase_add_test(tc, test_daemon_unknown_op_keeps_the_connection);
 	tcase_add_test(tc, test_daemon_stats_with_payload_is_inval);
 	tcase_add_test(tc, test_daemon_message_over_max_size_is_refused);

@@ -82,6 +82,28 @@ START_TEST(test_wire_other_version_is_reported_with_its_request_id)
 	ck_assert_int_eq(wire_hdr_decode(buf, sizeof(buf), &h), -KVP_S_VERSION);
 	ck_assert_uint_eq(h.version, KVP_WIRE_VERSION + 1);
 	ck_assert_uint_eq(h.req_id, sample.req_id);
+	buf[4] = KVP_WIRE_VERSION_MIN - 1;	/* older than the previous release's */
+	ck_assert_int_eq(wire_hdr_decode(buf, sizeof(buf), &h), -KVP_S_VERSION);
+}
+END_TEST
+
+START_TEST(test_wire_speaks_this_version_and_the_previous_one)
+{
+	unsigned char buf[KVP_WIRE_HDR_SIZE + 4] = { 0 };
+	struct kvp_wire_hdr h, v = sample;
+
+	wire_hdr_encode(buf, &sample);	/* version 0: this build's */
+	ck_assert_int_eq(wire_hdr_decode(buf, sizeof(buf), &h), 0);
+	ck_assert_uint_eq(h.version, KVP_WIRE_VERSION);
+	v.version = KVP_WIRE_VERSION_MIN;
+	wire_hdr_encode(buf, &v);
+	ck_assert_int_eq(wire_hdr_decode(buf, sizeof(buf), &h), 0);
+	ck_assert_uint_eq(h.version, KVP_WIRE_VERSION_MIN);
+	/* what each version has: HANDOFF and its ACQUIRE flag came in 9 */
+	ck_assert_uint_eq(wire_op_since(KVP_OP_HANDOFF), 9);
+	ck_assert_uint_eq(wire_op_since(KVP_OP_ACQUIRE), 0);
+	ck_assert_uint_eq(wire_acq_flags(8) & KVP_WIRE_ACQ_HANDOFF, 0);
+	ck_assert_uint_eq(wire_acq_flags(9), KVP_WIRE_ACQ_ALL);
 }
 END_TEST
 
@@ -301,6 +323,7 @@ Suite *wire_suite(void)
 	tcase_add_test(tc, test_wire_short_message_is_proto);
 	tcase_add_test(tc, test_wire_bad_magic_is_proto);
 	tcase_add_test(tc, test_wire_other_version_is_reported_with_its_request_id);
+	tcase_add_test(tc, test_wire_speaks_this_version_and_the_previous_one);
 	tcase_add_test(tc, test_wire_length_must_match_the_packet);
 	tcase_add_test(tc, test_wire_reserved_bits_are_proto);
 	suite_add_tcase(s, tc);

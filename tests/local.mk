@@ -305,6 +305,7 @@ EXTRA_DIST += tests/python/conftest.py tests/python/test_client.py tests/python/
 	tests/python/test_wait.py tests/python/test_pd.py tests/python/test_machines.py \
 	tests/python/test_wheel.py tests/python/test_docs.py tests/python/test_image.py \
 	tests/python/test_kubernetes.py tests/python/test_alerts.py \
+	tests/python/test_upgrade.py tests/python/release_client.py \
 	tests/python/engine_site/sitecustomize.py \
 	python/pyproject.toml python/setup.py \
 	python/README.md python/src/_kvpool.c python/src/_kvpool.h python/src/client.c \

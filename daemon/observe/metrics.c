@@ -432,6 +432,20 @@ static void waits(FILE *f, const struct server *s)
 		(unsigned long long)s->n.handoffs_orphaned);
 }
 
+/* protocols() - the clients by the protocol version they speak: during
+ * a rolling upgrade, how many still speak the previous release's. */
+static void protocols(FILE *f, const struct server *s)
+{
+	unsigned v;
+
+	fputs("# HELP kvpool_clients_by_protocol Client connections served now, by the "
+	      "protocol version they speak (the previous release's: engines not upgraded "
+	      "yet).\n# TYPE kvpool_clients_by_protocol gauge\n", f);
+	for (v = KVP_WIRE_VERSION_MIN; v <= KVP_WIRE_VERSION; v++)
+		fprintf(f, "kvpool_clients_by_protocol{version=\"%u\"} %u\n", v,
+			s->nproto[v - KVP_WIRE_VERSION_MIN]);
+}
+
 /* histograms() - the latency histograms, after STATS' figures. */
 static void histograms(FILE *f, const struct server *s)
 {
@@ -475,6 +489,7 @@ static void metrics_render(struct metrics *m)
 		stats_metrics(f, st, (const void *)(buf + sizeof(*st)),
 			      (int)((len - sizeof(*st)) / sizeof(struct kvp_wire_ns_stats)));
 		waits(f, m->srv);
+		protocols(f, m->srv);
 		histograms(f, m->srv);
 		if (fclose(f) != 0) {
 			free(text);

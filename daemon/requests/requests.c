@@ -760,6 +760,13 @@ static bool allowed(struct conn *c, const struct kvp_wire_hdr *req)
 void requests_handle(struct conn *c, const struct kvp_wire_hdr *req,
 		     const uint8_t *payload)
 {
+	if (wire_op_since(req->op) > c->proto) {
+		/* as the daemon of the client's version answered */
+		conn_error(c, req, KVP_S_OP, "unknown operation %u: %s is protocol version "
+			   "%u's, and this connection speaks %u", req->op, wire_op_str(req->op),
+			   wire_op_since(req->op), (unsigned)c->proto);
+		return;
+	}
 	if (!allowed(c, req))
 		return;
 	switch (req->op) {

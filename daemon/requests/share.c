@@ -496,7 +496,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	bool writing, wait = false;
 	int err;
 
-	if (wire_acquire_decode(payload, req->len, &a, &keys, &raw, &handoff) < 0) {
+	if (wire_acquire_decode(c->proto, payload, req->len, &a, &keys, &raw, &handoff) < 0) {
 		conn_fatal(c, req, KVP_S_PROTO, "ACQUIRE key or token count (or its "
 			   "HANDOFF flag's key) disagrees with the payload");
 		return;
@@ -504,12 +504,17 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (!requests_need_ns(c, req))
 		return;
 	n = c->ns;
-	if (a.flags & ~KVP_WIRE_ACQ_ALL) {
-		conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: the flags this daemon "
-			   "knows are LOAD (0x%x), PROBE (0x%x), WAIT (0x%x) and HANDOFF "
-			   "(0x%x); is the client newer than kvpoold?", a.flags,
-			   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT,
-			   KVP_WIRE_ACQ_HANDOFF);
+	if (a.flags & ~wire_acq_flags(c->proto)) {
+		if (a.flags & ~KVP_WIRE_ACQ_ALL)
+			conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: the flags this "
+				   "daemon knows are LOAD (0x%x), PROBE (0x%x), WAIT (0x%x) and "
+				   "HANDOFF (0x%x); is the client newer than kvpoold?", a.flags,
+				   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT,
+				   KVP_WIRE_ACQ_HANDOFF);
+		else
+			conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: HANDOFF (0x%x) is "
+				   "protocol version 9's, and this connection speaks %u", a.flags,
+				   KVP_WIRE_ACQ_HANDOFF, (unsigned)c->proto);
 		return;
 	}
 	if ((a.flags & KVP_WIRE_ACQ_WAIT) ?

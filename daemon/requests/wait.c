@@ -734,8 +734,8 @@ static void kwait_resume(struct conn *c)
 	uint32_t from = c->kwait_from + 1;
 	struct ns *n = c->ns;
 
-	if (wire_acquire_decode(c->rbuf + KVP_WIRE_HDR_SIZE, c->wait_req.len, &a, &keys,
-				&raw, &handoff) < 0) {
+	if (wire_acquire_decode(c->proto, c->rbuf + KVP_WIRE_HDR_SIZE, c->wait_req.len, &a,
+				&keys, &raw, &handoff) < 0) {
 		kwait_go(c);	/* cannot be: it was decoded once; the handler says */
 		return;
 	}

@@ -179,8 +179,8 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		const void *payload, size_t len, int fd)
 {
 	struct kvp_wire_hdr h = {
-		.op = req->op, .flags = KVP_WIRE_F_REPLY, .status = status,
-		.req_id = req->req_id, .len = (uint32_t)len,
+		.version = c->proto, .op = req->op, .flags = KVP_WIRE_F_REPLY,
+		.status = status, .req_id = req->req_id, .len = (uint32_t)len,
 	};
 	struct outbuf *o;
 
@@ -247,8 +247,9 @@ bool conn_closing(const struct conn *c)
 
 void conn_kick(struct conn *c, const char *fmt, ...)
 {
-	struct kvp_wire_hdr h = { .op = KVP_OP_DISCONNECT, .flags = KVP_WIRE_F_REPLY,
-				  .status = KVP_S_STATE, .req_id = KVP_WIRE_NOTICE_ID };
+	struct kvp_wire_hdr h = { .version = c->proto, .op = KVP_OP_DISCONNECT,
+				  .flags = KVP_WIRE_F_REPLY, .status = KVP_S_STATE,
+				  .req_id = KVP_WIRE_NOTICE_ID };
 	uint8_t msg[KVP_WIRE_HDR_SIZE + KVP_WIRE_ERRMSG_MAX];
 	va_list ap;
 	int n;

@@ -47,6 +47,10 @@ struct conn {
 	struct ucred cred;		/* peer's pid, uid, gid at connect */
 	unsigned ops;			/* loop operations in flight */
 	char name[KVP_CLIENT_NAME_MAX];	/* from HELLO */
+	/* the protocol version of its first message, which every reply
+	 * carries and every request must: KVP_WIRE_VERSION_MIN ..
+	 * KVP_WIRE_VERSION; 0 before it */
+	uint16_t proto;
 
 	bool hello_done;		/* HELLO answered; ns set if it named one */
 	struct ns *ns;			/* joined namespace or NULL */
@@ -201,6 +205,9 @@ struct server {
 	struct save save;		/* the stop's save (tiers/save.c) */
 	struct conn *conns;
 	uint32_t nconns;		/* served clients, CONN_OPEN or closing */
+	/* served clients by the protocol version they speak, from
+	 * KVP_WIRE_VERSION_MIN (a rolling upgrade's progress) */
+	uint32_t nproto[KVP_WIRE_VERSION - KVP_WIRE_VERSION_MIN + 1];
 	struct uid_conns *uids;		/* [nuids] served clients by uid; a few
 					 * users, so searched in order */
 	uint32_t nuids, cap_uids;

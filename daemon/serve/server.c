@@ -159,6 +159,8 @@ static void server_conn_gone(struct conn *c)
 		s->nrefused--;
 	} else {
 		s->nconns--;
+		if (c->proto)
+			s->nproto[c->proto - KVP_WIRE_VERSION_MIN]--;
 		uid_del(s, c->cred.uid);
 		log_debug("client %llu (pid %d) disconnected",
 			  (unsigned long long)c->id, (int)c->cred.pid);
@@ -211,14 +213,27 @@ static void handle_message(struct conn *c, size_t n)
 		return;
 	}
 	rc = wire_hdr_decode(c->rbuf, n, &req);
+	if (rc == 0 && c->proto && req.version != c->proto)
+		rc = -KVP_S_VERSION;
 	if (rc < 0 || (req.flags & KVP_WIRE_F_REPLY)) {
-		if (rc == -KVP_S_VERSION)
-			snprintf(why, sizeof(why), "protocol version %u (this daemon speaks %u)",
-				 req.version, KVP_WIRE_VERSION);
+		if (rc == -KVP_S_VERSION && c->proto)
+			snprintf(why, sizeof(why), "protocol version %u on a connection that "
+				 "began in %u", req.version, c->proto);
+		else if (rc == -KVP_S_VERSION)
+			snprintf(why, sizeof(why), "protocol version %u (this daemon speaks "
+				 "versions %u to %u)", req.version, KVP_WIRE_VERSION_MIN,
+				 KVP_WIRE_VERSION);
 		else
 			snprintf(why, sizeof(why), "bad header in a %zu-byte message", n);
 		conn_fatal(c, &req, rc == -KVP_S_VERSION ? KVP_S_VERSION : KVP_S_PROTO, why);
 		return;
+	}
+	/* a connection speaks the version of its first message, which it
+	 * chose at HELLO (a client of the previous release speaks its own) */
+	if (!c->proto) {
+		c->proto = req.version;
+		if (!c->refused)
+			c->srv->nproto[c->proto - KVP_WIRE_VERSION_MIN]++;
 	}
 	if (c->state == CONN_REFUSED) {
 		c->close_after_send = true;

@@ -33,8 +33,8 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 from . import _kvpool
 from ._kvpool import (DaemonGone, Error, InvalidArgument, Limit, Mismatch, NoSpace,
-                      NotConnected, NotFound, PageView, PermissionDenied, Stale,
-                      library_version)
+                      NotConnected, NotFound, PageView, PermissionDenied,
+                      ProtocolNotSupported, Stale, library_version)
 
 __all__ = [
     "Client", "Geometry", "DType", "Scheme", "Memory", "Backend", "Acquired", "PageView", "CudaPage", "DLPage",
@@ -42,9 +42,12 @@ __all__ = [
     "key_chain", "scheme_of_vllm", "library_version", "Error", "NoSpace", "Stale",
     "PermissionDenied", "Mismatch", "Limit", "NotConnected", "DaemonGone",
     "InvalidArgument", "NotFound", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH", "PRIO_PINNED",
-    "REMOTE_NEVER", "K_ONLY",
+    "REMOTE_NEVER", "K_ONLY", "PROTOCOL", "ProtocolNotSupported",
 ]
 __version__ = _kvpool.__version__  # the release's (VERSION), as the wheel's metadata
+#: The protocol version this package speaks with kvpoold. It speaks the
+#: previous release's too, with a kvpoold of that release: Client.protocol.
+PROTOCOL = _kvpool.PROTOCOL
 
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH, PRIO_PINNED = 0, 1, 2, 3
 #: Client.set_remote_policy(max_us=REMOTE_NEVER): never ask the remote tier.

@@ -189,6 +189,19 @@ class Pool:
         self._client = c
         self.state = "connected"
         self.clear("gone", "connected to kvpoold, namespace '%s'", self.namespace)
+        if c.protocol < kvpool.PROTOCOL:
+            self._old_daemon(c.protocol)
+        else:
+            self.clear("old-daemon", "kvpoold speaks protocol version %d now: handoffs "
+                       "are on again", c.protocol)
+
+    def _old_daemon(self, version: int) -> None:
+        """Said once: kvpoold is of the previous release (a rolling upgrade
+        under way), so what came later is off until it is upgraded."""
+        self.warn("old-daemon", "kvpoold speaks protocol version %d, the previous release's "
+                  "(this kvpool speaks %d): pages are shared as before, but P/D handoffs "
+                  "are off until kvpoold is upgraded (a decode engine computes such "
+                  "requests itself; docs/deploy.md, \"Upgrades\")", version, kvpool.PROTOCOL)
 
     def _watch(self) -> None:
         """Start this process's watcher of the connection (lock held): a
@@ -324,6 +337,8 @@ class Pool:
             self.state = "dropped" if "was dropped by an admin" in str(e) else "daemon_gone"
             self._next = time.monotonic() + self.retry
             self._said_gone(e, what)
+        elif isinstance(e, kvpool.ProtocolNotSupported) and self._client is not None:
+            self._old_daemon(self._client.protocol)
         elif isinstance(e, (kvpool.NoSpace, kvpool.Limit)):
             self.warn("full", "%s: the pool has no room (%s); saves are skipped and "
                       "counted until it has", what, e)

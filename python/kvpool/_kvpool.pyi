@@ -14,6 +14,7 @@ BACKEND_CUDA: int
 MEMORY_DEFAULT: int
 MEMORY_HOST: int
 REMOTE_NEVER: int
+PROTOCOL: int
 
 class Error(OSError): ...
 class NoSpace(Error): ...
@@ -25,6 +26,7 @@ class NotConnected(Error): ...
 class DaemonGone(Error): ...
 class InvalidArgument(Error): ...
 class NotFound(Error): ...
+class ProtocolNotSupported(Error): ...
 
 class PageView:
     handle: int
@@ -33,6 +35,7 @@ class PageView:
 
 class Client:
     closed: bool
+    protocol: int
     def __init__(self, socket: Optional[str] = ..., namespace: Optional[str] = ..., *,
                  layers: int = ..., kv_heads: int = ..., head_dim: int = ...,
                  block_tokens: int = ..., dtype: int = ..., model: Optional[str] = ...,

@@ -33,7 +33,7 @@
 
 PyObject *Error;		/* kvpool.Error, an OSError */
 PyObject *NoSpace, *Stale, *PermissionDenied, *Mismatch, *Limit, *NotConnected,
-	*DaemonGone, *InvalidArgument, *NotFound;
+	*DaemonGone, *InvalidArgument, *NotFound, *ProtocolNotSupported;
 
 /* error_class() - the exception class of a negative errno. */
 static PyObject *error_class(int rc)
@@ -61,6 +61,8 @@ static PyObject *error_class(int rc)
 		return NotFound;
 	case EINVAL:
 		return InvalidArgument;
+	case EPROTONOSUPPORT:
+		return ProtocolNotSupported;
 	default:
 		return Error;
 	}
@@ -164,11 +166,15 @@ PyMODINIT_FUNC PyInit__kvpool(void)
 	InvalidArgument = add_error(m, "InvalidArgument", Error, "An argument kvpool refuses "
 				    "(EINVAL).");
 	NotFound = add_error(m, "NotFound", Error, "No such client or namespace (ENOENT).");
+	ProtocolNotSupported = add_error(m, "ProtocolNotSupported", Error, "kvpoold speaks no "
+					 "protocol version this package does, or its older one "
+					 "lacks the call (EPROTONOSUPPORT).");
 	if (!NoSpace || !Stale || !PermissionDenied || !Mismatch || !Limit || !NotConnected ||
-	    !DaemonGone || !InvalidArgument || !NotFound)
+	    !DaemonGone || !InvalidArgument || !NotFound || !ProtocolNotSupported)
 		goto fail;
 	/* the release this package was built as (setup.py: kvpool's VERSION) */
-	if (PyModule_AddStringConstant(m, "__version__", KVPOOL_PY_VERSION) < 0)
+	if (PyModule_AddStringConstant(m, "__version__", KVPOOL_PY_VERSION) < 0 ||
+	    PyModule_AddIntConstant(m, "PROTOCOL", KVP_WIRE_VERSION) < 0)
 		goto fail;
 	if (PyModule_AddIntConstant(m, "KEYS_VLLM_SHA256_CBOR", KVP_KEYS_VLLM_SHA256_CBOR) < 0 ||
 	    PyModule_AddIntConstant(m, "KEYS_VLLM_XXHASH_CBOR", KVP_KEYS_VLLM_XXHASH_CBOR) < 0 ||

@@ -24,7 +24,7 @@
 
 /* The exceptions (PyInit__kvpool() makes them). */
 extern PyObject *Error, *NoSpace, *Stale, *PermissionDenied, *Mismatch, *Limit,
-	*NotConnected, *DaemonGone, *InvalidArgument, *NotFound;
+	*NotConnected, *DaemonGone, *InvalidArgument, *NotFound, *ProtocolNotSupported;
 
 /* Bumped in every child after fork(): a Client remembers the value it was
  * made under. */

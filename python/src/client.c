@@ -770,6 +770,14 @@ static PyObject *Client_closed(ClientObject *self, void *unused)
 	return PyBool_FromLong(self->c == NULL);
 }
 
+static PyObject *Client_protocol(ClientObject *self, void *unused)
+{
+	(void)unused;
+	if (!client_ok(self))
+		return NULL;
+	return PyLong_FromLong(kvp_protocol(self->c));
+}
+
 static PyMethodDef Client_methods[] = {
 	{ "close", (PyCFunction)Client_close, METH_NOARGS,
 	  "close() - close the connection; the daemon drops every lease. BufferError while "
@@ -886,6 +894,9 @@ static PyMethodDef Client_methods[] = {
 
 static PyGetSetDef Client_getset[] = {
 	{ "closed", (getter)Client_closed, NULL, "True once closed.", NULL },
+	{ "protocol", (getter)Client_protocol, NULL, "The protocol version this connection "
+	  "speaks: this release's, or the previous one's with a kvpoold of that release, "
+	  "which lacks what came later (handoffs: ProtocolNotSupported).", NULL },
 	{ NULL, NULL, NULL, NULL, NULL },
 };
 

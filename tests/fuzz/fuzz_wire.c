@@ -30,6 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t nraw;
 	uint8_t out[KVP_WIRE_HDR_SIZE];
 	uint32_t n;
+	uint16_t v;
 	int rc;
 
 	if (wire_hdr_decode(data, size, &h) == 0) {
@@ -56,10 +57,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			CHECK(size == sizeof(struct kvp_wire_pages) + (size_t)n * 8);
 		break;
 	case 2:
-		if (wire_acquire_decode(data, size, &a, &keys, &raw, &handoff) == 0) {
+		/* the selector's top bit: a connection of the previous version */
+		v = data[-1] & 0x80 ? KVP_WIRE_VERSION_MIN : KVP_WIRE_VERSION;
+		if (wire_acquire_decode(v, data, size, &a, &keys, &raw, &handoff) == 0) {
 			CHECK(size == sizeof(a) + (size_t)a.nkeys * KVP_KEY_BYTES +
 				      (size_t)a.ntokens * 4 + (handoff ? KVP_KEY_BYTES : 0));
-			CHECK(!handoff == !(a.flags & KVP_WIRE_ACQ_HANDOFF));
+			CHECK(!handoff == !(a.flags & wire_acq_flags(v) & KVP_WIRE_ACQ_HANDOFF));
 			CHECK(!handoff || handoff + KVP_KEY_BYTES == data + size);
 		}
 		break;

