@@ -889,6 +889,34 @@ def test_a_full_save_queue_skips_and_counts_and_says_so_once(pool):
         a.close()
 
 
+def test_requests_of_one_prefix_queue_its_saves_once(pool):
+    # two prompts of one 12-block prefix, computed in one step; saves two
+    # seconds late and room for 13 blocks in the queue: the second request
+    # queued the 12 blocks again behind the first's, found the queue full
+    # and skipped its own 13th (its blocks a load could have taken)
+    a = Engine(pool.sock, extra={"save_queue_blocks": 13},
+               env={"KVPOOL_TEST_SLOW_SAVE": "2"}).ready()
+    other = PROMPT[:12 * BLOCK] + [901 + i for i in range(20)]  # block 12 its own
+    try:
+        r = a.call(op="run", prompts=[PROMPT, other], max_tokens=2)
+        assert [len(o) for o in r["outputs"]] == [2, 2]
+        s = a.call(op="stats")
+        assert s["worker"]["saved_blocks"] == 13 and s["worker"].get("save_skipped", 0) == 0, s
+        assert s["scheduler"].get("save_coalesced") == 12, s
+        assert a.warnings("the save queue is full") == 0, a.stderr()
+        assert pool.stats()["pages_cached"] == 13 and leased(pool) == 0
+        # a later request of the prefix saves nothing: it is in the pool
+        b = Engine(pool.sock).ready()
+        try:
+            rb = b.call(op="run", prompts=[other], max_tokens=2)
+            assert rb["cached"] == [13 * BLOCK], rb
+            assert b.call(op="stats")["worker"].get("saved_blocks", 0) == 0
+        finally:
+            b.close()
+    finally:
+        a.close()
+
+
 def test_a_worker_killed_during_a_save_off_the_step_leaves_no_lease(pool):
     a = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_SAVE": "1"}).ready()
     b = None

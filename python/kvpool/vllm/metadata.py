@@ -2,7 +2,7 @@
 """What the connector's two sides tell each other every step: the
 scheduler's KVPoolMetadata (the loads and saves of the step, the requests
 finished, preempted or held) to the workers, and the workers'
-KVPoolWorkerMetadata (loads done, pinned saves ended, failures, the loads'
+KVPoolWorkerMetadata (loads done, saves ended, failures, the loads'
 measured cost) back, summed over the workers by vLLM."""
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ class Transfer:
     # more than one KV cache group: each group's blocks, one per key (-1: a
     # load's block before a sliding window, which vLLM does not keep)
     groups: Optional[List[List[int]]] = None
-    job: int = 0  # such a save: what the scheduler pinned its blocks under
+    # saves: its number, which the workers report when it ended (the
+    # scheduler's saves in flight, a hybrid model's pinned blocks)
+    job: int = 0
     # loads: seconds to wait for keys not in the pool yet (a prefill
     # engine is saving them: disaggregated prefill); 0: none
     wait: float = 0.0
@@ -64,7 +66,7 @@ class KVPoolMetadata(KVConnectorMetadata):
 class KVPoolWorkerMetadata(KVConnectorWorkerMetadata):
     """What the workers report to the scheduler after a step: the requests
     whose loads are done (the scheduler's leases can go), and the saves
-    whose blocks the scheduler pinned that ended (how many workers say so)."""
+    that ended (how many workers say so)."""
     loaded: Set[str] = field(default_factory=set)
     ended: Dict[int, int] = field(default_factory=dict)
     failed: Set[str] = field(default_factory=set)  # requests some of whose load failed

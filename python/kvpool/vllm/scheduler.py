@@ -44,6 +44,13 @@ GUESS_BYTES_PER_S = 2e9
 TICKET_WAITS = 3
 TICKET_MIN_S = 30.0
 
+# A save sent to the workers is in flight until every worker says it
+# ended (saved, skipped or failed); a request does not queue the blocks
+# of another's save in flight again. One the workers never answer (a
+# step whose metadata never reached them) stops counting after
+# FLIGHT_MAX_S.
+FLIGHT_MAX_S = 120.0
+
 
 @dataclass
 class _Lease:
@@ -96,6 +103,10 @@ class SchedulerSide:
         self._pins: Dict[int, list] = {}
         self._acks: Dict[int, int] = {}
         self._jobs = 0
+        # saves in flight (FLIGHT_MAX_S): each job's keys and when it was
+        # sent, and each key's latest job
+        self._flight: Dict[int, Tuple[List[bytes], float]] = {}
+        self._flying: Dict[bytes, int] = {}
         self._step_at: Optional[float] = None  # when the last step was scheduled
         self._step_busy = False  # it computed tokens
         self._step_s: Optional[float] = None  # a busy step's duration (moving average)
@@ -442,6 +453,21 @@ class SchedulerSide:
         first = self._saved.get(rid, 0)
         if full <= first:
             return
+        # the leading blocks another request's save in flight carries are
+        # not queued twice (requests of one prefix, computed at once or
+        # served from vLLM's own cache while the first save runs); its
+        # workers save them first, so that the rest chains on them. A
+        # prefill engine's handoff saves its own: a decode engine waits
+        # for them, and their failure ends its wait
+        handoff = wants_decode(getattr(req, "kv_transfer_params", None))
+        skip = first
+        while not handoff and skip < full and self._in_flight(bytes(req.block_hashes[skip])):
+            skip += 1
+        if skip > first:
+            self._pool.count("save_coalesced", skip - first)
+            self._saved[rid] = first = skip
+            if full <= first:
+                return
         if self._hybrid:
             rows = [blks[first:full] for blks in mgr.get_blocks(rid).blocks]
             if any(len(r) < full - first for r in rows):
@@ -454,8 +480,38 @@ class SchedulerSide:
             t = self._transfer(rid, req, first, full, list(ids[first:full]))
         self._saved[rid] = full
         if t is not None:
+            if not t.job:
+                self._jobs += 1
+                t.job = self._jobs
+            self._fly(t)
             meta.saves.append(t)
             self._saving.add(rid)
+
+    def _in_flight(self, key: bytes) -> bool:
+        """Whether a save in flight carries key."""
+        job = self._flying.get(key)
+        if job is None:
+            return False
+        sent = self._flight.get(job)
+        if sent is not None and time.monotonic() - sent[1] < FLIGHT_MAX_S:
+            return True
+        self._landed(job)  # the workers never answered it
+        return False
+
+    def _fly(self, t: Transfer) -> None:
+        """Save t is in flight from now on."""
+        self._flight[t.job] = (t.keys, time.monotonic())
+        for k in t.keys:
+            self._flying[k] = t.job
+
+    def _landed(self, job: int) -> None:
+        """Save job ended on every worker (or was given up on)."""
+        sent = self._flight.pop(job, None)
+        if sent is None:
+            return
+        for k in sent[0]:
+            if self._flying.get(k) == job:
+                del self._flying[k]
 
     def _transfer(self, rid: str, req: "Request", first: int, full: int,
                   ids: List[int]) -> Transfer:
@@ -495,10 +551,12 @@ class SchedulerSide:
         if isinstance(wm, KVPoolWorkerMetadata):
             for rid in wm.loaded:  # one worker's copy is done: the pages are leased there
                 self._release(rid)
-            for job, n in wm.ended.items():  # pinned blocks, once every worker's save ended
+            for job, n in wm.ended.items():  # once every worker's save ended: in the
+                # pool or given up, and its pinned blocks (a hybrid model's) free
                 self._acks[job] = self._acks.get(job, 0) + n
                 if self._acks[job] >= self._workers:
                     del self._acks[job]
+                    self._landed(job)
                     pinned = self._pins.pop(job, None)
                     if pinned is not None:  # the last block evicted first, as vLLM frees
                         self._conn._kv_cache_manager.block_pool.free_blocks(reversed(pinned))

@@ -31,6 +31,8 @@ COUNTERS = {
                     "had no room, or the daemon was gone.",
     "dedups": "KV blocks another engine, or for an MLA model another rank, had "
               "stored first (not stored twice).",
+    "save_coalesced": "KV blocks a request did not queue for saving because another "
+                      "request's save in flight carried them (saved once).",
     "loads_in_step": "Requests whose pooled blocks the kvpool connector loaded inside the "
                      "engine's step (before its forward).",
     "loads_off_step": "Requests whose pooled blocks the kvpool connector loaded off the "

@@ -546,8 +546,8 @@ class WorkerSide:
             saver.finish(meta.finished)
 
     def _saves_ended(self, saves: Sequence[Transfer]) -> None:
-        """Tell the scheduler these saves ended (the blocks it pinned for
-        them can go)."""
+        """Tell the scheduler these saves ended (their keys are in flight
+        no more, and the blocks it pinned for them can go)."""
         for t in saves:
             if t.job:
                 self._ended[t.job] = 1
