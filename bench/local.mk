@@ -50,7 +50,7 @@ bench_frag_LDFLAGS = $(AM_LDFLAGS) -no-install
 # bench/serve: requests/s and normalized latency of simulated model
 # servers (a step cost model in simulated time) whose KV pages come from a
 # running kvpoold, paged with prefix sharing against contiguous
-# reservation; bench/run-serve.sh sweeps the arrival rate.
+# reservation; bench/run-paging.sh sweeps the arrival rate.
 bench_serve_SOURCES = bench/serve.c bench/opt.c bench/opt.h
 bench_serve_LDADD = client/libkvpool.la -lm -lpthread
 bench_serve_LDFLAGS = $(AM_LDFLAGS) -no-install
@@ -97,13 +97,14 @@ bench_seal_LDFLAGS = $(AM_LDFLAGS) -no-install
 CLEANFILES += $(EXTRA_PROGRAMS)
 
 EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.sh \
-	bench/run-frag.sh bench/run-serve.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
+	bench/run-frag.sh bench/run-paging.sh bench/run-list.sh bench/run-nschurn.sh bench/run-slabs.sh \
 	bench/run-prep.sh bench/run-outage.sh bench/run-waits.sh \
 	bench/run-ttft.sh \
 	bench/run-python.sh bench/python.py bench/run-connectors.sh bench/connectors.py \
 	bench/run-metrics.sh bench/run-events.sh bench/run-remote.sh bench/run-engines.sh \
 	bench/engines.py bench/lmcache-site.sh bench/run-stall.sh bench/stall.py bench/savelag.py \
 	bench/run-hit.sh bench/hit.py bench/run-pd.sh bench/pd.py bench/pd_peers.py \
+	bench/run-serve-engines.sh bench/serve_engines.py \
 	bench/pd-peers-site.sh \
 	BENCHMARKS.md
 
@@ -116,9 +117,9 @@ EXTRA_DIST += bench/lib.sh bench/run-rpc.sh bench/run-prefix.sh bench/run-spill.
 # /var/tmp, not tmpfs), bench/spill, fio as the reference, its section
 # (`make bench-spill` runs it alone; SPILL_DIR=... picks the directory).
 # run-frag.sh after it (seconds, no daemon): bench/frag, its section
-# (`make bench-frag` runs it alone). run-serve.sh last (under a minute):
+# (`make bench-frag` runs it alone). run-paging.sh last (under a minute):
 # a kvpoold per run, bench/serve over a sweep of arrival rates for both
-# policies, its section (`make bench-serve` runs it alone). run-list.sh
+# policies, its section (`make bench-paging` runs it alone). run-list.sh
 # after it: kvpoold, bench/list, its section (`make bench-list` runs it
 # alone; LIST_REF=DIR runs it against DIR's kvpoold too).
 BENCH_FRAG_RUN = $(SHELL) $(top_srcdir)/bench/run-frag.sh \
@@ -128,7 +129,7 @@ BENCH_PREFIX_RUN = $(SHELL) $(top_srcdir)/bench/run-prefix.sh \
 BENCH_SPILL_RUN = $(SHELL) $(top_srcdir)/bench/run-spill.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${SPILL_DIR:+--dir "$$SPILL_DIR"}
-BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve.sh \
+BENCH_PAGING_RUN = $(SHELL) $(top_srcdir)/bench/run-paging.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 # run-ttft.sh: the example model server's time to first token with part
 # of its prompts in the pool against --no-cache (real compute on the CPU;
@@ -195,6 +196,13 @@ BENCH_HIT_RUN = $(SHELL) $(top_srcdir)/bench/run-hit.sh \
 # bench` does not.
 BENCH_PD_RUN = $(SHELL) $(top_srcdir)/bench/run-pd.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
+# run-serve-engines.sh: two vLLM engines behind vllm-router's round robin
+# under `vllm bench serve` (prefix_repetition): vLLM's prefix caching alone
+# with small KV caches, the same with kvpool, and vLLM alone with KV memory
+# for every prefix (about 15 minutes; .venv-router). `make bench-serve`
+# runs it alone; `make bench` does not.
+BENCH_SERVE_RUN = $(SHELL) $(top_srcdir)/bench/run-serve-engines.sh \
+	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md
 BENCH_LIST_RUN = $(SHELL) $(top_srcdir)/bench/run-list.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${LIST_REF:+--ref "$$LIST_REF"}
@@ -215,7 +223,7 @@ BENCH_SLABS_RUN = $(SHELL) $(top_srcdir)/bench/run-slabs.sh \
 BENCH_NSCHURN_RUN = $(SHELL) $(top_srcdir)/bench/run-nschurn.sh \
 	--builddir $(abs_top_builddir) --output $(abs_top_srcdir)/BENCHMARKS.md \
 	$${NSCHURN_REF:+--ref "$$NSCHURN_REF"} $${SPILL_DIR:+--dir "$$SPILL_DIR"}
-.PHONY: bench bench-prefix bench-spill bench-frag bench-serve bench-list bench-nschurn bench-prep bench-waits bench-outage bench-slabs bench-ttft \
+.PHONY: bench bench-prefix bench-spill bench-frag bench-paging bench-serve bench-list bench-nschurn bench-prep bench-waits bench-outage bench-slabs bench-ttft \
 	bench-python bench-connectors bench-metrics bench-events bench-remote bench-engines bench-stall bench-hit bench-pd
 bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$(EXEEXT) \
 		bench/spill$(EXEEXT) bench/frag$(EXEEXT) bench/serve$(EXEEXT) \
@@ -230,7 +238,7 @@ bench: bench/pyref$(EXEEXT) bench/rpc$(EXEEXT) bench/keys$(EXEEXT) bench/prefix$
 	$(BENCH_PREFIX_RUN)
 	$(BENCH_SPILL_RUN)
 	$(BENCH_FRAG_RUN)
-	$(BENCH_SERVE_RUN)
+	$(BENCH_PAGING_RUN)
 	$(BENCH_LIST_RUN)
 	$(BENCH_NSCHURN_RUN)
 	$(BENCH_PREP_RUN)
@@ -252,8 +260,8 @@ bench-spill: bench/spill$(EXEEXT) daemon/kvpoold$(EXEEXT)
 bench-frag: bench/frag$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_FRAG_RUN)
 
-bench-serve: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
-	$(BENCH_SERVE_RUN)
+bench-paging: bench/serve$(EXEEXT) daemon/kvpoold$(EXEEXT)
+	$(BENCH_PAGING_RUN)
 
 bench-list: bench/list$(EXEEXT) daemon/kvpoold$(EXEEXT)
 	$(BENCH_LIST_RUN)
@@ -305,3 +313,6 @@ bench-hit: daemon/kvpoold$(EXEEXT)
 
 bench-pd: daemon/kvpoold$(EXEEXT)
 	$(BENCH_PD_RUN)
+
+bench-serve: daemon/kvpoold$(EXEEXT)
+	$(BENCH_SERVE_RUN)

@@ -917,6 +917,35 @@ def test_requests_of_one_prefix_queue_its_saves_once(pool):
         a.close()
 
 
+def test_a_request_limits_its_own_load_and_save_as_vllms_offloading_connector_reads_them(pool):
+    # kv_transfer_params max_load_tokens / max_offload_tokens (vLLM's
+    # offloading connector's names): a request body's, so anything else
+    # than a whole number of 0 or more is ignored, and said once
+    a, b = engines(pool.sock, 2)
+    try:
+        qs = [[(j * (13 + 2 * i)) % 900 + 3 for j in range(200)] for i in range(3)]
+        ra = a.call(op="run", prompts=[PROMPT] + qs, max_tokens=2,
+                    params_each=[{"max_offload_tokens": 5 * BLOCK + 3}, None, None, None])
+        assert ra["cached"] == [0, 0, 0, 0]
+        assert a.call(op="stats")["worker"]["saved_blocks"] == 5 + 3 * 12  # PROMPT's first 5
+        assert pool.stats()["pages_cached"] == 41
+        cases = [({"max_load_tokens": 0}, 0), ({"max_load_tokens": 4 * BLOCK + 7}, 4 * BLOCK),
+                 ({"max_load_tokens": 2 ** 62}, 12 * BLOCK)]
+        for q, (params, want) in zip(qs, cases):
+            rb = b.call(op="run", prompts=[q + [901]], max_tokens=2, params=params)
+            assert rb.get("cached") == [want], (params, rb)
+        for bad in ("12", -1, True, 1.5, [1], {"x": 1}):
+            rb = b.call(op="run", prompts=[PROMPT + [903]], max_tokens=2,
+                        params={"max_load_tokens": bad, "max_offload_tokens": bad})
+            assert len(rb["outputs"][0]) == 2
+        assert b.warnings("\"max_load_tokens\" is") == 1, b.stderr()
+        assert b.warnings("\"max_offload_tokens\" is") == 1, b.stderr()
+        assert leased(pool) == 0
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_worker_killed_during_a_save_off_the_step_leaves_no_lease(pool):
     a = Engine(pool.sock, "--worker-process", env={"KVPOOL_TEST_HANG_SAVE": "1"}).ready()
     b = None

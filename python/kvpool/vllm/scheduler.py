@@ -204,6 +204,23 @@ class SchedulerSide:
             self._holding.add(rid)
         return hold, saved
 
+    def _limit(self, request: "Request", name: str) -> Optional[int]:
+        """A request's own limit in its kv_transfer_params (as vLLM's
+        offloading connector reads them): max_load_tokens, the most tokens
+        loaded past vLLM's own hit; max_offload_tokens, the most of its
+        tokens saved. None: no limit, or a value that is no whole number of
+        0 or more (a request body's: ignored, and said once)."""
+        params = getattr(request, "kv_transfer_params", None)
+        raw = params.get(name) if isinstance(params, dict) else None
+        if raw is None:
+            return None
+        if type(raw) is int and raw >= 0:
+            return raw
+        if self._pool is not None:
+            self._pool.warn("limit-" + name, "a request's kv_transfer_params \"%s\" is %.60r, "
+                            "not a whole number of 0 or more: ignored", name, raw)
+        return None
+
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         rid = request.request_id
@@ -212,14 +229,18 @@ class SchedulerSide:
         if self._pool is None:
             return 0, False
         hashes = request.block_hashes
-        if rid in self._no_load or not self._loads:
+        cap = self._limit(request, "max_load_tokens")
+        if rid in self._no_load or not self._loads or cap == 0:
             # computed, and saved past what the pool holds
             if self._saves:
                 self._saved[rid] = max(self._saved.get(rid, 0), self._pool_holds(hashes, 0))
             return 0, False
-        # leave vLLM at least one token to compute
+        # leave vLLM at least one token to compute; load at most the
+        # request's own max_load_tokens past vLLM's hit
         n = min(len(hashes), (request.num_tokens - 1) // self._block)
         start = num_computed_tokens // self._block
+        if cap is not None:
+            n = min(n, (num_computed_tokens + cap) // self._block)
         # a decode engine's request whose prompt a prefill engine computed
         # and is saving (disaggregated prefill): its blocks are waited for
         wanted, pd_wait, handoff = self._pd_blocks(request, n)
@@ -450,6 +471,9 @@ class SchedulerSide:
         or was sent, into meta, after its done tokens; nothing changes
         before the save is made (a hybrid model's pins are the last step)."""
         full = min(done // self._block, len(req.block_hashes))
+        cap = self._limit(req, "max_offload_tokens")
+        if cap is not None:
+            full = min(full, cap // self._block)
         first = self._saved.get(rid, 0)
         if full <= first:
             return

@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# run-serve.sh - the serving-throughput benchmark of `make bench`: for each
+# run-paging.sh - the serving-throughput benchmark of `make bench`: for each
 # arrival rate and each memory policy (paged with sharing, contiguous
 # reservation) starts a fresh kvpoold on a socket in a temporary
 # directory, runs bench/serve, stops the daemon; then finds the highest
@@ -11,7 +11,7 @@ set -eu
 
 usage() {
 	cat <<EOF
-Usage: run-serve.sh [--builddir DIR] [--output FILE] [--requests N] [--bound S]
+Usage: run-paging.sh [--builddir DIR] [--output FILE] [--requests N] [--bound S]
 Sweep the request rate of simulated model servers whose KV pages come from
 kvpoold, paged with prefix sharing and reserved contiguously, and write the
 results into FILE (default ./BENCHMARKS.md).
@@ -26,7 +26,7 @@ EOF
 # shellcheck source=bench/lib.sh
 . "$(dirname "$0")/lib.sh"
 
-# bench_opt NAME VALUE - run-serve.sh's own options (see bench/lib.sh).
+# bench_opt NAME VALUE - run-paging.sh's own options (see bench/lib.sh).
 bench_opt() {
 	case $1 in
 	--requests) requests=${2:?--requests needs a count} ;;
@@ -39,7 +39,7 @@ requests=300
 bound=0.1
 bench_parse_opts "$@"
 SERVE=$builddir/bench/serve
-bench_check_built bench-serve "$KVPOOLD" "$SERVE"
+bench_check_built bench-paging "$KVPOOLD" "$SERVE"
 bench_tmpdir
 
 # --- measure --------------------------------------------------------------
@@ -94,7 +94,7 @@ section=$tmp/section.md
 {
 	echo "## Serving throughput: paging + sharing against contiguous reservation (bench/serve)"
 	echo
-	bench_machine "bench/run-serve.sh (\`make bench\` or \`make bench-serve\`)" "$load"
+	bench_machine "bench/run-paging.sh (\`make bench\` or \`make bench-paging\`)" "$load"
 	echo
 	echo "| goal | measured | result |"
 	echo "| --- | --- | --- |"
