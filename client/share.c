@@ -101,12 +101,18 @@ int client_map_all(struct kvp_client *c, const kvp_page *pages, size_t n)
 
 /* the flags of kvp_acquire_opts are the wire's */
 _Static_assert(KVP_ACQUIRE_LOAD == KVP_WIRE_ACQ_LOAD && KVP_ACQUIRE_WAIT == KVP_WIRE_ACQ_WAIT &&
-	       KVP_ACQUIRE_HANDOFF == KVP_WIRE_ACQ_HANDOFF, "KVP_ACQUIRE_* are the wire's flags");
-#define ACQUIRE_FLAGS	(KVP_ACQUIRE_LOAD | KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF)
+	       KVP_ACQUIRE_HANDOFF == KVP_WIRE_ACQ_HANDOFF &&
+	       KVP_ACQUIRE_SOURCES == KVP_WIRE_ACQ_SOURCES, "KVP_ACQUIRE_* are the wire's flags");
+_Static_assert(KVP_SOURCE_POOL == KVP_SRC_POOL && KVP_SOURCE_HOST == KVP_SRC_HOST &&
+	       KVP_SOURCE_NVME == KVP_SRC_NVME && KVP_SOURCE_REMOTE == KVP_SRC_REMOTE,
+	       "KVP_SOURCE_* are the wire's");
+#define ACQUIRE_FLAGS	(KVP_ACQUIRE_LOAD | KVP_ACQUIRE_WAIT | KVP_ACQUIRE_HANDOFF | \
+			 KVP_ACQUIRE_SOURCES)
 /* the first kvp_acquire_opts' size: a caller's may not be smaller (a
  * struct cut short would cut its last field: the handoff's key) */
 #define ACQUIRE_OPTS_V1	48u
-_Static_assert(sizeof(kvp_acquire_opts) == ACQUIRE_OPTS_V1,
+_Static_assert(offsetof(kvp_acquire_opts, sources) == ACQUIRE_OPTS_V1 &&
+	       sizeof(kvp_acquire_opts) == ACQUIRE_OPTS_V1 + sizeof(uint8_t *),
 	       "kvp_acquire_opts grows only at its end, and then ACQUIRE_OPTS_V1 stays");
 
 /* acquire_batch() - one ACQUIRE of n keys with ntokens tokens from the
@@ -114,7 +120,7 @@ _Static_assert(sizeof(kvp_acquire_opts) == ACQUIRE_OPTS_V1,
 static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 			 const kvp_key *keys, size_t n, const uint32_t *tokens,
 			 size_t ntokens, kvp_page *pages, kvp_partial *partial,
-			 const kvp_acquire_opts *o)
+			 const kvp_acquire_opts *o, uint8_t *sources)
 {
 	struct kvp_wire_acquire a = { .nkeys = (uint32_t)n, .ntokens = (uint32_t)ntokens,
 				      .prefill_rate = o->prefill_rate,
@@ -144,11 +150,15 @@ static int acquire_batch(struct kvp_client *c, const uint8_t *parent,
 	if (len < sizeof(rep))
 		return -EPROTO;
 	memcpy(&rep, c->buf + KVP_WIRE_HDR_SIZE, sizeof(rep));
-	if (rep.hits > n || len != sizeof(rep) + (size_t)rep.hits * 8 ||
+	if (rep.hits > n || len != sizeof(rep) + (size_t)rep.hits * 8 +
+	    (o->flags & KVP_ACQUIRE_SOURCES ? ((size_t)rep.hits + 7) / 8 * 8 : 0) ||
 	    (rep.partial_tokens && !rep.partial_page))
 		return -EPROTO;
 	for (i = 0; i < rep.hits; i++)
 		pages[i] = wire_handle_at(c->buf + KVP_WIRE_HDR_SIZE + sizeof(rep), i);
+	if (sources && rep.hits)	/* each block's KVP_SRC_*, after the handles */
+		memcpy(sources, c->buf + KVP_WIRE_HDR_SIZE + sizeof(rep) + (size_t)rep.hits * 8,
+		       rep.hits);
 	rc = client_remember(c, pages, rep.hits);
 	if (rc < 0) {
 		client_send_release(c, pages, rep.hits);
@@ -227,7 +237,7 @@ static int acquire(kvp_client *c, const kvp_key *parent, const kvp_key *keys, si
 		if (cnt > (k + 1) * bt - 1)
 			cnt = (k + 1) * bt - 1;
 		rc = acquire_batch(c, par, keys + done, k, cnt ? tokens + from : NULL, cnt,
-				   pages + done, partial, o);
+				   pages + done, partial, o, o->sources ? o->sources + done : NULL);
 		if (rc < 0)
 			break;
 		done += (size_t)rc;
@@ -265,10 +275,12 @@ KVP_API int kvp_acquire_with(kvp_client *c, const kvp_key *parent, const kvp_key
 	memcpy(&o, opts, opts_size < sizeof(o) ? opts_size : sizeof(o));
 	if ((o.flags & ~ACQUIRE_FLAGS) ||
 	    ((o.flags & KVP_ACQUIRE_WAIT) ? !o.wait_ms || o.wait_ms > KVP_WIRE_WAIT_MAX_MS :
-					    o.wait_ms || (o.flags & KVP_ACQUIRE_HANDOFF)))
+					    o.wait_ms || (o.flags & KVP_ACQUIRE_HANDOFF)) ||
+	    !(o.flags & KVP_ACQUIRE_SOURCES) != !o.sources)
 		return -EINVAL;
 	if (c && (o.flags & ~wire_acq_flags(c->proto)))
-		return client_needs(c, wire_op_since(KVP_OP_HANDOFF), "waits for a handoff");
+		return client_needs(c, 9, o.flags & KVP_ACQUIRE_HANDOFF ? "waits for a handoff"
+									: "sources of a lookup's blocks");
 	return acquire(c, parent, keys, n, tokens, ntokens, pages, partial, &o);
 }
 

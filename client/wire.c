@@ -66,7 +66,8 @@ uint16_t wire_op_since(uint16_t op)
 
 uint32_t wire_acq_flags(uint16_t version)
 {
-	return version >= 9 ? KVP_WIRE_ACQ_ALL : KVP_WIRE_ACQ_ALL & ~KVP_WIRE_ACQ_HANDOFF;
+	return version >= 9 ? KVP_WIRE_ACQ_ALL :
+			      KVP_WIRE_ACQ_ALL & ~(KVP_WIRE_ACQ_HANDOFF | KVP_WIRE_ACQ_SOURCES);
 }
 
 int wire_fixed_decode(const void *payload, size_t len, void *out, size_t size)

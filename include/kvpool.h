@@ -541,12 +541,22 @@ KVP_API int kvp_acquire(kvp_client *c, const kvp_key *parent, const kvp_key *key
 					 * last key is handoff; it ends at once when that
 					 * key is abandoned, or when the client issued its
 					 * ticket hangs up before publishing it */
+#define KVP_ACQUIRE_SOURCES	0x10u	/* say where each leased block came from, into
+					 * sources (a kvpoold of 0.2.0: -EPROTONOSUPPORT) */
+/* Where a leased block came from (kvp_acquire_opts.sources). */
+#define KVP_SOURCE_POOL		0u	/* the pool had it */
+#define KVP_SOURCE_HOST		1u	/* read back from the host tier */
+#define KVP_SOURCE_NVME		2u	/* read back from the NVMe tier */
+#define KVP_SOURCE_REMOTE	3u	/* fetched from the remote tier (another machine's) */
 typedef struct kvp_acquire_opts {
 	uint32_t flags;		/* KVP_ACQUIRE_* */
 	uint32_t wait_ms;	/* with KVP_ACQUIRE_WAIT: 1 .. 600,000; else 0 */
 	uint32_t prefill_rate;	/* as kvp_set_remote_policy() */
 	uint32_t remote_max_us;
 	kvp_key handoff;	/* with KVP_ACQUIRE_HANDOFF: kvp_handoff_issue()'s last */
+	/* with KVP_ACQUIRE_SOURCES (else NULL): n bytes, of which the first
+	 * hits (the return value) get each leased block's KVP_SOURCE_* */
+	uint8_t *sources;
 } kvp_acquire_opts;
 
 /*

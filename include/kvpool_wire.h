@@ -290,11 +290,18 @@ KVP_STATIC_ASSERT(sizeof(struct kvp_wire_acquire) == 56, "kvp_wire_acquire is 56
 #define KVP_WIRE_ACQ_PROBE	0x2u
 #define KVP_WIRE_ACQ_WAIT	0x4u
 #define KVP_WIRE_ACQ_HANDOFF	0x8u
+#define KVP_WIRE_ACQ_SOURCES	0x10u
 #define KVP_WIRE_ACQ_ALL	(KVP_WIRE_ACQ_LOAD | KVP_WIRE_ACQ_PROBE | KVP_WIRE_ACQ_WAIT | \
-				 KVP_WIRE_ACQ_HANDOFF)
+				 KVP_WIRE_ACQ_HANDOFF | KVP_WIRE_ACQ_SOURCES)
 #define KVP_WIRE_WAIT_MAX_MS	600000u
 
-/* ACQUIRE reply: this struct, then hits page handles. */
+/* ACQUIRE reply: this struct, then hits page handles; with
+ * KVP_WIRE_ACQ_SOURCES (since version 9), then hits bytes, each leased
+ * block's source (KVP_SRC_*), zero-padded to a multiple of 8. */
+#define KVP_SRC_POOL	0u	/* in the pool already */
+#define KVP_SRC_HOST	1u	/* read back from the host tier */
+#define KVP_SRC_NVME	2u	/* read back from the NVMe tier */
+#define KVP_SRC_REMOTE	3u	/* fetched from the remote tier for this request */
 struct kvp_wire_acquire_reply {
 	uint32_t hits;		/* leading keys found */
 	uint32_t partial_tokens;	/* tokens of the partial page, 0 if none */

@@ -79,18 +79,34 @@ static void machine_a(const char *sock)
 	serve_prompts(sock, 0, PROMPTS);
 }
 
+/* where acquire_prompt() wants every hit from (KVP_SOURCE_*); -1: not asked */
+static int want_source = -1;
+
 /* acquire_prompt() - acquire prompt p through c; every page that comes
- * back must hold its key's bytes. Returns the blocks hit. */
+ * back must hold its key's bytes (and come from want_source). Returns the
+ * blocks hit. */
 static unsigned acquire_prompt(kvp_client *c, unsigned p)
 {
 	static uint32_t t[BLOCKS * BT];
 	static kvp_page out[BLOCKS];
 	static kvp_key keys[BLOCKS];
+	uint8_t src[BLOCKS];
+	kvp_acquire_opts o;
 	int h, i;
 
 	harness_tokens(t, BLOCKS * BT, 0, p + 1);	/* no two alike */
 	ck_assert_int_eq(kvp_block_keys(c, NULL, t, BLOCKS * BT, NULL, 0, keys), BLOCKS);
-	h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
+	if (want_source < 0) {
+		h = kvp_acquire(c, NULL, keys, BLOCKS, NULL, 0, out, NULL);
+	} else {
+		ck_assert_int_eq(kvp_acquire_defaults(c, &o, sizeof(o)), 0);
+		o.flags |= KVP_ACQUIRE_SOURCES;
+		o.sources = src;
+		h = kvp_acquire_with(c, NULL, keys, BLOCKS, NULL, 0, out, NULL, &o, sizeof(o));
+		for (i = 0; i < h; i++)
+			ck_assert_msg(src[i] == want_source, "prompt %u block %d came from source "
+				      "%u, not %d", p, i, src[i], want_source);
+	}
 	ck_assert_msg(h >= 0, "acquire: %s %s", kvp_strerror(h), kvp_last_error());
 	for (i = 0; i < h; i++)
 		ck_assert_msg(harness_holds(kvp_page_ptr(c, out[i]), kvp_page_bytes(c), &keys[i]),
@@ -194,6 +210,7 @@ START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 	ck_assert_uint_eq(st.remote.puts, PROMPTS * BLOCKS);
 	daemon_stop(&a);		/* machine A is gone */
 	b_ready(&b, b_args);
+	want_source = KVP_SOURCE_REMOTE;	/* each block fetched for its lookup */
 	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
 	stats_of(b.sock, &st);
 	ck_assert_uint_eq(st.remote.up, 1);
@@ -206,7 +223,9 @@ START_TEST(test_remote_daemons_share_prefixes_through_a_cluster)
 	ck_assert_uint_gt(st.remote.bytes_in, (uint64_t)PROMPTS * BLOCKS * 16384);
 	status_has(b.sock, "remote tier   serving, 3 of 3 masters connected");
 	/* again: now from B's own pool */
+	want_source = KVP_SOURCE_POOL;
 	ck_assert_uint_eq(machine_b(b.sock), PROMPTS * BLOCKS);
+	want_source = -1;
 	stats_of(b.sock, &st);
 	ck_assert_uint_eq(st.remote.restored, PROMPTS * BLOCKS);	/* nothing fetched */
 	check_conservation(b.sock);

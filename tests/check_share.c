@@ -575,8 +575,11 @@ START_TEST(test_share_a_probe_leases_nothing_and_a_load_is_not_a_second_lookup)
 	fd = raw_connect(d.sock);
 	ck_assert_int_ge(fd, 0);
 	ck_assert_int_eq(raw_hello(fd, "share", &geo, why, sizeof(why)), KVP_S_OK);
-	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0x10, 0, why, sizeof(why)), KVP_S_INVAL);
-	ck_assert_msg(strstr(why, "ACQUIRE flags 0x10"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0x20, 0, why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "ACQUIRE flags 0x20"), "%s", why);
+	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_PROBE | KVP_WIRE_ACQ_SOURCES, 0,
+				     why, sizeof(why)), KVP_S_INVAL);
+	ck_assert_msg(strstr(why, "nothing to name the sources of"), "%s", why);
 	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, 0, 1, why, sizeof(why)), KVP_S_INVAL);
 	ck_assert_msg(strstr(why, "without WAIT, wait_ms is 0"), "%s", why);
 	ck_assert_int_eq(acquire_raw(fd, keys, 4, 0, KVP_WIRE_ACQ_WAIT, 0, why, sizeof(why)),

@@ -39,6 +39,7 @@ struct pending {
 	uint32_t outstanding;		/* reads in flight */
 	uint32_t partial_tokens;	/* of the partial page, when planned > nfull */
 	bool counted;			/* a lookup, not a LOAD (KVP_WIRE_ACQ_LOAD) */
+	uint8_t *src;			/* [planned] KVP_SRC_*, with SOURCES; else NULL */
 	uint64_t *pages;		/* [planned] */
 	uint8_t *restored;		/* [planned]: read from the tier */
 	struct pread {			/* [planned]: the reads in flight */
@@ -64,11 +65,12 @@ struct plan {
  * past them; count it. */
 static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hdr *req,
 			  uint32_t nkeys, const uint64_t *pages, uint32_t got, uint32_t nfull,
-			  uint32_t partial_tokens, bool counted)
+			  uint32_t partial_tokens, bool counted, const uint8_t *src)
 {
 	struct kvp_wire_acquire_reply *rep;
 	uint32_t hits = got < nfull ? got : nfull;
-	size_t len = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
+	size_t handles = sizeof(*rep) + (size_t)hits * sizeof(uint64_t);
+	size_t len = handles + (src ? ((size_t)hits + 7) / 8 * 8 : 0);
 
 	rep = calloc(1, len);
 	if (!rep) {
@@ -81,6 +83,8 @@ static void acquire_reply(struct conn *c, struct ns *n, const struct kvp_wire_hd
 		rep->partial_tokens = partial_tokens;
 	}
 	memcpy(rep + 1, pages, (size_t)hits * sizeof(uint64_t));
+	if (src)	/* each block's source, then zeros (calloc) */
+		memcpy((uint8_t *)rep + handles, src, hits);
 	if (counted) {	/* not a LOAD of what the engine looked up already */
 		n->st.acquires++;
 		n->st.hits += hits + (got > nfull);
@@ -118,9 +122,10 @@ static void pending_finish(struct pending *pd)
 	}
 	if (!gone) {
 		acquire_reply(c, n, &pd->req, pd->nkeys, pd->pages, pd->hits, pd->nfull,
-			      pd->partial_tokens, pd->counted);
+			      pd->partial_tokens, pd->counted, pd->src);
 		conn_resume(c);
 	}
+	free(pd->src);
 	free(pd->pages);
 	free(pd->restored);
 	free(pd->reads);
@@ -241,6 +246,29 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys, uin
 		ents[i] = e;
 	}
 	return i;
+}
+
+/*
+ * sources() - where each of the planned full blocks ents[0..hits) comes
+ * from (KVP_SRC_*): the pool, or the tier it is read back from; a block
+ * in the pool from remote_from on came back from the remote tier for this
+ * request (UINT32_MAX: none did).
+ */
+static void sources(struct ns *n, const uint32_t *ents, uint32_t hits, uint32_t remote_from,
+		    uint8_t *src)
+{
+	const struct tier_ops *t;
+	uint32_t i;
+
+	for (i = 0; i < hits; i++) {
+		if (prefix_where(n->idx, ents[i]) == PREFIX_IN_POOL) {
+			src[i] = i >= remote_from ? KVP_SRC_REMOTE : KVP_SRC_POOL;
+			continue;
+		}
+		t = tier_of_entry(n, ents[i]);
+		src[i] = t && !strcmp(t->name, "nvme") ? KVP_SRC_NVME :
+			 t && !strcmp(t->name, "host") ? KVP_SRC_HOST : KVP_SRC_POOL;
+	}
 }
 
 /*
@@ -492,6 +520,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	const void *raw;
 	uint32_t *tail, *ents, hits, got, pe, tokens = 0;
 	uint64_t *pages;
+	uint8_t *src = NULL;
 	struct ns *n;
 	bool writing, wait = false;
 	int err;
@@ -507,14 +536,21 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	if (a.flags & ~wire_acq_flags(c->proto)) {
 		if (a.flags & ~KVP_WIRE_ACQ_ALL)
 			conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: the flags this "
-				   "daemon knows are LOAD (0x%x), PROBE (0x%x), WAIT (0x%x) and "
-				   "HANDOFF (0x%x); is the client newer than kvpoold?", a.flags,
-				   KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_WAIT,
-				   KVP_WIRE_ACQ_HANDOFF);
+				   "daemon knows are LOAD (0x%x), PROBE (0x%x), WAIT (0x%x), "
+				   "HANDOFF (0x%x) and SOURCES (0x%x); is the client newer than "
+				   "kvpoold?", a.flags, KVP_WIRE_ACQ_LOAD, KVP_WIRE_ACQ_PROBE,
+				   KVP_WIRE_ACQ_WAIT, KVP_WIRE_ACQ_HANDOFF, KVP_WIRE_ACQ_SOURCES);
 		else
-			conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: HANDOFF (0x%x) is "
-				   "protocol version 9's, and this connection speaks %u", a.flags,
-				   KVP_WIRE_ACQ_HANDOFF, (unsigned)c->proto);
+			conn_error(c, req, KVP_S_INVAL, "ACQUIRE flags 0x%x: HANDOFF (0x%x) "
+				   "and SOURCES (0x%x) are protocol version 9's, and this "
+				   "connection speaks %u", a.flags, KVP_WIRE_ACQ_HANDOFF,
+				   KVP_WIRE_ACQ_SOURCES, (unsigned)c->proto);
+		return;
+	}
+	if ((a.flags & KVP_WIRE_ACQ_PROBE) && (a.flags & KVP_WIRE_ACQ_SOURCES)) {
+		conn_error(c, req, KVP_S_INVAL, "ACQUIRE with PROBE (0x%x) and SOURCES (0x%x): "
+			   "a probe leases nothing to name the sources of",
+			   KVP_WIRE_ACQ_PROBE, KVP_WIRE_ACQ_SOURCES);
 		return;
 	}
 	if ((a.flags & KVP_WIRE_ACQ_WAIT) ?
@@ -568,6 +604,14 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 	/* a WAIT: the keys not held yet are being saved by another client */
 	if (hits < a.nkeys && wait_keys(c, req, &a, keys, hits, handoff))
 		goto out;
+	if ((a.flags & KVP_WIRE_ACQ_SOURCES) && hits) {
+		src = malloc(hits);
+		if (!src) {
+			conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u sources", hits);
+			goto out;
+		}
+		sources(n, ents, hits, c->remote_tried ? c->remote_from : UINT32_MAX, src);
+	}
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))
 		goto out;
@@ -598,6 +642,8 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		pd->nfull = hits;
 		pd->counted = !(a.flags & KVP_WIRE_ACQ_LOAD);
 		pd->partial_tokens = tokens;
+		pd->src = src;
+		src = NULL;
 		c->deferred = true;
 		conn_hold(c);
 		pages = NULL;
@@ -606,8 +652,10 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 		goto out;
 	}
 	acquire_reply(c, n, req, a.nkeys, pages, got, hits, tokens,
-		      !(a.flags & KVP_WIRE_ACQ_LOAD));
+		      !(a.flags & KVP_WIRE_ACQ_LOAD),
+		      (a.flags & KVP_WIRE_ACQ_SOURCES) ? (src ? src : (const uint8_t *)"") : NULL);
 out:
+	free(src);
 	free(ents);
 	free(tail);
 	free(pages);

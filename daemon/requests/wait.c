@@ -199,6 +199,7 @@ bool wait_remote(struct conn *c, const struct kvp_wire_hdr *req,
 	if (c->remote_tried ||
 	    !tier_remote_fetch(c->ns, a, keys, from, handoff, remote_done, c))
 		return false;
+	c->remote_from = from;	/* what comes back is the remote tier's (SOURCES) */
 	c->wait_req = *req;
 	c->deferred = true;
 	conn_hold(c);

@@ -147,11 +147,23 @@ class Geometry:
             (self.head_dim + self.v_dim) * DType(self.dtype).size
 
 
-class Acquired(NamedTuple):
-    """What acquire() leased: the pages of the cached prefix's full blocks,
-    and the partly filled page after them as (page, tokens) or None."""
+class _Leased(NamedTuple):
     pages: List[int]
     partial: Optional[Tuple[int, int]]
+
+
+#: Where acquire(sources=True) says each leased block came from.
+SOURCES = ("pool", "host", "nvme", "remote")
+
+
+class Acquired(_Leased):
+    """What acquire() leased: the pages of the cached prefix's full blocks,
+    and the partly filled page after them as (page, tokens) or None. With
+    acquire(sources=True), .sources says where each of the pages came
+    from: "pool" (it was there), "host" or "nvme" (kvpoold read it back
+    from that tier), "remote" (fetched from the remote tier, another
+    machine's); else None."""
+    sources: Optional[List[str]] = None
 
 
 class Client(_kvpool.Client):
@@ -287,9 +299,13 @@ class Client(_kvpool.Client):
         at once when its prefill engine abandons it or hangs up first),
         load (True: the keys were looked up already, not counted as
         lookups), prefill_rate and remote_max_us (the remote tier's
-        policy)."""
-        pages, partial = super().acquire(keys, tokens, parent, **options)
-        return Acquired(pages, partial)
+        policy), sources (True: Acquired.sources says where each page
+        came from)."""
+        got = super().acquire(keys, tokens, parent, **options)
+        a = Acquired(got[0], got[1])
+        if len(got) > 2:
+            a.sources = [SOURCES[b] if b < len(SOURCES) else "pool" for b in got[2]]
+        return a
 
     def page_view(self, page: int) -> memoryview:
         """The page's bytes in place, as a memoryview (no copy)."""

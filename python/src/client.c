@@ -261,14 +261,15 @@ static PyObject *Client_cow(ClientObject *self, PyObject *arg)
  * keywords given (None: as the client's). 1 when any was, 0 when none,
  * -1 with an exception. */
 static int acquire_opts(ClientObject *self, kvp_acquire_opts *o, PyObject *owait,
-			PyObject *ohandoff, PyObject *oload, PyObject *orate, PyObject *omax)
+			PyObject *ohandoff, PyObject *oload, PyObject *orate, PyObject *omax,
+			PyObject *osrc)
 {
 	const kvp_key *hk;
 	kvp_key k;
 	double secs;
 
 	if (owait == Py_None && ohandoff == Py_None && oload == Py_None &&
-	    orate == Py_None && omax == Py_None)
+	    orate == Py_None && omax == Py_None && osrc == Py_None)
 		return 0;
 	/* the client's lock, which a waiting acquire on another thread holds
 	 * (for up to its wait): not with the GIL */
@@ -332,10 +333,12 @@ static int acquire_opts(ClientObject *self, kvp_acquire_opts *o, PyObject *owait
 static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "keys", "tokens", "parent", "wait", "handoff", "load",
-				  "prefill_rate", "remote_max_us", NULL };
+				  "prefill_rate", "remote_max_us", "sources", NULL };
 	PyObject *okeys, *otok = NULL, *oparent = NULL, *pages = NULL, *res = NULL;
 	PyObject *owait = Py_None, *ohandoff = Py_None, *oload = Py_None;
-	PyObject *orate = Py_None, *omax = Py_None;
+	PyObject *orate = Py_None, *omax = Py_None, *osrc = Py_None;
+	uint8_t *src = NULL;
+	int want_src = 0;
 	const kvp_key *parent;
 	kvp_partial partial = { 0, 0 };
 	kvp_acquire_opts o;
@@ -346,12 +349,17 @@ static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw
 	Py_ssize_t n;
 	int rc, with;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$OOOOO", kwlist, &okeys, &otok,
-					 &oparent, &owait, &ohandoff, &oload, &orate, &omax))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$OOOOOO", kwlist, &okeys, &otok,
+					 &oparent, &owait, &ohandoff, &oload, &orate, &omax,
+					 &osrc))
 		return NULL;
 	if (!client_ok(self) || opt_key(oparent, &pk, &parent, "parent") < 0)
 		return NULL;
-	with = acquire_opts(self, &o, owait, ohandoff, oload, orate, omax);
+	if (osrc != Py_None && (want_src = PyObject_IsTrue(osrc)) < 0)
+		return NULL;
+	/* sources: a per-call option too (the client's others with it) */
+	with = acquire_opts(self, &o, owait, ohandoff, oload, orate, omax,
+			    want_src ? Py_True : Py_None);
 	if (with < 0)
 		return NULL;
 	keys = keys_from(okeys, &n);
@@ -362,9 +370,14 @@ static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw
 		return NULL;
 	}
 	out = PyMem_Malloc(((size_t)n + 1) * sizeof(*out));
-	if (!out) {
+	src = want_src ? PyMem_Malloc((size_t)n + 1) : NULL;
+	if (!out || (want_src && !src)) {
 		PyErr_NoMemory();
 		goto done;
+	}
+	if (want_src) {
+		o.flags |= KVP_ACQUIRE_SOURCES;
+		o.sources = src;
 	}
 	if (with)
 		CALL(rc, kvp_acquire_with(self->c, parent, keys, (size_t)n, t.v, (size_t)t.n,
@@ -379,12 +392,18 @@ static PyObject *Client_acquire(ClientObject *self, PyObject *args, PyObject *kw
 	pages = handles_to_list(out, rc);
 	if (!pages)
 		goto done;
-	if (partial.tokens)
+	if (want_src && partial.tokens)
+		res = Py_BuildValue("(N(KI)y#)", pages, (unsigned long long)partial.page,
+				    partial.tokens, (const char *)src, (Py_ssize_t)rc);
+	else if (want_src)
+		res = Py_BuildValue("(NOy#)", pages, Py_None, (const char *)src, (Py_ssize_t)rc);
+	else if (partial.tokens)
 		res = Py_BuildValue("(N(KI))", pages, (unsigned long long)partial.page,
 				    partial.tokens);
 	else
 		res = Py_BuildValue("(NO)", pages, Py_None);
 done:
+	PyMem_Free(src);
 	PyMem_Free(out);
 	PyMem_Free(keys);
 	tokens_release(&t);

@@ -63,6 +63,12 @@ def main():
                 out["handoff"] = "issued"
             except kvpool.Error as e:
                 out["handoff"] = "%s: %s" % (type(e).__name__, e)
+            try:
+                got = c.acquire(keys, sources=True)
+                c.release(got.pages)
+                out["sources"] = got.sources
+            except kvpool.Error as e:
+                out["sources"] = "%s: %s" % (type(e).__name__, e)
         c.release(hit.pages)
     if out is not None:
         print(json.dumps(out), flush=True)

@@ -123,6 +123,42 @@ def test_host_pages_asked_for_are_what_the_host_backend_gives(daemon):
         kvpool.Client(daemon.sock, "other", GEO, memory=7)
 
 
+def test_acquire_says_where_each_block_came_from(tmp_path):
+    # the host tier holds two pages, the NVMe tier the rest
+    page = 2 * GEO.layers * GEO.kv_heads * GEO.head_dim * GEO.block_tokens * 2
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    d = Daemon(["--host-tier-size", str(2 * page), "--spill-dir", str(spill),
+                "--spill-size", "1M"])
+    try:
+        with kvpool.Client(d.sock, "src", GEO) as a:
+            toks = list(range(1000, 1000 + 4 * GEO.block_tokens))
+            keys = a.block_keys(toks)
+            pages = a.alloc(4)
+            a.publish(pages, keys)
+            a.release(pages)
+            got = a.acquire(keys, sources=True)
+            assert got.sources == ["pool"] * 4
+            one = a.acquire(keys[:1])
+            assert one.sources is None  # not asked
+            a.release(got.pages + one.pages)
+            # out of the pool: the two leaves' parents into the host tier,
+            # the oldest of the host tier's on to NVMe (docs/tiers)
+            assert a.evict(max=4) == 4
+            d.wait_for(lambda st: st["pages_cached"] == 0, "the evictions")
+            got = a.acquire(keys, sources=True)
+            assert len(got.pages) == 4
+            assert sorted(got.sources) == ["host", "host", "nvme", "nvme"], got.sources
+            pages, partial = got  # still the two-tuple it always was
+            a.release(pages)
+            assert a.acquire(keys, sources=True).sources == ["pool"] * 4  # back in the pool
+            # a probe has nothing to name the sources of; an older
+            # kvpoold has no sources: ProtocolNotSupported (test_upgrade)
+        d.stop()
+    finally:
+        d.discard()
+
+
 def test_cow_and_retain(client):
     (p,) = client.alloc(1)
     client.page_array(p)[:] = 1.0

@@ -132,8 +132,10 @@ def test_clients_of_either_release_share_pages_through_either_releases_kvpoold(p
             if speaks == PREVIOUS_PROTOCOL:
                 assert h["handoff"].startswith("ProtocolNotSupported"), h
                 assert "speaks protocol version 8, which has no handoffs" in h["handoff"], h
+                assert h["sources"].startswith("ProtocolNotSupported"), h
             else:
                 assert h["handoff"] == "issued", h
+                assert h["sources"] == ["pool"] * BLOCKS, h
             # each release's CLI reads either release's kvpoold
             for cli in (previous.cli, tool("client/kvpool")):
                 r = subprocess.run([cli, "--socket", d.sock, "status"], capture_output=True,

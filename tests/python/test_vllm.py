@@ -917,6 +917,34 @@ def test_requests_of_one_prefix_queue_its_saves_once(pool):
         a.close()
 
 
+def test_vllm_counts_the_pools_hits_by_where_kvpoold_had_them(tmp_path):
+    # vLLM's per-source hit metrics (vllm:prompt_tokens_cached_by_source):
+    # host for the pool, disk for its NVMe tier; before, all of kvpool's
+    # hits were "external_unspecified"
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    with running(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M",
+                  "--spill-dir", str(spill), "--spill-size", "4M"]) as d:
+        a, b, c = engines(d.sock, 3)
+        try:
+            other = [(i * 11) % 900 + 3 for i in range(200)]
+            a.call(op="run", prompts=[PROMPT, other], max_tokens=2)
+            assert d.stats()["pages_cached"] == 24
+            rb = b.call(op="run", prompts=[PROMPT + [901]], max_tokens=2)
+            assert rb["cached"] == [12 * BLOCK]
+            assert b.call(op="hit_sources") == {"host": 12 * BLOCK}
+            with kvpool.Client(d.sock) as admin:  # the pool's pages out, to NVMe
+                admin.evict()
+            d.wait_for(lambda st: st["pages_cached"] == 0 and st["pages_spilled"] >= 12,
+                       "the evictions to the NVMe tier")
+            rc = c.call(op="run", prompts=[other + [902]], max_tokens=2)
+            assert rc["cached"] == [12 * BLOCK]
+            assert c.call(op="hit_sources") == {"disk": 12 * BLOCK}
+        finally:
+            for e in (a, b, c):
+                e.close()
+
+
 def test_a_request_limits_its_own_load_and_save_as_vllms_offloading_connector_reads_them(pool):
     # kv_transfer_params max_load_tokens / max_offload_tokens (vLLM's
     # offloading connector's names): a request body's, so anything else

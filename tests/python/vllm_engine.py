@@ -361,6 +361,7 @@ class Engine:
         init_none_hash(self.hash_fn)
         self.reqs = {}
         self.params = {}  # request -> the kv_transfer_params of its answer
+        self.hit_sources = {}  # vLLM's connector hits by source, summed
         self.n = 0
 
     def add(self, tokens, max_tokens, params=None):
@@ -403,6 +404,11 @@ class Engine:
                                 logprobs=None, prompt_logprobs_dict={}, pooler_output=None,
                                 kv_connector_output=kvo)
         for outs in self.sched.update_from_output(out, mro).values():
+            st = getattr(getattr(outs, "scheduler_stats", None), "connector_prefix_cache_stats",
+                         None)
+            for k, v in (getattr(st, "hits_by_source", None) or {}).items():
+                k = str(getattr(k, "value", k))  # vLLM's per-source hits, as its loggers get them
+                self.hit_sources[k] = self.hit_sources.get(k, 0) + v
             for o in outs.outputs:  # what the API server's answer carries
                 if o.kv_transfer_params is not None:
                     self.params[o.request_id] = o.kv_transfer_params
@@ -504,6 +510,8 @@ def serve():
                                                             cmd.get("layers"))]}
             elif op == "stats":
                 r = eng.stats()
+            elif op == "hit_sources":  # vLLM's connector hits by source, so far
+                r = eng.hit_sources
             elif op == "add":
                 r = {"rid": eng.add(cmd["tokens"], cmd.get("max_tokens", 4))}
             elif op == "step":

@@ -22,6 +22,10 @@ try:  # vLLM's hybrid memory allocator (a KV cache group per attention kind)
 except ImportError:  # an older vLLM: one group
     class SupportsHMA:  # type: ignore[no-redef]
         pass
+try:  # where an external hit came from (vLLM's per-source hit metrics)
+    from vllm.v1.metrics.cache_hit_source import CacheHitSource
+except ImportError:  # an older vLLM: no such metrics
+    CacheHitSource = None
 from vllm.logger import init_logger
 
 from kvpool._connector import Pool
@@ -239,6 +243,18 @@ class KVPoolConnector(KVConnectorBase_V1, SupportsHMA):
     def get_num_new_matched_tokens(self, request: "Request",
                                    num_computed_tokens: int) -> Tuple[Optional[int], bool]:
         return self._sched.get_num_new_matched_tokens(request, num_computed_tokens)
+
+    @_hook(lambda side, request, n, *_: {CacheHitSource.EXTERNAL_UNSPECIFIED: n} if n else {})
+    def get_external_cache_hit_sources(self, request: "Request",
+                                       num_external_tokens: int) -> Dict[Any, int]:
+        """Where the tokens kvpool loads for request were (vLLM's
+        vllm:prompt_tokens_cached_by_source): host (the pool, or its host
+        tier), disk (its NVMe tier), p2p (its remote tier: another
+        machine's)."""
+        if num_external_tokens <= 0:
+            return {}
+        return {CacheHitSource(k): v for k, v in
+                self._sched.hit_sources(request, num_external_tokens).items()}
 
     @_hook(lambda side, request, blocks, n, *_: side.fail_load(request, blocks, n))
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks",

@@ -51,6 +51,12 @@ TICKET_MIN_S = 30.0
 # FLIGHT_MAX_S.
 FLIGHT_MAX_S = 120.0
 
+# the protocol version whose ACQUIRE says where each block came from
+SOURCES_SINCE = 9
+# vLLM's CacheHitSource of each: the pool and its host tier are host
+# memory, the NVMe tier disk, the remote tier another machine's
+HIT_SOURCE = {"pool": "host", "host": "host", "nvme": "disk", "remote": "p2p"}
+
 
 @dataclass
 class _Lease:
@@ -64,6 +70,7 @@ class _Lease:
     wait: float = 0.0  # seconds its load waits for keys a prefill engine saves
     handoff: Optional[bytes] = None  # the last key of the handoff it waits for
     fail: bool = False  # sent as a failed load (a hook's fallback: vLLM computes it)
+    sources: Optional[List[str]] = None  # where kvpoold had each page (Acquired.sources)
 
 
 class SchedulerSide:
@@ -256,7 +263,8 @@ class SchedulerSide:
                 return 0, False
             keys = [bytes(h) for h in hashes[:n]]
             try:
-                pages, _ = c.acquire(keys)
+                got = c.acquire(keys, sources=True if c.protocol >= SOURCES_SINCE else None)
+                pages, sources = got.pages, got.sources
             except OSError as e:
                 self._pool.failed("lookup", e)
                 self._saved.setdefault(rid, 0)
@@ -264,7 +272,7 @@ class SchedulerSide:
         hit = len(pages)
         # held from here on: were this hook to fail below, its fallback
         # (compute()) lets them go
-        self._leases[rid] = _Lease(pages, keys[:hit], start)
+        self._leases[rid] = _Lease(pages, keys[:hit], start, sources=sources)
         self._pool.count("lookups")
         self._pool.count("hit_blocks", hit)
         if wanted > max(hit, start) and len(self._pd_waits) >= self._pd_max:
@@ -283,7 +291,7 @@ class SchedulerSide:
             self._pool.count("loads_off_step")
             self._saved[rid] = max(self._saved.get(rid, 0), wanted)
             self._leases[rid] = _Lease(pages, keys[:wanted], start, background=True,
-                                       wait=pd_wait, handoff=handoff)
+                                       wait=pd_wait, handoff=handoff, sources=sources)
             return (wanted - start) * self._block, True
         # the block left to vLLM to compute may be in the pool too
         have = hit if hit < n or not self._saves else self._pool_holds(hashes, n)
@@ -301,8 +309,27 @@ class SchedulerSide:
         # others go on
         background = self._off_step(hit - start, rid)
         self._pool.count("loads_off_step" if background else "loads_in_step")
-        self._leases[rid] = _Lease(pages, keys[:hit], start, background=background)
+        self._leases[rid] = _Lease(pages, keys[:hit], start, background=background,
+                                   sources=sources)
         return (hit - start) * self._block, background
+
+    def hit_sources(self, request: "Request", tokens: int) -> Dict[str, int]:
+        """get_external_cache_hit_sources(): the request's tokens to load
+        from the pool, by vLLM's CacheHitSource of where kvpoold had each
+        block when it was looked up (HIT_SOURCE); a block it did not say
+        (one a P/D load waits for, saved by a prefill engine since) was
+        in the pool: host."""
+        lease = self._leases.get(request.request_id)
+        srcs = lease.sources if lease is not None and lease.sources else []
+        i = lease.start if lease is not None else 0
+        out: Dict[str, int] = {}
+        while tokens > 0:
+            kind = HIT_SOURCE.get(srcs[i] if i < len(srcs) else "pool", "host")
+            take = min(self._block, tokens)
+            out[kind] = out.get(kind, 0) + take
+            tokens -= take
+            i += 1
+        return out
 
     def _pd_blocks(self, request: "Request", n: int) -> Tuple[int, float, Optional[bytes]]:
         """How many of the request's first n blocks a prefill engine says
