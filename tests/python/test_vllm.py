@@ -19,7 +19,7 @@ import time
 import pytest
 
 import kvpool
-from conftest import HERE, TOP, Daemon, running, tool
+from conftest import HERE, TOP, Daemon, free_port, running, tool
 from engine_zygote import Zygote
 
 pytest.importorskip("torch", reason="torch is not installed in this venv")
@@ -307,6 +307,51 @@ def test_a_decode_engine_loads_what_its_prefill_engine_is_still_saving(pool):
         p.close()
         d.close()
     assert leased(pool) == 0 and pool.stats()["pages_cached"] == 12
+
+
+def _op_counts(port):
+    """kvpoold's requests answered so far, by operation (its /metrics)."""
+    import urllib.request
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+    out = {}
+    for line in text.decode().splitlines():
+        if line.startswith("kvpool_request_seconds_count{"):
+            out[line.split('"')[1]] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
+def test_a_decode_engines_load_takes_two_round_trips_to_kvpoold():
+    # the worker's wait leases the blocks as they come and the copy reads
+    # them there: one ACQUIRE and one RELEASE, beside the scheduler's
+    # lookup (before: the worker leased them a second time on its main
+    # connection, 3 ACQUIREs and 3 RELEASEs a P/D load)
+    port = free_port()
+    with running(["--key-seed", SEED, "--pool-size", "16M", "--slab-size", "1M",
+                  "--metrics-listen", "127.0.0.1:%d" % port]) as d:
+        p = Engine(d.sock, "--role", "kv_producer", env={"KVPOOL_TEST_SLOW_SAVE": "1"}).ready()
+        dec = Engine(d.sock, "--role", "kv_consumer").ready()
+        try:
+            params = p.call(op="run", prompts=[PROMPT], max_tokens=1, params=ROUTER,
+                            drain=False)["params"][0]
+            time.sleep(0.1)  # the scrape's figures are the loop's at its last swap
+            before = _op_counts(port)
+            rd = dec.call(op="run", prompts=[PROMPT], max_tokens=4, params=params)
+            assert rd["cached"] == [12 * BLOCK]
+            assert dec.call(op="stats")["scheduler"]["pd_loads"] == 1
+            end = time.monotonic() + 10
+            while True:  # until the scrape shows the last RELEASE
+                after = _op_counts(port)
+                ops = {k: after.get(k, 0) - before.get(k, 0) for k in ("ACQUIRE", "RELEASE")}
+                if ops["RELEASE"] >= 2 or time.monotonic() > end:
+                    break
+                time.sleep(0.05)
+            # the RELEASEs: the decode engine's two, and the prefill
+            # engine's save's (of its fresh pages, once published)
+            assert ops["ACQUIRE"] == 2 and ops["RELEASE"] <= 3, (ops, before, after)
+            p.call(op="drain")
+        finally:
+            p.close()
+            dec.close()
 
 
 def _mutations(good):
