@@ -50,6 +50,7 @@ REQUESTS, CONCURRENCY = 96, 8
 # KV memory of each engine: SMALL holds the running requests and about
 # one prefix more; BIG every prefix and the running requests
 SMALL_KV = "24M"
+MAX_LEN = 2048  # vLLM wants a request of its longest in any KV cache (8 MiB)
 BIG_KV = "64M"
 CONFIGS = {"small": ("vLLM prefix caching alone, small KV caches", SMALL_KV, False),
            "kvpool": ("kvpool, the same small KV caches", SMALL_KV, True),
@@ -83,7 +84,8 @@ def start(a, name, model):
     es = [ve.Engine(model, os.path.join(a.work, "%s%d.log" % (name, i)), cpus=str(i),
                     kvpool_socket=a.socket if pooled else None,
                     extra={"namespace": "bench-serve"} if pooled else None,
-                    args=["--kv-cache-memory-bytes", kv]) for i in range(2)]
+                    args=["--kv-cache-memory-bytes", kv, "--max-model-len", str(MAX_LEN)])
+          for i in range(2)]
     ve.start(es, 900)
     try:
         r = ve.start([ve.Router([], [], os.path.join(a.work, name + "-router.log"),

@@ -252,7 +252,8 @@ static uint32_t plan_hits(struct ns *n, const uint8_t *keys, uint32_t nkeys, uin
  * sources() - where each of the planned full blocks ents[0..hits) comes
  * from (KVP_SRC_*): the pool, or the tier it is read back from; a block
  * in the pool from remote_from on came back from the remote tier for this
- * request (UINT32_MAX: none did).
+ * request (UINT32_MAX: none did; a WAIT that asked the tier counts the
+ * blocks published here while it waited as the tier's too).
  */
 static void sources(struct ns *n, const uint32_t *ents, uint32_t hits, uint32_t remote_from,
 		    uint8_t *src)
@@ -610,7 +611,7 @@ void share_acquire(struct conn *c, const struct kvp_wire_hdr *req,
 			conn_error(c, req, KVP_S_INTERNAL, "out of memory for %u sources", hits);
 			goto out;
 		}
-		sources(n, ents, hits, c->remote_tried ? c->remote_from : UINT32_MAX, src);
+		sources(n, ents, hits, c->remote_from, src);
 	}
 	c->remote_tried = false;
 	if (!requests_room_for_leases(c, req, got))

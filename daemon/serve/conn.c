@@ -175,11 +175,25 @@ static void conn_post_send(struct conn *c)
 	c->ops++;
 }
 
+/*
+ * reply_version() - the version of a reply (or notice) of status to c:
+ * the connection's; before its first message was read whole, the
+ * previous release's, which clients of both releases read, but for the
+ * refusal of a version, which names this daemon's own (a client learns
+ * from it what to speak).
+ */
+static uint16_t reply_version(const struct conn *c, uint32_t status)
+{
+	if (c->proto)
+		return c->proto;
+	return status == KVP_S_VERSION ? KVP_WIRE_VERSION : KVP_WIRE_VERSION_MIN;
+}
+
 void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 		const void *payload, size_t len, int fd)
 {
 	struct kvp_wire_hdr h = {
-		.version = c->proto, .op = req->op, .flags = KVP_WIRE_F_REPLY,
+		.version = reply_version(c, status), .op = req->op, .flags = KVP_WIRE_F_REPLY,
 		.status = status, .req_id = req->req_id, .len = (uint32_t)len,
 	};
 	struct outbuf *o;
@@ -190,6 +204,7 @@ void conn_reply(struct conn *c, const struct kvp_wire_hdr *req, uint32_t status,
 	c->kwait_poll_ms = 0;
 	c->kwait_handoff_gone = false;
 	c->remote_tried = false;
+	c->remote_from = UINT32_MAX;
 	/* one reply per request: arrival to reply (a deferred one's too: the
 	 * connection reads no other request meanwhile) */
 	if (c->req_ns && req->op < sizeof(c->srv->n.rt) / sizeof(c->srv->n.rt[0])) {
@@ -247,7 +262,7 @@ bool conn_closing(const struct conn *c)
 
 void conn_kick(struct conn *c, const char *fmt, ...)
 {
-	struct kvp_wire_hdr h = { .version = c->proto, .op = KVP_OP_DISCONNECT,
+	struct kvp_wire_hdr h = { .version = reply_version(c, KVP_S_STATE), .op = KVP_OP_DISCONNECT,
 				  .flags = KVP_WIRE_F_REPLY, .status = KVP_S_STATE,
 				  .req_id = KVP_WIRE_NOTICE_ID };
 	uint8_t msg[KVP_WIRE_HDR_SIZE + KVP_WIRE_ERRMSG_MAX];

@@ -82,7 +82,9 @@ struct conn {
 	bool per_uid;			/* refused at --max-clients-per-uid */
 	bool deferred;			/* a request waits for I/O: no receive */
 	bool remote_tried;		/* the waiting ACQUIRE asked the remote tier */
-	uint32_t remote_from;		/* for its blocks from this one on */
+	/* the ACQUIRE's blocks from this one on came back from the remote
+	 * tier (SOURCES), until its reply; UINT32_MAX: none */
+	uint32_t remote_from;
 	bool admin;			/* admin of every namespace */
 	struct access_peer peer;	/* uid, gid and groups, for the rules */
 	unsigned rights;		/* ACCESS_* in its namespace */

@@ -311,6 +311,7 @@ static struct conn *conn_new(struct server *s, int fd)
 	c->fd = fd;
 	c->id = ++s->next_conn_id;
 	c->state = CONN_OPEN;
+	c->remote_from = UINT32_MAX;	/* no block from the remote tier yet */
 	lease_set_init(&c->leases, c->id);
 	c->last_ms = loop_now_ms();
 	c->connected_ms = c->last_ms - s->start_ms;

@@ -201,7 +201,9 @@ class Pool:
         self.warn("old-daemon", "kvpoold speaks protocol version %d, the previous release's "
                   "(this kvpool speaks %d): pages are shared as before, but P/D handoffs "
                   "are off until kvpoold is upgraded (a decode engine computes such "
-                  "requests itself; docs/deploy.md, \"Upgrades\")", version, kvpool.PROTOCOL)
+                  "requests itself), and so are the sources of hits (vLLM counts them "
+                  "as external_unspecified; docs/deploy.md, \"Upgrades\")", version,
+                  kvpool.PROTOCOL)
 
     def _watch(self) -> None:
         """Start this process's watcher of the connection (lock held): a

@@ -50,6 +50,7 @@ TICKET_MIN_S = 30.0
 # step whose metadata never reached them) stops counting after
 # FLIGHT_MAX_S.
 FLIGHT_MAX_S = 120.0
+FLIGHT_SWEEP = 1024
 
 # the protocol version whose ACQUIRE says where each block came from
 SOURCES_SINCE = 9
@@ -112,7 +113,7 @@ class SchedulerSide:
         self._jobs = 0
         # saves in flight (FLIGHT_MAX_S): each job's keys and when it was
         # sent, and each key's latest job
-        self._flight: Dict[int, Tuple[List[bytes], float]] = {}
+        self._flight: Dict[int, Tuple[List[bytes], float, str]] = {}
         self._flying: Dict[bytes, int] = {}
         self._step_at: Optional[float] = None  # when the last step was scheduled
         self._step_busy = False  # it computed tokens
@@ -320,8 +321,11 @@ class SchedulerSide:
         (one a P/D load waits for, saved by a prefill engine since) was
         in the pool: host."""
         lease = self._leases.get(request.request_id)
-        srcs = lease.sources if lease is not None and lease.sources else []
-        i = lease.start if lease is not None else 0
+        if lease is None or lease.sources is None:
+            # a lookup that did not ask (a kvpoold of 0.2.0): not known
+            return {"external_unspecified": tokens}
+        srcs = lease.sources
+        i = lease.start
         out: Dict[str, int] = {}
         while tokens > 0:
             kind = HIT_SOURCE.get(srcs[i] if i < len(srcs) else "pool", "host")
@@ -453,8 +457,11 @@ class SchedulerSide:
         meta.empty = not self._step_busy
         for rid in meta.preempted:
             # its saves not started were dropped (handle_preemptions): once
-            # resumed, its blocks are sent again from the first
+            # resumed, its blocks are sent again from the first, and no
+            # request waits for them to be in flight
             self._saved.pop(rid, None)
+            for job in [j for j, f in self._flight.items() if f[2] == rid]:
+                self._landed(job)
         sent = []
         for rid, lease in self._leases.items():
             ids = lease.block_ids
@@ -507,9 +514,12 @@ class SchedulerSide:
         # the leading blocks another request's save in flight carries are
         # not queued twice (requests of one prefix, computed at once or
         # served from vLLM's own cache while the first save runs); its
-        # workers save them first, so that the rest chains on them. A
-        # prefill engine's handoff saves its own: a decode engine waits
-        # for them, and their failure ends its wait
+        # workers save them first, so that the rest chains on them. Should
+        # that save not reach the pool (a full queue or pool, a failure),
+        # the next request of the prefix finds the pool's chain ending
+        # there and saves from there on. A prefill engine's handoff saves
+        # its own: a decode engine waits for them, and their failure ends
+        # its wait
         handoff = wants_decode(getattr(req, "kv_transfer_params", None))
         skip = first
         while not handoff and skip < full and self._in_flight(bytes(req.block_hashes[skip])):
@@ -550,10 +560,18 @@ class SchedulerSide:
         return False
 
     def _fly(self, t: Transfer) -> None:
-        """Save t is in flight from now on."""
-        self._flight[t.job] = (t.keys, time.monotonic())
+        """Save t is in flight from now on. Every FLIGHT_SWEEP jobs, those
+        that outlived FLIGHT_MAX_S (some worker never answered) go, with
+        their acknowledgements."""
+        now = time.monotonic()
+        self._flight[t.job] = (t.keys, now, t.req_id)
         for k in t.keys:
             self._flying[k] = t.job
+        if t.job % FLIGHT_SWEEP == 0:
+            for job in [j for j, f in self._flight.items() if now - f[1] >= FLIGHT_MAX_S]:
+                self._landed(job)
+            for job in [j for j in self._acks if j not in self._flight and j not in self._pins]:
+                del self._acks[job]
 
     def _landed(self, job: int) -> None:
         """Save job ended on every worker (or was given up on)."""

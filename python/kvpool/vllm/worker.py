@@ -297,8 +297,12 @@ class WorkerSide:
         try:
             with self._copier.side_stream():
                 # the wait leased what came: copied from there, not leased
-                # a second time (2 round trips for the load, not 4)
-                return self._load_held(t, held) if held else self._load([t])
+                # a second time (2 round trips for the load, not 4). A
+                # device copier keeps the main connection's mapping of the
+                # pool registered with CUDA: it leases on that one
+                if held and self._copier.device.type == "cpu":
+                    return self._load_held(t, held)
+                return self._load([t])
         finally:
             if held:
                 self._let_go(held)
@@ -314,7 +318,9 @@ class WorkerSide:
         err: Optional[BaseException] = None
         gone = False
         try:
-            with w.lock:
+            # the copier is used under the pool's lock, as every copy is
+            # (the pool's lock before the waits connection's, always)
+            with pool.lock, w.lock:
                 c, view = w.client_view()
                 gone = c is None  # the wait's connection (its leases with it)
                 try:
