@@ -312,8 +312,10 @@ def test_hostile_kv_transfer_params_leave_the_decode_engine_serving(pd):
     got = pd.dec.complete(prompt, NEW, kv_transfer_params=good)
     assert got.tokens == ref.tokens
     # malformed params said once, whatever was wrong; another namespace once
-    # (and a ticket kvpoold refused, once)
-    assert len(pd.dec.log_lines("such requests are computed here")) <= 4
+    # (and a ticket kvpoold refused, once; params without a ticket, as a
+    # prefill engine of the previous release sends them, once)
+    assert len(pd.dec.log_lines("such requests are computed here")) <= 5
+    assert len(pd.dec.log_lines('lacks "ticket"')) <= 1
     # no traceback through the connector (vLLM logs its own 400s' with one)
     assert pd.dec.log_lines("/kvpool/vllm/") == []
     pd.d.wait_for(lambda st: st["pages_private"] + st["pages_shared"] == 0,

@@ -111,10 +111,9 @@ def decode_params(params: Any, namespace: str, hashes: Sequence[Any],
                         % _shown(extra[0]))
     missing = [k for k in FIELDS if k not in kp]
     if missing == ["ticket"]:
-        raise BadParams("kv_transfer_params kvpool lacks \"ticket\": its prefill engine's "
-                        "kvpool is of the previous release, which issues none, and only a "
-                        "ticket makes a decode engine wait (upgrade the prefill engines)",
-                        "pd-no-ticket")
+        raise BadParams("kv_transfer_params kvpool lacks \"ticket\" (a prefill engine of "
+                        "kvpool's previous release sends none: upgrade it; only a ticket makes "
+                        "a decode engine wait)", "pd-no-ticket")
     if missing:
         raise BadParams("kv_transfer_params kvpool lacks \"%s\"" % missing[0])
     ns = kp["namespace"]
