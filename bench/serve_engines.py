@@ -158,7 +158,7 @@ def run(a):
 
 
 def med(rows, key):
-    v = [r[key] for r in rows if r.get(key) is not None]
+    v = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
     return statistics.median(v) if v else None
 
 
