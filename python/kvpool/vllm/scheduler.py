@@ -460,6 +460,7 @@ class SchedulerSide:
             # resumed, its blocks are sent again from the first, and no
             # request waits for them to be in flight
             self._saved.pop(rid, None)
+            # (a scan of the saves in flight, a preemption's: rare)
             for job in [j for j, f in self._flight.items() if f[2] == rid]:
                 self._landed(job)
         sent = []
