@@ -15,6 +15,7 @@
  * KVPOOLD names the daemon (default ../daemon/kvpoold).
  */
 #include <errno.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -39,6 +40,25 @@ static const kvp_geometry geo = {
 	.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = BT,
 	.dtype = KVP_DTYPE_F16, .model = "test/cuda-pool",
 };
+
+/* the test's directory (socket, log, tier files), removed at its exit:
+ * by the process that made it, not by the clients it forks */
+static char tmp[64];
+static pid_t tmp_owner;
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void rm_tmp(void)
+{
+	if (tmp[0] && getpid() == tmp_owner)
+		(void)nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void die(int code, const char *fmt, ...)
@@ -185,6 +205,9 @@ int main(void)
 		kvpoold = "../daemon/kvpoold";
 	if (!mkdtemp(dir))
 		die(1, "mkdtemp: %s", strerror(errno));
+	snprintf(tmp, sizeof(tmp), "%s", dir);
+	tmp_owner = getpid();
+	atexit(rm_tmp);
 	snprintf(sock, sizeof(sock), "%s/s.sock", dir);
 	snprintf(spill, sizeof(spill), "%s/spill", dir);
 	snprintf(log, sizeof(log), "%s/kvpoold.log", dir);
