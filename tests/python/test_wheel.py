@@ -169,8 +169,10 @@ def test_each_wheel_in_a_fresh_venv_runs_its_daemon_cli_and_client(wheels, tmp_p
             st = json.loads(r.stdout)
             assert st["pages"]["total"] > 0 and st["allocs"] == 1, r.stdout
         finally:
-            d.stop()
-            d.proc.wait(10)
+            try:
+                d.stop()
+            finally:
+                d.discard()  # its directory too
 
 
 def test_the_wheel_block_of_docs_python_md_runs_as_written(wheels, tmp_path):
@@ -246,8 +248,10 @@ def test_two_engines_from_the_wheel_share_a_prefix(wheels, tmp_path):
         for e in (a, b):
             if e is not None:
                 e.stop()
-        d.stop()
-        d.proc.wait(10)
+        try:
+            d.stop()
+        finally:
+            d.discard()  # its directory too
 
 
 def cpu_recipe():
