@@ -207,6 +207,14 @@ bench_engine_venv() {
 		bench_die "$venv/bin/vllm: no vLLM engines (contrib/quickstart makes .venv-vllm-cpu)"
 }
 
+# bench_router_venv - $router (KVPOOL_ROUTER_VENV, else .venv-router) with
+# vllm-router, or die saying how to make it.
+bench_router_venv() {
+	router=${KVPOOL_ROUTER_VENV:-$bench_srcdir/.venv-router}
+	[ -x "$router/bin/vllm-router" ] ||
+		bench_die "$router/bin/vllm-router: no vllm-router (contrib/quickstart test makes .venv-router)"
+}
+
 bench_replace_section() {
 	[ -f "$3" ] || printf '# kvpool benchmarks\n' >"$3"
 	awk -v name="$1" -v sect="$2" '

@@ -59,9 +59,7 @@ peers_site=
 bench_parse_opts "$@"
 bench_check_built bench-pd "$KVPOOLD"
 bench_engine_venv
-router=${KVPOOL_ROUTER_VENV:-$bench_srcdir/.venv-router}
-[ -x "$router/bin/vllm-router" ] ||
-	bench_die "$router/bin/vllm-router: no vllm-router (contrib/quickstart test makes .venv-router)"
+bench_router_venv
 bench_tmpdir
 load=$(bench_load)
 started=$(date +%s)

@@ -40,9 +40,7 @@ configs=small,kvpool,big
 bench_parse_opts "$@"
 bench_check_built bench "$KVPOOLD"
 bench_engine_venv
-router=${KVPOOL_ROUTER_VENV:-$bench_srcdir/.venv-router}
-[ -x "$router/bin/vllm-router" ] ||
-	bench_die "$router/bin/vllm-router: no vllm-router (contrib/quickstart test makes .venv-router)"
+bench_router_venv
 bench_tmpdir
 load=$(bench_load)
 bench_build_ext "$venv/bin/python"
